@@ -1,0 +1,183 @@
+"""The Stage: the unit of the data DAG.
+
+A stage is a pure function over typed inputs. It declares its name, version, the stages it reads, a pydantic
+params model and one contract per output, next to its code. It imports neither Prefect nor Dask: one generic
+runner (``flows/``) derives the artifact key, runs it, gates every output and publishes or quarantines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+Severity = Literal["critical", "warning"]
+
+REJECTED = "rejected"
+"""Name of the optional output holding rows a stage dropped on purpose, each with a ``reason`` column."""
+
+
+class StageError(ValueError):
+    """A stage was declared or invoked wrongly; the message says what to fix."""
+
+
+class Params(BaseModel):
+    """Base of every stage's params model: unknown keys are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One Great Expectations 1.x expectation, named by its class (``"ExpectColumnValuesToNotBeNull"``) and built
+    lazily by the gate, so declaring a contract does not import GX (about 3 s)."""
+
+    kind: str
+    severity: Severity = "critical"
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(self, kind: str, severity: Severity = "critical", **kwargs: Any) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "severity", severity)
+        object.__setattr__(self, "kwargs", kwargs)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A Python check for what GX cannot say (a chain resolves, a golden trajectory replays).
+
+    ``fn`` returns a boolean Series (or list of bools), one per row, True where the row FAILS.
+    """
+
+    name: str
+    fn: Callable[[pl.DataFrame], pl.Series | list[bool]]
+    severity: Severity = "critical"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What an output must satisfy: required columns with polars dtypes, GX expectations, Python checks."""
+
+    columns: Mapping[str, type[pl.DataType] | pl.DataType] = field(default_factory=dict)
+    expectations: tuple[Expect, ...] = ()
+    checks: tuple[Check, ...] = ()
+    min_rows: int = 0
+
+
+REJECTED_CONTRACT = Contract(columns={"reason": pl.String})
+
+
+class Artifact(Protocol):
+    """A published artifact as a stage sees its inputs."""
+
+    key: str
+    path: Path
+    manifest: Mapping[str, Any]
+
+    def read(self, output: str) -> pl.DataFrame: ...
+
+    def scan(self, output: str) -> pl.LazyFrame: ...
+
+
+RunFn = Callable[[Mapping[str, Artifact], Any, str], dict[str, pl.DataFrame]]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    version: str
+    inputs: tuple[str, ...]
+    params: type[Params]
+    outputs: Mapping[str, Contract]
+    run: RunFn
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise StageError(f"stage name {self.name!r} must be a Python identifier")
+        if not issubclass(self.params, Params):
+            raise StageError(f"stage {self.name!r}: params must subclass data_contracts.stage.Params")
+        if not self.outputs:
+            raise StageError(f"stage {self.name!r} declares no outputs; declare at least one with its Contract")
+        if self.name in self.inputs:
+            raise StageError(f"stage {self.name!r} lists itself as an input")
+
+    def parse_params(self, raw: Mapping[str, Any] | None) -> Params:
+        """Validate raw params; the error names the stage, the field and what is allowed."""
+        from pydantic import ValidationError
+
+        try:
+            return self.params.model_validate(dict(raw or {}))
+        except ValidationError as exc:
+            lines = [f"invalid params for stage {self.name!r}:"]
+            for err in exc.errors():
+                where = ".".join(str(p) for p in err["loc"]) or "(root)"
+                lines.append(f"  {where}: {err['msg']}")
+            raise StageError("\n".join(lines)) from None
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def stage(
+    *,
+    name: str,
+    version: str,
+    params: type[Params],
+    outputs: Mapping[str, Contract],
+    inputs: tuple[str, ...] = (),
+) -> Callable[[RunFn], Stage]:
+    """Declare and register a stage: ``@stage(name=..., ...) def run(inputs, params, partition) -> {...}``."""
+
+    def register(fn: RunFn) -> Stage:
+        if name in STAGES:
+            raise StageError(f"stage {name!r} is declared twice ({STAGES[name].run.__module__} and {fn.__module__})")
+        declared = Stage(name, version, inputs, params, dict(outputs), fn, (fn.__doc__ or "").strip())
+        STAGES[name] = declared
+        return declared
+
+    return register
+
+
+def get_stage(name: str) -> Stage:
+    try:
+        return STAGES[name]
+    except KeyError:
+        known = ", ".join(sorted(STAGES)) or "(none registered)"
+        raise StageError(f"unknown stage {name!r}; known stages: {known}") from None
+
+
+def seed_for(seed: int, stage_name: str, partition: str, index: int) -> int:
+    """The per-item seed of DESIGN.md section 3, for ``random.Random``, Faker or numpy: independent of iteration
+    order and of worker count."""
+    digest = hashlib.blake2b(f"{seed}/{stage_name}/{partition}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def rng_for(seed: int, stage_name: str, partition: str, index: int) -> random.Random:
+    return random.Random(seed_for(seed, stage_name, partition, index))
+
+
+@dataclass(frozen=True)
+class FrameArtifact:
+    """An artifact held in memory, for notebooks and tests that call a stage's ``run`` directly."""
+
+    frames: Mapping[str, pl.DataFrame]
+    key: str = "in-memory"
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    def read(self, output: str) -> pl.DataFrame:
+        return self.frames[output]
+
+    def scan(self, output: str) -> pl.LazyFrame:
+        return self.frames[output].lazy()
