@@ -1,0 +1,120 @@
+"""Stage `tokenizer`: gymforge's byte-level BPE, trained once on the `world` documents (or local text files).
+
+The tokenizer is the yardstick of every length budget (KeyChain, needles) and the vocabulary of the tiny policy, so
+it is an artifact like any other: same corpus and params, same bytes, same sha256.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import polars as pl
+from pydantic import Field, field_validator
+
+from data_contracts.stage import Artifact, Check, Contract, Expect, Params, stage
+
+TEXT_SUFFIXES = (".txt", ".md")
+
+
+class TokenizerParams(Params):
+    corpus: str = Field(
+        "world",
+        description="'world' to train on the world documents, or a local directory of .txt/.md files (read in "
+        "sorted path order)",
+    )
+    vocab_size: int = Field(8192, description="target vocabulary size, special tokens included")
+    min_frequency: int = Field(2, description="a merge must occur at least this often in the corpus")
+    name: str = Field("gymforge-bpe", description="name recorded in the artifact row and in per-row records")
+
+    @field_validator("vocab_size")
+    @classmethod
+    def _vocab(cls, v: int) -> int:
+        if not 300 <= v <= 1_000_000:
+            raise ValueError(f"vocab_size={v}: set a value between 300 and 1000000")
+        return v
+
+    @field_validator("corpus")
+    @classmethod
+    def _corpus(cls, v: str) -> str:
+        if v != "world" and not Path(v).is_dir():
+            raise ValueError(f"corpus={v!r}: set 'world' or an existing directory of text files")
+        return v
+
+
+def corpus_texts(corpus: str, inputs: Mapping[str, Artifact]) -> Iterator[str]:
+    """The training texts: world documents (title and text), or every text file under a directory."""
+    if corpus == "world":
+        docs = inputs["world"].read("documents").select("title", "text")
+        for title, text in docs.iter_rows():
+            yield f"{title}\n{text}"
+        return
+    files = sorted(p for p in Path(corpus).rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
+    if not files:
+        raise ValueError(f"corpus directory {corpus} holds no {'/'.join(TEXT_SUFFIXES)} files")
+    for path in files:
+        yield path.read_text(encoding="utf-8", errors="replace")
+
+
+def _sha_matches(frame: pl.DataFrame) -> list[bool]:
+    from inference.tokenizer import fingerprint
+
+    return [
+        fingerprint(j, t) != s for j, t, s in frame.select("tokenizer_json", "chat_template", "sha256").iter_rows()
+    ]
+
+
+TOKENIZER_CONTRACT = Contract(
+    columns={
+        "name": pl.String,
+        "tokenizer_json": pl.String,
+        "chat_template": pl.String,
+        "special_tokens": pl.List(pl.String),
+        "vocab_size": pl.Int64,
+        "sha256": pl.String,
+    },
+    expectations=(
+        Expect("ExpectTableRowCountToEqual", value=1),
+        Expect("ExpectColumnValuesToMatchRegex", column="sha256", regex=r"^[0-9a-f]{64}$"),
+        Expect("ExpectColumnValuesToMatchRegex", column="chat_template", regex=r"\{%-?\s*generation\s*-?%\}"),
+        Expect("ExpectColumnValuesToBeBetween", column="vocab_size", min_value=263),
+    ),
+    checks=(Check("sha256_matches_contents", _sha_matches, description="sha256 recomputed from json + template"),),
+    min_rows=1,
+)
+
+
+@stage(
+    name="tokenizer",
+    version="1",
+    inputs=("world",),
+    params=TokenizerParams,
+    outputs={"tokenizer": TOKENIZER_CONTRACT},
+)
+def run(inputs: Mapping[str, Artifact], params: TokenizerParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Train the byte-level BPE with the ChatML + tool-calling chat template; one row."""
+    from inference.tokenizer import to_row, train_tokenizer
+
+    tok = train_tokenizer(corpus_texts(params.corpus, inputs), params.vocab_size, params.min_frequency)
+    row = to_row(tok, params.name)
+    return {"tokenizer": pl.DataFrame([row], schema_overrides={"vocab_size": pl.Int64})}
+
+
+def resolve_tokenizer(spec: str, inputs: Mapping[str, Artifact]):
+    """The tokenizer a length budget is measured with: ``"default"`` = the `tokenizer` input artifact, otherwise a
+    local transformers tokenizer directory."""
+    from inference.tokenizer import load, tokenizer_from_row
+
+    if spec == "default":
+        rows = inputs["tokenizer"].read("tokenizer")
+        if rows.height != 1:
+            raise ValueError(f"the tokenizer artifact must hold exactly one row, found {rows.height}")
+        return tokenizer_from_row(rows.row(0, named=True))
+    return load(spec)
+
+
+def tokenizer_spec_ok(v: str) -> str:
+    """Validator shared by the params of stages that measure length: 'default' or an existing directory."""
+    if v != "default" and not Path(v).is_dir():
+        raise ValueError(f"tokenizer={v!r}: set 'default' (the tokenizer artifact) or a local tokenizer directory")
+    return v
