@@ -1,0 +1,177 @@
+"""The DuckDB catalog (``root/catalog.duckdb``): one row per artifact plus its lineage, for questions like
+"what is missing, stale or quarantined" (DESIGN.md section 3).
+
+The manifests on disk are the source of truth; :meth:`Catalog.rebuild` recreates the catalog from them.
+DuckDB lets one process write a database file at a time and many Dask worker processes publish concurrently,
+so every operation opens a short-lived connection under an ``fcntl`` lock (exclusive to write, shared to read)
+and retries with backoff when a process outside that protocol holds the file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import random
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import polars as pl
+
+if TYPE_CHECKING:
+    from data_contracts.store import ArtifactStore
+
+STATUSES = ("published", "quarantined")
+_RETRIES = 8
+_BACKOFF_S = 0.05
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS artifacts (
+    key VARCHAR PRIMARY KEY,
+    stage VARCHAR NOT NULL,
+    version VARCHAR NOT NULL,
+    partition VARCHAR NOT NULL,
+    params JSON,
+    input_keys JSON,
+    code_version VARCHAR,
+    code_dirty BOOLEAN,
+    rows BIGINT,
+    bytes BIGINT,
+    outputs JSON,
+    contract JSON,
+    timings JSON,
+    status VARCHAR NOT NULL,
+    flow_run_id VARCHAR,
+    path VARCHAR
+);
+CREATE TABLE IF NOT EXISTS lineage (
+    key VARCHAR NOT NULL,
+    input_stage VARCHAR NOT NULL,
+    input_key VARCHAR NOT NULL,
+    PRIMARY KEY (key, input_stage)
+);
+"""
+
+_UPSTREAM = """
+WITH RECURSIVE up(key, input_stage, input_key, depth) AS (
+    SELECT key, input_stage, input_key, 1 FROM lineage WHERE key = ?
+    UNION
+    SELECT l.key, l.input_stage, l.input_key, up.depth + 1 FROM lineage l JOIN up ON l.key = up.input_key
+)
+SELECT up.key, up.input_stage, up.input_key, min(up.depth) AS depth, any_value(a.status) AS input_status,
+       any_value(a.version) AS input_version, any_value(a.partition) AS input_partition
+FROM up LEFT JOIN artifacts a ON a.key = up.input_key
+GROUP BY up.key, up.input_stage, up.input_key
+ORDER BY depth, up.input_stage, up.key
+"""
+
+
+def _is_lock_error(exc: duckdb.Error) -> bool:
+    text = str(exc).lower()
+    return "lock" in text or "conflicting" in text
+
+
+class Catalog:
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self.path = self.root / "catalog.duckdb"
+        self._lock_path = self.root / "catalog.lock"
+        self._ready = False
+
+    # --- connections ------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _connect(self, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write = write or not self.path.exists()  # the first use creates the file and its tables
+        with open(self._lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+            try:
+                con = self._open(read_only=not write)
+                try:
+                    if write and not self._ready:
+                        con.execute(_SCHEMA)
+                        self._ready = True
+                    yield con
+                finally:
+                    con.close()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _open(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """Open the file, retrying with jittered backoff while another (non-cooperating) process holds it."""
+        for attempt in range(_RETRIES - 1):
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.Error as exc:
+                if not _is_lock_error(exc):
+                    raise
+                time.sleep(_BACKOFF_S * 2**attempt * (1 + random.random()))
+        return duckdb.connect(str(self.path), read_only=read_only)
+
+    # --- writing ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _row(manifest: Mapping[str, Any], status: str, path: str) -> tuple:
+        outputs = manifest.get("outputs", {})
+        code = manifest.get("code_version") or {}
+        return (
+            manifest["key"], manifest["stage"], manifest["version"], manifest["partition"],
+            json.dumps(manifest.get("params", {}), sort_keys=True),
+            json.dumps(manifest.get("input_keys", {}), sort_keys=True),
+            code.get("git_sha", "unknown"), bool(code.get("dirty", False)),
+            sum(o.get("rows", 0) for o in outputs.values()),
+            sum(o.get("bytes", 0) for o in outputs.values()),
+            json.dumps({name: o.get("rows", 0) for name, o in outputs.items()}, sort_keys=True),
+            json.dumps(manifest.get("contract", {}), sort_keys=True),
+            json.dumps(manifest.get("timings", {}), sort_keys=True),
+            status, manifest.get("flow_run_id"), path,
+        )
+
+    def _upsert(self, con: duckdb.DuckDBPyConnection, manifest: Mapping[str, Any], status: str, path: str) -> None:
+        con.execute("INSERT OR REPLACE INTO artifacts VALUES (" + ", ".join("?" * 16) + ")",
+                    self._row(manifest, status, path))
+        con.execute("DELETE FROM lineage WHERE key = ?", [manifest["key"]])
+        lineage = [(manifest["key"], stage, key) for stage, key in sorted(manifest.get("input_keys", {}).items())]
+        if lineage:
+            con.executemany("INSERT INTO lineage VALUES (?, ?, ?)", lineage)
+
+    def record(self, manifest: Mapping[str, Any], status: str, path: Path | str | None = None) -> None:
+        """Insert or replace the artifact's row and lineage: recording the same key twice leaves one row."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        with self._connect(write=True) as con:
+            con.execute("BEGIN")
+            self._upsert(con, manifest, status, str(path or ""))
+            con.execute("COMMIT")
+
+    def rebuild(self, store: ArtifactStore) -> int:
+        """Recreate both tables from the manifests on disk; returns the number of artifacts recorded."""
+        count = 0
+        with self._connect(write=True) as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM lineage")
+            con.execute("DELETE FROM artifacts")
+            for manifest, status in store.manifests():
+                path = (store.path if status == "published" else store.quarantine_path)(manifest["stage"], manifest["key"])
+                self._upsert(con, manifest, status, str(path))
+                count += 1
+            con.execute("COMMIT")
+        return count
+
+    # --- reading ------------------------------------------------------------------------------------------------
+
+    def query(self, sql: str, params: list[Any] | None = None) -> pl.DataFrame:
+        """Run read-only SQL over ``artifacts`` and ``lineage``."""
+        with self._connect(write=False) as con:
+            return con.sql(sql, params=params).pl()
+
+    def artifacts(self) -> pl.DataFrame:
+        return self.query("SELECT * FROM artifacts ORDER BY stage, partition, key")
+
+    def lineage(self, key: str) -> pl.DataFrame:
+        """Every upstream artifact of ``key``, recursively, with its depth (1 = a direct input) and status."""
+        return self.query(_UPSTREAM, [key])

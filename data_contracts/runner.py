@@ -1,0 +1,224 @@
+"""Run a Stage through the store: key, cache, run, gate, publish or quarantine (DESIGN.md sections 2-3).
+
+This is the library path and imports no Prefect: ``flows/`` wraps :func:`execute_stage` in one generic Prefect
+task, and :func:`materialize` runs a DAG serially in-process for notebooks and tests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import polars as pl
+from pydantic import BaseModel, Field
+
+from data_contracts.catalog import Catalog
+from data_contracts.gate import GateReport, validate
+from data_contracts.stage import REJECTED, REJECTED_CONTRACT, STAGES, Contract, Params, Stage, StageError, get_stage
+from data_contracts.store import MANIFEST, ArtifactStore, PublishedArtifact
+
+
+class ContractViolation(RuntimeError):
+    """An output failed a critical expectation; the artifact is quarantined at ``quarantine_path``."""
+
+    def __init__(self, stage: str, partition: str, key: str, reports: Mapping[str, GateReport], quarantine_path: Path):
+        self.stage, self.partition, self.key = stage, partition, key
+        self.reports = dict(reports)
+        self.quarantine_path = quarantine_path
+        lines = [f"stage {stage!r} partition {partition!r} (key {key}) failed its contract:"]
+        for output, report in sorted(self.reports.items()):
+            for failure in report.failures("critical"):
+                lines.append(f"  output {output!r}: {failure.name}: {failure.message}")
+        lines.append(f"quarantined at {quarantine_path}")
+        super().__init__("\n".join(lines))
+
+
+class UpstreamMissing(RuntimeError):
+    """An input artifact is not published (never run, deleted, or quarantined)."""
+
+    def __init__(self, stage: str, input_stage: str, input_key: str, quarantined: Path | None):
+        self.stage, self.input_stage, self.input_key = stage, input_stage, input_key
+        why = f"it is quarantined at {quarantined}" if quarantined else "it is not published"
+        super().__init__(
+            f"stage {stage!r} cannot run: input {input_stage!r} artifact {input_key} is missing ({why}); "
+            f"materialize {input_stage!r} first"
+        )
+
+
+class StageRun(BaseModel):
+    """What one execution of a stage on one partition produced (also the row of the Prefect table artifact)."""
+
+    stage: str
+    key: str
+    partition: str
+    cached: bool
+    path: str
+    outputs: dict[str, int] = Field(description="Rows per output.")
+    bytes: int
+    timings: dict[str, float] = Field(default_factory=dict, description="run_s, gate_s, publish_s; empty if cached.")
+    contract: dict[str, bool] = Field(default_factory=dict, description="Gate verdict per output.")
+
+    @classmethod
+    def from_artifact(cls, artifact: PublishedArtifact, *, cached: bool, timings: Mapping[str, float] | None = None) -> StageRun:
+        return cls(
+            stage=artifact.stage, key=artifact.key, partition=artifact.manifest["partition"], cached=cached,
+            path=str(artifact.path), outputs=artifact.rows, bytes=artifact.bytes,
+            timings=dict(timings or {}),
+            contract={name: summary["passed"] for name, summary in artifact.manifest.get("contract", {}).items()},
+        )
+
+
+def output_contracts(stage: Stage) -> dict[str, Contract]:
+    """The declared contracts, plus ``REJECTED_CONTRACT`` for a ``rejected`` output the stage did not declare."""
+    return {REJECTED: REJECTED_CONTRACT, **stage.outputs}
+
+
+def _check_outputs(stage: Stage, frames: Any) -> dict[str, pl.DataFrame]:
+    if not isinstance(frames, Mapping):
+        raise StageError(f"stage {stage.name!r} returned {type(frames).__name__}; return a dict of polars DataFrames")
+    contracts = output_contracts(stage)
+    undeclared = sorted(set(frames) - set(contracts))
+    missing = sorted(set(stage.outputs) - set(frames) - {REJECTED})
+    if undeclared or missing:
+        raise StageError(
+            f"stage {stage.name!r} returned outputs {sorted(frames)} but declares {sorted(stage.outputs)}"
+            + (f"; undeclared: {undeclared}" if undeclared else "")
+            + (f"; missing: {missing}" if missing else "")
+        )
+    for name, frame in frames.items():
+        if not isinstance(frame, pl.DataFrame):
+            raise StageError(f"stage {stage.name!r} output {name!r} is a {type(frame).__name__}, not a polars DataFrame")
+    out = dict(frames)
+    if REJECTED in stage.outputs and REJECTED not in out:  # an optional output: publish it empty, with its columns
+        out[REJECTED] = pl.DataFrame(schema=dict(stage.outputs[REJECTED].columns))
+    return out
+
+
+def resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
+    if set(input_keys) != set(stage.inputs):
+        raise StageError(
+            f"stage {stage.name!r} reads inputs {sorted(stage.inputs)}; got keys for {sorted(input_keys)}"
+        )
+    inputs = {}
+    for name in stage.inputs:
+        artifact = store.get(name, input_keys[name])
+        if artifact is None:
+            raise UpstreamMissing(stage.name, name, input_keys[name], store.quarantined(name, input_keys[name]))
+        inputs[name] = artifact
+    return inputs
+
+
+def execute_stage(
+    store: ArtifactStore,
+    catalog: Catalog,
+    stage: Stage,
+    raw_params: Mapping[str, Any] | Params | None,
+    input_keys: Mapping[str, str],
+    partition: str,
+    *,
+    force: bool = False,
+    flow_run_id: str | None = None,
+) -> StageRun:
+    """Return the published artifact of (stage, params, inputs, partition), running the stage only on a cache
+    miss (or ``force``). A critical contract failure quarantines the outputs and raises ContractViolation."""
+    params = raw_params if isinstance(raw_params, stage.params) else stage.parse_params(raw_params)  # type: ignore[arg-type]
+    inputs = resolve_inputs(store, stage, input_keys)
+    key = store.artifact_key(stage, params, input_keys, partition)
+    if not force and (hit := store.get(stage.name, key)) is not None:
+        catalog.record(hit.manifest, "published", hit.path)  # idempotent; heals a catalog rebuilt without it
+        return StageRun.from_artifact(hit, cached=True)
+
+    start = time.perf_counter()
+    frames = _check_outputs(stage, stage.run(inputs, params, partition))
+    run_s = time.perf_counter() - start
+
+    contracts = output_contracts(stage)
+    reports = {name: validate(stage.name, name, frame, contracts[name], partition) for name, frame in frames.items()}
+    gate_s = time.perf_counter() - start - run_s
+
+    manifest = store.manifest(
+        stage, key, partition=partition, params=params, input_keys=input_keys,
+        timings={"run_s": run_s, "gate_s": gate_s}, flow_run_id=flow_run_id,
+        contract={name: report.summary() for name, report in reports.items()},
+    )
+    if not all(report.passed for report in reports.values()):
+        quarantine = store.quarantine(manifest, frames, reports)
+        catalog.record(json.loads((quarantine / MANIFEST).read_text()), "quarantined", quarantine)
+        raise ContractViolation(stage.name, partition, key, reports, quarantine)
+
+    published = store.publish(manifest, frames, replace=force)
+    store.remove_quarantine(stage.name, key)
+    catalog.record(published.manifest, "published", published.path)
+    publish_s = time.perf_counter() - start - run_s - gate_s
+    return StageRun.from_artifact(
+        published, cached=False, timings={"run_s": run_s, "gate_s": gate_s, "publish_s": publish_s}
+    )
+
+
+def stage_graph() -> nx.DiGraph:
+    """Every registered stage, with an edge from each input to the stage that reads it."""
+    graph = nx.DiGraph()
+    for name, declared in STAGES.items():
+        graph.add_node(name)
+        for input_name in declared.inputs:
+            if input_name not in STAGES:
+                raise StageError(
+                    f"stage {name!r} reads {input_name!r}, which is not a registered stage; "
+                    f"known stages: {', '.join(sorted(STAGES))}"
+                )
+            graph.add_edge(input_name, name)
+    return graph
+
+
+def plan(targets: Sequence[str]) -> list[Stage]:
+    """The targets and everything upstream of them, in a deterministic topological order."""
+    for target in targets:
+        get_stage(target)  # raises StageError listing the known stages
+    graph = stage_graph()
+    needed = set(targets).union(*(nx.ancestors(graph, t) for t in targets))
+    sub = graph.subgraph(needed)
+    try:
+        order = list(nx.lexicographical_topological_sort(sub))
+    except nx.NetworkXUnfeasible:
+        edges = nx.find_cycle(sub)
+        cycle = " -> ".join([edge[0] for edge in edges] + [edges[0][0]])
+        raise StageError(f"the stage graph has a cycle: {cycle}; a stage cannot depend on its own output") from None
+    return [STAGES[name] for name in order]
+
+
+def materialize(
+    store: ArtifactStore,
+    catalog: Catalog,
+    targets: Sequence[str],
+    params_by_stage: Mapping[str, Mapping[str, Any]],
+    partition: str,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    flow_run_id: str | None = None,
+) -> dict[str, StageRun]:
+    """Run ``targets`` and their upstream closure serially in this process; ``force`` re-runs the targets only
+    (upstream artifacts are reused when cached)."""
+    unknown = sorted(set(params_by_stage) - set(STAGES))
+    if unknown:
+        raise StageError(f"params given for unknown stage(s) {unknown}; known stages: {', '.join(sorted(STAGES))}")
+    order = plan(targets)
+    runs: dict[str, StageRun] = {}
+
+    from rich.progress import Progress
+
+    with Progress(disable=not progress, transient=False) as bar:
+        task = bar.add_task("materialize", total=len(order))
+        for declared in order:
+            bar.update(task, description=f"{declared.name} [{partition}]")
+            runs[declared.name] = execute_stage(
+                store, catalog, declared, params_by_stage.get(declared.name, {}),
+                {name: runs[name].key for name in declared.inputs}, partition,
+                force=force and declared.name in targets, flow_run_id=flow_run_id,
+            )
+            bar.advance(task)
+    return runs

@@ -1,0 +1,347 @@
+"""The artifact store: one directory of Parquet files plus ``manifest.json`` per artifact (DESIGN.md section 3).
+
+Layout under the data root::
+
+    artifacts/<stage>/<key>/{<output>.parquet, manifest.json}     published, read by downstream stages
+    artifacts/<stage>/.tmp-<key>-<host>-<pid>-<nonce>/             being written (renamed into place when complete)
+    _quarantine/<stage>/<key>/{validation.json, manifest.json, <output>.failing.parquet}
+
+A directory under ``artifacts/`` exists only once every file in it is written and fsynced: a killed writer leaves a
+``.tmp-`` sibling (removed by :meth:`ArtifactStore.clean_partial`), never a half-written artifact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from data_contracts.stage import Params, Stage, StageError
+
+if TYPE_CHECKING:
+    from data_contracts.gate import GateReport
+
+MANIFEST = "manifest.json"
+VALIDATION = "validation.json"
+_TMP = ".tmp-"
+_STALE_AFTER_S = 6 * 3600  # a temp dir from another host cannot be probed by pid; this old means its writer is gone
+# Fixed writer settings: identical frames give identical bytes, so a backfill rewrites the same files.
+_PARQUET = {"compression": "zstd", "compression_level": 3, "statistics": True, "row_group_size": 128 * 1024}
+
+
+@cache
+def code_version() -> dict[str, Any]:
+    """Git sha and dirty flag of the checkout this package runs from, computed once per process."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here, capture_output=True, text=True, check=True, timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": "unknown", "dirty": False}
+    return {"git_sha": sha, "dirty": bool(status.strip())}
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+@dataclass(frozen=True)
+class PublishedArtifact:
+    """A published artifact: what a stage receives as an input (satisfies ``data_contracts.stage.Artifact``)."""
+
+    key: str
+    stage: str
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self.manifest["outputs"])
+
+    def file(self, output: str) -> Path:
+        try:
+            return self.path / self.manifest["outputs"][output]["file"]
+        except KeyError:
+            raise StageError(
+                f"artifact {self.stage}/{self.key} has no output {output!r}; it has: {', '.join(self.outputs)}"
+            ) from None
+
+    def read(self, output: str) -> pl.DataFrame:
+        return pl.read_parquet(self.file(output))
+
+    def scan(self, output: str) -> pl.LazyFrame:
+        return pl.scan_parquet(self.file(output))
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return {name: out["rows"] for name, out in self.manifest["outputs"].items()}
+
+    @property
+    def bytes(self) -> int:
+        return sum(out["bytes"] for out in self.manifest["outputs"].values())
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+    _fsync_path(path)
+
+
+def _write_parquet(frame: pl.DataFrame, path: Path) -> int:
+    frame.write_parquet(path, **_PARQUET)
+    _fsync_path(path)
+    return path.stat().st_size
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ArtifactStore:
+    """Artifacts under ``root/artifacts/<stage>/<key>/``; quarantined ones under ``root/_quarantine/``."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self.artifacts_dir = self.root / "artifacts"
+        self.quarantine_dir = self.root / "_quarantine"
+
+    # --- keys and paths -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def artifact_key(stage: Stage, params: Params, input_keys: Mapping[str, str], partition: str) -> str:
+        """hash(stage name, version, params, input keys, partition): 20 hex characters of a SHA-256."""
+        payload = {
+            "stage": stage.name,
+            "version": stage.version,
+            "params": params.model_dump(mode="json"),
+            "inputs": {name: input_keys[name] for name in sorted(input_keys)},
+            "partition": partition,
+        }
+        return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:20]
+
+    def path(self, stage: str, key: str) -> Path:
+        return self.artifacts_dir / stage / key
+
+    def quarantine_path(self, stage: str, key: str) -> Path:
+        return self.quarantine_dir / stage / key
+
+    # --- reading --------------------------------------------------------------------------------------------
+
+    def get(self, stage: str, key: str) -> PublishedArtifact | None:
+        """The published artifact, or None unless its manifest and every file it lists exist."""
+        path = self.path(stage, key)
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+            return None
+        if not all((path / out["file"]).is_file() for out in manifest.get("outputs", {}).values()):
+            return None
+        return PublishedArtifact(key=key, stage=stage, path=path, manifest=manifest)
+
+    def quarantined(self, stage: str, key: str) -> Path | None:
+        path = self.quarantine_path(stage, key)
+        return path if (path / MANIFEST).is_file() else None
+
+    def manifests(self) -> Iterator[tuple[dict[str, Any], str]]:
+        """Every manifest on disk with its status (``published`` or ``quarantined``), in a stable order."""
+        for base, status in ((self.artifacts_dir, "published"), (self.quarantine_dir, "quarantined")):
+            for manifest_path in sorted(base.glob(f"*/*/{MANIFEST}")):
+                if manifest_path.parent.name.startswith(_TMP):
+                    continue
+                try:
+                    manifest = json.loads(manifest_path.read_text())
+                except json.JSONDecodeError:
+                    continue
+                if status == "published" and self.get(manifest["stage"], manifest["key"]) is None:
+                    continue
+                yield manifest, status
+
+    # --- writing --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def manifest(
+        stage: Stage,
+        key: str,
+        *,
+        partition: str,
+        params: Params,
+        input_keys: Mapping[str, str],
+        timings: Mapping[str, float] | None = None,
+        flow_run_id: str | None = None,
+        contract: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The manifest fields known before any file is written (``outputs`` is filled in while writing)."""
+        return {
+            "stage": stage.name,
+            "version": stage.version,
+            "key": key,
+            "partition": partition,
+            "params": params.model_dump(mode="json"),
+            "input_keys": dict(sorted(input_keys.items())),
+            "code_version": code_version(),
+            "outputs": {},
+            "timings": {name: round(value, 4) for name, value in (timings or {}).items()},
+            "flow_run_id": flow_run_id,
+            "contract": dict(contract or {}),
+        }
+
+    @staticmethod
+    def _temp_name(key: str) -> str:
+        # host and pid let clean_partial tell a live writer's directory from a killed one's
+        return f"{_TMP}{key}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    def _temp_dir(self, parent: Path, key: str) -> Path:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = parent / self._temp_name(key)
+        tmp.mkdir()
+        return tmp
+
+    def _move_into_place(self, tmp: Path, final: Path, *, replace: bool) -> bool:
+        """Rename ``tmp`` to ``final``; False when another writer got there first and ``replace`` is off."""
+        _fsync_path(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():
+                raise
+            if not replace and (final / MANIFEST).is_file():
+                shutil.rmtree(tmp, ignore_errors=True)
+                return False
+            # A forced re-run, or a broken directory left by hand-editing: swap it out, then drop the old one.
+            trash = final.with_name(self._temp_name(final.name))
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        _fsync_path(final.parent)
+        return True
+
+    def publish(
+        self,
+        manifest: Mapping[str, Any],
+        frames: Mapping[str, pl.DataFrame],
+        *,
+        replace: bool = False,
+    ) -> PublishedArtifact:
+        """Write every output and the manifest into a temp sibling, fsync, rename into place.
+
+        A concurrent publisher of the same key that loses the rename drops its copy and returns the winner's,
+        whose data files are byte-identical (stages are deterministic). ``replace`` overwrites an existing one.
+        """
+        stage, key = manifest["stage"], manifest["key"]
+        final = self.path(stage, key)
+        tmp = self._temp_dir(final.parent, key)
+        try:
+            outputs = {}
+            for name in sorted(frames):
+                frame = frames[name]
+                file = f"{name}.parquet"
+                size = _write_parquet(frame, tmp / file)
+                outputs[name] = {
+                    "rows": frame.height,
+                    "bytes": size,
+                    "columns": {col: str(dtype) for col, dtype in frame.schema.items()},
+                    "file": file,
+                }
+            full = {**manifest, "outputs": outputs}
+            _write_json(tmp / MANIFEST, full)
+            self._move_into_place(tmp, final, replace=replace)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        published = self.get(stage, key)
+        if published is None:  # pragma: no cover - only if someone deletes files between rename and read
+            raise RuntimeError(f"artifact {stage}/{key} vanished right after publishing at {final}")
+        return published
+
+    def quarantine(
+        self,
+        manifest: Mapping[str, Any],
+        frames: Mapping[str, pl.DataFrame],
+        reports: Mapping[str, GateReport],
+    ) -> Path:
+        """Keep a failed artifact out of ``artifacts/``: its validation result and, per output, the failing rows
+        (with their row index in ``_row``). A later quarantine of the same key replaces the earlier one."""
+        stage, key = manifest["stage"], manifest["key"]
+        final = self.quarantine_path(stage, key)
+        tmp = self._temp_dir(final.parent, key)
+        try:
+            outputs = {}
+            for name in sorted(frames):
+                frame = frames[name]
+                report = reports.get(name)
+                failing = report.failing_rows if report is not None else []
+                file = f"{name}.failing.parquet"
+                rows = frame.with_row_index("_row")[failing] if failing else frame.with_row_index("_row").head(0)
+                size = _write_parquet(rows, tmp / file)
+                outputs[name] = {
+                    "rows": frame.height,
+                    "failing_rows": len(failing),
+                    "bytes": size,
+                    "columns": {col: str(dtype) for col, dtype in frame.schema.items()},
+                    "file": file,
+                }
+            _write_json(tmp / VALIDATION, {name: report.model_dump(mode="json") for name, report in reports.items()})
+            _write_json(tmp / MANIFEST, {**manifest, "outputs": outputs})
+            self._move_into_place(tmp, final, replace=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def remove_quarantine(self, stage: str, key: str) -> None:
+        """Drop a quarantined copy once the same key has been published (e.g. after a forced re-run)."""
+        shutil.rmtree(self.quarantine_path(stage, key), ignore_errors=True)
+
+    def clean_partial(self, *, stale_after_s: float = _STALE_AFTER_S) -> int:
+        """Remove temp dirs left by killed writers: those of a dead pid on this host, or older than
+        ``stale_after_s`` from another host. Returns how many were removed."""
+        host = socket.gethostname()
+        removed = 0
+        for base in (self.artifacts_dir, self.quarantine_dir):
+            for tmp in base.glob(f"*/{_TMP}*"):
+                rest = tmp.name[len(_TMP):].split("-")
+                try:
+                    pid = int(rest[-2])
+                    owner = "-".join(rest[1:-2])
+                except (ValueError, IndexError):
+                    owner, pid = "", -1
+                if owner == host and pid == os.getpid():
+                    continue
+                try:
+                    age = time.time() - tmp.stat().st_mtime
+                except FileNotFoundError:
+                    continue
+                if (owner == host and not _pid_alive(pid)) or age > stale_after_s:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    removed += 1
+        return removed
