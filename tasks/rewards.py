@@ -1,0 +1,366 @@
+"""Verifiable rewards for QA, needle and math rollouts, TRL-compatible.
+
+Every reward is ``fn(completions, **columns) -> list[float]``: completions are strings or chat messages
+(``[{"role": "assistant", "content": ...}]``); the gold comes from the dataset columns (``answer``, ``aliases``);
+other columns and TRL's own kwargs (``prompts``, ``completion_ids``, ...) are ignored. ``REWARDS`` maps the names
+used in the mixture's ``reward_fn`` column to the functions.
+
+The main QA reward is LoongRL's two-way substring exact match on the last ``\\boxed{}`` (LoongRL report, "Rule-Based
+Reward Design", Eq. 3), hardened against the hacks of DESIGN.md section 7: a plain substring test accepts
+``\\boxed{the}`` (normalizes to "", inside everything), "no" for "North Korea", "19" for "1984", and a list of
+every candidate. The plain variants stay available for ablations (LoongRL report, Table 5).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+RewardFn = Callable[..., list[float]]
+
+# Closed-class words that carry no answer on their own (SQuAD drops only articles; a reward must also refuse
+# "of", "is", "it" as a complete answer).
+STOP_WORDS = frozenset(
+    "a an the of in on at to for from by with and or but nor is are was were be been being it its this that these "
+    "those there here as than then so such which who whom whose what when where why how answer final".split()
+)
+YES_NO = frozenset({"yes", "no"})
+
+_LATEX_COMMAND = re.compile(r"\\[a-zA-Z]+\*?")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = frozenset(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014", "\u00bf", "\u00a1"}
+# Separators of an answer that lists several candidates ("A or B", "A, B", "A / B", "A; B", "A & B", "A and B").
+_CANDIDATE_SPLIT = re.compile(r"\s*(?:,|;|/|&|\bor\b|\band\b|\beither\b)\s*")
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+def completion_text(completion: Any) -> str:
+    """The text of one completion: a string, a message dict, or a list of messages (the last assistant one)."""
+    if completion is None:
+        return ""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        content = completion.get("content", "")
+        if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return content or ""
+    if isinstance(completion, Sequence):
+        assistant = [m for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
+        return completion_text(assistant[-1]) if assistant else ""
+    raise TypeError(f"a completion must be a string or chat messages, got {type(completion).__name__}")
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (nested braces balanced; ``\\fbox{}`` too) or ``\\boxed x``.
+
+    Returns None when there is no box or the last one is never closed (a truncated rollout has no answer).
+    """
+    starts = [m for m in re.finditer(r"\\(?:boxed|fbox)\s*(\{|\s)", text)]
+    if not starts:
+        return None
+    last = starts[-1]
+    if last.group(1) != "{":  # "\boxed 42": the answer runs to the next whitespace or "$"
+        rest = re.match(r"[^\s$]+", text[last.end() :])
+        return rest.group(0) if rest else None
+    depth, i = 1, last.end()
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and text[i + 1 : i + 2] in ("{", "}"):
+            i += 2  # an escaped brace is content
+            continue
+        depth += (ch == "{") - (ch == "}")
+        if depth == 0:
+            return text[last.end() : i]
+        i += 1
+    return None
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def fold_accents(text: str) -> str:
+    """NFKD and drop combining marks: "Atlético" -> "Atletico"."""
+    return "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+
+
+@lru_cache(maxsize=65536)
+def normalize(text: str) -> str:
+    """SQuAD-style normalization plus accent folding and LaTeX command removal; idempotent.
+
+    Punctuation becomes a space (so "Jones-Smith" keeps two tokens) except apostrophes, which are dropped
+    ("O'Brien" -> "obrien"); "&" reads "and"."""
+    text = fold_accents(_LATEX_COMMAND.sub(" ", text)).lower().replace("&", " and ")
+    text = "".join(
+        "" if ch in "'\u2019" else " " if ch in _PUNCT or unicodedata.category(ch).startswith("P") else ch
+        for ch in text
+    )
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _tokens(text: str) -> tuple[str, ...]:
+    return tuple(normalize(text).split())
+
+
+def _contains(hay: Sequence[str], needle: Sequence[str]) -> bool:
+    """``needle`` occurs in ``hay`` as a contiguous run of whole tokens."""
+    n = len(needle)
+    if n == 0 or n > len(hay):
+        return False
+    return any(tuple(hay[i : i + n]) == tuple(needle) for i in range(len(hay) - n + 1))
+
+
+def _contentless(tokens: Sequence[str]) -> bool:
+    return not tokens or all(t in STOP_WORDS for t in tokens)
+
+
+# --------------------------------------------------------------------------- scorers (one prediction, many golds)
+
+
+def score_two_way(
+    pred: str | None,
+    golds: Sequence[str],
+    *,
+    cap_factor: int = 3,
+    cap_min: int = 10,
+    min_gold_coverage: float = 0.5,
+) -> float:
+    """Hardened two-way substring match of one prediction against the gold answer and its aliases.
+
+    1 when, on whole normalized tokens, the gold is inside the prediction or the prediction is inside the gold and
+    covers at least ``min_gold_coverage`` of the gold's content tokens. 0 for: no answer; an empty or
+    stop-word-only answer; a prediction longer than ``max(cap_factor * gold tokens, cap_min)`` tokens; yes/no
+    against anything but the same yes/no; a list of candidates with one that is not gold.
+    """
+    if pred is None:
+        return 0.0
+    p = _tokens(pred)
+    if _contentless(p):
+        return 0.0
+    gold_tokens = [g for g in (_tokens(g) for g in golds) if g]
+    if not gold_tokens:
+        return 0.0
+    if not _candidates_consistent(pred, gold_tokens):
+        return 0.0
+    for g in gold_tokens:
+        if " ".join(g) in YES_NO or " ".join(p) in YES_NO:  # "no" must not match "North Korea" nor "No Doubt"
+            if p == g:
+                return 1.0
+            continue
+        if len(p) > max(cap_factor * len(g), cap_min):
+            continue
+        if _contains(p, g):
+            return 1.0
+        content = [t for t in g if t not in STOP_WORDS] or list(g)
+        covered = sum(1 for t in content if t in p) / len(content)
+        if _contains(g, p) and covered >= min_gold_coverage:
+            return 1.0
+    return 0.0
+
+
+def _candidates_consistent(pred: str, gold_tokens: Sequence[Sequence[str]]) -> bool:
+    """False when the prediction lists several candidates and one of them is not (part of) a gold answer.
+
+    A list that is itself a gold form ("Simon and Garfunkel", "Paris, France") passes: each part lies in it."""
+    parts = [_tokens(part) for part in _CANDIDATE_SPLIT.split(fold_accents(pred).lower())]
+    parts = [p for p in parts if not _contentless(p)]
+    if len(parts) < 2:
+        return True
+    return all(any(_contains(g, part) or _contains(part, g) for g in gold_tokens) for part in parts)
+
+
+def score_two_way_naive(pred: str | None, golds: Sequence[str]) -> float:
+    """LoongRL's Eq. 3 as written: normalized character substring in either direction. Gameable; for ablations."""
+    if pred is None:
+        return 0.0
+    p = normalize(pred)
+    return float(any(normalize(g) in p or p in normalize(g) for g in golds if g))
+
+
+def score_exact(pred: str | None, golds: Sequence[str]) -> float:
+    """Normalized equality with the gold answer or an alias."""
+    if pred is None or _contentless(_tokens(pred)):
+        return 0.0
+    return float(any(normalize(pred) == normalize(g) for g in golds if g))
+
+
+def score_pred_in_gold(pred: str | None, golds: Sequence[str]) -> float:
+    """One-way: the prediction's tokens lie inside a gold answer (abbreviated answers)."""
+    if pred is None or _contentless(p := _tokens(pred)):
+        return 0.0
+    return float(any(_contains(_tokens(g), p) for g in golds if g))
+
+
+def score_gold_in_pred(pred: str | None, golds: Sequence[str]) -> float:
+    """One-way: a gold answer's tokens lie inside the prediction (verbose answers)."""
+    if pred is None:
+        return 0.0
+    p = _tokens(pred)
+    return float(any(_contains(p, g) for g in (_tokens(g) for g in golds if g) if g))
+
+
+def score_token_f1(pred: str | None, golds: Sequence[str]) -> float:
+    """SQuAD token F1, best over gold forms; yes/no answers score only on exact match."""
+    if pred is None:
+        return 0.0
+    p = _tokens(pred)
+    best = 0.0
+    for g in (_tokens(g) for g in golds if g):
+        if " ".join(g) in YES_NO or " ".join(p) in YES_NO:
+            best = max(best, float(p == g))
+            continue
+        common = sum((Counter(p) & Counter(g)).values())
+        if common:
+            precision, recall = common / len(p), common / len(g)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+# --------------------------------------------------------------------------- needles (RULER multi-value / multi-key)
+
+_VALUE_SPLIT = re.compile(r"[\s,;|]+")
+
+
+def _values(answer: Any) -> list[str]:
+    """Gold values from a list, a JSON list string, or a comma/whitespace separated string."""
+    if isinstance(answer, str):
+        stripped = answer.strip()
+        if stripped.startswith("["):
+            answer = json.loads(stripped)
+        else:
+            return [v for v in _VALUE_SPLIT.split(stripped) if v]
+    return [str(v).strip() for v in answer if str(v).strip()]
+
+
+def score_needle_all(pred: str | None, gold_values: Sequence[str], *, allow_extra: bool = False) -> float:
+    """1 when every gold value is given, in any order; extra values score 0 unless ``allow_extra`` (listing every
+    number in the context must not pay)."""
+    if pred is None:
+        return 0.0
+    given = {normalize(v) for v in _VALUE_SPLIT.split(pred) if normalize(v)}
+    gold = {normalize(v) for v in gold_values}
+    return float(bool(gold) and gold <= given and (allow_extra or given <= gold))
+
+
+def score_needle_recall(pred: str | None, gold_values: Sequence[str]) -> float:
+    """RULER's partial score: the fraction of gold values given."""
+    if pred is None or not gold_values:
+        return 0.0
+    given = {normalize(v) for v in _VALUE_SPLIT.split(pred)}
+    gold = {normalize(v) for v in gold_values}
+    return len(gold & given) / len(gold)
+
+
+# --------------------------------------------------------------------------- math
+
+_FRACTION = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$")
+_RATIONAL = re.compile(r"^(-?\d+(?:\.\d+)?)(?:/(-?\d+))?$")
+
+
+def parse_number(text: str) -> Fraction | None:
+    """An integer, decimal, ``a/b`` or ``\\frac{a}{b}`` (spaces, ``$``, ``\\left``/``\\right`` and thousands
+    separators ignored); None for anything else."""
+    s = re.sub(r"\$|\\left|\\right|\\!|\s", "", text)
+    s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s)
+    if m := _FRACTION.match(s):
+        sign, num, den = m.groups()
+        return None if int(den) == 0 else Fraction(int(num), int(den)) * (-1 if sign else 1)
+    if m := _RATIONAL.match(s):
+        num, den = m.groups()
+        return None if den is not None and int(den) == 0 else Fraction(num) / Fraction(den or 1)
+    return None
+
+
+def score_math(pred: str | None, golds: Sequence[str]) -> float:
+    """Numeric equality when both sides parse as rationals, else equality of whitespace-free normalized text."""
+    if pred is None or not pred.strip():
+        return 0.0
+    value = parse_number(pred)
+    for gold in golds:
+        gold_value = parse_number(gold)
+        if value is not None and gold_value is not None:
+            if value == gold_value:
+                return 1.0
+        elif normalize(pred).replace(" ", "") == normalize(gold).replace(" ", "") != "":
+            return 1.0
+    return 0.0
+
+
+_CHOICE = re.compile(r"^\(?([A-Za-z])\)?(?:[.):]|\s|$)")
+
+
+def score_choice(pred: str | None, golds: Sequence[str]) -> float:
+    """Multiple choice: the boxed answer must name exactly the gold letter ("B", "(B)", "B) 42", "B. 42")."""
+    if pred is None:
+        return 0.0
+    m = _CHOICE.match(_LATEX_COMMAND.sub("", pred).strip().strip("{}"))
+    return float(bool(m) and any(m.group(1).upper() == g.strip().upper() for g in golds))
+
+
+# --------------------------------------------------------------------------- TRL wrappers
+
+REWARDS: dict[str, RewardFn] = {}
+
+
+def _gold_forms(answer: Any, aliases: Any) -> list[str]:
+    if isinstance(aliases, str):
+        aliases = json.loads(aliases) if aliases.strip().startswith("[") else [aliases]
+    return [str(answer)] + [str(a) for a in (aliases if aliases is not None else [])]
+
+
+def _column(values: Any, n: int, name: str) -> list[Any]:
+    """One gold value per completion: TRL passes columns as lists; a scalar applies to every completion."""
+    if values is None or isinstance(values, str) or not isinstance(values, Sequence):
+        return [values] * n
+    if len(values) != n:
+        raise ValueError(f"column {name!r} has {len(values)} values for {n} completions; pass one per completion")
+    return list(values)
+
+
+def _register(name: str, scorer: Callable[[str | None, Sequence[str]], float], *, values: bool = False) -> RewardFn:
+    def reward(completions: Sequence[Any], answer: Any = None, aliases: Any = None, **_: Any) -> list[float]:
+        if answer is None:
+            raise ValueError(f"reward {name!r} needs an 'answer' column (the gold answer of each row)")
+        answers = _column(answer, len(completions), "answer")
+        alias_rows = _column(aliases, len(completions), "aliases") if aliases is not None else [None] * len(answers)
+        out = []
+        for completion, gold, alias in zip(completions, answers, alias_rows, strict=True):
+            pred = extract_boxed(completion_text(completion))
+            golds = _values(gold) if values else _gold_forms(gold, alias)
+            out.append(float(scorer(pred, golds)))
+        return out
+
+    reward.__name__ = f"reward_{name}"
+    reward.__doc__ = f"TRL reward {name!r} on the last \\boxed{{}} answer. {scorer.__doc__}"
+    if name in REWARDS:
+        raise ValueError(f"reward {name!r} is registered twice")
+    REWARDS[name] = reward
+    return reward
+
+
+two_way = _register("two_way", score_two_way)
+two_way_naive = _register("two_way_naive", score_two_way_naive)
+exact_match = _register("exact_match", score_exact)
+token_f1 = _register("token_f1", score_token_f1)
+pred_in_gold = _register("pred_in_gold", score_pred_in_gold)
+gold_in_pred = _register("gold_in_pred", score_gold_in_pred)
+needle_all = _register("needle_all", score_needle_all, values=True)
+needle_recall = _register("needle_recall", score_needle_recall, values=True)
+math_answer = _register("math", score_math)
+multiple_choice = _register("choice", score_choice)
+
+
+def get_reward(name: str) -> RewardFn:
+    try:
+        return REWARDS[name]
+    except KeyError:
+        raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(REWARDS))}") from None
