@@ -1,0 +1,302 @@
+"""The agent loop: rollouts of a policy (any ``Engine``) on QA/KeyChain prompts and in tool environments.
+
+- QA and KeyChain prompts are single-turn: prompt messages -> ``k`` samples -> a reward function of
+  ``tasks/rewards.py`` (``reward(completions, **columns) -> list[float]``).
+- Tool environments are multi-turn: the completion becomes an assistant message, ``env.step`` answers with tool
+  results (or the user), until the episode is done or the turn budget is spent. A malformed tool call (bad JSON,
+  unknown tool, missing arguments) is answered with a tool error the agent sees, never an exception.
+
+Episodes run concurrently on asyncio; a lock-step batcher sends one engine call per round holding the pending
+requests of every live episode in episode order, so batches — and with seeded sampling, results — are deterministic.
+Trajectories are recorded as tokens (``inference/trajectory.py``) and context management (``inference/context.py``)
+opens a new segment under the same rollout id on each summary or reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import Field
+
+from data_contracts.stage import Params, seed_for
+from inference import context as ctx
+from inference.engine import Completion, Engine, Message, Request, SamplingParams
+from inference.engines import assistant_message
+from inference.trajectory import Segment, Trajectory, Turn
+
+QA_INSTRUCTION = "Answer the question using the documents. Put the final answer in \\boxed{}."
+
+
+class SamplingConfig(Params):
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature (0 = greedy)")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
+    max_tokens: int = Field(64, gt=0, description="output token budget per engine call")
+
+    def params(self, n: int = 1, seed: int | None = None) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.max_tokens, n=n, seed=seed)
+
+
+class AgentConfig(Params):
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="sampling of every agent turn")
+    max_turns: int = Field(8, gt=0, description="agent turns per episode, over all segments (the episode bound)")
+    concurrency: int = Field(64, gt=0, description="episodes in flight at once (one engine batch per round)")
+    context: ctx.ContextConfig = Field(default_factory=ctx.ContextConfig, description="context management")
+    seed: int = Field(0, description="seeds every request's sampling")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts and messages
+
+
+def qa_prompt(question: str, docs: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """The QA prompt: the documents, then the question; the answer goes in \\boxed{} (LoongRL, section 3.2.1)."""
+    blocks = [f"Document {i + 1}: {d['title']}\n{d['text']}" for i, d in enumerate(docs)]
+    return [{"role": "user", "content": "\n\n".join([*blocks, f"Question: {question}\n{QA_INSTRUCTION}"])}]
+
+
+_TOOL_CALL_TAG = re.compile(r"<tool_call>")
+
+
+def tool_call_errors(message: Message, tools: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """Tool messages answering every malformed call of ``message``; empty when all calls are well formed.
+
+    Checks: the call's JSON parsed (a ``<tool_call>`` tag in the text that did not become a call), the tool exists,
+    the arguments are a JSON object holding every required parameter."""
+    schemas = {t["function"]["name"]: t["function"] for t in tools if t.get("type", "function") == "function"}
+    calls = message.get("tool_calls") or []
+    errors: list[Message] = []
+    for call in calls:
+        fn = call.get("function", {})
+        problem = _call_problem(fn.get("name"), fn.get("arguments"), schemas)
+        if problem:
+            errors.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": f"Error: {problem}"})
+    # Engines keep the raw text of a completion whose tool-call markup did not parse (inference/engines.py).
+    if len(_TOOL_CALL_TAG.findall(str(message.get("content") or ""))) > len(calls):
+        errors.append({
+            "role": "tool", "tool_call_id": "",
+            "content": 'Error: a <tool_call> block is not valid JSON; write <tool_call>{"name": <function-name>, '
+                       '"arguments": <args-json-object>}</tool_call>',
+        })
+    return errors
+
+
+def _call_problem(name: Any, arguments: Any, schemas: Mapping[str, Mapping[str, Any]]) -> str | None:
+    if name not in schemas:
+        return f"unknown tool {name!r}; available tools: {', '.join(sorted(schemas)) or '(none)'}"
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return f"arguments of {name} are not valid JSON ({exc.msg} at position {exc.pos})"
+    if not isinstance(arguments, dict):
+        return f"arguments of {name} must be a JSON object, got {type(arguments).__name__}"
+    required = schemas[name].get("parameters", {}).get("required", [])
+    missing = [arg for arg in required if arg not in arguments]
+    if missing:
+        return f"{name} is missing required argument(s): {', '.join(missing)}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batching
+
+
+class LockstepBatcher:
+    """Collects one request per live episode and sends them as one engine batch, in episode order.
+
+    The engine runs in a worker thread so the event loop (and async environments) stay responsive."""
+
+    def __init__(self, engine: Engine, live: int) -> None:
+        self.engine = engine
+        self.live = live
+        self._pending: list[tuple[int, Request, asyncio.Future[list[Completion]]]] = []
+
+    async def generate(self, episode: int, request: Request) -> list[Completion]:
+        future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
+        self._pending.append((episode, request, future))
+        self._maybe_flush()
+        return await future
+
+    def leave(self) -> None:
+        self.live -= 1
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if not self._pending or len(self._pending) < self.live:
+            return
+        batch, self._pending = sorted(self._pending, key=lambda item: item[0]), []
+        asyncio.get_running_loop().create_task(self._run(batch))
+
+    async def _run(self, batch: list[tuple[int, Request, asyncio.Future[list[Completion]]]]) -> None:
+        try:
+            results = await asyncio.to_thread(self.engine.generate, [request for _, request, _ in batch])
+        except BaseException as exc:  # every waiting episode sees the engine's error
+            for *_, future in batch:
+                future.set_exception(exc)
+            return
+        for (*_, future), completions in zip(batch, results, strict=True):
+            future.set_result(completions)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Single-turn rollouts (QA, KeyChain)
+
+RewardFn = Callable[..., list[float]]
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One prompt to sample ``k`` times; ``columns`` are passed to the reward function (answer, aliases, ...)."""
+
+    id: str
+    messages: Sequence[Message]
+    columns: Mapping[str, Any]
+
+
+def rollout_prompts(engine: Engine, items: Sequence[PromptItem], k: int, reward_fn: RewardFn,
+                    config: AgentConfig, source: str, batch_size: int = 64) -> list[list[Trajectory]]:
+    """``k`` samples of every item (one request with ``n = k``, batched ``batch_size`` items per engine call);
+    one group of trajectories per item, in item order."""
+    if k < 1:
+        raise ValueError(f"k={k}: the number of samples per item must be at least 1")
+    groups: list[list[Trajectory]] = []
+    for start in range(0, len(items), batch_size):
+        chunk = items[start:start + batch_size]
+        requests = [
+            Request(messages=list(item.messages),
+                    sampling=config.sampling.params(n=k, seed=seed_for(config.seed, source, item.id, 0)))
+            for item in chunk
+        ]
+        for item, completions in zip(chunk, engine.generate(requests), strict=True):
+            if len(completions) != k:
+                raise RuntimeError(f"engine returned {len(completions)} samples for item {item.id}, expected {k}")
+            columns = {name: [value] * k for name, value in item.columns.items()}
+            rewards = reward_fn([[assistant_message(c)] for c in completions], **columns)
+            groups.append([
+                _single_turn_trajectory(item, index, completion, reward, source)
+                for index, (completion, reward) in enumerate(zip(completions, rewards, strict=True))
+            ])
+    return groups
+
+
+def _single_turn_trajectory(item: PromptItem, index: int, completion: Completion, reward: float | None,
+                            source: str) -> Trajectory:
+    value = float(reward or 0.0)
+    # A pass is full credit; partial-credit rewards (token F1, needle recall) do not count as solved.
+    return Trajectory(
+        id=f"{item.id}#{index}", group_id=item.id, source=source, item_id=item.id,
+        messages=[*item.messages, assistant_message(completion)],
+        segments=[Segment("initial", [Turn.from_completion(completion)])],
+        reward=value, reward_components={"answer": value}, verified=value >= 1.0,
+        failure=None if value >= 1.0 else "agent", sample_index=index,
+        truncated=completion.finish_reason == "length",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Multi-turn rollouts in tool environments
+
+
+class AsyncEnvironment(Protocol):
+    async def areset(self, task: Any) -> Any: ...
+
+    async def astep(self, message: Message) -> tuple[Any, float, bool, dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One rollout to run: a fresh environment (its own database copy) and the task to reset it with."""
+
+    id: str
+    group_id: str
+    make_env: Callable[[], AsyncEnvironment]
+    task: Any
+    env_id: str | None = None
+    task_id: str | None = None
+    sample_index: int = 0
+
+
+def run_episodes(engine: Engine, episodes: Sequence[Episode], config: AgentConfig,
+                 source: str = "env") -> list[Trajectory]:
+    """Run every episode to completion (or its turn budget), ``config.concurrency`` at a time, in episode order."""
+    return asyncio.run(arun_episodes(engine, episodes, config, source))
+
+
+async def arun_episodes(engine: Engine, episodes: Sequence[Episode], config: AgentConfig,
+                        source: str = "env") -> list[Trajectory]:
+    results: list[Trajectory] = []
+    for start in range(0, len(episodes), config.concurrency):
+        wave = episodes[start:start + config.concurrency]
+        batcher = LockstepBatcher(engine, live=len(wave))
+        results += await asyncio.gather(*(_episode(batcher, i, ep, config, source) for i, ep in enumerate(wave)))
+    return results
+
+
+async def _episode(batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
+                   source: str) -> Trajectory:
+    try:
+        return await _run_episode(batcher, index, episode, config, source)
+    finally:
+        batcher.leave()
+
+
+async def _run_episode(batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
+                       source: str) -> Trajectory:
+    env = episode.make_env()
+    observation = await env.areset(episode.task)
+    initial = [dict(m) for m in observation.messages]
+    tools = list(observation.tools)
+    context, transcript = [dict(m) for m in initial], [dict(m) for m in initial]
+    segments = [Segment("initial")]
+    restarts, reward, done, info = 0, 0.0, False, {}
+    for turn in range(config.max_turns):
+        seed = seed_for(config.seed, source, episode.id, turn)
+        action = ctx.decide(config.context, segments[-1], restarts)
+        if action != "keep":
+            summary = None
+            if action == "summarize":
+                summary = await _summarize(batcher, index, context, tools, segments[-1], config, seed)
+            context = ctx.restart_context(initial, summary)
+            segments.append(Segment("summary" if summary is not None else "reset"))
+            restarts += 1
+        [completion] = await batcher.generate(
+            index, Request(messages=list(context), tools=tools, sampling=config.sampling.params(seed=seed))
+        )
+        segments[-1].turns.append(Turn.from_completion(completion))
+        message = assistant_message(completion)
+        context.append(message)
+        transcript.append(message)
+        errors = tool_call_errors(message, tools)
+        if errors:
+            new_messages = errors
+        else:
+            observation, reward, done, info = await env.astep(message)
+            new_messages = [dict(m) for m in observation.messages]
+        context += new_messages
+        transcript += new_messages
+        if done:
+            break
+    components = dict(info.get("reward_components") or {}) or {"reward": float(reward)}
+    failure = info.get("failure") if done else (info.get("failure") or "agent")
+    return Trajectory(
+        id=episode.id, group_id=episode.group_id, source=source, item_id=episode.task_id or episode.id,
+        messages=transcript, segments=segments, reward=float(reward), reward_components=components,
+        verified=bool(done and reward > 0), failure=None if reward > 0 else failure,
+        env_id=episode.env_id, task_id=episode.task_id, sample_index=episode.sample_index, truncated=not done,
+    )
+
+
+async def _summarize(batcher: LockstepBatcher, index: int, context: list[Message], tools: list[dict],
+                     segment: Segment, config: AgentConfig, seed: int) -> str:
+    """The summary for the next segment; an engine-written one is recorded as a summary turn of this segment."""
+    if config.context.summarizer == "extractive":
+        return ctx.extractive_summary(context, config.context.extractive_chars_per_result)
+    request = ctx.summary_request(context, tools, config.sampling.params(seed=seed), config.context)
+    [completion] = await batcher.generate(index, request)
+    segment.turns.append(Turn.from_completion(completion, kind="summary"))
+    return completion.text

@@ -1,0 +1,129 @@
+"""Difficulty filter: the keep window, pass counts on every row, and exact keeps for a test double with known
+per-item success counts."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inference.agent import qa_prompt
+from inference.testing import BernoulliTestEngine
+from tasks.difficulty import (
+    QAFilterParams,
+    filter_qa,
+    plot_pass_histogram,
+    prompt_docs,
+    split_by_window,
+    verdict,
+)
+
+K = 8
+
+
+def seeds_frame(n: int) -> pl.DataFrame:
+    docs = [json.dumps([{"title": f"Doc {i}", "text": f"Item {i} is kept in vault {i}.", "is_supporting": True},
+                        {"title": "Other", "text": "Nothing relevant here.", "is_supporting": False}])
+            for i in range(n)]
+    return pl.DataFrame({
+        "id": [f"s{i}" for i in range(n)],
+        "source": ["world"] * n,
+        "question": [f"Where is item {i} kept?" for i in range(n)],
+        "answer": [f"vault {i}" for i in range(n)],
+        "aliases": [json.dumps([f"vault number {i}"]) for i in range(n)],
+        "docs": docs,
+    })
+
+
+def engine_for(seeds: pl.DataFrame, successes: list[int], params: QAFilterParams) -> BernoulliTestEngine:
+    """Item i succeeds on exactly successes[i] of k samples."""
+    from tasks.difficulty import qa_items
+
+    items = qa_items(seeds, params.max_prompt_tokens)
+    table = {
+        item.messages[-1]["content"]: (s / params.k, answer)
+        for item, s, answer in zip(items, successes, seeds["answer"], strict=True)
+    }
+    return BernoulliTestEngine(table)
+
+
+@pytest.mark.parametrize(
+    ("window", "expected_lo", "expected_hi"), [(None, 1, K - 1), ((1, 6), 1, 6), ((0, K), 0, K)]
+)
+def test_filter_keeps_exactly_the_window(window, expected_lo, expected_hi):
+    successes = [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 0, 3]
+    seeds = seeds_frame(len(successes))
+    params = QAFilterParams(k=K, window=window, batch_size=5)
+    out = filter_qa(seeds, engine_for(seeds, successes, params), params)
+
+    kept = dict(zip(out["seeds"]["id"], out["seeds"]["pass_count"], strict=True))
+    expected = {f"s{i}": s for i, s in enumerate(successes) if expected_lo <= s <= expected_hi}
+    assert kept == expected
+    rejected = out["rejected"]
+    assert set(rejected["id"]) == {f"s{i}" for i in range(len(successes))} - set(expected)
+    for s_id, count, reason in rejected.select("id", "pass_count", "reason").iter_rows():
+        assert count == successes[int(s_id[1:])]
+        assert reason == ("too_hard" if count < expected_lo else "too_easy")
+    assert (out["seeds"]["pass_k"] == K).all() and (rejected["pass_k"] == K).all()
+    assert out["seeds"]["pass_window"].unique().to_list() in ([], [f"{expected_lo}..{expected_hi}"])
+    assert out["histogram"]["n"].to_list() == [successes.count(p) for p in range(K + 1)]
+    # Original seed columns survive unchanged.
+    assert set(seeds.columns) <= set(out["seeds"].columns)
+
+
+def test_filter_batches_requests_with_k_samples_each():
+    successes = [1, 2, 3, 4, 5]
+    seeds = seeds_frame(len(successes))
+    params = QAFilterParams(k=K, batch_size=2)
+    engine = engine_for(seeds, successes, params)
+    filter_qa(seeds, engine, params)
+    assert engine.batch_sizes == [2, 2, 1]
+    assert all(r.sampling.n == K for r in engine.requests)
+    assert len({r.sampling.seed for r in engine.requests}) == len(successes)
+
+
+@given(
+    counts=st.lists(st.integers(0, K), max_size=30),
+    window=st.tuples(st.integers(0, K), st.integers(0, K)).map(sorted).map(tuple),
+)
+def test_window_split_is_a_partition(counts, window):
+    params = QAFilterParams(k=K, window=window)
+    frame = pl.DataFrame({"id": [str(i) for i in range(len(counts))]}, schema={"id": pl.String})
+    out = split_by_window(frame, counts, params, kept="seeds")
+    lo, hi = window
+    assert out["seeds"]["pass_count"].to_list() == [c for c in counts if lo <= c <= hi]
+    assert sorted(out["seeds"]["id"].to_list() + out["rejected"]["id"].to_list(), key=int) == frame["id"].to_list()
+    assert out["histogram"]["n"].sum() == len(counts)
+    for count, reason in out["rejected"].select("pass_count", "reason").iter_rows():
+        assert reason == verdict(count, K, window) and reason is not None
+
+
+@pytest.mark.parametrize("window", [(3, 2), (-1, 4), (0, K + 1)])
+def test_bad_window_is_a_clear_error(window):
+    with pytest.raises(ValueError, match="window"):
+        QAFilterParams(k=K, window=window)
+
+
+def test_bad_engine_spec_is_a_clear_error():
+    with pytest.raises(ValueError, match="engine spec"):
+        QAFilterParams(engine="gpt:whatever")
+
+
+def test_prompt_keeps_supporting_docs_first_and_short():
+    docs = json.dumps([{"title": "Noise", "text": "x" * 5000, "is_supporting": False},
+                       {"title": "Gold", "text": "the fact", "is_supporting": True}])
+    kept = prompt_docs(docs, max_chars=100)
+    assert kept[0] == {"title": "Gold", "text": "the fact"}
+    assert sum(len(d["text"]) for d in kept) <= 100
+    content = qa_prompt("Q?", kept)[0]["content"]
+    assert content.index("Gold") < content.index("Question: Q?") and "\\boxed{}" in content
+
+
+def test_histogram_png(tmp_path):
+    histogram = pl.DataFrame({"pass_count": list(range(K + 1)), "n": [3, 1, 0, 2, 0, 0, 1, 0, 5]})
+    first = plot_pass_histogram(histogram, tmp_path / "a.png").read_bytes()
+    assert first.startswith(b"\x89PNG")
+    assert plot_pass_histogram(histogram, tmp_path / "b.png").read_bytes() == first
