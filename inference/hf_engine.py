@@ -1,0 +1,256 @@
+"""The transformers engine: batched generation from a local checkpoint directory, with its own decode loop.
+
+The loop is written here rather than calling ``model.generate`` because the engine contract needs two things
+``generate`` does not give: the log-probability of each sampled token under the distribution it was actually
+drawn from (temperature and top-p applied, DESIGN.md section 5 — what asynchronous RL importance weights need), and
+one seeded ``torch.Generator`` per sample so a request's samples do not depend on what else is in the batch.
+Prompts are left-padded; temperature 0 is greedy, and its logprobs are those of the unscaled distribution (the
+same convention as vLLM's ``processed_logprobs`` for greedy requests).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inference.engine import Completion, Request, SamplingParams
+from inference.engines import make_completion, render_prompt, stop_token_ids, validate_request
+
+if TYPE_CHECKING:
+    import torch
+
+SEED_STRIDE = 1_000_003  # sample j of a request seeded s draws from generator seed s * SEED_STRIDE + j
+
+
+@dataclass
+class Row:
+    """One sample to generate: a prompt and its sampling settings; ``sample_index`` picks its seeded stream."""
+
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    sample_index: int = 0
+    top_logprobs: int = 0
+
+
+@dataclass
+class Sample:
+    """A row's output so far; ``finish_reason`` is set (and ``text`` final) once it is done."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    finish_reason: str | None = None
+    text: str = ""
+
+
+Progress = Callable[[int, Sample], None]
+"""Called after every decode step for each row still running (and once when it finishes): ``(row index, sample)``."""
+
+
+def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of the sampling distribution: logits / temperature, then top-p (nucleus) truncation.
+
+    ``temperature`` of 0 marks a greedy row and is treated as 1; top-p keeps the smallest set of tokens whose
+    probability reaches ``top_p`` (the most likely token always stays)."""
+    import torch
+
+    scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    scaled = logits.float() / scale[:, None]
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    sorted_probs = sorted_logits.softmax(dim=-1)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    drop_sorted = (mass_before >= top_p[:, None]) & (temperature > 0)[:, None]
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return scaled.masked_fill(drop, float("-inf")).log_softmax(dim=-1)
+
+
+class HFEngine:
+    """In-process generation with transformers; thread-safe (one generation at a time)."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        policy_version: int = 0,
+        device: str | None = None,
+        dtype: str = "float32",
+        max_batch_size: int = 16,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from inference.tokenizer import load as load_tokenizer
+
+        path = Path(model_dir)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path}: not a transformers checkpoint directory (no config.json)")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size}: must be >= 1")
+        self.model_dir = path
+        self.policy_version = policy_version
+        self.max_batch_size = max_batch_size
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.tokenizer = load_tokenizer(path)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=getattr(torch, dtype), local_files_only=True
+        ).to(self.device)
+        self.model.eval()
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.stop_ids)
+        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        self._lock = threading.Lock()
+
+    # -- the Engine interface -------------------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:
+        rows, owners, prompts = [], [], []
+        for r, request in enumerate(requests):
+            validate_request(request)
+            prompt = self.render(request)
+            prompts.append(prompt)
+            for j in range(request.sampling.n):
+                rows.append(Row(prompt, request.sampling, sample_index=j))
+                owners.append(r)
+        samples = self.generate_rows(rows)
+        out: list[list[Completion]] = [[] for _ in requests]
+        for owner, sample in zip(owners, samples):
+            out[owner].append(self.completion(sample, prompts[owner], parse_tools=bool(requests[owner].tools)))
+        return out
+
+    def close(self) -> None:
+        self.model = None
+
+    # -- building blocks, also used by the server ------------------------------------------------------------------
+
+    def render(self, request: Request) -> list[int]:
+        return render_prompt(self.tokenizer, request.messages, request.tools)
+
+    def completion(self, sample: Sample, prompt_ids: Sequence[int], parse_tools: bool) -> Completion:
+        return make_completion(
+            sample.text,
+            sample.token_ids,
+            sample.logprobs,
+            sample.finish_reason or "length",
+            self.policy_version,
+            prompt_ids,
+            parse_tools,
+        )
+
+    def update_weights(self, state_dict: dict[str, Any], policy_version: int) -> None:
+        """Load new policy weights (asynchronous RL); completions from now on carry ``policy_version``."""
+        with self._lock:
+            self.model.load_state_dict(state_dict)
+            self.policy_version = policy_version
+
+    def generate_rows(self, rows: Sequence[Row], progress: Progress | None = None) -> list[Sample]:
+        """Samples for ``rows`` in order, generated in batches of at most ``max_batch_size``."""
+        for row in rows:
+            if len(row.prompt_ids) + row.sampling.max_tokens > self.max_positions:
+                raise ValueError(
+                    f"prompt of {len(row.prompt_ids)} tokens + max_tokens={row.sampling.max_tokens} exceeds the "
+                    f"model's {self.max_positions} positions: shorten the prompt or lower max_tokens"
+                )
+        samples: list[Sample] = []
+        with self._lock:
+            for start in range(0, len(rows), self.max_batch_size):
+                batch = rows[start : start + self.max_batch_size]
+                shifted = None if progress is None else _offset(progress, start)
+                samples.extend(self._generate_batch(batch, shifted))
+        return samples
+
+    # -- the decode loop -----------------------------------------------------------------------------------------
+
+    def _generator(self, row: Row) -> torch.Generator:
+        import torch
+
+        gen = torch.Generator(device=self.device)
+        if row.sampling.seed is None:
+            gen.manual_seed(int(torch.randint(0, 2**62, ()).item()))
+        else:
+            gen.manual_seed((row.sampling.seed * SEED_STRIDE + row.sample_index) % 2**63)
+        return gen
+
+    def _generate_batch(self, rows: Sequence[Row], progress: Progress | None) -> list[Sample]:
+        import torch
+
+        size, width = len(rows), max(len(r.prompt_ids) for r in rows)
+        ids = torch.full((size, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((size, width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
+            mask[i, width - len(row.prompt_ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        temperature = torch.tensor([r.sampling.temperature for r in rows], device=self.device)
+        top_p = torch.tensor([r.sampling.top_p for r in rows], device=self.device)
+        generators = [None if r.sampling.temperature == 0 else self._generator(r) for r in rows]
+        top_k = max(r.top_logprobs for r in rows)
+        samples = [Sample() for _ in rows]
+        running = list(range(size))
+        cache = None
+        with torch.inference_mode():
+            for _ in range(max(r.sampling.max_tokens for r in rows)):
+                out = self.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    cache=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                cache = out.cache
+                logprobs = process_logits(out.logits[:, -1, :], temperature, top_p)
+                chosen = logprobs.argmax(dim=-1)
+                for i in running:
+                    if generators[i] is not None:
+                        chosen[i] = torch.multinomial(logprobs[i].exp(), 1, generator=generators[i])[0]
+                tops = logprobs.topk(top_k, dim=-1) if top_k else None
+                next_running = []
+                for i in running:
+                    token = int(chosen[i])
+                    sample = samples[i]
+                    sample.token_ids.append(token)
+                    sample.logprobs.append(float(logprobs[i, token]))
+                    if tops is not None and rows[i].top_logprobs:
+                        k = rows[i].top_logprobs
+                        pairs = zip(tops.indices[i, :k].tolist(), tops.values[i, :k].tolist())
+                        sample.top_logprobs.append([(int(t), float(v)) for t, v in pairs])
+                    self._check_finished(rows[i], sample)
+                    if sample.finish_reason is None:
+                        next_running.append(i)
+                    if progress is not None:
+                        progress(i, sample)
+                running = next_running
+                if not running:
+                    break
+                ids = chosen[:, None]
+                mask = torch.cat([mask, mask.new_ones((size, 1))], dim=-1)
+                positions = positions[:, -1:] + 1
+        return samples
+
+    def _check_finished(self, row: Row, sample: Sample) -> None:
+        """Set the finish reason and final text when the row hit a stop token, a stop string or max_tokens."""
+        last = sample.token_ids[-1]
+        if last in self.stop_ids:
+            sample.finish_reason = "stop"
+            sample.text = self._decode(sample.token_ids[:-1])
+            return
+        if row.sampling.stop:
+            text = self._decode(sample.token_ids)
+            cuts = [text.find(s) for s in row.sampling.stop if s and s in text]
+            if cuts:
+                sample.finish_reason, sample.text = "stop", text[: min(cuts)]
+                return
+        if len(sample.token_ids) >= row.sampling.max_tokens:
+            sample.finish_reason = "length"
+            sample.text = self._decode(sample.token_ids)
+
+    def _decode(self, token_ids: Sequence[int]) -> str:
+        # Special tokens (<|im_end|>, <|im_start|>) are dropped; the tool-call tags are ordinary added tokens.
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+
+def _offset(progress: Progress, start: int) -> Progress:
+    return lambda i, sample: progress(start + i, sample)

@@ -1,0 +1,390 @@
+"""``gymforge serve``: an OpenAI-compatible chat-completions server for a local checkpoint.
+
+Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions`` (messages, tools with ``tool_choice`` auto/none,
+temperature, top_p, max_tokens, n, seed, stop, logprobs + top_logprobs, stream with SSE chunks and ``[DONE]``,
+usage). The official ``openai`` client works against it unchanged. Like vLLM, ``return_token_ids`` adds
+``prompt_token_ids`` to the response and ``token_ids`` to every choice (the delta tokens per chunk when streaming),
+and ``return_tokens_as_token_ids`` spells logprob tokens ``token_id:N``, so :class:`inference.http_engine.HTTPEngine`
+reads exact tokens from either server. Logprobs are those of the sampling distribution (temperature, top-p).
+
+Generation runs on :class:`inference.hf_engine.HFEngine` behind a small batching queue: requests that arrive while
+the model is busy are generated together in the next batch (up to ``max_batch_size`` samples).
+When tools are offered, a streamed answer's content is sent at the end, with its tool calls, because markup that
+may turn into a tool call cannot be streamed as content before it is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inference.engine import Completion, Request, SamplingParams
+from inference.engines import make_completion, validate_request
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from inference.hf_engine import HFEngine, Row, Sample
+
+DEFAULT_MAX_TOKENS = 512
+MAX_TOP_LOGPROBS = 20
+
+
+class ChatRequest(BaseModel):
+    """The fields of an OpenAI chat-completions request this server honours; other fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["auto", "none"] | None = None
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int = Field(1, ge=1, le=64)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
+
+
+@dataclass
+class _Job:
+    """One HTTP request's rows; ``events`` receives streaming progress, ``done`` the final samples."""
+
+    rows: list[Row]
+    done: asyncio.Future[list[Sample]]
+    events: asyncio.Queue[tuple[int, Sample, int] | None] | None = None
+    sent: list[int] = field(default_factory=list)
+
+
+class Batcher:
+    """Collects concurrent requests into engine batches; one batch runs at a time on a worker thread."""
+
+    def __init__(self, engine: HFEngine, max_batch_size: int, wait_s: float = 0.005) -> None:
+        self.engine = engine
+        self.max_batch_size = max_batch_size
+        self.wait_s = wait_s
+        self.queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def submit(self, rows: list[Row], stream: bool) -> _Job:
+        loop = asyncio.get_running_loop()
+        job = _Job(rows, loop.create_future(), asyncio.Queue() if stream else None, [0] * len(rows))
+        await self.queue.put(job)
+        return job
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = [await self.queue.get()]
+            await asyncio.sleep(self.wait_s)
+            while not self.queue.empty() and sum(len(j.rows) for j in jobs) < self.max_batch_size:
+                jobs.append(self.queue.get_nowait())
+            owners = [(job, i) for job in jobs for i in range(len(job.rows))]
+
+            def progress(index: int, sample: Sample) -> None:
+                job, local = owners[index]
+                if job.events is not None:  # hand the new tokens over now; the sample keeps growing
+                    start, job.sent[local] = job.sent[local], len(sample.token_ids)
+                    loop.call_soon_threadsafe(job.events.put_nowait, (local, _copy(sample), start))
+
+            try:
+                samples = await asyncio.to_thread(
+                    self.engine.generate_rows, [row for job in jobs for row in job.rows], progress
+                )
+            except Exception as exc:  # noqa: BLE001 — the error belongs to the requests, not to the worker
+                for job in jobs:
+                    job.done.set_exception(exc)
+                    if job.events is not None:
+                        job.events.put_nowait(None)
+                continue
+            offset = 0
+            for job in jobs:
+                job.done.set_result(samples[offset : offset + len(job.rows)])
+                offset += len(job.rows)
+
+
+def _copy(sample: Sample) -> Sample:
+    from inference.hf_engine import Sample
+
+    return Sample(
+        list(sample.token_ids), list(sample.logprobs), list(sample.top_logprobs), sample.finish_reason, sample.text
+    )
+
+
+class ChatService:
+    """Turns OpenAI requests into engine rows and engine samples into OpenAI responses."""
+
+    def __init__(self, engine: HFEngine, name: str, batcher: Batcher) -> None:
+        self.engine = engine
+        self.name = name
+        self.batcher = batcher
+
+    # -- request side --------------------------------------------------------------------------------------------
+
+    def prepare(self, body: ChatRequest) -> tuple[list[int], list[Row], bool]:
+        from inference.hf_engine import Row
+
+        if body.model is not None and body.model != self.name:
+            raise LookupError(f"model {body.model!r} is not served here; this server serves {self.name!r}")
+        tools = body.tools if body.tool_choice != "none" else None
+        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+        sampling = SamplingParams(
+            temperature=body.temperature,
+            top_p=body.top_p,
+            max_tokens=body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS,
+            n=body.n,
+            seed=body.seed,
+            stop=stop,
+        )
+        request = Request([_normalize(m) for m in body.messages], tools or (), sampling)
+        validate_request(request)
+        prompt = self.engine.render(request)
+        if len(prompt) + sampling.max_tokens > self.engine.max_positions:
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens + max_tokens={sampling.max_tokens} exceeds the model's "
+                f"{self.engine.max_positions} positions: shorten the messages or lower max_tokens"
+            )
+        top = (body.top_logprobs or 0) if body.logprobs else 0
+        rows = [Row(prompt, sampling, sample_index=j, top_logprobs=top) for j in range(body.n)]
+        return prompt, rows, bool(tools)
+
+    def completion(self, sample: Sample, prompt: Sequence[int], tools: bool) -> Completion:
+        return make_completion(
+            sample.text, sample.token_ids, sample.logprobs, sample.finish_reason or "length",
+            self.engine.policy_version, prompt, tools,
+        )
+
+    # -- response side -------------------------------------------------------------------------------------------
+
+    def token_entry(self, token_id: int, logprob: float, as_ids: bool) -> dict[str, Any]:
+        text = f"token_id:{token_id}" if as_ids else self.engine.tokenizer.decode([token_id])
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    def logprobs_json(self, body: ChatRequest, sample: Sample, start: int, end: int) -> dict[str, Any] | None:
+        if not body.logprobs:
+            return None
+        as_ids = body.return_tokens_as_token_ids
+        content = []
+        for k in range(start, end):
+            entry = self.token_entry(sample.token_ids[k], sample.logprobs[k], as_ids)
+            tops = sample.top_logprobs[k] if k < len(sample.top_logprobs) else []
+            entry["top_logprobs"] = [self.token_entry(t, v, as_ids) for t, v in tops]
+            content.append(entry)
+        return {"content": content}
+
+    def response(self, body: ChatRequest, prompt: list[int], samples: list[Sample], tools: bool) -> dict[str, Any]:
+        choices = []
+        for index, sample in enumerate(samples):
+            completion = self.completion(sample, prompt, tools)
+            message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+            if completion.tool_calls:
+                message["content"] = completion.text or None
+                message["tool_calls"] = [dict(c) for c in completion.tool_calls]
+            choice = {
+                "index": index,
+                "message": message,
+                "logprobs": self.logprobs_json(body, sample, 0, len(sample.token_ids)),
+                "finish_reason": completion.finish_reason,
+            }
+            if body.return_token_ids:
+                choice["token_ids"] = list(sample.token_ids)
+            choices.append(choice)
+        out = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.name,
+            "choices": choices,
+            "usage": _usage(prompt, samples),
+        }
+        if body.return_token_ids:
+            out["prompt_token_ids"] = prompt
+        return out
+
+    async def stream(self, body: ChatRequest, prompt: list[int], job: _Job, tools: bool) -> AsyncIterator[str]:
+        """SSE chunks: role first, content deltas as tokens arrive, tool calls and finish reason at the end."""
+        if job.events is None:
+            raise ValueError("stream() needs a job submitted with stream=True")
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": self.name}
+        stops = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
+        # Never send text that a stop string completed later may cut (vLLM's rule: the stop string is not output).
+        holdback = max((len(s) for s in stops), default=1) - 1
+        sent_text = [0] * len(job.rows)
+        finished: dict[int, Sample] = {}
+
+        def chunk(index: int, delta: dict[str, Any], **extra: Any) -> str:
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None, **extra}
+            return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n"
+
+        for index in range(len(job.rows)):
+            first = chunk(index, {"role": "assistant", "content": ""})
+            if body.return_token_ids and index == 0:  # like vLLM: the prompt ids ride on the first chunk
+                first = f"data: {json.dumps({**json.loads(first[6:]), 'prompt_token_ids': prompt})}\n\n"
+            yield first
+        while len(finished) < len(job.rows):
+            event = await job.events.get()
+            if event is None:  # the batch failed: report it in-band, the status line is already sent
+                message = str(job.done.exception())
+                yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"
+                break
+            index, sample, start = event
+            end = len(sample.token_ids)
+            extra: dict[str, Any] = {"logprobs": self.logprobs_json(body, sample, start, end)}
+            if body.return_token_ids:
+                extra["token_ids"] = sample.token_ids[start:end]
+            delta: dict[str, Any] = {}
+            if sample.finish_reason is None:
+                if not tools:
+                    text = self.engine.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+                    safe = len(text.rstrip("\ufffd")) - holdback
+                    if safe > sent_text[index]:
+                        delta["content"] = text[sent_text[index] : safe]
+                        sent_text[index] = safe
+                yield chunk(index, delta, **extra)
+                continue
+            finished[index] = sample
+            completion = self.completion(sample, prompt, tools)
+            if rest := completion.text[sent_text[index] :]:
+                delta["content"] = rest
+            if completion.tool_calls:
+                delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(completion.tool_calls)]
+            yield chunk(index, delta, finish_reason=completion.finish_reason, **extra)
+        else:
+            if (body.stream_options or {}).get("include_usage"):
+                usage = _usage(prompt, [finished[i] for i in range(len(job.rows))])
+                yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
+        yield "data: [DONE]\n\n"
+
+
+def _usage(prompt: Sequence[int], samples: Sequence[Sample]) -> dict[str, int]:
+    generated = sum(len(s.token_ids) for s in samples)
+    return {"prompt_tokens": len(prompt), "completion_tokens": generated, "total_tokens": len(prompt) + generated}
+
+
+def _normalize(message: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI content may be a list of parts; the chat template wants a string."""
+    content = message.get("content")
+    if isinstance(content, list):
+        text = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return {**message, "content": text}
+    if content is None and message.get("role") != "assistant":
+        return {**message, "content": ""}
+    return message
+
+
+def create_app(
+    model_dir: str | Path,
+    served_model_name: str | None = None,
+    max_batch_size: int = 8,
+    engine: HFEngine | None = None,
+) -> FastAPI:
+    """The FastAPI app serving ``model_dir`` (or an already loaded ``engine``)."""
+    from fastapi import FastAPI
+    from fastapi import Request as HTTPRequest
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    from inference.hf_engine import HFEngine
+
+    engine = engine or HFEngine(model_dir, max_batch_size=max_batch_size)
+    name = served_model_name or Path(model_dir).name
+    batcher = Batcher(engine, max_batch_size)
+    service = ChatService(engine, name, batcher)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="gymforge serve", lifespan=lifespan)
+
+    def error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: HTTPRequest, exc: RequestValidationError) -> JSONResponse:
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
+        return error(400, details or "invalid request")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "gymforge"}]}
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(body: ChatRequest) -> JSONResponse | StreamingResponse | dict[str, Any]:
+        try:
+            prompt, rows, tools = service.prepare(body)
+        except LookupError as exc:
+            return error(404, str(exc), "not_found_error")
+        except ValueError as exc:
+            return error(400, str(exc))
+        job = await batcher.submit(rows, stream=body.stream)
+        if body.stream:
+            return StreamingResponse(service.stream(body, prompt, job, tools), media_type="text/event-stream")
+        try:
+            samples = await job.done
+        except Exception as exc:  # noqa: BLE001 — reported to the client as a server error
+            return error(500, f"generation failed: {exc}", "server_error")
+        return service.response(body, prompt, samples, tools)
+
+    return app
+
+
+@contextmanager
+def serve_in_background(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run ``app`` with uvicorn on a thread; yields the API base URL (``http://HOST:PORT/v1``).
+    Port 0 picks a free port. Used by tests and benchmarks."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="gymforge-serve", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"gymforge serve failed to start on {host}:{port}")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_batch_size: int = 8,
+          served_model_name: str | None = None) -> None:
+    """Serve ``model_dir`` until interrupted (``gymforge serve``)."""
+    import uvicorn
+
+    uvicorn.run(create_app(model_dir, served_model_name, max_batch_size), host=host, port=port, log_level="info")
