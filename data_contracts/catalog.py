@@ -61,11 +61,11 @@ WITH RECURSIVE up(key, input_stage, input_key, depth) AS (
     UNION
     SELECT l.key, l.input_stage, l.input_key, up.depth + 1 FROM lineage l JOIN up ON l.key = up.input_key
 )
-SELECT up.key, up.input_stage, up.input_key, min(up.depth) AS depth, any_value(a.status) AS input_status,
+SELECT up.input_stage, up.input_key, min(up.depth) AS depth, any_value(a.status) AS input_status,
        any_value(a.version) AS input_version, any_value(a.partition) AS input_partition
 FROM up LEFT JOIN artifacts a ON a.key = up.input_key
-GROUP BY up.key, up.input_stage, up.input_key
-ORDER BY depth, up.input_stage, up.key
+GROUP BY up.input_stage, up.input_key
+ORDER BY depth, up.input_stage, up.input_key
 """
 
 
@@ -173,5 +173,6 @@ class Catalog:
         return self.query("SELECT * FROM artifacts ORDER BY stage, partition, key")
 
     def lineage(self, key: str) -> pl.DataFrame:
-        """Every upstream artifact of ``key``, recursively, with its depth (1 = a direct input) and status."""
+        """Every upstream artifact of ``key``, recursively, once, with its shortest depth (1 = a direct input) and
+        its status (null when the catalog does not know it)."""
         return self.query(_UPSTREAM, [key])

@@ -234,7 +234,7 @@ class ArtifactStore:
         except OSError:
             if not final.exists():
                 raise
-            if not replace and (final / MANIFEST).is_file():
+            if not replace and self.get(final.parent.name, final.name) is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
                 return False
             # A forced re-run, or a broken directory left by hand-editing: swap it out, then drop the old one.

@@ -1,0 +1,223 @@
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import polars as pl
+import pytest
+from pydantic import Field
+
+from data_contracts.catalog import Catalog
+from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, materialize, plan
+from data_contracts.stage import (
+    REJECTED,
+    STAGES,
+    Check,
+    Contract,
+    Expect,
+    Params,
+    Stage,
+    StageError,
+    get_stage,
+    stage,
+)
+from data_contracts.store import VALIDATION, ArtifactStore
+
+CALLS: Counter[str] = Counter()
+
+
+class _TestDoubleSourceParams(Params):
+    n: int = Field(3, description="Rows to emit.")
+    plant_bad_row: bool = Field(False, description="Emit one id that breaks the contract.")
+    mode: Literal["plain", "shouty"] = Field("plain", description="Text style.")
+
+
+class _TestDoubleSinkParams(Params):
+    pass
+
+
+@pytest.fixture
+def doubles() -> Iterator[dict[str, Stage]]:
+    """A three-stage diamond-free chain (source -> sink -> report) plus a side branch, removed afterwards."""
+    before = set(STAGES)
+    CALLS.clear()
+
+    @stage(
+        name="_test_double_source", version="1", params=_TestDoubleSourceParams,
+        outputs={"rows": Contract(
+            columns={"id": pl.String, "text": pl.String},
+            expectations=(Expect("ExpectColumnValuesToMatchRegex", column="id", regex=r"^r\d+$"),),
+            checks=(Check("text_not_empty", lambda f: f["text"].str.len_chars() == 0),),
+        )},
+    )
+    def source(inputs, params, partition):
+        CALLS["_test_double_source"] += 1
+        ids = [f"r{i}" for i in range(params.n)]
+        if params.plant_bad_row:
+            ids[1] = "BAD"
+        text = [f"{partition}-{i}" for i in range(params.n)]
+        if params.mode == "shouty":
+            text = [t.upper() for t in text]
+        return {"rows": pl.DataFrame({"id": ids, "text": text}), REJECTED: pl.DataFrame({"reason": ["too long"]})}
+
+    @stage(name="_test_double_sink", version="1", params=_TestDoubleSinkParams, inputs=("_test_double_source",),
+           outputs={"upper": Contract(columns={"id": pl.String}, min_rows=1)})
+    def sink(inputs, params, partition):
+        CALLS["_test_double_sink"] += 1
+        return {"upper": inputs["_test_double_source"].read("rows").select(pl.col("id").str.to_uppercase())}
+
+    @stage(name="_test_double_report", version="1", params=_TestDoubleSinkParams,
+           inputs=("_test_double_sink", "_test_double_side"), outputs={"n": Contract()})
+    def report(inputs, params, partition):
+        return {"n": pl.DataFrame({"n": [inputs["_test_double_sink"].read("upper").height]})}
+
+    @stage(name="_test_double_side", version="1", params=_TestDoubleSinkParams, outputs={"x": Contract()})
+    def side(inputs, params, partition):
+        return {"x": pl.DataFrame({"x": [1]})}
+
+    yield {name: STAGES[name] for name in set(STAGES) - before}
+    for name in set(STAGES) - before:
+        del STAGES[name]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> tuple[ArtifactStore, Catalog]:
+    return ArtifactStore(tmp_path), Catalog(tmp_path)
+
+
+def test_cache_hit_does_not_run_again(doubles, env) -> None:
+    store, catalog = env
+    source = doubles["_test_double_source"]
+    first = execute_stage(store, catalog, source, {"n": 4}, {}, "p0", flow_run_id="run-1")
+    again = execute_stage(store, catalog, source, {"n": 4}, {}, "p0")
+    assert CALLS["_test_double_source"] == 1
+    assert not first.cached and again.cached and again.key == first.key
+    assert again.outputs == first.outputs == {"rows": 4, REJECTED: 1}
+    assert set(first.timings) == {"run_s", "gate_s", "publish_s"} and first.contract == {"rows": True, REJECTED: True}
+    assert store.get(source.name, first.key).manifest["flow_run_id"] == "run-1"
+    execute_stage(store, catalog, source, {"n": 4}, {}, "p0", force=True)
+    execute_stage(store, catalog, source, {"n": 4}, {}, "p1")
+    assert CALLS["_test_double_source"] == 3
+    assert catalog.artifacts().height == 2
+
+
+def test_bad_row_quarantines_and_blocks_downstream(doubles, env) -> None:
+    store, catalog = env
+    source, sink = doubles["_test_double_source"], doubles["_test_double_sink"]
+    with pytest.raises(ContractViolation) as info:
+        execute_stage(store, catalog, source, {"plant_bad_row": True}, {}, "p7")
+    message = str(info.value)
+    assert "'_test_double_source'" in message and "'p7'" in message
+    assert "ExpectColumnValuesToMatchRegex(id)" in message and "'rows'" in message
+    key = info.value.key
+    assert store.get(source.name, key) is None
+    assert info.value.quarantine_path == store.quarantined(source.name, key)
+    validation = json.loads((info.value.quarantine_path / VALIDATION).read_text())
+    assert validation["rows"]["failing_rows"] == [1]
+    assert pl.read_parquet(info.value.quarantine_path / "rows.failing.parquet")["id"].to_list() == ["BAD"]
+    assert catalog.query("SELECT status FROM artifacts WHERE key = ?", [key]).item() == "quarantined"
+
+    with pytest.raises(UpstreamMissing, match=f"'_test_double_source' artifact {key} is missing.*quarantined"):
+        execute_stage(store, catalog, sink, {}, {source.name: key}, "p7")
+    assert CALLS["_test_double_sink"] == 0
+
+
+def test_downstream_reads_published_input(doubles, env) -> None:
+    store, catalog = env
+    runs = materialize(store, catalog, ["_test_double_sink"], {"_test_double_source": {"n": 2}}, "p0", progress=False)
+    assert list(runs) == ["_test_double_source", "_test_double_sink"]
+    upper = store.get("_test_double_sink", runs["_test_double_sink"].key).read("upper")
+    assert upper["id"].to_list() == ["R0", "R1"]
+    lineage = catalog.lineage(runs["_test_double_sink"].key)
+    assert lineage.select("input_stage", "input_key", "depth").rows() == [
+        ("_test_double_source", runs["_test_double_source"].key, 1)
+    ]
+    rerun = materialize(store, catalog, ["_test_double_sink"], {"_test_double_source": {"n": 2}}, "p0",
+                        force=True, progress=False)
+    assert not rerun["_test_double_sink"].cached and rerun["_test_double_source"].cached
+
+
+def test_plan_orders_the_upstream_closure(doubles) -> None:
+    names = [s.name for s in plan(["_test_double_report"])]
+    assert sorted(names) == sorted(doubles)
+    assert names.index("_test_double_source") < names.index("_test_double_sink") < names.index("_test_double_report")
+    assert names.index("_test_double_side") < names.index("_test_double_report")
+    assert [s.name for s in plan(["_test_double_sink"])] == ["_test_double_source", "_test_double_sink"]
+
+
+def test_plan_errors(doubles) -> None:
+    with pytest.raises(StageError, match="unknown stage 'nope'; known stages: .*_test_double_sink"):
+        plan(["nope"])
+    dummy = get_stage("_test_double_side")
+    STAGES["_test_double_loop_a"] = Stage("_test_double_loop_a", "1", ("_test_double_loop_b",), dummy.params,
+                                          dummy.outputs, dummy.run)
+    STAGES["_test_double_loop_b"] = Stage("_test_double_loop_b", "1", ("_test_double_loop_a",), dummy.params,
+                                          dummy.outputs, dummy.run)
+    with pytest.raises(StageError, match="cycle: _test_double_loop_. -> _test_double_loop_. -> _test_double_loop_"):
+        plan(["_test_double_loop_a"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        ({"mode": "quiet"}, r"mode: Input should be 'plain' or 'shouty'"),
+        ({"n": "many"}, r"n: Input should be a valid integer"),
+        ({"typo": 1}, r"typo: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_params_name_field_and_allowed_values(doubles, env, raw: dict, match: str) -> None:
+    store, catalog = env
+    with pytest.raises(StageError, match=match) as info:
+        execute_stage(store, catalog, doubles["_test_double_source"], raw, {}, "p0")
+    assert "_test_double_source" in str(info.value) and CALLS["_test_double_source"] == 0
+
+
+def _run_returning(env, frames: dict, outputs: dict | None = None) -> None:
+    store, catalog = env
+    declared = Stage("_test_double_adhoc", "1", (), _TestDoubleSinkParams,
+                     outputs or {"rows": Contract()}, lambda inputs, params, partition: frames)
+    execute_stage(store, catalog, declared, {}, {}, "p0")
+
+
+@pytest.mark.parametrize(
+    ("frames", "match"),
+    [
+        ({"rows": pl.DataFrame({"a": [1]}), "extra": pl.DataFrame()}, r"undeclared: \['extra'\]"),
+        ({}, r"missing: \['rows'\]"),
+        ({"rows": [1, 2]}, "output 'rows' is a list, not a polars DataFrame"),
+    ],
+)
+def test_outputs_must_match_declaration(env, frames: dict, match: str) -> None:
+    with pytest.raises(StageError, match=match):
+        _run_returning(env, frames)
+
+
+def test_rejected_output_uses_rejected_contract(env) -> None:
+    with pytest.raises(ContractViolation, match="'rejected': columns: missing column 'reason'"):
+        _run_returning(env, {"rows": pl.DataFrame({"a": [1]}), REJECTED: pl.DataFrame({"why": ["x"]})})
+
+
+def test_declared_rejected_is_optional(env) -> None:
+    store, catalog = env
+    rejected = Contract(columns={"reason": pl.String, "score": pl.Float64})
+    _run_returning(env, {"rows": pl.DataFrame({"a": [1]})}, {"rows": Contract(), REJECTED: rejected})
+    (manifest, _), = store.manifests()
+    assert manifest["outputs"][REJECTED]["rows"] == 0
+    assert manifest["outputs"][REJECTED]["columns"] == {"reason": "String", "score": "Float64"}
+
+
+def test_input_keys_must_match_inputs(doubles, env) -> None:
+    store, catalog = env
+    with pytest.raises(StageError, match=r"reads inputs \['_test_double_source'\]; got keys for \[\]"):
+        execute_stage(store, catalog, doubles["_test_double_sink"], {}, {}, "p0")
+    with pytest.raises(UpstreamMissing, match="not published"):
+        execute_stage(store, catalog, doubles["_test_double_sink"], {}, {"_test_double_source": "0" * 20}, "p0")
+
+
+def test_materialize_rejects_params_for_unknown_stage(doubles, env) -> None:
+    store, catalog = env
+    with pytest.raises(StageError, match=r"unknown stage\(s\) \['_test_double_nope'\]"):
+        materialize(store, catalog, ["_test_double_sink"], {"_test_double_nope": {}}, "p0", progress=False)
