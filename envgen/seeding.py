@@ -1,0 +1,131 @@
+"""Instantiate a domain's database with Faker, seeded per environment (``seed_for``); no wall clock.
+
+Rows are generated parents first (required relations form a DAG, checked by the spec), values from the field's
+Faker provider, bothify pattern, bounds or enum. The database is built in memory and serialized to SQLite bytes,
+which the environment record stores and each episode writes to its own file.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import string
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any
+
+import networkx as nx
+from sqlalchemy import create_engine, insert
+from sqlalchemy.pool import StaticPool
+
+from envgen.compiler import CompiledDomain
+from envgen.spec import DomainSpec, EntitySpec, FieldSpec
+from envgen.tools import fmt_time
+
+Rows = dict[str, list[dict[str, Any]]]
+_KEY_ALPHABET = string.ascii_uppercase + string.digits
+
+
+@lru_cache(maxsize=16)
+def _faker(locale: str):
+    from faker import Faker
+
+    return Faker(locale)
+
+
+def entity_order(spec: DomainSpec) -> list[EntitySpec]:
+    g = nx.DiGraph()
+    g.add_nodes_from(e.name for e in spec.entities)
+    g.add_edges_from((r.to, e.name) for e in spec.entities for r in e.relations if r.required)
+    order = list(nx.lexicographical_topological_sort(g))
+    return [spec.entity(n) for n in order]
+
+
+def field_value(f: FieldSpec, spec: DomainSpec, fake: Any, rng: random.Random) -> Any:
+    if f.type == "enum":
+        return rng.choice(f.values)
+    if f.type == "bool":
+        return rng.random() < 0.7
+    if f.type == "int":
+        return rng.randint(int(f.min if f.min is not None else 0), int(f.max if f.max is not None else 100))
+    if f.type in ("float", "money"):
+        return round(rng.uniform(f.min if f.min is not None else 0.0, f.max if f.max is not None else 1000.0),
+                     2 if f.type == "money" else 1)
+    if f.type in ("date", "datetime"):
+        lo, hi = f.min if f.min is not None else -365, f.max if f.max is not None else 365
+        minutes = rng.randint(int(lo * 1440), int(hi * 1440)) // 15 * 15
+        return fmt_time(spec.now + timedelta(minutes=minutes), f.type)
+    if f.pattern is not None:
+        return fake.bothify(f.pattern).upper()
+    if f.faker is not None:
+        return str(getattr(fake, f.faker)())[:200]
+    return fake.word()
+
+
+def generate_rows(spec: DomainSpec, seed: int) -> Rows:
+    """All rows of one environment's database, deterministic in ``seed``."""
+    rng = random.Random(seed)
+    fake = _faker(spec.locale)
+    fake.seed_instance(seed)
+    rows: Rows = {}
+    keys: dict[str, list[str]] = {}
+    for e in entity_order(spec):
+        used: dict[str, set[Any]] = {f.name: set() for f in e.fields if f.unique}
+        table, seen_keys = [], set()
+        for _ in range(e.count):
+            key = e.id_prefix + "".join(rng.choices(_KEY_ALPHABET, k=6))
+            while key in seen_keys:
+                key = e.id_prefix + "".join(rng.choices(_KEY_ALPHABET, k=6))
+            seen_keys.add(key)
+            row: dict[str, Any] = {e.key: key}
+            for r in e.relations:
+                parents = keys.get(r.to)
+                row[r.field] = rng.choice(parents) if parents else None
+            for f in e.fields:
+                value = field_value(f, spec, fake, rng)
+                if f.unique:
+                    tries = 0
+                    while value in used[f.name] and tries < 50:
+                        value, tries = field_value(f, spec, fake, rng), tries + 1
+                    if value in used[f.name]:
+                        value = f"{value}{len(used[f.name])}"
+                    used[f.name].add(value)
+                row[f.name] = value
+            table.append(row)
+        rows[e.name] = table
+        keys[e.name] = [r[e.key] for r in table]
+    # optional relations to entities generated later get their parents now
+    for e in spec.entities:
+        for r in e.relations:
+            if not r.required:
+                for row in rows[e.name]:
+                    if row[r.field] is None and keys[r.to] and rng.random() < 0.8:
+                        row[r.field] = rng.choice(keys[r.to])
+    return rows
+
+
+def memory_engine():
+    return create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+
+
+def load_rows(domain: CompiledDomain, engine, rows: Rows) -> None:
+    domain.metadata.create_all(engine)
+    with engine.begin() as conn:
+        for e in entity_order(domain.spec):
+            if rows.get(e.name):
+                conn.execute(insert(domain.tables[e.name]), rows[e.name])
+
+
+def sqlite_bytes(engine) -> bytes:
+    """Serialize an in-memory SQLite database (the stored form of an environment's database)."""
+    with engine.connect() as conn:
+        raw: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+        return bytes(raw.serialize())
+
+
+def engine_from_bytes(data: bytes):
+    """An in-memory engine holding a copy of serialized database bytes."""
+    engine = memory_engine()
+    with engine.connect() as conn:
+        conn.connection.driver_connection.deserialize(data)  # type: ignore[union-attr]
+    return engine

@@ -1,0 +1,566 @@
+"""Declarative domain specifications: one YAML file per domain under ``envgen/domains/``.
+
+A domain is the "high-level domain specification" the report's pipeline starts from (LongCat-Flash-Thinking-2601,
+section 3.1.1, Domain Graph Construction). From it the compiler derives the database schema, every tool, the
+OpenAI function schemas, the tool-to-table map and the dependency graph, so a tool is never written twice.
+
+Shape of a spec (every key is documented by the ``description`` of the pydantic field below)::
+
+    name: airline
+    description: ...
+    now: "2026-05-15T12:00:00"          # the database's "now"; nothing reads the clock
+    entities:
+      - name: reservation
+        key: reservation_id             # primary key column (string id made of id_prefix + letters/digits)
+        id_prefix: RES
+        count: 40                       # rows seeded per environment
+        fields:
+          - {name: status, type: enum, values: [confirmed, cancelled], description: ...}
+          - {name: total_price, type: money, min: 50, max: 3000, description: ...}
+        relations:
+          - {field: user_id, to: user, description: ...}   # a foreign key column to user.user_id
+    actions:
+      - name: cancel_reservation
+        target: reservation            # the row the action transitions, passed as its key
+        intent: "cancel my reservation"
+        preconditions: [{field: status, op: eq, value: confirmed, message: ...}]
+        effects: [{kind: set, field: status, value: cancelled}]
+    policies:
+      - {name: ..., text: ..., actions: [cancel_reservation], conditions: [...]}
+
+Rows in conditions and effects are named ``target`` (the action's target row) or the name of a ``ref`` parameter
+of the action (the row that parameter points at). Operands are exactly one of ``value`` (a literal), ``param``
+(an action parameter), ``ref`` (``row.field``) or ``now`` (the database's now, plus ``days``).
+
+``load_spec`` collects every problem of a file (structural and cross-reference) before failing, each with the
+file, line and field, and returns a frozen, strict model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import keyword
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import networkx as nx
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DOMAINS_DIR = Path(__file__).parent / "domains"
+
+FieldType = Literal["string", "int", "float", "bool", "date", "datetime", "enum", "money"]
+NUMERIC_TYPES = frozenset({"int", "float", "money"})
+Op = Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in"]
+Scalar = str | int | float | bool
+
+_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# Names that would collide with SQL or Python keywords in generated schemas.
+_RESERVED = frozenset(keyword.kwlist) | {"select", "from", "where", "table", "order", "group", "index", "key", "now"}
+
+
+def _check_ident(value: str) -> str:
+    if not _IDENT.match(value):
+        raise ValueError(f"{value!r} is not an identifier: use lowercase letters, digits and _, start with a letter")
+    if value in _RESERVED:
+        raise ValueError(f"{value!r} is a reserved word; choose another name")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _ident_fields(*names: str):
+    """A model validator checking that the named string fields (or lists of them) are identifiers."""
+
+    def check(self: BaseModel) -> BaseModel:
+        for name in names:
+            value = getattr(self, name)
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if item is not None:
+                    _check_ident(item)
+        return self
+
+    return model_validator(mode="after")(check)
+
+
+class FieldSpec(_Strict):
+    name: str = Field(description="Column name (lowercase identifier), unique within the entity.")
+    type: FieldType = Field(description="Value type: string, int, float, bool, date, datetime, enum or money.")
+    description: str = Field(description="What the field means; shown in tool descriptions.")
+    faker: str | None = Field(
+        default=None, description="Faker provider method that generates values (e.g. name, email, city)."
+    )
+    pattern: str | None = Field(
+        default=None, description="Faker bothify pattern for strings: '#' a digit, '?' a letter (e.g. 'AA####')."
+    )
+    min: float | None = Field(default=None, description="Lower bound for numbers; day offset from now for dates.")
+    max: float | None = Field(default=None, description="Upper bound for numbers; day offset from now for dates.")
+    values: tuple[str, ...] = Field(default=(), description="Allowed values of an enum field (required for enum).")
+    unique: bool = Field(default=False, description="Values are unique; adds a lookup_<entity>_by_<field> tool.")
+    searchable: bool = Field(default=False, description="Adds a find_<plural>_by_<field> tool (exact match).")
+    label: str | None = Field(default=None, description="How a user names this field ('email address').")
+
+    _idents = _ident_fields("name")
+
+    @model_validator(mode="after")
+    def _typed_options(self) -> FieldSpec:
+        if self.type == "enum" and not self.values:
+            raise ValueError(f"enum field {self.name!r} needs `values` (the allowed values)")
+        if self.type != "enum" and self.values:
+            raise ValueError(f"field {self.name!r}: `values` is only for type enum")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"field {self.name!r}: min {self.min} is greater than max {self.max}")
+        if (self.min is not None or self.max is not None) and self.type not in NUMERIC_TYPES | {"date", "datetime"}:
+            raise ValueError(f"field {self.name!r}: min/max only apply to int, float, money, date, datetime")
+        if self.pattern is not None and self.type != "string":
+            raise ValueError(f"field {self.name!r}: `pattern` only applies to strings")
+        return self
+
+
+class RelationSpec(_Strict):
+    field: str = Field(description="Foreign-key column added to this entity; holds the key of a `to` row.")
+    to: str = Field(description="Name of the referenced (parent) entity.")
+    description: str = Field(description="What the link means ('the user who owns the reservation').")
+    required: bool = Field(default=True, description="NOT NULL; required relations must not form a cycle.")
+    label: str | None = Field(default=None, description="How a user names the linked record ('origin airport').")
+
+    _idents = _ident_fields("field", "to")
+
+
+class EntitySpec(_Strict):
+    name: str = Field(description="Entity (table) name, a lowercase identifier.")
+    description: str = Field(description="What one row is.")
+    key: str = Field(description="Primary-key column name (e.g. reservation_id); values are generated strings.")
+    id_prefix: str = Field(pattern=r"^[A-Z]{1,4}$", description="Uppercase prefix of generated keys ('RES').")
+    plural: str | None = Field(default=None, description="Plural used in tool names; default name + 's'.")
+    count: int = Field(default=20, ge=2, le=1000, description="Rows seeded per environment.")
+    fields: tuple[FieldSpec, ...] = Field(min_length=1, description="Typed columns besides key and relations.")
+    relations: tuple[RelationSpec, ...] = Field(default=(), description="Foreign keys to other entities.")
+    label: str | None = Field(default=None, description="How a user names this record ('booking').")
+
+    _idents = _ident_fields("name", "key", "plural")
+
+    @property
+    def plural_name(self) -> str:
+        return self.plural or f"{self.name}s"
+
+    @property
+    def column_names(self) -> list[str]:
+        return [self.key, *(r.field for r in self.relations), *(f.name for f in self.fields)]
+
+    def field(self, name: str) -> FieldSpec | None:
+        return next((f for f in self.fields if f.name == name), None)
+
+    def relation(self, name: str) -> RelationSpec | None:
+        return next((r for r in self.relations if r.field == name), None)
+
+
+class Operand(_Strict):
+    """Exactly one of value, param, ref, now."""
+
+    value: Scalar | list[Scalar] | None = Field(default=None, description="A literal (a list for in/not_in).")
+    param: str | None = Field(default=None, description="Name of an action parameter.")
+    ref: str | None = Field(default=None, description="'row.field': a field of the target or of a ref param row.")
+    now: bool = Field(default=False, description="The database's now (date or datetime as the field needs).")
+    days: int = Field(default=0, description="Offset in days added to `now`.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Operand:
+        given = [k for k in ("value", "param", "ref") if getattr(self, k) is not None] + (["now"] if self.now else [])
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of value, param, ref, now (got {given or 'none'})")
+        if self.ref is not None and not re.match(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$", self.ref):
+            raise ValueError(f"ref {self.ref!r} must look like 'row.field' (row = target or a ref parameter)")
+        return self
+
+
+class Condition(Operand):
+    row: str = Field(
+        default="target", description="Row the field belongs to: 'target', a ref parameter or a relation field of the target."
+    )
+    field: str = Field(description="Field of that row compared against the operand.")
+    op: Op = Field(description="Comparison: eq, ne, lt, le, gt, ge, in, not_in.")
+    message: str = Field(description="Error returned to the agent when the condition fails.")
+
+    @model_validator(mode="after")
+    def _list_ops(self) -> Condition:
+        if (self.op in ("in", "not_in")) != isinstance(self.value, list):
+            if self.op in ("in", "not_in") or self.value is not None:
+                raise ValueError(f"op {self.op!r}: use a list value for in/not_in and a scalar otherwise")
+        return self
+
+
+class Effect(_Strict):
+    kind: Literal["set", "adjust", "create"] = Field(
+        description="set a field, adjust a numeric field by an amount, or create a row."
+    )
+    row: str = Field(default="target", description="Row changed by set/adjust (named as in Condition.row).")
+    field: str | None = Field(default=None, description="Field changed by set/adjust.")
+    to: Operand | None = Field(default=None, description="set: the new value; adjust: the amount added.")
+    scale: float = Field(default=1.0, description="adjust: multiplier of the amount (-1 subtracts).")
+    entity: str | None = Field(default=None, description="create: the entity of the new row.")
+    values: dict[str, Operand] = Field(default_factory=dict, description="create: field -> operand; the rest seeded.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Effect:
+        if self.kind == "create":
+            if self.entity is None or not self.values or self.field is not None or self.to is not None:
+                raise ValueError("create effects need `entity` and `values` (and no field/to)")
+        elif self.field is None or self.to is None or self.entity is not None or self.values:
+            raise ValueError(f"{self.kind} effects need `field` and `to` (and no entity/values)")
+        return self
+
+
+class ParamSpec(_Strict):
+    name: str = Field(description="Parameter name (lowercase identifier).")
+    description: str = Field(description="What the parameter means; shown in the tool schema.")
+    type: FieldType | None = Field(default=None, description="Value type; omit when `ref` is given.")
+    ref: str | None = Field(default=None, description="Entity whose key this parameter holds.")
+    values: tuple[str, ...] = Field(default=(), description="Allowed values for an enum parameter.")
+    min: float | None = Field(default=None, description="Lower bound for numeric parameters.")
+    max: float | None = Field(default=None, description="Upper bound for numeric parameters.")
+    source: Literal["task", "profile"] = Field(
+        default="task", description="Where the user's golden value is stated: the task text or the user profile."
+    )
+    faker: str | None = Field(default=None, description="Faker provider for golden string values (else a pattern).")
+    label: str | None = Field(default=None, description="How a user names this value ('new cabin class').")
+
+    _idents = _ident_fields("name", "ref")
+
+    @model_validator(mode="after")
+    def _typed(self) -> ParamSpec:
+        if (self.type is None) == (self.ref is None):
+            raise ValueError(f"parameter {self.name!r}: give exactly one of `type` or `ref`")
+        if (self.type == "enum") != bool(self.values):
+            raise ValueError(f"parameter {self.name!r}: enum parameters (and only they) need `values`")
+        return self
+
+
+class ActionSpec(_Strict):
+    name: str = Field(description="Tool name of the write action (lowercase identifier).")
+    description: str = Field(description="What the action does; the tool description.")
+    target: str = Field(description="Entity of the row the action transitions; its key is the first parameter.")
+    intent: str = Field(description="User-voice phrase for task text, with {param} placeholders ('cancel my trip').")
+    params: tuple[ParamSpec, ...] = Field(default=(), description="Parameters besides the target key.")
+    preconditions: tuple[Condition, ...] = Field(default=(), description="Checked before any effect; all must hold.")
+    effects: tuple[Effect, ...] = Field(min_length=1, description="Applied in order inside one transaction.")
+
+    _idents = _ident_fields("name", "target")
+
+
+class PolicySpec(_Strict):
+    name: str = Field(description="Policy name (lowercase identifier).")
+    text: str = Field(description="The rule as stated to the agent in the system prompt.")
+    actions: tuple[str, ...] = Field(min_length=1, description="Actions the rule constrains.")
+    conditions: tuple[Condition, ...] = Field(min_length=1, description="What must hold when those actions run.")
+    enforced: bool = Field(
+        default=True,
+        description="True: the tool refuses violating calls. False: the call goes through but the reward's "
+        "`policy` component becomes 0 (the agent must follow the rule itself).",
+    )
+
+    _idents = _ident_fields("name", "actions")
+
+
+class DomainSpec(_Strict):
+    name: str = Field(description="Domain name; also the YAML file stem.")
+    description: str = Field(description="What kind of system this is ('airline reservation system').")
+    now: datetime = Field(description="The database's current time; tools compare against it, never the clock.")
+    locale: str = Field(default="en_US", description="Faker locale used when seeding rows.")
+    agent_instructions: str = Field(default="", description="Extra system-prompt text for the agent.")
+    entities: tuple[EntitySpec, ...] = Field(min_length=1, description="Tables of the domain.")
+    actions: tuple[ActionSpec, ...] = Field(min_length=1, description="Write tools (state transitions).")
+    policies: tuple[PolicySpec, ...] = Field(default=(), description="Business rules and the conditions they imply.")
+
+    _idents = _ident_fields("name")
+
+    def entity(self, name: str) -> EntitySpec:
+        return next(e for e in self.entities if e.name == name)
+
+    def action(self, name: str) -> ActionSpec:
+        return next(a for a in self.actions if a.name == name)
+
+    @property
+    def spec_hash(self) -> str:
+        """Stable hash of the parsed spec (key order and YAML formatting do not matter)."""
+        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+class SpecError(ValueError):
+    """A domain spec is malformed; ``problems`` lists every problem found, each naming file, line and field."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: {len(problems)} problem(s) in domain spec:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# loading with every problem collected
+
+
+def _line_map(text: str) -> dict[tuple[Any, ...], int]:
+    """Map a path of keys/indices to its 1-based line, so errors can say where in the file they are."""
+    lines: dict[tuple[Any, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[Any, ...]) -> None:
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                lines[(*path, k.value)] = k.start_mark.line + 1
+                walk(v, (*path, k.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, (*path, i))
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+class _Problems:
+    def __init__(self, lines: dict[tuple[Any, ...], int]) -> None:
+        self.lines = lines
+        self.items: list[str] = []
+
+    def add(self, path: Iterable[Any], message: str) -> None:
+        path = tuple(path)
+        line = next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), None)
+        where = ".".join(str(p) for p in path) or "(root)"
+        self.items.append(f"line {line}: {where}: {message}" if line else f"{where}: {message}")
+
+
+def _parse_items(raw: Any, key: str, model: type[BaseModel], problems: _Problems) -> list[tuple[int, Any]]:
+    items = raw.get(key, []) if isinstance(raw, dict) else []
+    if not isinstance(items, list):
+        problems.add([key], "must be a list")
+        return []
+    parsed = []
+    for i, item in enumerate(items):
+        try:
+            parsed.append((i, model.model_validate(item)))
+        except ValidationError as exc:
+            for err in exc.errors():
+                problems.add([key, i, *err["loc"]], err["msg"].removeprefix("Value error, "))
+    return parsed
+
+
+def action_rows(action: ActionSpec, entities: dict[str, EntitySpec]) -> dict[str, EntitySpec]:
+    """Rows an action's conditions and effects may name: ``target``, each ``ref`` parameter, and each relation
+    field of the target (the row it points at, e.g. ``flight_id`` on a reservation)."""
+    rows = {"target": entities[action.target]}
+    rows |= {r.field: entities[r.to] for r in entities[action.target].relations if r.to in entities}
+    rows |= {q.name: entities[q.ref] for q in action.params if q.ref in entities}
+    return rows
+
+
+def _check_conditions(
+    conds: Iterable[tuple[list[Any], Condition]], rows: dict[str, EntitySpec], params: dict[str, ParamSpec], p: _Problems
+) -> None:
+    for path, c in conds:
+        check_operand(path, c, rows, params, p)
+        ent = rows.get(c.row)
+        if ent is None:
+            p.add([*path, "row"], f"unknown row {c.row!r}; use one of {sorted(rows)}")
+        elif c.field not in ent.column_names:
+            p.add([*path, "field"], f"{ent.name} has no field {c.field!r}; fields: {ent.column_names}")
+        elif (f := ent.field(c.field)) is not None and f.type == "enum" and c.value is not None:
+            for v in c.value if isinstance(c.value, list) else [c.value]:
+                if v not in f.values:
+                    p.add([*path, "value"], f"{v!r} is not a value of {ent.name}.{f.name}; allowed: {list(f.values)}")
+
+
+def check_operand(
+    path: list[Any], o: Operand, rows: dict[str, EntitySpec], params: dict[str, ParamSpec], p: _Problems
+) -> None:
+    if o.param is not None and o.param not in params:
+        p.add([*path, "param"], f"unknown parameter {o.param!r}; parameters: {sorted(params)}")
+    if o.ref is not None:
+        row, field = o.ref.split(".")
+        if row not in rows:
+            p.add([*path, "ref"], f"unknown row {row!r}; use one of {sorted(rows)}")
+        elif field not in rows[row].column_names:
+            p.add([*path, "ref"], f"{rows[row].name} has no field {field!r}")
+
+
+def _check_domain(raw: Any, p: _Problems) -> None:
+    """Cross-reference checks; items that failed to parse are skipped (their problems are already listed)."""
+    entities = _parse_items(raw, "entities", EntitySpec, p)
+    actions = _parse_items(raw, "actions", ActionSpec, p)
+    policies = _parse_items(raw, "policies", PolicySpec, p)
+    raw_names = {
+        key: {item.get("name") for item in (raw.get(key) or []) if isinstance(item, dict)}
+        for key in ("entities", "actions")
+    } if isinstance(raw, dict) else {"entities": set(), "actions": set()}
+    locale = str(raw.get("locale", "en_US"))
+    try:
+        fake = _faker(locale)
+    except (AttributeError, ValueError):
+        p.add(["locale"], f"unknown Faker locale {locale!r} (e.g. en_US, en_GB, de_DE)")
+        fake = _faker("en_US")
+    by_name: dict[str, EntitySpec] = {}
+    for i, e in entities:
+        if e.name in by_name:
+            p.add(["entities", i, "name"], f"duplicate entity {e.name!r}")
+        by_name[e.name] = e
+        seen: set[str] = set()
+        for col in e.column_names:
+            if col in seen:
+                p.add(["entities", i], f"duplicate column {col!r} in entity {e.name!r}")
+            seen.add(col)
+        for j, f in enumerate(e.fields):
+            if f.faker is not None and (f.faker.startswith("_") or not callable(getattr(fake, f.faker, None))):
+                p.add(["entities", i, "fields", j, "faker"], f"unknown Faker provider {f.faker!r}")
+    prefixes: dict[str, str] = {}
+    graph = nx.DiGraph()
+    for i, e in entities:
+        if e.id_prefix in prefixes and prefixes[e.id_prefix] != e.name:
+            p.add(["entities", i, "id_prefix"], f"id_prefix {e.id_prefix!r} already used by {prefixes[e.id_prefix]!r}")
+        prefixes[e.id_prefix] = e.name
+        for j, r in enumerate(e.relations):
+            if r.to not in by_name and r.to not in raw_names["entities"]:
+                p.add(["entities", i, "relations", j, "to"], f"dangling relation: no entity {r.to!r}")
+            elif r.required:
+                graph.add_edge(e.name, r.to)
+    for cycle in nx.simple_cycles(graph):
+        p.add(["entities"], f"cyclic required relations {' -> '.join([*cycle, cycle[0]])}; make one optional")
+    seen_actions: set[str] = set()
+    for i, a in actions:
+        path = ["actions", i]
+        if a.name in seen_actions:
+            p.add([*path, "name"], f"duplicate action {a.name!r}")
+        seen_actions.add(a.name)
+        if a.target not in by_name:
+            if a.target not in raw_names["entities"]:
+                p.add([*path, "target"], f"unknown entity {a.target!r}; entities: {sorted(by_name)}")
+            continue
+        params = {q.name: q for q in a.params}
+        if len(params) != len(a.params) or by_name[a.target].key in params:
+            p.add([*path, "params"], "duplicate parameter names (or one named like the target key)")
+        rows = action_rows(a, by_name)
+        for j, q in enumerate(a.params):
+            if q.ref is not None and q.ref not in by_name and q.ref not in raw_names["entities"]:
+                p.add([*path, "params", j, "ref"], f"unknown entity {q.ref!r}")
+        for placeholder in re.findall(r"{(\w+)}", a.intent):
+            if placeholder not in params:
+                p.add([*path, "intent"], f"placeholder {{{placeholder}}} is not a parameter")
+        _check_conditions([([*path, "preconditions", j], c) for j, c in enumerate(a.preconditions)], rows, params, p)
+        for j, eff in enumerate(a.effects):
+            epath = [*path, "effects", j]
+            if eff.kind == "create":
+                if eff.entity not in by_name:
+                    p.add([*epath, "entity"], f"unknown entity {eff.entity!r}")
+                    continue
+                target = by_name[eff.entity]
+                for col, operand in eff.values.items():
+                    if col not in target.column_names or col == target.key:
+                        p.add([*epath, "values", col], f"{target.name} has no settable field {col!r}")
+                    check_operand([*epath, "values", col], operand, rows, params, p)
+                continue
+            ent = rows.get(eff.row)
+            if ent is None:
+                p.add([*epath, "row"], f"unknown row {eff.row!r}; use one of {sorted(rows)}")
+                continue
+            check_operand([*epath, "to"], eff.to, rows, params, p)
+            fspec = ent.field(eff.field)
+            if eff.field == ent.key or eff.field not in ent.column_names:
+                p.add([*epath, "field"], f"{ent.name} has no settable field {eff.field!r} (keys cannot change)")
+            elif fspec is None:  # a relation column: only `set` makes sense
+                if eff.kind != "set":
+                    p.add([*epath, "kind"], f"{ent.name}.{eff.field} is a relation; only `set` applies")
+            elif eff.kind == "adjust" and fspec.type not in NUMERIC_TYPES:
+                p.add([*epath, "field"], f"adjust needs a numeric field; {ent.name}.{fspec.name} is {fspec.type}")
+            elif fspec.type == "enum" and eff.to.value is not None and eff.to.value not in fspec.values:
+                p.add([*epath, "to"], f"{eff.to.value!r} is not a value of {ent.name}.{fspec.name}")
+    action_map = {a.name: a for _, a in actions}
+    for i, pol in policies:
+        for j, name in enumerate(pol.actions):
+            a = action_map.get(name)
+            if a is None:
+                if name not in raw_names["actions"]:
+                    p.add(["policies", i, "actions", j], f"unknown action {name!r}")
+                continue
+            if a.target not in by_name:
+                continue
+            rows = action_rows(a, by_name)
+            _check_conditions(
+                [(["policies", i, "conditions", k], c) for k, c in enumerate(pol.conditions)],
+                rows, {q.name: q for q in a.params}, p,
+            )
+
+
+@lru_cache(maxsize=8)
+def _faker(locale: str):
+    from faker import Faker
+
+    return Faker(locale)
+
+
+def parse_spec(text: str, source: str = "<string>") -> DomainSpec:
+    """Parse YAML text into a DomainSpec, listing every problem in one SpecError."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(source, [f"not valid YAML: {exc}"]) from None
+    problems = _Problems(_line_map(text))
+    if not isinstance(raw, dict):
+        raise SpecError(source, ["the top level must be a mapping with name, description, now, entities, actions"])
+    try:
+        spec = DomainSpec.model_validate(raw)
+    except ValidationError as exc:
+        spec = None
+        # Entities/actions/policies are re-parsed item by item below, so skip their structural errors here.
+        for err in exc.errors():
+            if err["loc"] and err["loc"][0] in ("entities", "actions", "policies") and len(err["loc"]) > 1:
+                continue
+            problems.add(err["loc"], err["msg"].removeprefix("Value error, "))
+    _check_domain(raw, problems)
+    if problems.items:
+        raise SpecError(source, problems.items)
+    assert spec is not None  # every structural error was reported above
+    return spec
+
+
+def load_spec(path: str | Path) -> DomainSpec:
+    path = Path(path)
+    spec = parse_spec(path.read_text(), str(path))
+    if spec.name != path.stem:
+        raise SpecError(str(path), [f"line 1: name: {spec.name!r} must equal the file stem {path.stem!r}"])
+    return spec
+
+
+def domain_paths(domains_dir: Path = DOMAINS_DIR) -> dict[str, Path]:
+    """Every shipped domain, one YAML file each, discovered by glob."""
+    return {p.stem: p for p in sorted(domains_dir.glob("*.yaml"))}
+
+
+@lru_cache(maxsize=64)
+def load_domain(name: str) -> DomainSpec:
+    paths = domain_paths()
+    if name not in paths:
+        raise ValueError(f"unknown domain {name!r}; shipped domains: {', '.join(paths)}")
+    return load_spec(paths[name])
+
+
+def resolve_domains(selection: str | Iterable[str]) -> list[str]:
+    """'all', 'a,b' or a list -> domain names, each checked to exist."""
+    names = list(domain_paths()) if selection == "all" else (
+        [s.strip() for s in selection.split(",") if s.strip()] if isinstance(selection, str) else list(selection)
+    )
+    unknown = [n for n in names if n not in domain_paths()]
+    if unknown:
+        raise ValueError(f"unknown domain(s) {unknown}; shipped domains: {', '.join(domain_paths())}")
+    return names
+
