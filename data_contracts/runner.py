@@ -18,7 +18,16 @@ from pydantic import BaseModel, Field
 
 from data_contracts.catalog import Catalog
 from data_contracts.gate import GateReport, validate
-from data_contracts.stage import REJECTED, REJECTED_CONTRACT, STAGES, Contract, Params, Stage, StageError, get_stage
+from data_contracts.stage import (
+    REJECTED,
+    REJECTED_CONTRACT,
+    STAGES,
+    Contract,
+    Params,
+    Stage,
+    StageError,
+    get_stage,
+)
 from data_contracts.store import MANIFEST, ArtifactStore, PublishedArtifact
 
 
@@ -150,7 +159,7 @@ def execute_stage(
         catalog.record(json.loads((quarantine / MANIFEST).read_text()), "quarantined", quarantine)
         raise ContractViolation(stage.name, partition, key, reports, quarantine)
 
-    published = store.publish(manifest, frames, replace=force)
+    published = store.publish(manifest, frames, reports=reports, replace=force)
     store.remove_quarantine(stage.name, key)
     catalog.record(published.manifest, "published", published.path)
     publish_s = time.perf_counter() - start - run_s - gate_s

@@ -37,6 +37,7 @@ MANIFEST = "manifest.json"
 VALIDATION = "validation.json"
 _TMP = ".tmp-"
 _STALE_AFTER_S = 6 * 3600  # a temp dir from another host cannot be probed by pid; this old means its writer is gone
+_KEEP_ROW_INDICES = 1000
 # Fixed writer settings: identical frames give identical bytes, so a backfill rewrites the same files.
 _PARQUET = {"compression": "zstd", "compression_level": 3, "statistics": True, "row_group_size": 128 * 1024}
 
@@ -115,6 +116,17 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> int:
     frame.write_parquet(path, **_PARQUET)
     _fsync_path(path)
     return path.stat().st_size
+
+
+def _validation_json(reports: Mapping[str, GateReport]) -> dict[str, Any]:
+    """Every report in full, except that row indices beyond the first few are left to the failing-rows files."""
+    out = {}
+    for name, report in reports.items():
+        dumped = report.model_dump(mode="json")
+        dumped["failing_rows_total"] = len(report.failing_rows)
+        dumped["failing_rows"] = report.failing_rows[:_KEEP_ROW_INDICES]
+        out[name] = dumped
+    return out
 
 
 def _pid_alive(pid: int) -> bool:
@@ -250,9 +262,11 @@ class ArtifactStore:
         manifest: Mapping[str, Any],
         frames: Mapping[str, pl.DataFrame],
         *,
+        reports: Mapping[str, GateReport] | None = None,
         replace: bool = False,
     ) -> PublishedArtifact:
-        """Write every output and the manifest into a temp sibling, fsync, rename into place.
+        """Write every output, the gate reports (``validation.json``, read by the Data Docs) and the manifest into
+        a temp sibling, fsync, rename into place.
 
         A concurrent publisher of the same key that loses the rename drops its copy and returns the winner's,
         whose data files are byte-identical (stages are deterministic). ``replace`` overwrites an existing one.
@@ -272,8 +286,9 @@ class ArtifactStore:
                     "columns": {col: str(dtype) for col, dtype in frame.schema.items()},
                     "file": file,
                 }
-            full = {**manifest, "outputs": outputs}
-            _write_json(tmp / MANIFEST, full)
+            if reports:
+                _write_json(tmp / VALIDATION, _validation_json(reports))
+            _write_json(tmp / MANIFEST, {**manifest, "outputs": outputs})
             self._move_into_place(tmp, final, replace=replace)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -310,7 +325,7 @@ class ArtifactStore:
                     "columns": {col: str(dtype) for col, dtype in frame.schema.items()},
                     "file": file,
                 }
-            _write_json(tmp / VALIDATION, {name: report.model_dump(mode="json") for name, report in reports.items()})
+            _write_json(tmp / VALIDATION, _validation_json(reports))
             _write_json(tmp / MANIFEST, {**manifest, "outputs": outputs})
             self._move_into_place(tmp, final, replace=True)
         except BaseException:

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_contracts.gate import check_contract, validate
+from data_contracts.gate import build_data_docs, check_contract, validate
 from data_contracts.stage import Check, Contract, Expect, StageError
 
 GOOD = pl.DataFrame({
@@ -89,8 +89,8 @@ def test_expectation_on_missing_column_fails() -> None:
 @pytest.mark.parametrize(
     ("expect", "match"),
     [
-        (Expect("ExpectColumnValuesToBeShiny", column="id"), "unknown Great Expectations expectation kind "
-                                                             "'ExpectColumnValuesToBeShiny'"),
+        (Expect("ExpectColumnValuesToBeShiny", column="id"),
+         "unknown Great Expectations expectation kind 'ExpectColumnValuesToBeShiny'"),
         (Expect("ExpectColumnValuesToMatchRegex", column="id", regexp="x"), "regexp"),
         (Expect("Contract"), "unknown Great Expectations expectation kind 'Contract'"),
     ],
@@ -126,3 +126,12 @@ def test_python_check_reports_exactly_the_failing_rows(values: list[int | None],
     assert report.failing_rows == expected
     assert report.passed == (not expected)
     assert report.results[-1].unexpected_count == len(expected)
+
+
+def test_data_docs_from_reports(tmp_path) -> None:
+    contract = Contract(expectations=(Expect("ExpectColumnValuesToBeUnique", column="kind"),))
+    reports = [validate("s", "o", GOOD, Contract(), "p0"), validate("s<b>", "o", GOOD, contract, "p1")]
+    index = build_data_docs(tmp_path, reports)
+    text = index.read_text()
+    assert "2 validations, 1 failed" in text and "s&lt;b&gt;" in text and "<b>" not in text
+    assert "ExpectColumnValuesToBeUnique(kind)" in (tmp_path / "data_docs" / "validations" / "report-1.html").read_text()

@@ -11,6 +11,7 @@ import pytest
 from pydantic import Field
 
 from data_contracts.catalog import Catalog
+from data_contracts.gate import build_data_docs
 from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, materialize, plan
 from data_contracts.stage import (
     REJECTED,
@@ -201,7 +202,7 @@ def test_rejected_output_uses_rejected_contract(env) -> None:
 
 
 def test_declared_rejected_is_optional(env) -> None:
-    store, catalog = env
+    store, _ = env
     rejected = Contract(columns={"reason": pl.String, "score": pl.Float64})
     _run_returning(env, {"rows": pl.DataFrame({"a": [1]})}, {"rows": Contract(), REJECTED: rejected})
     (manifest, _), = store.manifests()
@@ -221,3 +222,19 @@ def test_materialize_rejects_params_for_unknown_stage(doubles, env) -> None:
     store, catalog = env
     with pytest.raises(StageError, match=r"unknown stage\(s\) \['_test_double_nope'\]"):
         materialize(store, catalog, ["_test_double_sink"], {"_test_double_nope": {}}, "p0", progress=False)
+
+
+def test_data_docs_list_every_validation(doubles, env) -> None:
+    store, catalog = env
+    materialize(store, catalog, ["_test_double_sink"], {}, "p0", progress=False)
+    with pytest.raises(ContractViolation):
+        execute_stage(store, catalog, doubles["_test_double_source"], {"plant_bad_row": True}, {}, "p1")
+    index = build_data_docs(store.root)
+    assert index == store.root / "data_docs" / "index.html"
+    text = index.read_text()
+    assert "5 validations, 1 failed" in text  # source rows+rejected, sink upper (p0); source rows+rejected (p1)
+    assert text.count("quarantined") == 2 and text.count("published") == 3
+    pages = sorted((store.root / "data_docs" / "validations").glob("*/*.html"))
+    assert len(pages) == 3
+    quarantined = (store.root / "data_docs" / "validations" / "_test_double_source").glob("*.html")
+    assert any("ExpectColumnValuesToMatchRegex(id)" in p.read_text() and "failed" in p.read_text() for p in quarantined)
