@@ -233,11 +233,13 @@ _VALUE_SPLIT = re.compile(r"[\s,;|]+")
 def _values(answer: Any) -> list[str]:
     """Gold values from a list, a JSON list string, or a comma/whitespace separated string."""
     if isinstance(answer, str):
-        stripped = answer.strip()
-        if stripped.startswith("["):
-            answer = json.loads(stripped)
-        else:
-            return [v for v in _VALUE_SPLIT.split(stripped) if v]
+        try:
+            parsed = json.loads(answer) if answer.lstrip().startswith("[") else None
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, list):
+            return [v for v in _VALUE_SPLIT.split(answer) if v]
+        answer = parsed
     return [str(v).strip() for v in answer if str(v).strip()]
 
 
@@ -295,7 +297,7 @@ def score_math(pred: str | None, golds: Sequence[str]) -> float:
     return 0.0
 
 
-_CHOICE = re.compile(r"^\(?([A-Za-z])\)?(?:[.):]|\s|$)")
+_CHOICE = re.compile(r"^\(?([A-Za-z])(?:[.):]|\s*$)")
 
 
 def score_choice(pred: str | None, golds: Sequence[str]) -> float:

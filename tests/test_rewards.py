@@ -1,0 +1,167 @@
+"""Rewards: boxed extraction, normalization, each scorer's range and symmetry, and the reward hacks of DESIGN.md
+section 7."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tasks.rewards import (
+    REWARDS,
+    extract_boxed,
+    get_reward,
+    normalize,
+    score_exact,
+    score_token_f1,
+    score_two_way,
+    score_two_way_naive,
+)
+
+
+def boxed(answer: str) -> str:
+    return f"Let me trace the chain and reason.\nSo the answer is \\boxed{{{answer}}}"
+
+
+# Balanced-brace content: text without braces, or {inner} groups, concatenated.
+_plain = st.text(alphabet=st.characters(blacklist_characters="{}\\", blacklist_categories=("Cs",)), max_size=8)
+balanced = st.recursive(_plain, lambda inner: st.lists(st.one_of(_plain, inner.map(lambda s: "{" + s + "}")),
+                                                       max_size=4).map("".join), max_leaves=12)
+answers = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+words = st.lists(st.sampled_from(["paris", "north", "korea", "1984", "the", "of", "madrid", "atlético", "new", "york",
+                                  "or", "and", "yes", "no", "river"]), max_size=6).map(" ".join)
+
+
+@given(balanced, st.text(alphabet=st.characters(blacklist_characters="\\", blacklist_categories=("Cs",)), max_size=20))
+def test_extract_boxed_round_trips_nested_braces(content: str, prefix: str) -> None:
+    assert extract_boxed(f"{prefix}\\boxed{{ignored}} then \\boxed{{{content}}}") == content
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("no box here", None),
+    ("\\boxed{unclosed", None),
+    ("\\boxed 42$ done", "42"),
+    ("\\fbox{A}", "A"),
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+    ("\\boxed{a \\{ b}", "a \\{ b"),
+    ("\\boxed{first} and \\boxed{second}", "second"),
+])
+def test_extract_boxed_cases(text: str, expected: str | None) -> None:
+    assert extract_boxed(text) == expected
+
+
+@given(answers)
+def test_normalize_is_idempotent(text: str) -> None:
+    assert normalize(normalize(text)) == normalize(text)
+
+
+@pytest.mark.parametrize("name", sorted(REWARDS))
+@given(pred=answers, gold=answers)
+def test_every_reward_is_in_unit_interval(name: str, pred: str, gold: str) -> None:
+    gold = gold or "x"
+    (score,) = get_reward(name)([boxed(pred)], answer=[gold], aliases=[[]])
+    assert 0.0 <= score <= 1.0
+
+
+@pytest.mark.parametrize("scorer", [score_exact, score_token_f1, score_two_way_naive])
+@given(a=words.filter(bool), b=words.filter(bool))
+def test_symmetric_scorers(scorer, a: str, b: str) -> None:
+    assert scorer(a, [b]) == scorer(b, [a])
+
+
+@given(gold=words.filter(lambda w: normalize(w) and not set(normalize(w).split()) <= {"of", "or", "and"}))
+def test_gold_scores_one_and_aliases_count(gold: str) -> None:
+    assert two_way([boxed("Zanzibar")], answer=["Unguja"], aliases=[[gold, "Zanzibar"]]) == [1.0]
+    assert score_exact(gold, [gold]) == 1.0
+
+
+two_way = REWARDS["two_way"]
+
+
+@pytest.mark.parametrize(("pred", "gold"), [
+    ("the", "Paris"),
+    ("", "Paris"),
+    ("no", "North Korea"),
+    ("19", "1984"),
+    ("Paris or London", "Paris"),
+    ("London, Paris", "Paris"),
+    ("Paris / Lyon", "Paris"),
+    (("Paris is a lovely city and " * 20)[:500], "Paris"),
+    ("of the", "Bank of America"),
+    ("yes", "Yes Minister"),
+    ("no", "No Doubt"),
+    ("New", "New York City"),
+])
+def test_reward_hacks_score_zero(pred: str, gold: str) -> None:
+    assert two_way([boxed(pred)], answer=[gold]) == [0.0]
+
+
+def test_the_naive_reward_is_hacked() -> None:
+    """The unhardened two-way substring match of the report pays every hack; the hardened one pays none."""
+    hacks = [("the", "Paris"), ("no", "North Korea"), ("19", "1984"), ("Paris or London", "Paris")]
+    completions, golds = [boxed(p) for p, _ in hacks], [g for _, g in hacks]
+    assert REWARDS["two_way_naive"](completions, answer=golds) == [1.0] * 4
+    assert two_way(completions, answer=golds) == [0.0] * 4
+
+
+@pytest.mark.parametrize(("pred", "gold"), [
+    ("Atletico Madrid", "Atlético Madrid"),
+    ("Atlético Madrid", "Atletico Madrid"),
+    ("the answer is Paris", "Paris"),
+    ("It is Paris.", "Paris"),
+    ("\\text{Paris}", "Paris"),
+    ("Madrid", "Atlético Madrid"),
+    ("Yes", "yes"),
+    ("Simon and Garfunkel", "Simon & Garfunkel"),
+    ("Wells, Carpenter and Jacobs", "Wells, Carpenter and Jacobs"),
+    ("Chief of Protocol of the United States", "Chief of Protocol"),
+])
+def test_correct_answers_score_one(pred: str, gold: str) -> None:
+    assert two_way([boxed(pred)], answer=[gold]) == [1.0]
+
+
+def test_completion_formats_and_columns() -> None:
+    messages = [[{"role": "assistant", "content": boxed("USA")}],
+                [{"role": "assistant", "content": [{"type": "text", "text": boxed("Canada")}]}]]
+    out = two_way(messages, answer=["United States", "United States"], aliases=['["USA"]', None],
+                  prompts=["p", "p"], completion_ids=[[1], [2]], extra_column=[0, 0])
+    assert out == [1.0, 0.0]
+    assert two_way(["no box"], answer=["x"]) == [0.0]
+    with pytest.raises(ValueError, match="answer"):
+        two_way([boxed("x")])
+    with pytest.raises(ValueError, match="2 values for 1 completions"):
+        two_way([boxed("x")], answer=["x", "y"])
+    with pytest.raises(ValueError, match="known rewards"):
+        get_reward("nope")
+
+
+@pytest.mark.parametrize(("name", "pred", "gold", "expected"), [
+    ("exact_match", "The Paris", "paris", 1.0),
+    ("exact_match", "Paris, France", "Paris", 0.0),
+    ("token_f1", "new york", "new york city", 0.8),
+    ("token_f1", "no", "north korea", 0.0),
+    ("pred_in_gold", "york", "new york", 1.0),
+    ("pred_in_gold", "the answer is york", "new york", 0.0),
+    ("gold_in_pred", "the answer is new york", "new york", 1.0),
+    ("gold_in_pred", "york", "new york", 0.0),
+    ("math", "\\frac{3}{4}", "0.75", 1.0),
+    ("math", "1,000", "1000", 1.0),
+    ("math", "-2/4", "-1/2", 1.0),
+    ("math", "x + 1", "x+1", 1.0),
+    ("math", "3", "4", 0.0),
+    ("choice", "B", "B", 1.0),
+    ("choice", "(b) 42", "B", 1.0),
+    ("choice", "B or C", "B", 0.0),
+    ("choice", "C", "B", 0.0),
+])
+def test_ablation_and_math_rewards(name: str, pred: str, gold: str, expected: float) -> None:
+    assert get_reward(name)([boxed(pred)], answer=[gold]) == [pytest.approx(expected)]
+
+
+@given(st.permutations(["4821", "1177", "9030", "5512"]))
+def test_needle_reward_is_order_free_and_needs_every_value(values: list[str]) -> None:
+    gold = '["4821", "1177", "9030", "5512"]'
+    assert REWARDS["needle_all"]([boxed(", ".join(values))], answer=[gold]) == [1.0]
+    assert REWARDS["needle_all"]([boxed(", ".join(values[:3]))], answer=[gold]) == [0.0]
+    assert REWARDS["needle_all"]([boxed(", ".join([*values, "1234"]))], answer=[gold]) == [0.0]
+    assert REWARDS["needle_recall"]([boxed(", ".join(values[:3]))], answer=[gold]) == [0.75]
