@@ -1,0 +1,673 @@
+"""Stage `keychain`: LoongRL's KeyChain augmentation (LoongRL section 3.1, "KeyChain Data Construction").
+
+A short multi-hop QA seed (kept by the difficulty filter) becomes a long-context puzzle in five steps:
+
+1. context extension: the seed's own short context is filled up to the target length with distractor documents
+   drawn from the short contexts of *filtered-out* seeds (the `rejected` output of `qa_filtered`), never a
+   document whose title is one of the item's own documents;
+2. gold-document placement: the item's own documents go to uniformly random positions, or around the middle;
+3. UUID chains: one target chain of ``hops`` keys whose last value is the original question, plus distractor
+   chains resolving to other seeds' questions; linear, unique keys, no cycles; every link ``KEY: VALUE`` is
+   inserted at a sentence boundary of a distractor document;
+4. the surface question gives only the first key of the target chain;
+5. the answer is asked for in ``\\boxed{}``.
+
+Every hidden choice (key format, hops, distractor chains per 1K tokens, placement, target length) is a param and a
+column of each row. Length is measured with the configured tokenizer on the final prompt, chat template applied:
+document counts are computed once per stage run (shared across items), the prompt is assembled by token budget,
+the last distractor is cut at a sentence (or word) boundary to land inside the window, and one exact tokenization
+of the final prompt decides; a bounded number of corrections follows, and an item that still does not fit is
+rejected with its reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+from pydantic import Field, field_validator
+
+from data_contracts.stage import (
+    REJECTED,
+    Artifact,
+    Check,
+    Contract,
+    Expect,
+    Params,
+    rng_for,
+    seed_for,
+    stage,
+)
+from tasks.seeds import answer_in_support
+from tasks.tokenizer import resolve_tokenizer, tokenizer_spec_ok
+
+STAGE = "keychain"
+LENGTH_TOLERANCE = 0.02  # the final prompt lands in [target - 2%, target] (issue 3)
+KEY_FORMATS: dict[str, tuple[str, int, str]] = {
+    # name -> (alphabet, length, full-match regex)
+    "uuid32": ("0123456789ABCDEF", 32, r"[0-9A-F]{32}"),  # the report: 32 characters from {0-9, A-F}
+    "hex8": ("0123456789abcdef", 8, r"[0-9a-f]{8}"),  # the authors' released code
+}
+KEY_REGEX = r"^(" + "|".join(v[2] for v in KEY_FORMATS.values()) + r")$"
+
+INSTRUCTION = (
+    "Read the passages below. Some sentences in them are links of the form KEY: VALUE, where the value is either "
+    "another key or a question in double quotes."
+)
+SURFACE_QUESTION = (
+    "Starting from key {key}, follow the chain of links in the passages until a key's value is a question. That is "
+    "the hidden question: answer it using the passages. Think step by step, then put your final answer in \\boxed{{}}."
+)
+PASSAGE_HEADER = "\n\nPassage {i}:\n"
+_PASSAGE_SPLIT = re.compile(r"\n\nPassage \d+:\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_CONTENT_SENTINEL = "\x00KEYCHAIN-CONTENT\x00"
+
+
+class KeyChainParams(Params):
+    seed: int = Field(0, description="base seed; item i draws from rng_for(seed, 'keychain', partition, i)")
+    n: int = Field(7500, ge=1, description="number of examples to build (LoongRL Table 1 uses 7,500)")
+    split: str = Field("train", description="only seeds (and distractor documents) of this split are used")
+    target_tokens: int = Field(16384, description="prompt length target; the prompt lands in [target - 2%, target]")
+    key_format: Literal["uuid32", "hex8"] = Field(
+        "uuid32", description="uuid32: 32 uppercase hex characters (the report); hex8: 8 lowercase hex (authors' code)"
+    )
+    hops: int = Field(2, ge=1, le=16, description="keys per chain; the last key's value is the question")
+    chains_per_1k: float = Field(
+        0.5, ge=0.0, le=8.0, description="distractor chains per 1K target tokens (the report leaves it unspecified)"
+    )
+    placement: Literal["uniform", "centred"] = Field(
+        "uniform", description="gold documents at uniformly random positions, or within the middle third"
+    )
+    tokenizer: str = Field("default", description="'default' = the tokenizer artifact, or a local tokenizer dir")
+    min_pool_docs: int = Field(
+        200, ge=1, description="below this many filtered-out documents, other kept seeds' documents join the pool"
+    )
+    require_answer_in_context: bool = Field(
+        True, description="reject seeds whose answer (or alias) is not in one of their supporting documents"
+    )
+    max_adjust_steps: int = Field(4, ge=0, le=16, description="bounded length corrections after the exact count")
+    max_draws_per_item: int = Field(20_000, ge=10, description="bound on distractor documents drawn for one item")
+
+    @field_validator("target_tokens")
+    @classmethod
+    def _target(cls, v: int) -> int:
+        if not 256 <= v <= 1 << 20:
+            raise ValueError(f"target_tokens={v}: set a value between 256 and 1048576")
+        return v
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, v: str) -> str:
+        return tokenizer_spec_ok(v)
+
+    @property
+    def n_distractor_chains(self) -> int:
+        return round(self.chains_per_1k * self.target_tokens / 1000)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return math.ceil(self.target_tokens * (1 - LENGTH_TOLERANCE)), self.target_tokens
+
+
+# --------------------------------------------------------------------------- token counting
+
+
+class TokenCounter:
+    """Token counts with the configured tokenizer: batched (the fast backend when there is one), no special tokens."""
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+        self._backend = tok.backend_tokenizer if getattr(tok, "is_fast", False) else None
+        self._headers: list[int] = [0]  # prefix sums of passage-header counts: _headers[k] = headers 1..k
+
+    def many(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        if self._backend is not None:
+            return [len(e) for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+        return [len(ids) for ids in self.tok(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def one(self, text: str) -> int:
+        """The exact count of a final prompt (the one full tokenization per item)."""
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        return self.tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
+    def headers(self, k: int) -> int:
+        """Tokens of the first ``k`` passage headers together."""
+        if k >= len(self._headers):
+            start = len(self._headers)
+            counts = self.many([PASSAGE_HEADER.format(i=i) for i in range(start, 2 * k + 16)])
+            for c in counts:
+                self._headers.append(self._headers[-1] + c)
+        return self._headers[k]
+
+
+# --------------------------------------------------------------------------- the shared pools
+
+
+def _title_key(title: str) -> str:
+    return " ".join(title.lower().split())
+
+
+def _body(title: str, text: str) -> str:
+    return f"{title}\n{text.strip()}"
+
+
+@dataclass
+class DocPool:
+    """Distractor documents, deduplicated, with lazily computed token counts shared by all items of a run."""
+
+    titles: list[str]
+    texts: list[str]
+    source: str  # "rejected" or "rejected+kept" (the fallback when too few seeds were filtered out)
+    counts: np.ndarray = field(init=False)
+    title_keys: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = np.full(len(self.texts), -1, dtype=np.int64)
+        self.title_keys = [_title_key(t) for t in self.titles]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def body(self, i: int) -> str:
+        return _body(self.titles[i], self.texts[i])
+
+    def count(self, idx: Sequence[int], counter: TokenCounter) -> list[int]:
+        missing = [i for i in dict.fromkeys(idx) if self.counts[i] < 0]
+        if missing:
+            self.counts[missing] = counter.many([self.body(i) for i in missing])
+        return self.counts[list(idx)].tolist()
+
+
+_DOC_DTYPE = pl.List(pl.Struct({"title": pl.String, "text": pl.String, "is_supporting": pl.Boolean}))
+
+
+def _explode_docs(seeds: pl.DataFrame) -> pl.DataFrame:
+    if seeds.is_empty():
+        return pl.DataFrame(schema={"title": pl.String, "text": pl.String})
+    return (
+        seeds.select(pl.col("docs").str.json_decode(_DOC_DTYPE))
+        .explode("docs")
+        .unnest("docs")
+        .select("title", "text")
+        .drop_nulls()
+        .unique(maintain_order=True)
+    )
+
+
+def build_pool(rejected: pl.DataFrame, kept: pl.DataFrame, min_docs: int) -> DocPool:
+    """Distractors from filtered-out seeds (LoongRL section 3.1, stage 3); kept seeds' documents join only when
+    the filtered-out ones are fewer than ``min_docs``."""
+    docs, source = _explode_docs(rejected), "rejected"
+    if docs.height < min_docs:
+        docs, source = pl.concat([docs, _explode_docs(kept)]).unique(maintain_order=True), "rejected+kept"
+    return DocPool(docs["title"].to_list(), docs["text"].to_list(), source)
+
+
+# --------------------------------------------------------------------------- one example
+
+
+class Reject(Exception):
+    """An item that cannot be built; the message is the reason recorded in the `rejected` output."""
+
+
+@dataclass
+class Block:
+    body: str
+    tokens: int
+    own: bool = False
+    supporting: bool = False
+    pool_index: int = -1
+    links: list[tuple[int, str]] = field(default_factory=list)  # (char position, link statement)
+
+    def render(self) -> str:
+        text = self.body
+        for pos, link in sorted(self.links, key=lambda p: p[0], reverse=True):
+            text = f"{text[:pos]}{link} {text[pos:]}" if pos < len(text) else f"{text} {link}"
+        return text
+
+
+def make_keys(rng: Any, key_format: str, n: int, avoid: str) -> list[str]:
+    """``n`` distinct keys of the format, none occurring in ``avoid`` (the seed texts); bounded redraws."""
+    alphabet, length, _ = KEY_FORMATS[key_format]
+    keys: list[str] = []
+    seen: set[str] = set()
+    for _ in range(100 * n + 100):
+        if len(keys) == n:
+            return keys
+        key = "".join(rng.choices(alphabet, k=length))
+        if key not in seen and key not in avoid:
+            seen.add(key)
+            keys.append(key)
+    raise Reject("could not draw distinct keys")
+
+
+def link_statements(keys: Sequence[str], question: str) -> list[str]:
+    """A linear chain: key_i -> key_{i+1}, last key -> the question in double quotes."""
+    values = [*keys[1:], f'"{question}"']
+    return [f"{k}: {v}" for k, v in zip(keys, values, strict=True)]
+
+
+def centred_window(n_own: int, n_total: int) -> range:
+    """The middle third of the context, widened to hold every own document when the context is short."""
+    width = max(n_own, n_total - 2 * (n_total // 3))
+    start = (n_total - width) // 2
+    return range(start, start + width)
+
+
+def place_own(rng: Any, n_own: int, n_total: int, placement: str) -> list[int]:
+    """Positions (sorted) of the item's own documents among ``n_total`` (LoongRL section 3.1: gold placement)."""
+    window = centred_window(n_own, n_total) if placement == "centred" else range(n_total)
+    return sorted(rng.sample(window, n_own))
+
+
+def boundaries(text: str) -> list[int]:
+    """Sentence boundaries of a document (start of each sentence after the first, and its end)."""
+    return [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]
+
+
+class KeyChainBuilder:
+    """Builds KeyChain examples from one stage run's seeds, pools and tokenizer; :meth:`build` is per item."""
+
+    def __init__(self, params: KeyChainParams, tok: Any, pool: DocPool, questions: pl.DataFrame, partition: str):
+        self.p = params
+        self.tok = tok
+        self.counter = TokenCounter(tok)
+        self.pool = pool
+        self.q_ids: list[str] = questions["id"].to_list()
+        self.q_texts: list[str] = questions["question"].to_list()
+        self.partition = partition
+        self.tokenizer_id = _tokenizer_id(tok)
+        self.prefix, self.suffix = self._template_frame()
+        lo, hi = params.window
+        self.lo, self.hi = lo, hi
+        slack = (hi - lo) // 4
+        self.goal = hi - slack  # aim inside the window so small estimate errors need no correction
+        self.floor = lo + slack
+        self.head_tokens = self.counter.many([self.prefix + INSTRUCTION])[0]
+        # A fixed, seeded sample sets the batch size of distractor draws, so an item's draws do not depend on
+        # which documents earlier items happened to count.
+        probe = random.Random(seed_for(params.seed, STAGE, "probe", 0)).sample(range(len(pool)), min(256, len(pool)))
+        self.exact_counts = 0  # full tokenizations of final prompts, for the bench (one per item when estimates hold)
+        self.mean_doc_tokens = max(1.0, float(np.mean(pool.count(probe, self.counter))))
+
+    def _template_frame(self) -> tuple[str, str]:
+        """The chat-template text before and after the user content, so the prompt is prefix + content + suffix."""
+        rendered = self.tok.apply_chat_template(
+            [{"role": "user", "content": _CONTENT_SENTINEL}], tokenize=False, add_generation_prompt=True
+        )
+        if rendered.count(_CONTENT_SENTINEL) != 1:
+            raise ValueError("the chat template does not render the user content verbatim; cannot assemble prompts")
+        prefix, suffix = rendered.split(_CONTENT_SENTINEL)
+        return prefix, suffix
+
+    # -- assembly -----------------------------------------------------------------------------------------------
+
+    def build(self, index: int, seed: Mapping[str, Any]) -> dict[str, Any]:
+        rng = rng_for(self.p.seed, STAGE, self.partition, index)
+        docs = json.loads(seed["docs"])
+        question = seed["question"].strip()
+        if self.p.require_answer_in_context and not answer_in_support(seed["answer"], seed["aliases"], seed["docs"]):
+            raise Reject("answer_not_in_supporting_docs")
+        own = [Block(_body(d["title"], d["text"]), 0, own=True, supporting=bool(d["is_supporting"])) for d in docs]
+        for block, count in zip(own, self.counter.many([b.body for b in own]), strict=True):
+            block.tokens = count
+        own_titles = {_title_key(d["title"]) for d in docs}
+
+        hops, n_chains = self.p.hops, 1 + self.p.n_distractor_chains
+        seed_text = question + " " + " ".join(b.body for b in own)
+        keys = make_keys(rng, self.p.key_format, hops * n_chains, seed_text)
+        chains = [keys[c * hops : (c + 1) * hops] for c in range(n_chains)]
+        distractor_q = self._distractor_questions(rng, seed["id"], question, n_chains - 1)
+        links = [s for chain, (_, q) in zip(chains, [(seed["id"], question), *distractor_q], strict=True)
+                 for s in link_statements(chain, q)]
+        rng.shuffle(links)
+
+        surface = SURFACE_QUESTION.format(key=chains[0][0])
+        tail = "\n\n" + surface + self.suffix
+        fixed = self.head_tokens + self.counter.many([tail])[0] + sum(self.counter.many([" " + s for s in links]))
+        fixed += sum(b.tokens for b in own)
+        distractors = self._fill(rng, own_titles, fixed, len(own))
+        if len(distractors) < 2:  # one filler to correct the length, at least one more to host the links
+            raise Reject("target_too_small_for_distractors")
+        filler, hosts = distractors[-1], distractors[:-1]
+
+        positions = place_own(rng, len(own), len(own) + len(distractors), self.p.placement)
+        blocks = _interleave(own, distractors, positions)
+        for link in links:
+            host = rng.choice(hosts)
+            host.links.append((rng.choice(boundaries(host.body)), link))
+
+        head = self.prefix + INSTRUCTION
+        text, tokens = "", 0
+        for _step in range(self.p.max_adjust_steps + 1):
+            text = head + "".join(PASSAGE_HEADER.format(i=i + 1) + b.render() for i, b in enumerate(blocks)) + tail
+            tokens = self.counter.one(text)
+            self.exact_counts += 1
+            if self.lo <= tokens <= self.hi:
+                break
+            if not self._resize_filler(filler, filler.tokens + self.goal - tokens):
+                raise Reject("length_correction_failed")
+        else:
+            raise Reject(f"length_out_of_bounds_after_{self.p.max_adjust_steps}_corrections")
+
+        content = text[len(self.prefix) : len(text) - len(self.suffix)]
+        return {
+            "id": f"kc-{seed['id']}",
+            "seed_id": seed["id"],
+            "source": seed.get("source"),
+            "prompt": json.dumps([{"role": "user", "content": content}], ensure_ascii=False),
+            "answer": seed["answer"],
+            "aliases": list(seed["aliases"] or []),
+            "hidden_question": question,
+            "first_key": chains[0][0],
+            "chain": chains[0],
+            "distractor_chains": json.dumps(
+                [{"seed_id": sid, "keys": ch, "question": q} for ch, (sid, q) in zip(chains[1:], distractor_q,
+                                                                                     strict=True)],
+                ensure_ascii=False,
+            ),
+            "key_format": self.p.key_format,
+            "hops": hops,
+            "n_distractor_chains": n_chains - 1,
+            "chains_per_1k": self.p.chains_per_1k,
+            "placement": self.p.placement,
+            "target_tokens": self.p.target_tokens,
+            "tokens": tokens,
+            "tokenizer": self.tokenizer_id,
+            "gold_doc_positions": [i for i, b in enumerate(blocks) if b.own and b.supporting],
+            "n_docs": len(blocks),
+            "distractor_source": self.pool.source,
+            "pass_count": seed.get("pass_count"),
+            "pass_k": seed.get("pass_k"),
+            "curriculum_stage": None,
+        }
+
+    def _distractor_questions(self, rng: Any, seed_id: str, question: str, n: int) -> list[tuple[str, str]]:
+        """Other seeds' questions, distinct, neither containing nor contained in the hidden question."""
+        picked: list[tuple[str, str]] = []
+        seen = {question}
+        for _ in range(50 * n + 50):
+            if len(picked) == n:
+                return picked
+            i = rng.randrange(len(self.q_texts))
+            q = self.q_texts[i].strip()
+            if self.q_ids[i] == seed_id or q in seen or not q or q in question or question in q or '"' in q:
+                continue
+            seen.add(q)
+            picked.append((self.q_ids[i], q))
+        raise Reject("too_few_distinct_distractor_questions")
+
+    def _fill(self, rng: Any, own_titles: set[str], fixed: int, n_own: int) -> list[Block]:
+        """Whole distractor documents while they fit under the goal; the first that does not is cut to the
+        remaining budget and ends the list. Draws are batched so new counts come from one tokenizer call."""
+        pool, counter, slack = self.pool, self.counter, self.goal - self.floor
+        chosen: list[Block] = []
+        used: set[int] = set()
+        spent = draws = 0
+        while draws < self.p.max_draws_per_item:
+            room = self.goal - fixed - counter.headers(n_own + len(chosen) + 1) - spent
+            want = max(4, math.ceil(room / self.mean_doc_tokens * 1.25))
+            batch = []
+            for _ in range(min(want, self.p.max_draws_per_item - draws)):
+                i = rng.randrange(len(pool))
+                draws += 1
+                if i not in used and pool.title_keys[i] not in own_titles:
+                    used.add(i)
+                    batch.append(i)
+            for i, count in zip(batch, pool.count(batch, counter), strict=True):
+                room = self.goal - fixed - counter.headers(n_own + len(chosen) + 1) - spent
+                if room <= 0:
+                    return chosen
+                block = Block(pool.body(i), count, pool_index=i)
+                if count <= room or self._resize_filler(block, room):
+                    chosen.append(block)
+                    spent += block.tokens
+                    if room - block.tokens <= slack:
+                        return chosen
+        raise Reject("distractor_pool_exhausted")
+
+    def _resize_filler(self, block: Block, tokens: int) -> bool:
+        """Cut the filler document's full text so it has at most ``tokens`` tokens and at least the window's
+        share below that: at the last sentence end that fits, else the last word boundary."""
+        full = self.pool.body(block.pool_index)
+        if tokens <= 0:
+            return False
+        full_count = int(self.pool.counts[block.pool_index])
+        if tokens >= full_count:
+            block.body, block.tokens = full, full_count
+            return tokens - full_count <= self.goal - self.floor
+        offsets = self.counter.offsets(full)
+        cut_end = offsets[tokens][0]  # first char of the first token that does not fit
+        sentence = [b for b in boundaries(full[:cut_end]) if b < cut_end]
+        min_tokens = tokens - (self.goal - self.floor)
+        for cut in (max(sentence, default=0), _word_cut(full, cut_end)):
+            text = full[:cut].rstrip()
+            n = sum(1 for s, _e in offsets if s < len(text))
+            if min_tokens <= n <= tokens and text:
+                block.body, block.tokens = text, n
+                return True
+        return False
+
+
+def _word_cut(text: str, end: int) -> int:
+    cut = text.rfind(" ", 0, end + 1)
+    return cut if cut > 0 else 0
+
+
+def _interleave(own: list[Block], distractors: list[Block], positions: list[int]) -> list[Block]:
+    blocks: list[Block] = []
+    own_iter, dis_iter = iter(own), iter(distractors)
+    wanted = set(positions)
+    for i in range(len(own) + len(distractors)):
+        blocks.append(next(own_iter) if i in wanted else next(dis_iter))
+    return blocks
+
+
+def _tokenizer_id(tok: Any) -> str:
+    from inference.tokenizer import identity
+
+    return identity(tok)
+
+
+# --------------------------------------------------------------------------- contract checks
+
+
+def _content(prompt: str) -> str:
+    return json.loads(prompt)[-1]["content"]
+
+
+def _chains(row: Mapping[str, Any]) -> list[tuple[list[str], str]]:
+    return [(list(row["chain"]), row["hidden_question"])] + [
+        (c["keys"], c["question"]) for c in json.loads(row["distractor_chains"])
+    ]
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return frame.to_dicts()
+
+
+def _chains_unresolved(frame: pl.DataFrame) -> list[bool]:
+    """Every link of every chain is in the prompt, each key is stated exactly once as a key."""
+    bad = []
+    for row in _rows(frame):
+        text = _content(row["prompt"])
+        ok = all(
+            text.count(f"{k}: ") == 1 and s in text
+            for keys, q in _chains(row)
+            for k, s in zip(keys, link_statements(keys, q), strict=True)
+        )
+        bad.append(not ok)
+    return bad
+
+
+def _keys_bad(frame: pl.DataFrame) -> list[bool]:
+    """Keys match their format, are unique in the example, and the chain is acyclic and linear: a key occurs once
+    as a key and once as the previous link's value (the first key of the target chain: once more, in the surface
+    question; distractor first keys: nowhere else)."""
+    bad = []
+    for row in _rows(frame):
+        text = _content(row["prompt"])
+        pattern = re.compile(f"^{KEY_FORMATS[row['key_format']][2]}$")
+        chains = _chains(row)
+        keys = [k for ks, _ in chains for k in ks]
+        ok = len(set(keys)) == len(keys) and all(pattern.match(k) for k in keys)
+        for c, (ks, _) in enumerate(chains):
+            for j, k in enumerate(ks):
+                expected = 2 if (j > 0 or c == 0) else 1
+                ok = ok and text.count(k) == expected
+        bad.append(not ok)
+    return bad
+
+
+def _question_exposed(frame: pl.DataFrame) -> list[bool]:
+    """The hidden question occurs exactly once: as the value of the target chain's last link, never in the
+    surface question or elsewhere."""
+    bad = []
+    for row in _rows(frame):
+        text = _content(row["prompt"])
+        q = row["hidden_question"]
+        bad.append(text.count(q) != 1 or f'{row["chain"][-1]}: "{q}"' not in text)
+    return bad
+
+
+def passages(content: str) -> list[str]:
+    """The passages of a KeyChain prompt, in order (index = position in ``gold_doc_positions``)."""
+    parts = _PASSAGE_SPLIT.split(content)
+    last = parts[-1].rsplit("\n\n", 1)[0]  # drop the surface question after the last passage
+    return [*parts[1:-1], last]
+
+
+def _answer_absent(frame: pl.DataFrame) -> list[bool]:
+    bad = []
+    for row in _rows(frame):
+        docs = passages(_content(row["prompt"]))
+        support = [{"title": "", "text": docs[i], "is_supporting": True} for i in row["gold_doc_positions"]
+                   if i < len(docs)]
+        bad.append(not support or not answer_in_support(row["answer"], row["aliases"], json.dumps(support)))
+    return bad
+
+
+def _length_outside(frame: pl.DataFrame) -> pl.Series:
+    lower = (frame["target_tokens"] * (1 - LENGTH_TOLERANCE)).ceil().cast(pl.Int64)
+    return (frame["tokens"] > frame["target_tokens"]) | (frame["tokens"] < lower)
+
+
+KEYCHAIN_COLUMNS: dict[str, Any] = {
+    "id": pl.String,
+    "seed_id": pl.String,
+    "source": pl.String,
+    "prompt": pl.String,
+    "answer": pl.String,
+    "aliases": pl.List(pl.String),
+    "hidden_question": pl.String,
+    "first_key": pl.String,
+    "chain": pl.List(pl.String),
+    "distractor_chains": pl.String,
+    "key_format": pl.String,
+    "hops": pl.Int64,
+    "n_distractor_chains": pl.Int64,
+    "chains_per_1k": pl.Float64,
+    "placement": pl.String,
+    "target_tokens": pl.Int64,
+    "tokens": pl.Int64,
+    "tokenizer": pl.String,
+    "gold_doc_positions": pl.List(pl.Int64),
+    "n_docs": pl.Int64,
+    "distractor_source": pl.String,
+    "pass_count": pl.Int64,
+    "pass_k": pl.Int64,
+    "curriculum_stage": pl.String,
+}
+
+KEYCHAIN_CONTRACT = Contract(
+    columns=KEYCHAIN_COLUMNS,
+    expectations=(
+        Expect("ExpectColumnValuesToBeUnique", column="id"),
+        *(Expect("ExpectColumnValuesToNotBeNull", column=c) for c in ("prompt", "answer", "hidden_question", "tokens")),
+        Expect("ExpectColumnValuesToMatchRegex", column="first_key", regex=KEY_REGEX),
+        Expect("ExpectColumnValuesToBeInSet", column="key_format", value_set=list(KEY_FORMATS)),
+        Expect("ExpectColumnValuesToBeInSet", column="placement", value_set=["uniform", "centred"]),
+        Expect("ExpectColumnPairValuesAToBeGreaterThanB", column_A="target_tokens", column_B="tokens", or_equal=True),
+        Expect("ExpectColumnValuesToBeBetween", column="hops", min_value=1),
+    ),
+    checks=(
+        Check("chains_resolve", _chains_unresolved, description="every link of every chain is stated in the prompt"),
+        Check("keys_unique_linear", _keys_bad, description="key format, unique keys, linear acyclic chains"),
+        Check("hidden_question_hidden", _question_exposed,
+              description="the hidden question appears once, as the target chain's resolution"),
+        Check("answer_in_context", _answer_absent,
+              description="the answer or an alias is in a supporting document present in the context"),
+        Check("length_within_window", _length_outside, description="tokens in [target - 2%, target]"),
+    ),
+)
+
+REJECTED_KEYCHAIN = Contract(columns={"seed_id": pl.String, "reason": pl.String})
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def select_items(kept: pl.DataFrame, params: KeyChainParams) -> pl.DataFrame:
+    """The ``n`` seeds to augment, ordered by a seeded hash of their id (stable under input reordering)."""
+    order = [hashlib.blake2b(f"{params.seed}/{i}".encode(), digest_size=8).hexdigest() for i in kept["id"]]
+    return kept.with_columns(pl.Series("_order", order)).sort("_order").drop("_order").head(params.n)
+
+
+def prepare(inputs: Mapping[str, Artifact], params: KeyChainParams) -> tuple[pl.DataFrame, DocPool, pl.DataFrame]:
+    """The items to build, the distractor document pool and the distractor question pool of one run; only seeds
+    of the configured split take part, so no evaluation seed leaks into a training context."""
+    frames = {}
+    for output in ("seeds", REJECTED):
+        frame = inputs["qa_filtered"].read(output)
+        missing = {"id", "question", "docs", "split"} - set(frame.columns)
+        if missing:
+            raise ValueError(f"keychain: qa_filtered output {output!r} lacks columns {sorted(missing)}")
+        frames[output] = frame.filter(pl.col("split") == params.split)
+    kept, rejected = frames["seeds"], frames[REJECTED]
+    pool = build_pool(rejected, kept, params.min_pool_docs)
+    questions = pl.concat([kept.select("id", "question"), rejected.select("id", "question")])
+    return select_items(kept, params), pool, questions
+
+
+def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) -> dict[str, pl.DataFrame]:
+    rows, rejected = [], []
+    for index, seed in enumerate(items.iter_rows(named=True), start=start):
+        try:
+            rows.append(builder.build(index, seed))
+        except Reject as reason:
+            rejected.append({"seed_id": seed["id"], "reason": str(reason)})
+    return {
+        STAGE: pl.DataFrame(rows, schema=KEYCHAIN_COLUMNS, orient="row") if rows
+        else pl.DataFrame(schema=KEYCHAIN_COLUMNS),
+        REJECTED: pl.DataFrame(rejected, schema={"seed_id": pl.String, "reason": pl.String}),
+    }
+
+
+@stage(
+    name=STAGE,
+    version="1",
+    inputs=("qa_filtered", "tokenizer"),
+    params=KeyChainParams,
+    outputs={STAGE: KEYCHAIN_CONTRACT, REJECTED: REJECTED_KEYCHAIN},
+)
+def run(inputs: Mapping[str, Artifact], params: KeyChainParams, partition: str) -> dict[str, pl.DataFrame]:
+    """KeyChain long-context QA (LoongRL section 3.1): hidden question behind UUID chains among distractors."""
+    items, pool, questions = prepare(inputs, params)
+    if len(pool) == 0:
+        raise ValueError("keychain: no distractor documents (qa_filtered has no seeds with docs in this split)")
+    builder = KeyChainBuilder(params, resolve_tokenizer(params.tokenizer, inputs), pool, questions, partition)
+    return build_frames(builder, items)
+
