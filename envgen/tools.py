@@ -263,7 +263,7 @@ class Executor:
             elif f.type in ("date", "datetime"):
                 v = fmt_time(ctx.now, f.type)
             else:
-                v = ""
+                v = key if f.unique else ""
             self._check_bounds(e, f.name, v)
             row[f.name] = self._coerce(e, f.name, v)
         conn.execute(t.insert().values(row))

@@ -104,9 +104,12 @@ class _ReferenceAgent:
 
     robust: bool
 
-    def __init__(self, golden: Sequence[Mapping[str, Any]], observable: set[str] | None = None,
+    def __init__(self, golden: Sequence[Mapping[str, Any]], required_outputs: Sequence[Any] = (),
+                 writes: frozenset[str] = frozenset(), observable: set[str] | None = None,
                  max_retries: int = 4) -> None:
         self.golden = [{"name": a["name"], "arguments": dict(a.get("arguments", {}))} for a in golden]
+        self.required_outputs = list(required_outputs)
+        self.writes = writes
         self.observable = observable
         self.max_retries = max_retries
         self.seen = Observations()
@@ -170,7 +173,9 @@ class _ReferenceAgent:
         if not self.robust:
             self.gave_up = f"step {self.step} ({action['name']}): cannot see {missing}"
             return self._final()
-        requery = next((j for j in range(self.step) if j not in self.requeried), None)
+        requery = next(
+            (j for j in range(self.step) if j not in self.requeried and self.golden[j]["name"] not in self.writes), None
+        )
         if requery is not None:
             # A response may have lacked a field on the first try: ask for the earlier records again.
             self.requeried.add(requery)
@@ -179,8 +184,8 @@ class _ReferenceAgent:
         ask = [arg for arg in missing if f"{self.step}.{arg}" not in self.asked]
         if ask:
             self.asked.update(f"{self.step}.{arg}" for arg in ask)
-            words = " and ".join(re.sub(r"_(id|key)$", "", a).replace("_", " ") for a in ask)
-            return {"role": "assistant", "content": f"Could you tell me the {words}, please?"}
+            words = " and ".join(f"{a.replace('_', ' ')} ({a})" for a in ask)
+            return {"role": "assistant", "content": f"Could you tell me your {words}, please?"}
         if self.observable is None:
             self.unresolved.update(f"{self.step}.{arg}" for arg in missing)
             self.call = _Call(self.step, action["name"], action["arguments"])
@@ -188,7 +193,7 @@ class _ReferenceAgent:
         self.gave_up = f"step {self.step} ({action['name']}): {missing} not recoverable"
         return self._final()
 
-    def _resolve(self, step: int, arg: str, value: Any) -> bool:
+    def _resolve(self, step: int | str, arg: str, value: Any) -> bool:
         key = f"{step}.{arg}"
         if key in self.resolved or isinstance(value, bool) or value is None:
             return True
@@ -216,8 +221,15 @@ class _ReferenceAgent:
         }
 
     def _final(self) -> Message:
-        text = "I could not complete the request." if self.gave_up else "Your request is complete."
-        return {"role": "assistant", "content": text}
+        if self.gave_up:
+            return {"role": "assistant", "content": "I could not complete the request."}
+        # Report the rubric's required outputs that can be read off the observations, in canonical form.
+        seen = [self._resolve("out", str(i), v) for i, v in enumerate(self.required_outputs)]
+        if self.observable is None:  # survey: what cannot be seen is plan knowledge
+            self.unresolved.update(f"out.{i}" for i, ok in enumerate(seen) if not ok)
+            seen = [True] * len(seen)
+        told = [str(v) for v, ok in zip(self.required_outputs, seen) if ok]
+        return {"role": "assistant", "content": f"Your request is complete. Details: {', '.join(told) or 'none'}."}
 
     @property
     def finished(self) -> bool:

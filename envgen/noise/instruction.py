@@ -226,7 +226,7 @@ def terminology(draft: Draft, rng: random.Random, intensity: int) -> Transform |
     )
 
 
-def _remove_detail(kind: str, draft: Draft, rng: random.Random, pick: Callable[[Detail], bool]) -> Detail | None:
+def _remove_detail(draft: Draft, rng: random.Random, pick: Callable[[Detail], bool]) -> Detail | None:
     pool = [d for d in draft.free_details() if pick(d)]
     if not pool:
         return None
@@ -236,7 +236,7 @@ def _remove_detail(kind: str, draft: Draft, rng: random.Random, pick: Callable[[
 
 
 def ambiguity(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
-    detail = _remove_detail("ambiguity", draft, rng, lambda d: d.profile_path is not None)
+    detail = _remove_detail(draft, rng, lambda d: d.profile_path is not None)
     if detail is None:
         return "no stated detail is also held in the user profile"
     vague = f"the {detail.words} on my account"
@@ -252,17 +252,18 @@ def ambiguity(draft: Draft, rng: random.Random, intensity: int) -> Transform | s
 
 
 def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
-    detail = _remove_detail("underspecification", draft, rng, lambda d: True)
+    detail = _remove_detail(draft, rng, lambda d: True)
     if detail is None:
         return "no stated detail left to omit"
     before = draft.description
     draft.description = _tidy(_replace(before, detail.surface, ""))
     path = detail.profile_path
     if path is None:
-        # Keep the omitted detail where the user simulator can answer from it (the solvability constraint).
-        facts = draft.user_profile.setdefault("known_facts", {})
-        facts[detail.arg] = detail.value
-        path = f"known_facts.{detail.arg}"
+        # Keep the omitted detail where the user simulator answers from it (the solvability constraint); the
+        # profile is the runtime's {"persona", "facts": [{"name", "label", "value"}]}.
+        facts = draft.user_profile.setdefault("facts", [])
+        facts.append({"name": detail.arg, "label": detail.arg.replace("_", " "), "value": detail.value})
+        path = f"facts.{len(facts) - 1}.value"
     return Transform(
         family="instruction", kind="underspecification",
         changed={"removed": detail.surface, "argument": detail.arg, "profile_path": path,
@@ -273,10 +274,9 @@ def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Tran
 
 
 def implicit_assumption(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
-    detail = _remove_detail("implicit_assumption", draft, rng, lambda d: d.lookup is not None)
-    if detail is None:
+    detail = _remove_detail(draft, rng, lambda d: d.lookup is not None)
+    if detail is None or detail.lookup is None:
         return "no stated detail is also returned by an earlier golden tool call"
-    assert detail.lookup is not None  # guaranteed by the pick above
     step, path = detail.lookup
     implied = f"the {detail.words} you have on file"
     before = draft.description

@@ -270,11 +270,14 @@ def draw_tool_fault(
     rng: random.Random,
     max_failures: int,
     taken: set[tuple[str, int]],
+    writes: frozenset[str] = frozenset(),
 ) -> Transform | str:
     """One fault of ``kind`` on a golden step whose clean output fits it, or the reason none fits.
 
     Field faults prefer a field whose value a later golden step needs, so the fault hides information (it bites);
-    ``taken`` holds (kind family, step) pairs already used so two faults never fight over one response.
+    ``taken`` holds (kind family, step) pairs already used so two faults never fight over one response;
+    ``writes`` names write tools, whose responses are never withheld for a re-query (a repeated write would apply
+    twice).
     """
     steps = [i for i in range(len(golden)) if ("call", i) not in taken]
     rng.shuffle(steps)
@@ -316,6 +319,8 @@ def draw_tool_fault(
         path, value = rng.choice(biting or fields)
         name = str(_split_path(path)[-1])
         if kind == "missing_field":
+            if action["name"] in writes:
+                continue
             taken.add(("call", step))
             return Transform(**base, changed={"path": path}, recovery="requery", bites=bool(biting),
                              hint=f"The first response omits '{path}'; call again for the complete record.")

@@ -1,0 +1,488 @@
+"""Environment construction: golden chains, grounding, BFS expansion, multi-chain growth and the fallback.
+
+Follows "Verifiability-Preserving Environment Expansion", "Multi-Chain Environment Construction" and "Fallback
+Mechanism" of LongCat-Flash-Thinking-2601 section 3.1.1:
+
+1. sample a seed golden chain s1 (a path of read tools through the dependency graph ending in a write action);
+2. instantiate the database along it (``ground_chain``: choose rows and argument values, patch the rows the
+   preconditions and policies name, dry-run the write);
+3. expand R(s) by BFS, adding a tool only when every required parameter type is supplied by already-instantiated
+   tools and every table it touches is instantiated;
+4. add chains sampled from the unused nodes D_n while p = f(c(E_n), g(D_n), |D_n|) > tau (f monotone: falls with
+   the current complexity c and the solver attempts g, rises with |D_n|);
+5. if the environment has fewer than ``min_tools`` tools, add moderate chains from all of G (the fallback).
+
+Rows a chain patched are reserved, so a later chain never edits them (database consistency across chains); the
+task generator re-verifies all chains together by replay anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool
+from envgen.spec import Condition, EntitySpec, FieldSpec, action_rows
+from envgen.tools import Executor, ToolError, _Context, action_conditions, fmt_time
+
+CHAIN_KINDS = frozenset({"get", "lookup", "find", "list_by", "parent_of"})
+
+
+@dataclass
+class Fact:
+    """A value the user knows: stated in the task text or only in the profile (the agent must ask)."""
+
+    name: str
+    label: str
+    value: Any
+    source: str  # "task" | "profile"
+
+
+@dataclass
+class GroundedChain:
+    tools: list[str]
+    actions: list[dict[str, Any]]  # golden calls {"name", "arguments"} in order
+    facts: list[Fact]
+    intent: str
+    reserved: set[tuple[str, str]]  # (entity, key) rows this chain patched or acts on
+
+
+@dataclass
+class ExpansionStats:
+    decisions: list[dict[str, float]] = field(default_factory=list)
+    fallback_used: bool = False
+    solver_attempts: int = 0
+
+
+class GroundingFailed(Exception):
+    pass
+
+
+def sample_chain(domain: CompiledDomain, rng: random.Random, allowed: set[str], max_reads: int) -> list[str] | None:
+    """A seed chain: reads walked backwards along graph edges from a write action in ``allowed``."""
+    writes = sorted(t for t in allowed if domain.tools[t].is_write)
+    if not writes:
+        return None
+    chain = [rng.choice(writes)]
+    for _ in range(rng.randint(1, max_reads)):
+        head = domain.tools[chain[0]]
+        preds = sorted(
+            u for u in domain.graph.predecessors(head.name)
+            if u in allowed and u not in chain and domain.tools[u].kind in CHAIN_KINDS
+            and (head.is_write or domain.tools[u].entity != head.entity)
+        )
+        if not preds:
+            break
+        chain.insert(0, rng.choice(preds))
+    # A user knows ids, unique values (an email) and names, not an internal status: trim starts they could not give.
+    while len(chain) > 1 and not user_knowable(domain, domain.tools[chain[0]]):
+        chain.pop(0)
+    return chain
+
+
+def user_knowable(domain: CompiledDomain, tool: Tool) -> bool:
+    for p in tool.params:
+        if p.required and p.field_type != "key":
+            f = domain.spec.entity(tool.entity).field(p.name)
+            if f is None or not (f.unique or (f.type == "string" and f.searchable)):
+                return False
+    return True
+
+
+class Grounder:
+    """Instantiates chains on one environment database (a connection inside a transaction)."""
+
+    def __init__(self, domain: CompiledDomain, conn: Connection, rng: random.Random) -> None:
+        self.domain, self.conn, self.rng = domain, conn, rng
+        self.ex = Executor(domain)
+        self.ents = self.ex.ents
+        self.reserved: set[tuple[str, str]] = set()
+        self.now = domain.spec.now
+
+    # -- rows ------------------------------------------------------------------------------------------------
+    def rows(self, entity: str, column: str | None = None, value: Any = None) -> list[dict[str, Any]]:
+        t = self.domain.tables[entity]
+        q = select(t).order_by(t.c[self.ents[entity].key])
+        if column is not None:
+            q = q.where(t.c[column] == value)
+        return [dict(r._mapping) for r in self.conn.execute(q)]
+
+    def _update(self, entity: str, key: str, column: str, value: Any) -> None:
+        if (entity, key) in self.reserved:
+            raise GroundingFailed(f"{entity} {key} is reserved by another chain")
+        e, t = self.ents[entity], self.domain.tables[entity]
+        self.conn.execute(t.update().where(t.c[e.key] == key).values({column: value}))
+
+    # -- values ----------------------------------------------------------------------------------------------
+    def sample_value(self, ftype: str, values: tuple[str, ...], lo: float | None, hi: float | None,
+                     faker: str | None = None) -> Any:
+        from envgen.seeding import field_value
+
+        f = FieldSpec(name="value", type=ftype, description="-", values=values, min=lo, max=hi,
+                      faker=faker, pattern=None if faker or ftype != "string" else "??###")
+        return field_value(f, self.domain.spec, _fake(self.domain.spec.locale, self.rng), self.rng)
+
+    def _satisfying(self, f: FieldSpec | None, op: str, target: Any, current: Any) -> Any:
+        """A value for a field that makes ``field op target`` true, or raise GroundingFailed."""
+        rng = self.rng
+        if op == "eq" or op == "ge" or op == "le":
+            return target
+        if op == "in":
+            return rng.choice(list(target))
+        if f is None:  # a relation column: only equality is patchable
+            raise GroundingFailed("cannot patch a relation for op " + op)
+        if op in ("ne", "not_in"):
+            bad = set(target) if op == "not_in" else {target}
+            if f.type == "enum":
+                options = [v for v in f.values if v not in bad]
+            elif f.type == "bool":
+                options = [v for v in (True, False) if v not in bad]
+            else:
+                options = [current] if current not in bad else []
+            if not options:
+                raise GroundingFailed(f"no value of {f.name} avoids {sorted(map(str, bad))}")
+            return rng.choice(options)
+        step = 1 if op == "gt" else -1
+        if f.type in ("date", "datetime"):
+            base = self.now if target is None else _parse_time(target)
+            return fmt_time(base + timedelta(days=step * rng.randint(1, 20), minutes=step * 15 * rng.randint(0, 8)),
+                            f.type)
+        if f.type in ("int", "float", "money"):
+            return target + step * (1 if f.type == "int" else 0.5)
+        raise GroundingFailed(f"cannot order {f.type} field {f.name}")
+
+    def patch(self, ctx: _Context, conds: list[Condition]) -> None:
+        """Patch rows until every condition holds (bounded rounds)."""
+        for _ in range(3):
+            failing = [c for c in conds if not ctx.holds(c)]
+            if not failing:
+                return
+            for c in failing:
+                row = ctx.rows.get(c.row)
+                if row is None:
+                    raise GroundingFailed(f"row {c.row} missing")
+                ent = ctx.ents[c.row]
+                if c.field == ent.key:
+                    raise GroundingFailed("keys cannot be patched")
+                f = ent.field(c.field)
+                target = ctx.value(c, ctx.field_kind(c.row, c.field))
+                value = self._satisfying(f, c.op, target, row.get(c.field))
+                if f is not None:
+                    value = Executor._coerce(ent, c.field, value)
+                    if f.type in ("int", "float", "money") and (
+                        (f.min is not None and value < f.min) or (f.max is not None and value > f.max)
+                    ):
+                        raise GroundingFailed(f"{ent.name}.{f.name} cannot satisfy {c.op} {target}")
+                self._update(ent.name, row[ent.key], c.field, value)
+                row[c.field] = value
+        if any(not ctx.holds(c) for c in conds):
+            raise GroundingFailed("conditions still fail after patching")
+
+    # -- chains ----------------------------------------------------------------------------------------------
+    def ground_action(self, tool: Tool, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Golden arguments for a write whose dry run succeeds; patches rows; raises GroundingFailed."""
+        action = self.domain.spec.action(tool.action)
+        target_e = self.ents[action.target]
+        candidates = [r for r in self.rows(target_e.name) if (target_e.name, r[target_e.key]) not in self.reserved]
+        self.rng.shuffle(candidates)
+        for target in candidates[:6]:
+            sp = self.conn.begin_nested()
+            try:
+                args = self._try_action(tool, action, target_e, target)
+                sp.commit()
+                return args
+            except (GroundingFailed, ToolError):
+                sp.rollback()
+        raise GroundingFailed(f"no row of {target_e.name} can be grounded for {tool.name}")
+
+    def _try_action(self, tool: Tool, action, target_e: EntitySpec, target: dict[str, Any]) -> dict[str, Any]:
+        args: dict[str, Any] = {target_e.key: target[target_e.key]}
+        owners = {r.to: target[r.field] for r in target_e.relations}
+        rows: dict[str, Any] = {"target": target}
+        for q in action.params:
+            if q.ref is not None:
+                options = [r for r in self.rows(q.ref) if (q.ref, r[self.ents[q.ref].key]) not in self.reserved
+                           and r[self.ents[q.ref].key] != target[target_e.key]]
+                # Prefer rows sharing an owner with the target (the same user's payment method).
+                shared = [r for r in options if any(r.get(rel.field) == owners.get(rel.to)
+                                                    for rel in self.ents[q.ref].relations)]
+                pick = self.rng.choice(shared or options) if (shared or options) else None
+                if pick is None:
+                    raise GroundingFailed(f"no {q.ref} row for {q.name}")
+                args[q.name] = pick[self.ents[q.ref].key]
+                rows[q.name] = pick
+                owners.setdefault(q.ref, args[q.name])
+            else:
+                args[q.name] = self.sample_value(q.type or "string", q.values, q.min, q.max, q.faker)
+        for r in target_e.relations:
+            if r.field not in rows and target[r.field] is not None:
+                rows[r.field] = self.ex.get(self.conn, r.to, target[r.field])
+        ctx = _Context(rows, action_rows(action, self.ents), args, self.now)
+        enforced, soft = action_conditions(self.domain, action)
+        self.patch(ctx, enforced + [c for _, c in soft])
+        dry = self.conn.begin_nested()
+        try:
+            self.ex.act(self.conn, tool, args, self.now)
+        finally:
+            dry.rollback()
+        for name, row in rows.items():
+            if row is not None:
+                ent = ctx.ents[name]
+                self.reserved.add((ent.name, row[ent.key]))
+        return args
+
+    def ground_chain(self, chain: list[str]) -> GroundedChain:
+        """Instantiate the database along ``chain`` and derive every golden argument backwards from the write."""
+        tools = [self.domain.tools[n] for n in chain]
+        write = tools[-1]
+        write_args = self.ground_action(write)
+        calls: list[dict[str, Any]] = [{"name": write.name, "arguments": write_args}]
+        linked: list[set[str]] = [set()]  # per call, the params supplied by the previous tool's output
+        hints: list[Fact] = []
+        head, head_args = write, write_args
+        for u in reversed(tools[:-1]):
+            types = sorted(set(self.domain.graph.edges[u.name, head.name]["types"]) & head.requires)
+            if not types:
+                raise GroundingFailed(f"{u.name} does not supply {head.name}")
+            link = self.rng.choice(types)
+            param = next(p.name for p in head.params if p.required and p.sem == link)
+            linked[0].add(param)
+            u_args, hint = self._invert(u, link, head_args[param])
+            if hint is not None:
+                hints.append(hint)
+            calls.insert(0, {"name": u.name, "arguments": u_args})
+            linked.insert(0, set())
+            head, head_args = u, u_args
+        facts: list[Fact] = list(reversed(hints))
+        action = self.domain.spec.action(write.action)
+        params = {q.name: q for q in action.params}
+        for call, done in zip(calls, linked):
+            tool = self.domain.tools[call["name"]]
+            for p in tool.params:
+                if not p.required or p.name in done:
+                    continue
+                q = params.get(p.name) if tool.is_write else None
+                if q is not None and f"{{{p.name}}}" in action.intent:
+                    source = "task"
+                else:
+                    source = q.source if q is not None and q.ref is None else "profile"
+                facts.append(Fact(p.name, self._label(tool, p.name, q), call["arguments"][p.name], source))
+        intent = action.intent.format(**{k: v for k, v in write_args.items()})
+        return GroundedChain(chain, calls, facts, intent, set())
+
+    def _label(self, tool: Tool, param: str, q) -> str:
+        if q is not None and q.label:
+            return q.label
+        e = self.ents[tool.child or tool.entity]
+        if param == e.key:
+            return e.label or f"{e.name.replace('_', ' ')} id"
+        f = e.field(param)
+        if f is not None and f.label:
+            return f.label
+        rel = e.relation(param)
+        if rel is not None and rel.label:
+            return rel.label
+        if rel is not None:
+            target = self.ents[rel.to]
+            return target.label or f"{target.name.replace('_', ' ')} id"
+        return param.replace("_", " ")
+
+    def _invert(self, u: Tool, link: str, value: Any) -> dict[str, Any]:
+        """Arguments of read tool ``u`` whose result contains ``value`` in a column of semantic type ``link``."""
+        from envgen.compiler import sem_type
+
+        e = self.ents[u.entity]
+        cols = [c for c in e.column_names if sem_type(e, c) == link]
+        matches = [r for c in cols for r in self.rows(e.name, c, value)]
+        if not matches:
+            raise GroundingFailed(f"no {e.name} row carries {link}={value!r}")
+        row = self.rng.choice(matches)
+        if u.kind == "get":
+            return {e.key: row[e.key]}, None
+        if u.kind == "lookup":
+            return {u.column: row[u.column]}, None
+        if u.kind in ("find", "list_by"):
+            shown = self.rows(e.name, u.column, row[u.column])[:PAGE_LIMIT]
+            if not any(r[e.key] == row[e.key] for r in shown):
+                raise GroundingFailed("the needed row is beyond the first page")
+            distinct = {r[c] for r in shown for c in cols}
+            return {u.column: row[u.column]}, (self._hint(e, row, shown) if len(distinct) > 1 else None)
+        if u.kind == "parent_of":
+            child = self.ents[u.child]
+            kids = self.rows(child.name, u.column, row[e.key])
+            if not kids:
+                raise GroundingFailed(f"no {child.name} points at {e.name} {row[e.key]}")
+            return {child.key: self.rng.choice(kids)[child.key]}, None
+        raise GroundingFailed(f"{u.kind} tools cannot start a chain")
+
+    def _hint(self, e: EntitySpec, row: dict[str, Any], shown: list[dict[str, Any]]) -> Fact | None:
+        """When a list holds several rows, the task names the wanted one by a field unique among them, so the
+        chain stays uniquely solvable (otherwise the golden row would be a guess)."""
+        if len(shown) == 1:
+            return None
+        fields = [f for f in e.fields if f.type in ("string", "money", "date", "datetime", "int", "float")]
+        self.rng.shuffle(fields)
+        for f in fields:
+            if sum(r[f.name] == row[f.name] for r in shown) == 1:
+                label = f"{e.label or e.name.replace('_', ' ')} {f.label or f.name.replace('_', ' ')}"
+                return Fact(f"{e.name}.{f.name}", label, row[f.name], "task")
+        raise GroundingFailed(f"no field tells the wanted {e.name} apart")
+
+
+def _fake(locale: str, rng: random.Random):
+    from envgen.seeding import _faker
+
+    fake = _faker(locale)
+    fake.seed_instance(rng.getrandbits(32))
+    return fake
+
+
+def _parse_time(v: str):
+    from datetime import datetime
+
+    return datetime.fromisoformat(v) if "T" in v else datetime.fromisoformat(v + "T12:00:00")
+
+
+# -- expansion -------------------------------------------------------------------------------------------------
+def tables_of(domain: CompiledDomain, tools: set[str]) -> set[str]:
+    return {t for n in tools for t in (*domain.tools[n].reads, *domain.tools[n].writes)}
+
+
+def bfs_expand(domain: CompiledDomain, env: set[str], seeds: list[str]) -> set[str]:
+    """R(s): BFS from the chain; a tool joins only when all its required parameter types are supplied by tools
+    already in the environment and every table it touches is instantiated (no cascade of new database state)."""
+    env = set(env) | set(seeds)
+    tables = tables_of(domain, env)
+    supplied = {s for n in env for s in domain.tools[n].outputs}
+
+    def admissible(name: str) -> bool:
+        t = domain.tools[name]
+        return name not in env and t.requires <= supplied and set(t.reads) | set(t.writes) <= tables
+
+    queue = deque(sorted(seeds))
+    while queue:
+        u = queue.popleft()
+        for v in sorted(domain.graph.successors(u)):
+            if admissible(v):
+                env.add(v)
+                supplied |= domain.tools[v].outputs
+                queue.append(v)
+    # Tools without required parameters have no incoming edge; their dependencies are trivially satisfied.
+    env |= {n for n, t in domain.tools.items() if not t.requires and admissible(n)}
+    return env
+
+
+def complexity(domain: CompiledDomain, env: set[str]) -> float:
+    """c(E): structural complexity in [0, 1], the mean of node share and induced edge density."""
+    sub = domain.graph.subgraph(env)
+    n = len(env)
+    density = sub.number_of_edges() / (n * (n - 1)) if n > 1 else 0.0
+    return 0.5 * (n / len(domain.tools)) + 0.5 * min(1.0, density / max(domain.density, 1e-9) / 2)
+
+
+def growth_probability(c: float, g: int, max_attempts: int, unused: int, total: int) -> float:
+    """p = f(c, g, |D|): logistic, decreasing in c and g, increasing in |D| (monotone in each argument)."""
+    z = 2.0 - 4.0 * c - 3.0 * (g / max_attempts) + 2.0 * (unused / total)
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+# -- one environment -------------------------------------------------------------------------------------------
+class ConstructionFailed(Exception):
+    pass
+
+
+@dataclass
+class BuiltEnvironment:
+    tools: list[str]
+    chains: list[GroundedChain]
+    fallback_chains: list[GroundedChain]
+    stats: ExpansionStats
+    db: bytes
+
+
+@dataclass(frozen=True)
+class ConstructionSettings:
+    max_reads: int = 3  # read tools before the write in a sampled chain
+    max_chains: int = 3  # seed chains per environment (s_1 .. s_n)
+    solver_attempts: int = 8  # budget of the solver that measures g(D_n)
+    tau: float = 0.3  # threshold on p for adding a chain
+    min_tools: int = 20  # the report's minimum environment size
+    fallback_attempts: int = 12
+
+
+def _try_ground(g: Grounder, chain: list[str] | None) -> GroundedChain | None:
+    if chain is None:
+        return None
+    sp = g.conn.begin_nested()
+    reserved = set(g.reserved)
+    try:
+        grounded = g.ground_chain(chain)
+        sp.commit()
+        return grounded
+    except (GroundingFailed, ToolError):
+        sp.rollback()
+        g.reserved = reserved
+        return None
+
+
+def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionSettings) -> BuiltEnvironment:
+    """Seed chain, grounding, BFS expansion, multi-chain growth and fallback on a freshly seeded database."""
+    from envgen.seeding import generate_rows, load_rows, memory_engine, sqlite_bytes
+
+    rng = random.Random(seed)
+    engine = memory_engine()
+    load_rows(domain, engine, generate_rows(domain.spec, seed))
+    everything = set(domain.tools)
+    stats = ExpansionStats()
+    chains: list[GroundedChain] = []
+    fallbacks: list[GroundedChain] = []
+    with engine.begin() as conn:
+        g = Grounder(domain, conn, rng)
+        for _ in range(20):
+            first = _try_ground(g, sample_chain(domain, rng, everything, settings.max_reads))
+            if first is not None:
+                break
+        else:
+            raise ConstructionFailed(f"{domain.name}: no seed chain could be grounded in 20 attempts")
+        chains.append(first)
+        env = bfs_expand(domain, set(), first.tools)
+        while len(chains) < settings.max_chains:
+            unused = everything - env
+            outer = conn.begin_nested()
+            reserved = set(g.reserved)
+            found, attempts = None, 0
+            while found is None and attempts < settings.solver_attempts:
+                attempts += 1
+                found = _try_ground(g, sample_chain(domain, rng, unused, settings.max_reads))
+            stats.solver_attempts += attempts
+            c = complexity(domain, env)
+            p = growth_probability(c, attempts if found else settings.solver_attempts + 1,
+                                   settings.solver_attempts, len(unused), len(everything))
+            add = found is not None and p > settings.tau and rng.random() < p
+            stats.decisions.append({"c": round(c, 4), "g": attempts, "unused": len(unused), "p": round(p, 4),
+                                    "added": add})
+            if not add:
+                outer.rollback()
+                g.reserved = reserved
+                break
+            outer.commit()
+            chains.append(found)
+            env = bfs_expand(domain, env, found.tools)
+        for _ in range(settings.fallback_attempts):
+            if len(env) >= settings.min_tools:
+                break
+            chain = sample_chain(domain, rng, everything, max(2, settings.max_reads))
+            extra = _try_ground(g, chain) if chain is not None and len(chain) >= 3 else None
+            if extra is not None:
+                fallbacks.append(extra)
+                stats.fallback_used = True
+                env = bfs_expand(domain, env, extra.tools)
+    if len(env) < settings.min_tools:
+        raise ConstructionFailed(f"{domain.name}: {len(env)} tools after the fallback, below {settings.min_tools}")
+    return BuiltEnvironment(sorted(env), chains, fallbacks, stats, sqlite_bytes(engine))

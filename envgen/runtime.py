@@ -1,0 +1,305 @@
+"""The environment runtime: a gym-style tool environment over one seeded SQLite database per episode.
+
+Records (rows of the ``environments`` and ``tasks`` outputs; nested values are JSON strings)
+------------------------------------------------------------------------------------------
+environment: ``env_id`` str, ``domain`` str, ``spec_json`` (the parsed DomainSpec; renamed variants carry their own),
+    ``spec_hash``, ``seed`` int, ``now`` (ISO time of the database), ``tool_names`` (list[str]), ``tools`` (OpenAI
+    schemas), ``edges`` ([[u, v], ...] among the environment's tools), ``chains`` (seed chains, lists of tool names;
+    the task uses all of them), ``fallback_chains``, ``n_tools``, ``n_edges``, ``density``, ``n_chains``,
+    ``fallback_used`` bool, ``expansion`` (JSON: p and g per multi-chain decision), ``db`` (SQLite bytes, Binary),
+    ``db_sha256``.
+task: ``task_id``, ``env_id``, ``domain``, ``system_prompt`` (agent instructions + policy texts), ``description``
+    (the user's first message), ``user_profile`` ({"persona": str, "facts": [{"name", "label", "value"}]}: what the
+    user knows and tells when asked), ``rubric`` ({"expected_diff", "required_outputs", "tables", "components"}),
+    ``golden_actions`` ([{"name", "arguments"}], in order), ``difficulty`` (JSON features), ``noise``
+    ({"level": 0, "transforms": []}; filled by the noise stage).
+
+API
+---
+``env = Environment(env_record)`` then ``obs = env.reset(task_record)`` -> ``Observation(messages, tools)``:
+``messages`` are the messages to append to the conversation (after reset: system + first user message), ``tools``
+the OpenAI tool schemas. ``obs, reward, done, info = env.step(assistant_message)`` where the message is an OpenAI
+assistant dict: with ``tool_calls`` each call runs and one ``{"role": "tool", "tool_call_id", "content"}`` message
+per call comes back; without them the user simulator answers. ``reward`` is 0 until ``done``; then it is the product
+of ``info["reward_components"]`` (``db_state``, ``required_outputs``, ``policy``) and ``info["failure"]`` is
+None, ``"agent"``, ``"user"`` or ``"tool"``. ``areset``/``astep`` are the async variants. ``env.call_tool(name,
+args)`` is the seam tool-noise wrappers override; ``UserSimulator`` is the seam for an LLM-backed user.
+``replay(env_record, task_record, actions)`` runs a list of actions (golden or mutated) and scores them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from envgen.canonical import State, canonical_state, diff_states
+from envgen.compiler import CompiledDomain, compile_domain
+from envgen.spec import DomainSpec
+from envgen.tools import Executor, ToolResult, call_tool
+
+_COMPILED: dict[str, CompiledDomain] = {}
+
+
+def domain_for(env_record: dict[str, Any]) -> CompiledDomain:
+    """The compiled domain of an environment record, cached by spec hash."""
+    key = env_record["spec_hash"]
+    if key not in _COMPILED:
+        _COMPILED[key] = compile_domain(DomainSpec.model_validate_json(env_record["spec_json"]))
+    return _COMPILED[key]
+
+
+def _loads(v: Any) -> Any:
+    return json.loads(v) if isinstance(v, str) else v
+
+
+@dataclass
+class Observation:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+
+class UserSimulator(Protocol):
+    def first_message(self) -> str: ...
+
+    def reply(self, assistant_text: str, final_write_done: bool) -> tuple[str, bool]:
+        """(the user's answer, whether the user ends the conversation)."""
+        ...
+
+
+def _phrase_in(phrase: str, text: str) -> bool:
+    return re.search(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text) is not None
+
+
+class ProfileUserSimulator:
+    """A rule-based user grounded in the task's profile (DESIGN.md section 7: simulators cause false failures).
+
+    It answers a question by matching the asked field (label, or field name with spaces) against its facts, never
+    invents a value, and never ends the conversation before the task's final write has happened.
+    """
+
+    def __init__(self, task: dict[str, Any]) -> None:
+        self.description = task["description"]
+        self.facts = _loads(task["user_profile"])["facts"]
+
+    def first_message(self) -> str:
+        return self.description
+
+    def reply(self, assistant_text: str, final_write_done: bool) -> tuple[str, bool]:
+        text = assistant_text.lower()
+        answers = [
+            f"My {f['label']} is {f['value']}."
+            for f in self.facts
+            if _phrase_in(f["label"].lower(), text) or _phrase_in(f["name"].replace("_", " "), text)
+            or _phrase_in(f["name"], text)
+        ]
+        if answers:
+            return " ".join(answers), False
+        if final_write_done:
+            return "Thank you, that is all I needed.", True
+        if "?" in text:
+            known = ", ".join(f["label"] for f in self.facts) or "nothing more"
+            return f"I'm not sure what you need. I can tell you my {known}.", False
+        return f"That doesn't complete my request yet. {self.description}", False
+
+
+def required_outputs_met(required: list[str], texts: list[str]) -> bool:
+    """Each required value appears in what the agent told the user (numbers on token boundaries, 1,234.50 ok)."""
+    said = " ".join(texts).lower().replace(",", "").replace("$", " ")
+    for value in required:
+        v = str(value).lower()
+        variants = {v}
+        try:
+            num = float(v)
+            variants |= {f"{num:.2f}", f"{num:g}"}
+        except ValueError:
+            pass
+        if not any(re.search(rf"(?<![\w.]){re.escape(x)}(?![\w]|\.\d)", said) for x in variants):
+            return False
+    return True
+
+
+@dataclass
+class Episode:
+    reward: float
+    components: dict[str, float]
+    failure: str | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Environment:
+    """One environment (its tools and seeded database); each ``reset`` starts an episode on a fresh copy."""
+
+    def __init__(self, env_record: dict[str, Any], max_steps: int = 40, workdir: str | None = None) -> None:
+        self.record = env_record
+        self.domain = domain_for(env_record)
+        self.executor = Executor(self.domain)
+        self.tool_names = list(env_record["tool_names"])
+        self.schemas = [self.domain.tools[n].schema() for n in self.tool_names]
+        self.now = datetime.fromisoformat(env_record["now"])
+        self.max_steps = max_steps
+        self._db = bytes(env_record["db"])
+        self._dir = workdir or tempfile.mkdtemp(prefix="gymforge-episode-")
+        self._engine = None
+        self._path: str | None = None
+        self._before: dict[tuple[str, ...], State] = {}
+        self._episodes = 0
+
+    # -- episode lifecycle -------------------------------------------------------------------------------------
+    def _fresh_db(self) -> None:
+        self.close()
+        self._episodes += 1
+        self._path = os.path.join(self._dir, f"episode-{self._episodes}.sqlite")
+        with open(self._path, "wb") as fh:
+            fh.write(self._db)
+        self._engine = create_engine(f"sqlite:///{self._path}", poolclass=NullPool)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        if self._path and os.path.exists(self._path):
+            os.remove(self._path)
+            self._path = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+            os.rmdir(self._dir)
+        except OSError:
+            pass
+
+    def reset(self, task: dict[str, Any], user: UserSimulator | None = None) -> Observation:
+        self.task = task
+        self.rubric = _loads(task["rubric"])
+        self.golden_writes = {a["name"] for a in _loads(task["golden_actions"]) if self.domain.tools[a["name"]].is_write}
+        self.user = user or ProfileUserSimulator(task)
+        self._fresh_db()
+        self.tool_log: list[dict[str, Any]] = []
+        self.said: list[str] = []
+        self.steps = 0
+        self.done = False
+        self.user_error = False
+        first = [{"role": "system", "content": task["system_prompt"]}, {"role": "user", "content": self.user.first_message()}]
+        self.messages = list(first)
+        return Observation(first, self.schemas)
+
+    async def areset(self, task: dict[str, Any], user: UserSimulator | None = None) -> Observation:
+        # Tool calls are local SQL taking well under a millisecond; running them inline beats a thread hop.
+        return self.reset(task, user)
+
+    def call_tool(self, name: str, arguments: Any) -> ToolResult:
+        """Run one tool call on this episode's database (override to inject tool noise)."""
+        if name not in self.tool_names:
+            return ToolResult({"error": f"unknown tool {name!r}; available tools are listed in the tool schemas"})
+        return call_tool(self.executor, self._engine.begin, name, arguments, self.now)
+
+    @property
+    def final_write_done(self) -> bool:
+        done = {c["name"] for c in self.tool_log if c["wrote"]}
+        return self.golden_writes <= done
+
+    def step(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
+        if self.done:
+            raise RuntimeError("episode is done; call reset(task) first")
+        self.steps += 1
+        self.messages.append(message)
+        out: list[dict[str, Any]] = []
+        calls = message.get("tool_calls") or []
+        for call in calls:
+            fn = call.get("function", {})
+            result = self.call_tool(str(fn.get("name")), fn.get("arguments"))
+            self.tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
+                                  "wrote": result.wrote, "violations": list(result.violations),
+                                  "internal_error": result.internal_error, "content": result.content})
+            out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": json.dumps(result.content)})
+        if not calls:
+            text = message.get("content") or ""
+            self.said.append(text)
+            try:
+                answer, ended = self.user.reply(text, self.final_write_done)
+            except Exception:  # an LLM-backed simulator can fail; that is never the agent's fault
+                answer, ended, self.user_error = "", True, True
+            if not ended:
+                out.append({"role": "user", "content": answer})
+            self.done = ended
+        if self.steps >= self.max_steps:
+            self.done = True
+        self.messages.extend(out)
+        if not self.done:
+            return Observation(out, self.schemas), 0.0, False, {}
+        episode = self.score()
+        return Observation(out, self.schemas), episode.reward, True, episode.info
+
+    async def astep(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
+        return self.step(message)
+
+    # -- scoring -----------------------------------------------------------------------------------------------
+    def _before_state(self, tables: tuple[str, ...]) -> State:
+        if tables not in self._before:
+            from envgen.seeding import engine_from_bytes
+
+            engine = engine_from_bytes(self._db)
+            with engine.connect() as conn:
+                self._before[tables] = canonical_state(conn, self.domain, list(tables))
+            engine.dispose()
+        return self._before[tables]
+
+    def score(self) -> Episode:
+        """Score the episode as it stands (also used when an episode is cut off)."""
+        self.done = True
+        tables = tuple(self.rubric["tables"])
+        with self._engine.connect() as conn:
+            after = canonical_state(conn, self.domain, list(tables))
+        diff = diff_states(self._before_state(tables), after, self.domain)
+        expected = self.rubric["expected_diff"]
+        components = {
+            "db_state": float(json.loads(json.dumps(diff, default=str)) == expected),
+            "required_outputs": float(required_outputs_met(self.rubric["required_outputs"], self.said)),
+            "policy": float(not any(c["violations"] for c in self.tool_log)),
+        }
+        components = {k: v for k, v in components.items() if k in self.rubric.get("components", components)}
+        reward = 1.0
+        for v in components.values():
+            reward *= v
+        failure = None
+        if reward < 1.0:
+            if any(c["internal_error"] for c in self.tool_log):
+                failure = "tool"
+            elif self.user_error:
+                failure = "user"
+            else:
+                failure = "agent"
+        info = {"reward_components": components, "failure": failure, "diff": diff, "steps": self.steps,
+                "tool_calls": len(self.tool_log), "tool_errors": sum(not c["ok"] for c in self.tool_log),
+                "violations": sorted({v for c in self.tool_log for v in c["violations"]})}
+        return Episode(reward, components, failure, self.messages, info)
+
+
+def replay(env: Environment | dict[str, Any], task: dict[str, Any], actions: list[dict[str, Any]] | None = None,
+           final_message: str | None = None) -> Episode:
+    """Run ``actions`` (default: the task's golden actions) as one tool call per assistant turn, then tell the user
+    the required outputs, and score. Used by the verifier, ``gymforge envgen replay`` and the bench."""
+    env = env if isinstance(env, Environment) else Environment(env)
+    env.reset(task)
+    actions = actions if actions is not None else _loads(task["golden_actions"])
+    for i, a in enumerate(actions):
+        args = a["arguments"] if isinstance(a["arguments"], str) else json.dumps(a["arguments"])
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": a["name"], "arguments": args}}
+        _, reward, done, info = env.step({"role": "assistant", "content": "", "tool_calls": [call]})
+        if done:
+            return Episode(reward, info["reward_components"], info["failure"], env.messages, info)
+    outputs = ", ".join(str(v) for v in _loads(task["rubric"])["required_outputs"])
+    text = final_message if final_message is not None else f"Your request is complete. Details: {outputs or 'none'}."
+    _, reward, done, info = env.step({"role": "assistant", "content": text})
+    if done:
+        return Episode(reward, info["reward_components"], info["failure"], env.messages, info)
+    return env.score()

@@ -1,0 +1,269 @@
+"""Task generation from the full chain, and the verification that keeps a task.
+
+LongCat-Flash-Thinking-2601 section 3.1.1 (Task Generation): a task is a description, a user profile and a rubric,
+generated from the environment's full tool chain only ("without any deliberate task design"). The rubric is the
+expected canonical database diff plus required outputs; it is kept only when (DESIGN.md section 7)
+
+- every golden argument is derivable from the task text, the profile or an earlier tool output,
+- the golden trajectory replays through the runtime with reward 1, and
+- each mutated trajectory (drop-write, wrong-arg, wrong-row, extra-write) scores 0.
+
+Otherwise the task goes to ``rejected`` with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from envgen.canonical import canonical_json, canonical_state, diff_states
+from envgen.compiler import CompiledDomain
+from envgen.construct import BuiltEnvironment, Fact
+from envgen.runtime import Environment, replay
+from envgen.seeding import engine_from_bytes
+from envgen.tools import Executor, call_tool
+
+MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
+_OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    inline_fact_prob: float = 0.5  # chance a profile fact is also stated in the text (else the agent must ask)
+
+
+def system_prompt(domain: CompiledDomain) -> str:
+    spec = domain.spec
+    policies = "\n".join(f"- {p.text}" for p in spec.policies) or "- (none)"
+    return (f"You operate the {spec.description.rstrip('.')}. {spec.agent_instructions}\n"
+            f"Policies:\n{policies}\nThe current time is {spec.now.isoformat()}.").strip()
+
+
+def environment_record(domain: CompiledDomain, built: BuiltEnvironment, env_id: str, seed: int) -> dict[str, Any]:
+    sub = domain.graph.subgraph(built.tools)
+    edges = sorted([u, v] for u, v in sub.edges)
+    n = len(built.tools)
+    return {
+        "env_id": env_id,
+        "domain": domain.name,
+        "spec_json": domain.spec.model_dump_json(),
+        "spec_hash": domain.spec.spec_hash,
+        "seed": seed,
+        "now": domain.spec.now.isoformat(),
+        "tool_names": list(built.tools),
+        "tools": json.dumps(domain.schemas(built.tools)),
+        "edges": json.dumps(edges),
+        "chains": json.dumps([c.tools for c in built.chains]),
+        "fallback_chains": json.dumps([c.tools for c in built.fallback_chains]),
+        "n_tools": n,
+        "n_edges": len(edges),
+        "density": round(len(edges) / (n * (n - 1)), 6) if n > 1 else 0.0,
+        "n_chains": len(built.chains),
+        "fallback_used": built.stats.fallback_used,
+        "expansion": json.dumps(built.stats.decisions),
+        "db": built.db,
+        "db_sha256": hashlib.sha256(built.db).hexdigest(),
+    }
+
+
+def _render(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _facts(built: BuiltEnvironment) -> list[Fact]:
+    """All chains' facts, duplicates merged; a label used for two different values gets an ordinal."""
+    out: list[Fact] = []
+    for chain in built.chains:
+        for f in chain.facts:
+            if any(o.name == f.name and o.value == f.value for o in out):
+                continue
+            same = sum(o.label.split(" (")[0] == f.label for o in out)
+            out.append(Fact(f.name, f.label if not same else f"{f.label} ({same + 1})", f.value, f.source))
+    return out
+
+
+def _collect(obj: Any, into: set[str]) -> None:
+    if isinstance(obj, dict):
+        for v in obj.values():
+            _collect(v, into)
+    elif isinstance(obj, list):
+        for v in obj:
+            _collect(v, into)
+    elif obj is not None:
+        into.add(_render(obj))
+
+
+def _required_outputs(domain: CompiledDomain, actions: list[dict[str, Any]], results: list[dict[str, Any]]) -> list[str]:
+    """Amounts the agent must tell the user: numeric fields the writes adjusted on their target or created."""
+    out: list[str] = []
+    for a, res in zip(actions, results):
+        tool = domain.tools[a["name"]]
+        if not tool.is_write:
+            continue
+        action = domain.spec.action(tool.action)
+        for eff in action.effects:
+            if eff.kind == "adjust" and eff.row == "target":
+                out.append(_render(res[action.target][eff.field]))
+            if eff.kind == "create":
+                ent = domain.spec.entity(eff.entity)
+                out += [_render(res["created"][eff.entity][f.name]) for f in ent.fields if f.type == "money"]
+    return list(dict.fromkeys(out))
+
+
+def _run(domain: CompiledDomain, db: bytes, actions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
+    """Execute actions on a private copy; returns the results and the engine (for state inspection)."""
+    engine = engine_from_bytes(db)
+    ex = Executor(domain)
+    results = [call_tool(ex, engine.begin, a["name"], a["arguments"], domain.spec.now).content for a in actions]
+    return results, engine
+
+
+def write_tables(domain: CompiledDomain, tools: list[str]) -> list[str]:
+    return sorted({t for n in tools for t in domain.tools[n].writes})
+
+
+def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironment, rng: random.Random,
+              settings: TaskSettings) -> tuple[dict[str, Any] | None, str | None]:
+    """(task record, None) or (None, rejection reason)."""
+    actions = [a for chain in built.chains for a in chain.actions]
+    facts = _facts(built)
+    results, engine = _run(domain, built.db, actions)
+    failed = [(a["name"], r["error"]) for a, r in zip(actions, results) if "error" in r]
+    if failed:
+        return None, f"golden call failed: {failed[0][0]}: {failed[0][1]}"
+    tables = write_tables(domain, built.tools)
+    with engine.connect() as conn:
+        after = canonical_state(conn, domain, tables)
+    with engine_from_bytes(built.db).connect() as conn:
+        before = canonical_state(conn, domain, tables)
+    expected = json.loads(canonical_json(diff_states(before, after, domain)))
+    inline = [f for f in facts if f.source == "task" or rng.random() < settings.inline_fact_prob]
+    intents = [c.intent for c in built.chains]
+    request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
+    sentences = [rng.choice(_OPENERS), f"I would like to {request}."]
+    sentences += [f"The {f.label} is {_render(f.value)}." if "." in f.name else f"My {f.label} is {_render(f.value)}."
+                  for f in inline if not (f.source == "task" and _render(f.value) in request)]
+    description = " ".join(sentences)
+    from envgen.seeding import _faker
+
+    fake = _faker(domain.spec.locale)
+    fake.seed_instance(rng.getrandbits(32))
+    task = {
+        "task_id": f"{env['env_id']}-t0",
+        "env_id": env["env_id"],
+        "domain": domain.name,
+        "system_prompt": system_prompt(domain),
+        "description": description,
+        "user_profile": json.dumps({"persona": fake.name(), "facts": [
+            {"name": f.name, "label": f.label, "value": _render(f.value)} for f in facts]}),
+        "rubric": json.dumps({"expected_diff": expected, "required_outputs": _required_outputs(domain, actions, results),
+                              "tables": tables, "components": ["db_state", "required_outputs", "policy"]}),
+        "golden_actions": json.dumps(actions),
+        "difficulty": json.dumps({
+            "n_golden_calls": len(actions), "n_writes": sum(domain.tools[a["name"]].is_write for a in actions),
+            "n_chains": len(built.chains), "n_env_tools": env["n_tools"], "env_density": env["density"],
+            "n_facts": len(facts), "n_facts_to_ask": len(facts) - len(inline),
+            "fallback_used": built.stats.fallback_used}),
+        "noise": json.dumps({"level": 0, "transforms": []}),
+    }
+    reason = verify_task(domain, env, task, rng)
+    return (task, None) if reason is None else (None, reason)
+
+
+def underivable_arguments(task: dict[str, Any], tool_log: list[dict[str, Any]]) -> list[str]:
+    """Golden arguments not found in the task text, the profile or an earlier tool output."""
+    profile = {f["value"] for f in json.loads(task["user_profile"])["facts"]}
+    seen: set[str] = set()
+    missing = []
+    for i, a in enumerate(json.loads(task["golden_actions"])):
+        for k, v in a["arguments"].items():
+            text = _render(v)
+            if text not in seen and text not in profile and text not in task["description"]:
+                missing.append(f"{a['name']}.{k}={text}")
+        if i < len(tool_log):
+            _collect(tool_log[i]["content"], seen)
+    return missing
+
+
+def mutate(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], kind: str,
+           rng: random.Random) -> list[dict[str, Any]] | None:
+    """A mutated copy of the golden actions (None when this kind cannot be built for the task)."""
+    actions = json.loads(task["golden_actions"])
+    writes = [i for i, a in enumerate(actions) if domain.tools[a["name"]].is_write]
+    last = writes[-1]
+    if kind == "drop-write":
+        return actions[:last] + actions[last + 1:]
+    tool = domain.tools[actions[last]["name"]]
+    action = domain.spec.action(tool.action)
+    target = domain.spec.entity(action.target)
+    golden_keys = {_render(v) for a in actions for v in a["arguments"].values()}
+    engine = engine_from_bytes(env["db"])
+    ex = Executor(domain)
+    with engine.connect() as conn:
+        def keys(entity: str) -> list[str]:
+            key = domain.spec.entity(entity).key
+            return [r[key] for r in ex._fetch(conn, entity, "", None, None) if r[key] not in golden_keys]
+
+        if kind == "wrong-arg":
+            plain = [q for q in action.params if q.ref is None]
+            args = dict(actions[last]["arguments"])
+            if plain:
+                q = rng.choice(plain)
+                if q.values:
+                    args[q.name] = rng.choice([v for v in q.values if v != args[q.name]])
+                elif q.type in ("int", "float", "money"):
+                    args[q.name] = args[q.name] + 1 if q.max is None or args[q.name] + 1 <= q.max else args[q.name] - 1
+                else:
+                    args[q.name] = f"{args[q.name]}0"
+            else:
+                refs = [q for q in action.params if q.ref is not None]
+                name, options = (refs[0].name, keys(refs[0].ref)) if refs else (target.key, [])
+                args[name] = rng.choice(options) if options else f"{target.id_prefix}MISSING"
+            return actions[:last] + [{"name": tool.name, "arguments": args}] + actions[last + 1:]
+        if kind == "wrong-row":
+            options = keys(action.target)
+            rng.shuffle(options)
+            candidates = [actions[:last] + [{"name": tool.name, "arguments": {**actions[last]["arguments"],
+                                                                             target.key: k}}] + actions[last + 1:]
+                          for k in options[:8]]
+        else:  # extra-write: one more successful write the task did not ask for
+            env_writes = [n for n in env["tool_names"] if domain.tools[n].is_write]
+            candidates = []
+            for name in rng.sample(env_writes, len(env_writes)):
+                a = domain.spec.action(domain.tools[name].action)
+                rows = keys(a.target)
+                for k in rng.sample(rows, min(8, len(rows))):
+                    args = {domain.spec.entity(a.target).key: k}
+                    for q in a.params:
+                        args[q.name] = rng.choice(keys(q.ref)) if q.ref else (
+                            rng.choice(q.values) if q.values else (int(q.min or 1) if q.type == "int" else "0000"))
+                    candidates.append(actions + [{"name": name, "arguments": args}])
+    # Prefer a mutation whose writes all succeed: it changes the database the wrong way instead of erroring.
+    for cand in candidates[:48]:
+        results, _ = _run(domain, env["db"], cand)
+        if all("error" not in r for r in results):
+            return cand
+    return candidates[0] if candidates and kind == "wrong-row" else None
+
+
+def verify_task(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], rng: random.Random) -> str | None:
+    """None when the task is kept, else the rejection reason."""
+    runtime = Environment(env)
+    golden = replay(runtime, task)
+    if golden.reward != 1.0:
+        return f"golden trajectory scored {golden.reward} ({golden.components})"
+    missing = underivable_arguments(task, runtime.tool_log)
+    if missing:
+        return f"golden arguments not derivable: {', '.join(missing[:3])}"
+    for kind in MUTATIONS:
+        mutated = mutate(domain, env, task, kind, rng)
+        if mutated is None:
+            return f"mutation {kind} could not be constructed"
+        episode = replay(runtime, task, mutated)
+        if episode.reward != 0.0:
+            return f"mutation {kind} was not detected (reward {episode.reward})"
+    runtime.close()
+    return None
