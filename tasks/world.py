@@ -662,12 +662,21 @@ def synthesize(world: World, docs: Sequence[str], p: WorldParams, partition: str
         program = {"kind": q["type"], "ask": q["ask"], "compare": q["compare"],
                    "answer_entity": f"E{q['answer_entity']}",
                    "sides": [{"anchor": f"E{s.anchor}", "anchor_type": world.types[s.anchor],
-                              "constraints": [list(c) for c in s.constraints], "path": s.path} for s in q["sides"]]}
+                              "constraints": [_readable(world.types[s.anchor], c) for c in s.constraints],
+                              "path": s.path} for s in q["sides"]]}
         return {"id": f"world:{partition}:{index}", "source": "world", "question": question, "answer": q["answer"],
                 "aliases": q["aliases"], "docs": json.dumps(documents, ensure_ascii=False), "hops": len(support),
                 "type": q["type"], "split": eval_split(question, p.eval_fraction),
                 "program": json.dumps(program)}, ""
     return None, f"{reason} (after {p.max_retries} attempts)"
+
+
+def _readable(t: str, constraint: Constraint) -> list[Any]:
+    """A constraint as the program records it: the category by name, a season as [year, season], a letter."""
+    attr, op, v = constraint
+    value: Any = {"is": lambda: CATEGORIES[t][v], "season": lambda: [v // 4, SEASONS[v % 4]],
+                  "initial": lambda: chr(v)}.get(op, lambda: v)()
+    return [attr, op, value]
 
 
 def _distractors(world: World, rng: random.Random, sides: Sequence[Side], support: set[int], n: int) -> list[int]:
