@@ -1,0 +1,365 @@
+"""The Prefect side of the data DAG: one generic task that runs any Stage, the flows, and ``materialize``.
+
+``run_stage`` wraps ``data_contracts.runner.execute_stage`` (key, cache, run, gate, publish or quarantine). The
+flows compute every artifact key up front from the plan (a key is a hash of stage, version, params, input keys and
+partition, so it is known before anything runs), submit one task per stage with its upstream futures in
+``wait_for``, and pass keys, never frames: independent stages run in parallel on Dask, and a failed stage blocks
+exactly the stages downstream of it.
+
+Room CLIs run stages "through the store" with :func:`materialize`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
+from prefect.futures import PrefectFuture, as_completed
+from prefect.states import State
+
+from data_contracts.catalog import Catalog
+from data_contracts.gate import build_data_docs
+from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan
+from data_contracts.stage import StageError
+from data_contracts.store import ArtifactStore, PublishedArtifact
+from flows.profiles import Overrides, parse, stage_params
+from flows.registry import discover, stage_named
+from flows.runtime import DASK_ENV, Runtime, data_root
+
+# Transient failures (a flaky filesystem, a timeout) are retried; a contract violation or a bad stage is not:
+# re-running a deterministic stage on the same inputs fails the same way.
+TRANSIENT = (OSError, TimeoutError)
+STAGE_RETRIES = 2
+
+
+class StageFailed(RuntimeError):
+    """A stage run failed in a way a retry cannot fix; the message names stage, partition and what failed.
+
+    Carries only its message, so it pickles across Dask worker processes whatever the original exception held.
+    """
+
+
+class PipelineFailed(RuntimeError):
+    """At least one stage failed; ``summary`` has a row per planned stage (failed and blocked ones included)."""
+
+    def __init__(self, message: str, summary: list[dict[str, Any]]) -> None:
+        super().__init__(message, summary)
+        self.summary = summary
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# --- the generic task -----------------------------------------------------------------------------------------
+
+
+def _stage_key(stage_name: str, params_json: str, input_keys: Mapping[str, str], partition: str) -> str:
+    stage = stage_named(stage_name)
+    return ArtifactStore.artifact_key(stage, parse(stage_name, json.loads(params_json)), input_keys, partition)
+
+
+@dataclass
+class _StillPublished(CachePolicy):
+    """INPUTS + TASK_SOURCE, but only while the artifact is still published: a Prefect cache hit does not prove
+    the files still exist (STACK.md), so the artifact path is derived from its key and checked. ``force`` and a
+    missing artifact disable the cache for that call."""
+
+    def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any) -> str | None:
+        if inputs.get("force"):
+            return None
+        key = _stage_key(inputs["stage_name"], inputs["params_json"], inputs["input_keys"], inputs["partition"])
+        if ArtifactStore(inputs["data_dir"]).get(inputs["stage_name"], key) is None:
+            return None
+        return (INPUTS + TASK_SOURCE).compute_key(task_ctx, inputs, flow_parameters, **kwargs)
+
+
+def _transient(task: Any, task_run: Any, state: State) -> bool:
+    return isinstance(state.result(raise_on_failure=False), TRANSIENT)
+
+
+def _artifact_key(stage_name: str, partition: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    return re.sub(r"[^a-z0-9-]+", "-", f"{stage_name}-{partition}".lower()).strip("-")
+
+
+def _report_run(run: StageRun) -> None:
+    table = [
+        {"output": name, "rows": rows, "contract": "passed" if run.contract.get(name, True) else "failed"}
+        for name, rows in sorted(run.outputs.items())
+    ]
+    timings = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in run.timings.items()) or "cached"
+    create_table_artifact(
+        table=table,
+        key=_artifact_key(run.stage, run.partition),
+        description=f"**{run.stage}** `{run.partition}` key `{run.key}`: {run.bytes:,} bytes; {timings}",
+    )
+
+
+def _report_violation(exc: ContractViolation) -> None:
+    table = [
+        {"output": output, "expectation": failure.name, "unexpected": failure.unexpected_count, "message": failure.message}
+        for output, report in sorted(exc.reports.items())
+        for failure in report.failures("critical")
+    ]
+    create_table_artifact(
+        table=table,
+        key=_artifact_key(exc.stage, exc.partition),
+        description=f"**{exc.stage}** `{exc.partition}` key `{exc.key}`: QUARANTINED at `{exc.quarantine_path}`",
+    )
+
+
+@task(
+    task_run_name="{stage_name}/{partition}",
+    cache_policy=_StillPublished(),
+    retries=STAGE_RETRIES,
+    retry_delay_seconds=2,
+    retry_condition_fn=_transient,
+)
+def run_stage(
+    stage_name: str,
+    params_json: str,
+    input_keys: dict[str, str],
+    partition: str,
+    data_dir: str,
+    force: bool = False,
+) -> StageRun:
+    """Run one stage on one partition through the store and return what it published (or found cached)."""
+    from prefect.runtime import flow_run
+
+    discover()
+    store, catalog = ArtifactStore(data_dir), Catalog(data_dir)
+    try:
+        run = execute_stage(
+            store, catalog, stage_named(stage_name), json.loads(params_json), input_keys, partition,
+            force=force, flow_run_id=flow_run.id,
+        )
+    except ContractViolation as exc:
+        _report_violation(exc)
+        raise StageFailed(str(exc)) from None
+    except TRANSIENT:
+        raise
+    except Exception as exc:  # noqa: BLE001 - StageError, UpstreamMissing, a stage's bug: re-raised as its message
+        raise StageFailed(f"stage {stage_name!r} partition {partition!r}: {type(exc).__name__}: {exc}") from None
+    _report_run(run)
+    return run
+
+
+# --- the DAG --------------------------------------------------------------------------------------------------
+
+Listener = Callable[[dict[str, Any]], None]
+_listener: ContextVar[Listener | None] = ContextVar("gymforge_stage_listener", default=None)
+
+
+@contextlib.contextmanager
+def on_stage_done(listener: Listener) -> Iterator[None]:
+    """Call ``listener(summary_row)`` as each stage of a flow run in this process finishes (the CLI's progress)."""
+    token = _listener.set(listener)
+    try:
+        yield
+    finally:
+        _listener.reset(token)
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    name: str
+    key: str
+    params_json: str
+    input_keys: dict[str, str]
+    force: bool
+
+
+def plan_dag(
+    targets: Sequence[str] | None,
+    profile: str,
+    partition: str,
+    *,
+    overrides: Overrides | None = None,
+    force: bool = False,
+) -> list[PlannedStage]:
+    """The targets (default: every registered stage) and their upstream closure in topological order, each with
+    its params and artifact key; ``force`` applies to the targets only."""
+    params = stage_params(profile, overrides)
+    names = list(targets) if targets else sorted(params)
+    planned: dict[str, PlannedStage] = {}
+    for stage in plan(names):
+        params_json = json.dumps(params[stage.name], sort_keys=True)
+        input_keys = {name: planned[name].key for name in stage.inputs}
+        key = _stage_key(stage.name, params_json, input_keys, partition)
+        planned[stage.name] = PlannedStage(stage.name, key, params_json, input_keys, force and stage.name in names)
+    return list(planned.values())
+
+
+def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"stage": stage.name, "partition": partition, "key": stage.key}
+    if isinstance(result, StageRun):
+        seconds = sum(result.timings.values())
+        cached = result.cached or state.is_completed() and state.name == "Cached"
+        return row | {
+            "status": "cached" if cached else "published",
+            "rows": sum(result.outputs.values()),
+            "outputs": result.outputs,
+            "bytes": result.bytes,
+            "contract": "passed" if all(result.contract.values()) else "failed",
+            "seconds": round(0.0 if cached else seconds, 3),
+            "error": "",
+        }
+    blocked = not state.is_failed()  # wait_for leaves a task whose upstream failed un-run, not failed
+    return row | {
+        "status": "blocked" if blocked else "failed",
+        "rows": 0, "outputs": {}, "bytes": 0,
+        "contract": "-" if blocked or "failed its contract" not in str(result) else "failed",
+        "seconds": 0.0,
+        "error": "an upstream stage failed" if blocked else str(result),
+    }
+
+
+def _run_dag(
+    profile: str,
+    partition: str,
+    stages: Sequence[str] | None,
+    force: bool,
+    overrides: Overrides | None,
+    data_dir: str | None,
+) -> list[dict[str, Any]]:
+    logger = get_run_logger()
+    root = data_root(data_dir)
+    store = ArtifactStore(root)
+    removed = store.clean_partial()  # directories of writers killed mid-write are never read; drop them
+    if removed:
+        logger.info("removed %d partial artifact director%s left by killed runs", removed, "y" if removed == 1 else "ies")
+    planned = plan_dag(stages, profile, partition, overrides=overrides, force=force)
+    logger.info("plan for partition %r on profile %r: %s", partition, profile, " -> ".join(p.name for p in planned))
+
+    futures: dict[str, PrefectFuture[StageRun]] = {}
+    by_future: dict[PrefectFuture[StageRun], PlannedStage] = {}
+    for stage in planned:
+        future = run_stage.submit(
+            stage.name, stage.params_json, stage.input_keys, partition, str(root), stage.force,
+            wait_for=[futures[name] for name in stage.input_keys],
+        )
+        futures[stage.name] = future
+        by_future[future] = stage
+
+    rows: dict[str, dict[str, Any]] = {}
+    listener = _listener.get()
+    for future in as_completed(list(futures.values())):
+        stage = by_future[future]
+        result = future.result(raise_on_failure=False)
+        rows[stage.name] = _summary_row(stage, partition, future.state, result)
+        if listener is not None:
+            listener(rows[stage.name])
+    summary = [rows[stage.name] for stage in planned]
+    logger.info("Data Docs: %s", build_data_docs(root))
+
+    failed = [row for row in summary if row["status"] == "failed"]
+    if failed:
+        blocked = [row["stage"] for row in summary if row["status"] == "blocked"]
+        message = "\n".join(row["error"] for row in failed)
+        if blocked:
+            message += f"\nblocked downstream: {', '.join(blocked)}"
+        raise PipelineFailed(message, summary)
+    return summary
+
+
+def task_runner_from_env() -> Any:
+    """Deployment runs (a worker process) attach to ``$GYMFORGE_DASK_ADDRESS`` when set, otherwise start a
+    temporary local cluster; in-process callers pass their Runtime's runner with ``with_options``."""
+    from prefect_dask import DaskTaskRunner
+
+    if address := os.environ.get(DASK_ENV):
+        return DaskTaskRunner(address=address)
+    return DaskTaskRunner(
+        cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True, "dashboard_address": ":0"}
+    )
+
+
+@flow(name="data-refresh", flow_run_name="data-refresh {profile}/{partition}", task_runner=task_runner_from_env())
+def data_refresh(
+    profile: str = "tiny",
+    partition: str = "default",
+    stages: list[str] | None = None,
+    force: bool = False,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    data_dir: str | None = None,
+) -> list[dict[str, Any]]:
+    """Materialize ``stages`` (default: every registered stage) and everything upstream of them for one partition.
+
+    profile: tiny | default | full, or a path to a profile YAML. partition: the partition every stage runs on.
+    stages: target stage names. force: re-run the targets even when cached (upstream stays cached).
+    overrides: {stage: {param: value}} on top of the profile. data_dir: data root (default $GYMFORGE_DATA or ./data).
+    Returns one summary row per planned stage.
+    """
+    return _run_dag(profile, partition, stages, force, overrides, data_dir)
+
+
+@flow(name="backfill", flow_run_name="backfill {stage}/{partition}", task_runner=task_runner_from_env())
+def backfill(
+    stage: str,
+    partition: str = "default",
+    force: bool = False,
+    profile: str = "tiny",
+    data_dir: str | None = None,
+) -> list[dict[str, Any]]:
+    """Materialize one stage (and its upstream) for one partition: the unit ``gymforge backfill`` runs per
+    partition through ``run_deployment``."""
+    return _run_dag(profile, partition, [stage], force, None, data_dir)
+
+
+def refresh(
+    runtime: Runtime,
+    *,
+    profile: str = "tiny",
+    partition: str = "default",
+    stages: Sequence[str] | None = None,
+    force: bool = False,
+    overrides: Overrides | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``data_refresh`` in this process on a started Runtime's Dask cluster."""
+    return data_refresh.with_options(task_runner=runtime.task_runner())(
+        profile=profile,
+        partition=partition,
+        stages=list(stages) if stages else None,
+        force=force,
+        overrides={name: dict(section) for name, section in (overrides or {}).items()} or None,
+        data_dir=str(runtime.root),
+    )
+
+
+def materialize(
+    targets: Sequence[str],
+    *,
+    profile: str = "tiny",
+    overrides: Overrides | None = None,
+    partition: str = "default",
+    data_dir: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    runtime: Runtime | None = None,
+) -> dict[str, PublishedArtifact]:
+    """Publish ``targets`` (and everything upstream) through the store and return stage name -> artifact.
+
+    The call room CLIs use: it runs the ``data_refresh`` flow (recorded in Prefect, executed on Dask), starting a
+    Runtime for the call unless one is given. Cached artifacts are reused; ``force`` re-runs the targets only.
+    ``overrides`` ({stage: {param: value}}) apply on top of the profile. Raises ``PipelineFailed`` (message
+    naming stage, partition and expectation) when a stage fails; ``StageError`` for an unknown stage or bad params.
+    """
+    if not targets:
+        raise StageError("materialize needs at least one target stage")
+    with contextlib.ExitStack() as stack:
+        rt = runtime or stack.enter_context(Runtime(data_dir))
+        summary = refresh(rt, profile=profile, partition=partition, stages=targets, force=force, overrides=overrides)
+    store = ArtifactStore(rt.root)
+    published = {row["stage"]: store.get(row["stage"], row["key"]) for row in summary}
+    missing = sorted(name for name, artifact in published.items() if artifact is None)
+    if missing:  # the flow reported success, so this means files were removed while it ran
+        raise StageError(f"artifacts of {', '.join(missing)} disappeared from {rt.root} right after the run")
+    return {name: artifact for name, artifact in published.items() if artifact is not None}

@@ -1,0 +1,94 @@
+"""Profiles: named YAML files of stage params (DESIGN.md section 4).
+
+A profile maps a stage name to overrides of that stage's params model::
+
+    keychain: {n_examples: 8, target_tokens: [1024]}
+
+``tiny`` is the embedded default (the whole pipeline on 2 CPU cores in minutes), ``default`` and ``full`` scale up.
+A stage absent from a profile runs with its params model's defaults. A path to a YAML file of the same shape is
+accepted wherever a profile name is. Every section is validated against its stage's params model when loaded,
+so a typo fails before anything runs, naming the stage, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from data_contracts.stage import Params, StageError
+from flows.registry import discover, stage_named
+
+PROFILES = ("tiny", "default", "full")
+
+Overrides = Mapping[str, Mapping[str, Any]]
+
+
+class ProfileError(StageError):
+    """A profile is unknown, unreadable or has a section that does not fit its stage."""
+
+
+def _profile_text(profile: str) -> tuple[str, str]:
+    """(source description, YAML text) of a packaged profile name or a path to a YAML file."""
+    if profile in PROFILES:
+        return f"profile {profile!r}", resources.files("flows").joinpath("profiles", f"{profile}.yaml").read_text()
+    path = Path(profile)
+    if path.suffix in {".yaml", ".yml"} and path.is_file():
+        return str(path), path.read_text()
+    raise ProfileError(f"unknown profile {profile!r}; allowed: {', '.join(PROFILES)} or a path to a .yaml file")
+
+
+def load_profile(profile: str) -> dict[str, dict[str, Any]]:
+    """The raw sections of a profile (stage name -> params overrides), checked for shape but not for values."""
+    source, text = _profile_text(profile)
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{source} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source} must map stage names to params, got {type(data).__name__}")
+    for name, section in data.items():
+        if not isinstance(section, dict):
+            raise ProfileError(f"{source}: section {name!r} must map param names to values, got {section!r}")
+    return data
+
+
+def _merge(base: Overrides, extra: Overrides | None) -> dict[str, dict[str, Any]]:
+    merged = {name: dict(section) for name, section in base.items()}
+    for name, section in (extra or {}).items():
+        merged.setdefault(name, {}).update(section)
+    return merged
+
+
+def stage_params(profile: str, overrides: Overrides | None = None) -> dict[str, dict[str, Any]]:
+    """The validated raw params of every registered stage under ``profile`` plus ``overrides``.
+
+    Returns stage name -> the raw dict (the fields set by the profile or the overrides; the runner parses it and
+    records every knob in the manifest). Raises ``ProfileError`` naming the stage, the field and what is allowed.
+    """
+    sections = _merge(load_profile(profile), overrides)
+    stages = discover()
+    unknown = sorted(set(sections) - set(stages))
+    if unknown:
+        raise ProfileError(
+            f"profile {profile!r} names unknown stage(s) {', '.join(unknown)}; known stages: {', '.join(sorted(stages))}"
+        )
+    for name, section in sections.items():
+        parse(name, section)
+    return {name: sections.get(name, {}) for name in stages}
+
+
+def parse(stage_name: str, raw: Mapping[str, Any]) -> Params:
+    """Validate ``raw`` against the stage's params model; the error adds the fields the model allows."""
+    stage = stage_named(stage_name)
+    try:
+        return stage.parse_params(raw)
+    except StageError as exc:
+        allowed = ", ".join(
+            f"{field} ({info.description})" if info.description else field
+            for field, info in stage.params.model_fields.items()
+        )
+        raise ProfileError(f"{exc}\n  allowed fields of {stage_name!r}: {allowed or '(none)'}") from None

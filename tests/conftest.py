@@ -1,0 +1,30 @@
+"""Shared fixtures. ``runtime``: one real Prefect server and a 2-process Dask cluster for the whole session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+# Dask worker processes and deployment runs import the test-double stages by module name: put this directory on
+# their import path and name the module for stage discovery, before any of them starts.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
+os.environ["GYMFORGE_STAGE_MODULES"] = ",".join(
+    filter(None, [*os.environ.get("GYMFORGE_STAGE_MODULES", "").split(","), "stages_for_tests"])
+)
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+
+@pytest.fixture(scope="session")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A started ``flows.runtime.Runtime`` on a temporary data root (about 10 s to start on 2 cores)."""
+    from flows.runtime import Runtime
+
+    with Runtime(tmp_path_factory.mktemp("gymforge-data"), n_workers=2) as rt:
+        yield rt
