@@ -73,7 +73,8 @@ def _round(x: float) -> int:
 
 def noise_level(level: int, max_level: int = DEFAULT_MAX_LEVEL) -> NoiseLevel:
     """The level ``level`` of a curriculum with levels ``0..max_level``: diversity grows linearly to every kind
-    at ``max_level``, intensity grows from one transform per family to three."""
+    at ``max_level``, intensity grows from one transform per family (and one failing attempt) to two
+    instruction transforms, three tool faults and two consecutive failures."""
     if max_level < 1:
         raise ValueError(f"max_level must be >= 1, got {max_level}")
     if not 0 <= level <= max_level:
@@ -85,8 +86,8 @@ def noise_level(level: int, max_level: int = DEFAULT_MAX_LEVEL) -> NoiseLevel:
         level=level,
         instruction_kinds=_prefix(INSTRUCTION_KINDS, level, max_level),
         tool_kinds=_prefix(TOOL_KINDS, level, max_level),
-        n_instruction=1 + _round(frac),
-        n_tool=1 + _round(frac * 2),
+        n_instruction=1 + _round(frac - 0.25),
+        n_tool=1 + _round(frac * 2 - 0.5),
         max_failures=1 + _round(frac),
     )
 

@@ -1,0 +1,250 @@
+"""Noisy twins of clean tasks, and the solvability check by execution.
+
+LongCat-Flash-Thinking-2601, section 3.3.3: noise must make a task harder, never impossible ("we ensure that the
+injected imperfections do not invalidate task solvability"), and robustness is the gap "between perfect and
+imperfect environments on the same task". So every noisy task here is the twin of a clean task, carries the full
+record of its transforms, and is kept only if :class:`~envgen.noise.agents.RobustReferenceAgent` solves it in the
+real environment (:class:`~envgen.noise.environment.NoisyEnvironment`); the naive reference agent runs on both
+twins so the success drop of each transform is measured.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from envgen.noise.agents import NaiveReferenceAgent, RobustReferenceAgent, _ReferenceAgent
+from envgen.noise.curriculum import NoiseLevel
+from envgen.noise.environment import NoisyEnvironment, scored_for_agent
+from envgen.noise.instruction import INSTRUCTION_TRANSFORMS, Draft, find_details
+from envgen.noise.plot import ALL
+from envgen.noise.records import NoiseRecord, Skipped, Transform
+from envgen.noise.tools import draw_tool_fault, parse_content
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def noisy_task_id(task_id: str, level: int) -> str:
+    return f"{task_id}~noise{level}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One reference-agent episode."""
+
+    success: bool
+    reward: float
+    failure: str | None
+    gave_up: str | None
+    scored: bool  # False for infrastructure/user-simulator failures: not the agent's
+    resolved: frozenset[str]
+    info: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class CleanSurvey:
+    """What the clean task offers: its golden outputs, and what the robust agent can observe in it."""
+
+    outputs: list[Any]
+    robust: Outcome
+    naive: Outcome
+
+    @property
+    def observable(self) -> set[str]:
+        return set(self.robust.resolved)
+
+
+def writes_of(env: NoisyEnvironment) -> frozenset[str]:
+    return frozenset(n for n in env.tool_names if env.domain.tools[n].is_write)
+
+
+def run_reference(env: NoisyEnvironment, task: Mapping[str, Any], agent: _ReferenceAgent) -> Outcome:
+    """Drive ``agent`` through one episode of ``task``; an agent that gives up ends the episode (scored as is)."""
+    obs = env.reset(dict(task))
+    agent.observe(obs.messages)
+    done, reward, info = False, 0.0, {}
+    while not done:
+        if agent.gave_up is not None:
+            episode = env.score()
+            reward, info = episode.reward, episode.info
+            break
+        obs, reward, done, info = env.step(agent.act())
+        agent.observe(obs.messages)
+    return Outcome(reward >= 1.0, reward, info.get("failure"), agent.gave_up, scored_for_agent(info),
+                   frozenset(agent.resolved), info)
+
+
+def _agents(env: NoisyEnvironment, task: Mapping[str, Any], observable: set[str] | None):
+    golden = _loads(task["golden_actions"])
+    required = _loads(task["rubric"]).get("required_outputs", [])
+    common = {"required_outputs": required, "writes": writes_of(env), "observable": observable}
+    return RobustReferenceAgent(golden, **common), NaiveReferenceAgent(golden, **common)
+
+
+def survey(env: NoisyEnvironment, task: Mapping[str, Any]) -> CleanSurvey:
+    """Replay the clean task's golden plan for its outputs, then run both reference agents on it: the robust one
+    surveys what is observable, the naive one is the clean baseline of the success drop."""
+    from envgen.runtime import replay
+
+    clean = {**task, "noise": None}
+    outputs = [parse_content(m["content"]) for m in replay(env, clean).messages if m.get("role") == "tool"]
+    robust_agent, _ = _agents(env, clean, None)
+    robust = run_reference(env, clean, robust_agent)
+    _, naive_agent = _agents(env, clean, set(robust.resolved))
+    return CleanSurvey(outputs, robust, run_reference(env, clean, naive_agent))
+
+
+def make_noisy_task(
+    task: Mapping[str, Any],
+    outputs: Sequence[Any],
+    level: NoiseLevel,
+    seed: int,
+    writes: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """The noisy twin of ``task`` at ``level``: every choice from ``random.Random(seed)``, every transform recorded.
+
+    Kinds are tried in a seeded order until the level's count per family is applied; a kind that does not fit
+    this task is recorded in ``skipped`` with the reason, never silently dropped.
+    """
+    rng = random.Random(seed)
+    golden = _loads(task["golden_actions"])
+    profile = copy.deepcopy(_loads(task["user_profile"]))
+    draft = Draft(task["description"], profile, find_details(task["description"], profile, golden, outputs))
+    applied: list[Transform] = []
+    skipped: list[Skipped] = []
+    intensity = level.level
+    for kinds, count, apply in (
+        (level.instruction_kinds, level.n_instruction, lambda k: INSTRUCTION_TRANSFORMS[k](draft, rng, intensity)),
+        (level.tool_kinds, level.n_tool, None),
+    ):
+        taken: set[tuple[str, int]] = set()
+        order = rng.sample(list(kinds), len(kinds))
+        done = 0
+        for kind in order:
+            if done == count:
+                break
+            if apply is not None:
+                result = apply(kind)
+            else:
+                result = draw_tool_fault(kind, golden, outputs, rng, level.max_failures, taken, writes)
+            if isinstance(result, str):
+                skipped.append(Skipped(kind=kind, reason=result))
+            else:
+                applied.append(result)
+                done += 1
+    record = NoiseRecord(level=level.level, seed=seed, clean_task_id=str(task["task_id"]),
+                         transforms=tuple(applied), skipped=tuple(skipped))
+    return {
+        **task,
+        "task_id": noisy_task_id(str(task["task_id"]), level.level),
+        "description": draft.description,
+        "user_profile": json.dumps(draft.user_profile, sort_keys=True),
+        "noise": record.to_json(),
+        "clean_task_id": str(task["task_id"]),
+        "noise_level": level.level,
+        "transforms": list(record.kinds),
+    }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The solvability check of one noisy task."""
+
+    task: dict[str, Any]
+    robust: Outcome
+    naive: Outcome
+    reason: str | None  # None: solvable and kept
+
+    @property
+    def kept(self) -> bool:
+        return self.reason is None
+
+
+def verify(env: NoisyEnvironment, noisy: Mapping[str, Any], clean: CleanSurvey, infra_retries: int = 1) -> Verdict:
+    """Run both reference agents on ``noisy``; it is kept only if the robust one succeeds.
+
+    An episode lost to infrastructure (a real tool failure, labelled ``tool``) is re-run up to ``infra_retries``
+    times and, if it keeps failing, rejected as infrastructure: never counted as the noise breaking the task.
+    """
+    observable = clean.observable
+    for _ in range(infra_retries + 1):
+        robust_agent, _ = _agents(env, noisy, observable)
+        robust = run_reference(env, noisy, robust_agent)
+        if robust.scored:
+            break
+    _, naive_agent = _agents(env, noisy, observable)
+    naive = run_reference(env, noisy, naive_agent)
+    if not robust.scored:
+        reason = f"infrastructure: {robust.failure} failure in every attempt"
+    elif not robust.success:
+        why = robust.gave_up or f"reward {robust.reward:g} ({robust.info.get('reward_components')})"
+        reason = f"unsolvable under noise: robust reference agent failed: {why}"
+    else:
+        reason = None
+    return Verdict(dict(noisy), robust, naive, reason)
+
+
+def noisy_twins(
+    env: NoisyEnvironment,
+    task: Mapping[str, Any],
+    levels: Iterable[NoiseLevel],
+    seeds: Iterable[int],
+) -> tuple[CleanSurvey, list[Verdict]]:
+    """Survey one clean task, then build and verify its twin at each level (``seeds`` pairs with ``levels``)."""
+    clean = survey(env, task)
+    verdicts = []
+    for level, seed in zip(levels, seeds):
+        noisy = make_noisy_task(task, clean.outputs, level, seed, writes_of(env))
+        if not clean.robust.success:
+            why = clean.robust.gave_up or f"reward {clean.robust.reward:g}"
+            verdicts.append(Verdict(noisy, clean.robust, clean.naive,
+                                    f"clean task not solved by the robust reference agent: {why}"))
+            continue
+        verdicts.append(verify(env, noisy, clean))
+    return clean, verdicts
+
+
+def summarize(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
+    """Success of both reference agents per level and transform, plus ``all`` per level and the clean tasks as
+    level 0 (the baseline of the robustness gap).
+
+    ``rows`` are kept and rejected twins (``noise_level``, ``transforms``, ``robust_success``, ``naive_success``,
+    ``scored``, and ``clean_task_id`` with ``robust_clean_success``/``naive_clean_success``). Rejected twins
+    count with robust success 0, so noise that breaks solvability shows; infrastructure losses do not count.
+    """
+    acc: dict[tuple[str, int], list[float]] = {}
+
+    def add(name: str, level: int, robust: Any, naive: Any) -> None:
+        a = acc.setdefault((name, level), [0.0, 0.0, 0.0])
+        a[0], a[1], a[2] = a[0] + float(bool(robust)), a[1] + float(bool(naive)), a[2] + 1
+
+    clean_seen: set[str] = set()
+    for row in rows:
+        clean_id = row.get("clean_task_id")
+        if clean_id is not None and clean_id not in clean_seen and row.get("robust_clean_success") is not None:
+            clean_seen.add(clean_id)
+            add(ALL, 0, row["robust_clean_success"], row["naive_clean_success"])
+        if not row.get("scored", True):
+            continue
+        for name in [ALL, *sorted(set(row["transforms"]))]:
+            add(name, int(row["noise_level"]), row["robust_success"], row["naive_success"])
+    records = [
+        {"transform": t, "level": lvl, "robust_success": r / n, "naive_success": nv / n, "tasks": int(n)}
+        for (t, lvl), (r, nv, n) in sorted(acc.items())
+    ]
+    schema = {"transform": pl.String, "level": pl.Int64, "robust_success": pl.Float64,
+              "naive_success": pl.Float64, "tasks": pl.Int64}
+    return pl.DataFrame(records, schema=schema)
+
+
+def summary_frame(tasks: pl.DataFrame, rejected: pl.DataFrame) -> pl.DataFrame:
+    """:func:`summarize` over a noise stage's ``tasks`` and ``rejected`` outputs."""
+    return summarize([*tasks.iter_rows(named=True), *rejected.iter_rows(named=True)])
