@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from datetime import date
 
@@ -27,17 +28,18 @@ OUTPUTS = [
     {"reservation_id": "RES7", "status": "cancelled"},
 ]
 DESCRIPTION = "Please cancel my reservation RES7, I want to have it cancelled. My email is ann@example.com."
-PROFILE = {"name": "Ann", "email": "ann@example.com"}
+PROFILE = {"persona": "Ann, a frequent flyer", "facts": [{"name": "email", "label": "email address",
+                                                            "value": "ann@example.com"}]}
 
 
 def draft() -> Draft:
-    return Draft(DESCRIPTION, dict(PROFILE), find_details(DESCRIPTION, PROFILE, GOLDEN, OUTPUTS))
+    return Draft(DESCRIPTION, copy.deepcopy(PROFILE), find_details(DESCRIPTION, PROFILE, GOLDEN, OUTPUTS))
 
 
 def test_details_are_golden_values_stated_in_the_text() -> None:
     details = {d.surface: d for d in draft().details}
     assert set(details) == {"ann@example.com", "RES7", "cancelled"}
-    assert details["ann@example.com"].profile_path == "email"
+    assert details["ann@example.com"].profile_path == "facts.0.value"
     assert details["RES7"].lookup == (1, "results.2.reservation_id")
     assert details["cancelled"].lookup is None
 
@@ -55,7 +57,7 @@ def test_each_instruction_transform_applies_and_records(kind: str) -> None:
             path = result.changed["profile_path"].split(".")
             node = d.user_profile
             for part in path:
-                node = node[part]
+                node = node[int(part)] if part.isdigit() else node[part]
             assert str(node) == result.changed["removed"]
         if result.recovery == "look_up":
             assert result.changed["lookup_step"] < 2

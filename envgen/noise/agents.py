@@ -31,6 +31,7 @@ from envgen.noise.tools import CONTINUATION_ARGS, DATE_FORMATS, parse_content
 Message = dict[str, Any]
 RETRYABLE = frozenset({"timeout", "server_error", "infrastructure"})
 _LOWER_WORD = re.compile(r"^[a-z][a-z_]*$")
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
 
 def canonicalize(observed: Any, like: Any) -> Any:
@@ -40,6 +41,10 @@ def canonicalize(observed: Any, like: Any) -> Any:
     number makes '$1,234.50' 1234.5, a lowercase word lowercases. Anything else is returned unchanged."""
     if isinstance(like, bool) or like is None:
         return observed
+    if isinstance(like, str) and _NUMBER.match(like):  # an amount rendered as text ('2408.40')
+        number = canonicalize(observed, float(like))
+        decimals = len(like.partition(".")[2])
+        return f"{number:.{decimals}f}" if isinstance(number, (int, float)) else observed
     if isinstance(like, (int, float)):
         if isinstance(observed, str):
             try:
@@ -77,7 +82,7 @@ class Observations:
 
     def find(self, value: Any, robust: bool) -> bool:
         """Whether ``value`` can be read off the observations (robustly: through formats and synonyms)."""
-        if any(leaf == value and type(leaf) is type(value) for o in self.outputs for _, leaf in leaves(o)):
+        if any(_same(leaf, value) for o in self.outputs for _, leaf in leaves(o)):
             return True
         text = "\n".join(self.user_text)
         if not robust:
@@ -88,6 +93,17 @@ class Observations:
         if isinstance(value, str):
             spoken += [value.replace("_", " "), *LEXICON.get(value, ())]
         return any(mentions(text, s) for s in spoken if s)
+
+
+def _same(leaf: Any, value: Any) -> bool:
+    """Literally the same value: equal, or the same text once rendered the way task records render numbers."""
+    if isinstance(leaf, bool) or isinstance(value, bool):
+        return leaf is value
+    return leaf == value or (isinstance(value, str) and isinstance(leaf, (int, float)) and _render(leaf) == value)
+
+
+def _render(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 @dataclass

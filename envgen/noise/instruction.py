@@ -274,20 +274,29 @@ def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Tran
 
 
 def implicit_assumption(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
+    """The user takes a detail for granted ("my usual ..."). Recovered by looking it up when an earlier golden
+    call returns it, else by asking the user to confirm it (it is in their profile)."""
     detail = _remove_detail(draft, rng, lambda d: d.lookup is not None)
-    if detail is None or detail.lookup is None:
-        return "no stated detail is also returned by an earlier golden tool call"
-    step, path = detail.lookup
-    implied = f"the {detail.words} you have on file"
+    detail = detail or _remove_detail(draft, rng, lambda d: d.profile_path is not None)
+    if detail is None:
+        return "no stated detail is returned by an earlier golden call or held in the user profile"
+    implied = f"my usual {detail.words}" if detail.lookup is None else f"the {detail.words} you have on file"
     before = draft.description
     draft.description = _tidy(_replace(before, detail.surface, implied))
+    changed = {"removed": detail.surface, "replaced_with": implied, "argument": detail.arg,
+               "before": before, "after": draft.description}
+    if detail.lookup is not None:
+        step, path = detail.lookup
+        return Transform(
+            family="instruction", kind="implicit_assumption",
+            changed={**changed, "lookup_step": step, "lookup_path": path}, recovery="look_up",
+            hint=f"The user assumes the system knows the {detail.words}: read it from the output of golden step "
+            f"{step} ({path}).",
+        )
     return Transform(
         family="instruction", kind="implicit_assumption",
-        changed={"removed": detail.surface, "replaced_with": implied, "argument": detail.arg,
-                 "lookup_step": step, "lookup_path": path, "before": before, "after": draft.description},
-        recovery="look_up",
-        hint=f"The user assumes the system knows the {detail.words}: read it from the output of golden step "
-        f"{step} ({path}).",
+        changed={**changed, "profile_path": detail.profile_path}, recovery="ask_user",
+        hint=f"The user assumes you know their usual {detail.words}; ask them to state it ({detail.profile_path}).",
     )
 
 

@@ -219,29 +219,34 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
     ``rows`` are kept and rejected twins (``noise_level``, ``transforms``, ``robust_success``, ``naive_success``,
     ``scored``, and ``clean_task_id`` with ``robust_clean_success``/``naive_clean_success``). Rejected twins
     count with robust success 0, so noise that breaks solvability shows; infrastructure losses do not count.
+    ``naive_clean_success`` is the naive agent's success on the clean twins of the same tasks: the success drop
+    of a transform is ``naive_clean_success - naive_success``.
     """
     acc: dict[tuple[str, int], list[float]] = {}
 
-    def add(name: str, level: int, robust: Any, naive: Any) -> None:
-        a = acc.setdefault((name, level), [0.0, 0.0, 0.0])
-        a[0], a[1], a[2] = a[0] + float(bool(robust)), a[1] + float(bool(naive)), a[2] + 1
+    def add(name: str, level: int, robust: Any, naive: Any, naive_clean: Any) -> None:
+        a = acc.setdefault((name, level), [0.0, 0.0, 0.0, 0.0])
+        for i, v in enumerate((robust, naive, naive_clean, True)):
+            a[i] += float(bool(v))
 
     clean_seen: set[str] = set()
     for row in rows:
         clean_id = row.get("clean_task_id")
         if clean_id is not None and clean_id not in clean_seen and row.get("robust_clean_success") is not None:
             clean_seen.add(clean_id)
-            add(ALL, 0, row["robust_clean_success"], row["naive_clean_success"])
+            add(ALL, 0, row["robust_clean_success"], row["naive_clean_success"], row["naive_clean_success"])
         if not row.get("scored", True):
             continue
         for name in [ALL, *sorted(set(row["transforms"]))]:
-            add(name, int(row["noise_level"]), row["robust_success"], row["naive_success"])
+            add(name, int(row["noise_level"]), row["robust_success"], row["naive_success"],
+                row.get("naive_clean_success"))
     records = [
-        {"transform": t, "level": lvl, "robust_success": r / n, "naive_success": nv / n, "tasks": int(n)}
-        for (t, lvl), (r, nv, n) in sorted(acc.items())
+        {"transform": t, "level": lvl, "robust_success": r / n, "naive_success": nv / n,
+         "naive_clean_success": nc / n, "tasks": int(n)}
+        for (t, lvl), (r, nv, nc, n) in sorted(acc.items())
     ]
     schema = {"transform": pl.String, "level": pl.Int64, "robust_success": pl.Float64,
-              "naive_success": pl.Float64, "tasks": pl.Int64}
+              "naive_success": pl.Float64, "naive_clean_success": pl.Float64, "tasks": pl.Int64}
     return pl.DataFrame(records, schema=schema)
 
 
