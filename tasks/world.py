@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, model_validator
 
+from data_contracts.schemas import extend
 from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Contract, Expect, Params, seed_for, stage
 from tasks.rewards import normalize
 from tasks.seeds import QA_SEED_COLUMNS, eval_split, qa_seed_contract, rejected_frame
@@ -736,8 +737,7 @@ RELATIONS_CONTRACT = Contract(
     expectations=(Expect("ExpectColumnValuesToBeInSet", column="relation", value_set=list(RELATIONS)),
                   Expect("ExpectColumnValuesToNotBeNull", column="object")),
 )
-_base = qa_seed_contract("critical", hops=(2, 4))
-WORLD_SEEDS_CONTRACT = Contract(columns=WORLD_SEED_COLUMNS, expectations=_base.expectations, checks=_base.checks)
+WORLD_SEEDS_CONTRACT = extend(qa_seed_contract("critical", hops=(2, 4)), columns={"program": pl.String()})
 
 
 def entity_frame(world: World) -> pl.DataFrame:

@@ -15,7 +15,7 @@ from data_contracts.gate import validate
 from data_contracts.stage import FrameArtifact, StageError
 from tasks.seeds import (
     QA_SEED_COLUMNS,
-    QA_SEED_CONTRACT,
+    SEED_CONTRACT,
     SeedFileError,
     iter_json_array,
     load_seed_file,
@@ -39,7 +39,7 @@ def test_fixture_loads_into_the_qa_seed_record(kind: str) -> None:
         docs = parse_docs(row["docs"])
         assert any(d["is_supporting"] for d in docs)
         assert row["hops"] == sum(d["is_supporting"] for d in docs)
-    assert validate("qa_seeds", "seeds", seeds, QA_SEED_CONTRACT, "p0").passed
+    assert validate("qa_seeds", "seeds", seeds, SEED_CONTRACT, "p0").passed
 
 
 def test_fields_are_mapped() -> None:
@@ -146,7 +146,7 @@ def test_stage_mixes_sources_and_keeps_eval_out_of_training() -> None:
 def test_contract_catches_an_eval_question_in_training() -> None:
     seeds, _ = load_seed_file("hotpotqa", FIXTURES / "hotpotqa.json", split="train")
     leaked = pl.concat([seeds, seeds.head(1).with_columns(id=pl.lit("copy"), split=pl.lit("eval"))])
-    report = validate("qa_seeds", "seeds", leaked, QA_SEED_CONTRACT, "p0")
+    report = validate("qa_seeds", "seeds", leaked, SEED_CONTRACT, "p0")
     assert not report.passed and "no_eval_seed_in_train" in str(report.failures())
 
 
