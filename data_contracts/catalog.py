@@ -176,3 +176,18 @@ class Catalog:
         """Every upstream artifact of ``key``, recursively, once, with its shortest depth (1 = a direct input) and
         its status (null when the catalog does not know it)."""
         return self.query(_UPSTREAM, [key])
+
+    def stale(self, versions: Mapping[str, str] | None = None) -> pl.DataFrame:
+        """Artifacts of a stage version other than the current one (default: the versions registered in
+        ``STAGES``), and artifacts of stages no longer registered: candidates to rebuild or remove."""
+        if versions is None:
+            from data_contracts.stage import STAGES
+
+            versions = {name: declared.version for name, declared in STAGES.items()}
+        current = pl.DataFrame({"stage": list(versions), "current_version": list(versions.values())},
+                               schema={"stage": pl.String, "current_version": pl.String})
+        return (
+            self.artifacts()
+            .join(current, on="stage", how="left")
+            .filter(pl.col("current_version").is_null() | (pl.col("version") != pl.col("current_version")))
+        )

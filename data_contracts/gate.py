@@ -190,7 +190,9 @@ def _run_check(frame: pl.DataFrame, check: Check) -> tuple[ExpectationResult, li
         flags = check.fn(frame)
     except Exception as exc:  # noqa: BLE001 - a check that cannot evaluate the data fails; it does not crash the run
         return result(False, frame.height, f"raised {type(exc).__name__}: {exc}"[:500]), list(range(frame.height))
-    flags = flags if isinstance(flags, pl.Series) else pl.Series(list(flags), dtype=pl.Boolean)
+    flags = flags if isinstance(flags, pl.Series) else pl.Series(list(flags))
+    if flags.dtype not in (pl.Boolean, pl.Null):
+        raise StageError(f"check {check.name!r} returned {flags.dtype} values; return booleans, True where a row fails")
     if len(flags) != frame.height:
         raise StageError(
             f"check {check.name!r} returned {len(flags)} flags for {frame.height} rows; "

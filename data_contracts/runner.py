@@ -45,17 +45,23 @@ class ContractViolation(RuntimeError):
         lines.append(f"quarantined at {quarantine_path}")
         super().__init__("\n".join(lines))
 
+    def __reduce__(self) -> tuple:  # crosses Dask worker processes: rebuild from the fields, not the message
+        return type(self), (self.stage, self.partition, self.key, self.reports, self.quarantine_path)
+
 
 class UpstreamMissing(RuntimeError):
     """An input artifact is not published (never run, deleted, or quarantined)."""
 
     def __init__(self, stage: str, input_stage: str, input_key: str, quarantined: Path | None):
-        self.stage, self.input_stage, self.input_key = stage, input_stage, input_key
+        self.stage, self.input_stage, self.input_key, self.quarantined = stage, input_stage, input_key, quarantined
         why = f"it is quarantined at {quarantined}" if quarantined else "it is not published"
         super().__init__(
             f"stage {stage!r} cannot run: input {input_stage!r} artifact {input_key} is missing ({why}); "
             f"materialize {input_stage!r} first"
         )
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.stage, self.input_stage, self.input_key, self.quarantined)
 
 
 class StageRun(BaseModel):
@@ -98,10 +104,13 @@ def _check_outputs(stage: Stage, frames: Any) -> dict[str, pl.DataFrame]:
             + (f"; undeclared: {undeclared}" if undeclared else "")
             + (f"; missing: {missing}" if missing else "")
         )
+    out = {}
     for name, frame in frames.items():
+        if isinstance(frame, pl.LazyFrame):
+            frame = frame.collect()
         if not isinstance(frame, pl.DataFrame):
             raise StageError(f"stage {stage.name!r} output {name!r} is a {type(frame).__name__}, not a polars DataFrame")
-    out = dict(frames)
+        out[name] = frame
     if REJECTED in stage.outputs and REJECTED not in out:  # an optional output: publish it empty, with its columns
         out[REJECTED] = pl.DataFrame(schema=dict(stage.outputs[REJECTED].columns))
     return out

@@ -101,3 +101,10 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
     catalog = Catalog(tmp_path)
     assert catalog.query("SELECT count(*) FROM artifacts").item() == 45
     assert catalog.query("SELECT count(*) FROM lineage").item() == 45
+
+
+def test_stale_lists_other_versions_and_unknown_stages(chain) -> None:
+    _, catalog = chain
+    stale = catalog.stale({"_test_double_a": "1", "_test_double_b": "2", "_test_double_c": "1"})
+    assert sorted(stale["key"].to_list()) == ["kb", "kd"]  # b's version moved on; d is not a known stage
+    assert stale.filter(pl.col("key") == "kb")["current_version"].item() == "2"

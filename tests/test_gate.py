@@ -135,3 +135,8 @@ def test_data_docs_from_reports(tmp_path) -> None:
     text = index.read_text()
     assert "2 validations, 1 failed" in text and "s&lt;b&gt;" in text and "<b>" not in text
     assert "ExpectColumnValuesToBeUnique(kind)" in (tmp_path / "data_docs" / "validations" / "report-1.html").read_text()
+
+
+def test_check_must_return_booleans() -> None:
+    with pytest.raises(StageError, match="check 'ints' returned Int64 values; return booleans"):
+        validate("s", "o", GOOD, Contract(checks=(Check("ints", lambda f: f["n"]),)), "p0")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,3 +239,21 @@ def test_data_docs_list_every_validation(doubles, env) -> None:
     assert len(pages) == 3
     quarantined = (store.root / "data_docs" / "validations" / "_test_double_source").glob("*.html")
     assert any("ExpectColumnValuesToMatchRegex(id)" in p.read_text() and "failed" in p.read_text() for p in quarantined)
+
+
+def test_errors_survive_pickling(doubles, env) -> None:
+    store, catalog = env
+    with pytest.raises(ContractViolation) as violation:
+        execute_stage(store, catalog, doubles["_test_double_source"], {"plant_bad_row": True}, {}, "p0")
+    with pytest.raises(UpstreamMissing) as missing:
+        execute_stage(store, catalog, doubles["_test_double_sink"], {}, {"_test_double_source": violation.value.key}, "p0")
+    for exc in (violation.value, missing.value):
+        copy = pickle.loads(pickle.dumps(exc))
+        assert type(copy) is type(exc) and str(copy) == str(exc)
+
+
+def test_lazy_outputs_are_collected(env) -> None:
+    store, _ = env
+    _run_returning(env, {"rows": pl.DataFrame({"a": [1, 2]}).lazy()})
+    ((manifest, status),) = store.manifests()
+    assert status == "published" and manifest["outputs"]["rows"]["rows"] == 2

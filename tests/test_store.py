@@ -12,6 +12,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from data_contracts import store as store_module
 from data_contracts.gate import validate
@@ -237,3 +239,14 @@ def test_quarantine_keeps_validation_and_failing_rows(store: ArtifactStore) -> N
     assert [status for _, status in store.manifests()] == ["quarantined"]
     store.publish(_manifest(store), FRAMES)
     assert sorted(status for _, status in store.manifests()) == ["published", "quarantined"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=30),
+       texts=st.lists(st.one_of(st.none(), st.text(max_size=8)), min_size=30, max_size=30))
+def test_round_trip_is_exact_and_byte_stable(tmp_path_factory, values: list, texts: list) -> None:
+    frame = pl.DataFrame({"v": values, "t": texts[: len(values)]}, schema={"v": pl.Int64, "t": pl.String})
+    first = ArtifactStore(tmp_path_factory.mktemp("a")).publish(_manifest(ArtifactStore(".")), {"x": frame})
+    second = ArtifactStore(tmp_path_factory.mktemp("b")).publish(_manifest(ArtifactStore(".")), {"x": frame})
+    assert first.read("x").equals(frame)
+    assert first.file("x").read_bytes() == second.file("x").read_bytes()
