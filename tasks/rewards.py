@@ -13,6 +13,8 @@ every candidate. The plain variants stay available for ablations (LoongRL report
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import re
 import string
@@ -20,7 +22,6 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
 RewardFn = Callable[..., list[float]]
@@ -93,7 +94,7 @@ def fold_accents(text: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
 
 
-@lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=65536)
 def normalize(text: str) -> str:
     """SQuAD-style normalization plus accent folding and LaTeX command removal; idempotent.
 
@@ -328,7 +329,9 @@ def _column(values: Any, n: int, name: str) -> list[Any]:
     return list(values)
 
 
-def _register(name: str, scorer: Callable[[str | None, Sequence[str]], float], *, values: bool = False) -> RewardFn:
+def _wrap(name: str, scorer: Callable[..., float], values: bool) -> RewardFn:
+    """The TRL-facing function: extract the last box of each completion, score it against that row's gold."""
+
     def reward(completions: Sequence[Any], answer: Any = None, aliases: Any = None, **_: Any) -> list[float]:
         if answer is None:
             raise ValueError(f"reward {name!r} needs an 'answer' column (the gold answer of each row)")
@@ -342,11 +345,31 @@ def _register(name: str, scorer: Callable[[str | None, Sequence[str]], float], *
         return out
 
     reward.__name__ = f"reward_{name}"
-    reward.__doc__ = f"TRL reward {name!r} on the last \\boxed{{}} answer. {scorer.__doc__}"
+    reward.__doc__ = f"TRL reward {name!r} on the last \\boxed{{}} answer. {scorer.__doc__ or ''}"
+    return reward
+
+
+_SCORERS: dict[str, tuple[Callable[..., float], bool]] = {}
+
+
+def _register(name: str, scorer: Callable[..., float], *, values: bool = False) -> RewardFn:
     if name in REWARDS:
         raise ValueError(f"reward {name!r} is registered twice")
-    REWARDS[name] = reward
-    return reward
+    _SCORERS[name] = (scorer, values)
+    REWARDS[name] = _wrap(name, scorer, values)
+    return REWARDS[name]
+
+
+def configure(name: str, **options: Any) -> RewardFn:
+    """A registered reward with its scorer's keyword options changed, e.g. ``configure("two_way", cap_factor=5)``
+    or ``configure("needle_all", allow_extra=True)``; unknown options are an error that lists the allowed ones."""
+    get_reward(name)
+    scorer, values = _SCORERS[name]
+    allowed = [p.name for p in inspect.signature(scorer).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"reward {name!r} has no option {', '.join(unknown)}; options: {', '.join(allowed) or 'none'}")
+    return _wrap(name, functools.partial(scorer, **options), values)
 
 
 two_way = _register("two_way", score_two_way)

@@ -165,3 +165,14 @@ def test_needle_reward_is_order_free_and_needs_every_value(values: list[str]) ->
     assert REWARDS["needle_all"]([boxed(", ".join(values[:3]))], answer=[gold]) == [0.0]
     assert REWARDS["needle_all"]([boxed(", ".join([*values, "1234"]))], answer=[gold]) == [0.0]
     assert REWARDS["needle_recall"]([boxed(", ".join(values[:3]))], answer=[gold]) == [0.75]
+
+
+def test_configured_rewards_change_one_option() -> None:
+    from tasks.rewards import configure
+
+    long_answer = boxed("it is " + "very " * 12 + "Paris")
+    assert two_way([long_answer], answer=["Paris"]) == [0.0]
+    assert configure("two_way", cap_factor=20)([long_answer], answer=["Paris"]) == [1.0]
+    assert configure("needle_all", allow_extra=True)([boxed("1, 2, 3")], answer=["1,2"]) == [1.0]
+    with pytest.raises(ValueError, match="options: cap_factor, cap_min, min_gold_coverage"):
+        configure("two_way", cap=3)
