@@ -94,17 +94,21 @@ def fold_accents(text: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
 
 
+_PUNCT_TABLE = {**{ord(ch): " " for ch in _PUNCT}, ord("'"): None, ord("\u2019"): None}
+
+
 @functools.lru_cache(maxsize=65536)
 def normalize(text: str) -> str:
     """SQuAD-style normalization plus accent folding and LaTeX command removal; idempotent.
 
     Punctuation becomes a space (so "Jones-Smith" keeps two tokens) except apostrophes, which are dropped
     ("O'Brien" -> "obrien"); "&" reads "and"."""
-    text = fold_accents(_LATEX_COMMAND.sub(" ", text)).lower().replace("&", " and ")
-    text = "".join(
-        "" if ch in "'\u2019" else " " if ch in _PUNCT or unicodedata.category(ch).startswith("P") else ch
-        for ch in text
-    )
+    text = _LATEX_COMMAND.sub(" ", text)
+    if not text.isascii():
+        text = fold_accents(text)
+    text = text.lower().replace("&", " and ").translate(_PUNCT_TABLE)
+    if not text.isascii():  # other Unicode punctuation (str.translate covered ASCII and the common quotes)
+        text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
