@@ -100,6 +100,7 @@ class Grounder:
 
     def __init__(self, domain: CompiledDomain, conn: Connection, rng: random.Random) -> None:
         self.domain, self.conn, self.rng = domain, conn, rng
+        conn.execution_options(compiled_cache=domain.sql_cache)
         self.ex = Executor(domain)
         self.ents = self.ex.ents
         self.reserved: set[tuple[str, str]] = set()
@@ -413,7 +414,7 @@ class ConstructionSettings:
     solver_attempts: int = 8  # budget of the solver that measures g(D_n)
     tau: float = 0.3  # threshold on p for adding a chain
     min_tools: int = 20  # the report's minimum environment size
-    fallback_attempts: int = 12
+    fallback_attempts: int = 30
 
 
 def _try_ground(g: Grounder, chain: list[str] | None) -> GroundedChain | None:
@@ -477,8 +478,9 @@ def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionS
         for _ in range(settings.fallback_attempts):
             if len(env) >= settings.min_tools:
                 break
+            # "a moderate-size tool chain": at least one read before the write.
             chain = sample_chain(domain, rng, everything, max(2, settings.max_reads))
-            extra = _try_ground(g, chain) if chain is not None and len(chain) >= 3 else None
+            extra = _try_ground(g, chain) if chain is not None and len(chain) >= 2 else None
             if extra is not None:
                 fallbacks.append(extra)
                 stats.fallback_used = True
@@ -486,3 +488,41 @@ def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionS
     if len(env) < settings.min_tools:
         raise ConstructionFailed(f"{domain.name}: {len(env)} tools after the fallback, below {settings.min_tools}")
     return BuiltEnvironment(sorted(env), chains, fallbacks, stats, sqlite_bytes(engine))
+
+
+def executability(domain: CompiledDomain, seed: int) -> tuple[float, list[str]]:
+    """Execute every compiled tool against a seeded database; returns (rate, names of tools that failed).
+
+    Reads get arguments taken from an existing row (and must return it); writes are grounded first (rows patched
+    so the preconditions hold), then run. Each tool runs in a savepoint rolled back afterwards.
+    """
+    from envgen.seeding import generate_rows, load_rows, memory_engine
+
+    engine = memory_engine()
+    load_rows(domain, engine, generate_rows(domain.spec, seed))
+    failed: list[str] = []
+    with engine.begin() as conn:
+        g = Grounder(domain, conn, random.Random(seed))
+        for name in sorted(domain.tools):
+            tool = domain.tools[name]
+            sp = conn.begin_nested()
+            try:
+                if tool.is_write:
+                    args = g.ground_action(tool)
+                    tool.args_model.model_validate(args)
+                    g.ex.act(conn, tool, args, g.now)
+                else:
+                    source = domain.spec.entity(tool.child or tool.entity)
+                    rows = [r for r in g.rows(source.name) if tool.kind != "parent_of" or r[tool.column] is not None]
+                    row = g.rng.choice(rows)
+                    args = {p.name: row[p.name] for p in tool.params if p.required}
+                    if tool.kind == "search":
+                        args = {tool.params[0].name: row[tool.params[0].name]}
+                    result = g.ex.read(conn, tool, tool.args_model.model_validate(args).model_dump())
+                    if "results" in result and not result["results"]:
+                        raise GroundingFailed("no rows returned for values taken from a row")
+            except (GroundingFailed, ToolError, IndexError, ValueError):
+                failed.append(name)
+            finally:
+                sp.rollback()
+    return 1.0 - len(failed) / len(domain.tools), failed

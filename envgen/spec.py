@@ -60,8 +60,9 @@ Op = Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in"]
 Scalar = str | int | float | bool
 
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-# Names that would collide with SQL or Python keywords in generated schemas.
-_RESERVED = frozenset(keyword.kwlist) | {"select", "from", "where", "table", "order", "group", "index", "key", "now"}
+# Python keywords would break parameter models; "target" names the action's row in conditions. SQL keywords are
+# fine: SQLAlchemy quotes them.
+_RESERVED = frozenset(keyword.kwlist) | {"target"}
 
 
 def _check_ident(value: str) -> str:
