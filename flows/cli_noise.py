@@ -1,9 +1,125 @@
-"""`gymforge` commands of the noise room."""
+"""`gymforge` commands of the noise room: noisy twins of environment bundles, with their solvability report."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+BUNDLE_FILES = ("env.json", "tools.json", "tasks.jsonl", "db.sqlite")
+SUMMARY_KEYS = ("transform", "level", "robust_success", "naive_success", "tasks")
+
+
+def bundle_dirs(root: Path) -> list[Path]:
+    """The environment bundles under ``root`` (``root`` itself when it is one), sorted by name."""
+    if not root.is_dir():
+        raise typer.BadParameter(f"{root} is not a directory of environment bundles (gymforge envgen generate --out)")
+    dirs = [root] if (root / "env.json").exists() else sorted(p.parent for p in root.glob("*/env.json"))
+    if not dirs:
+        raise typer.BadParameter(f"{root} holds no environment bundle: expected */env.json with {', '.join(BUNDLE_FILES)}")
+    return dirs
+
+
+def read_bundle(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One bundle: its environment record (with the database bytes) and its task records."""
+    missing = [f for f in BUNDLE_FILES if not (path / f).exists()]
+    if missing:
+        raise typer.BadParameter(f"bundle {path} lacks {', '.join(missing)} (a bundle holds {', '.join(BUNDLE_FILES)})")
+    try:
+        env = json.loads((path / "env.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"{path / 'env.json'}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if isinstance(env.get("spec_json"), dict):
+        env["spec_json"] = json.dumps(env["spec_json"])
+    env["db"] = (path / "db.sqlite").read_bytes()
+    tasks = []
+    for n, line in enumerate((path / "tasks.jsonl").read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            task = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"{path / 'tasks.jsonl'}:{n}: invalid JSON: {exc.msg}") from None
+        missing_fields = [k for k in ("task_id", "env_id", "description", "user_profile", "rubric", "golden_actions")
+                          if k not in task]
+        if missing_fields:
+            raise typer.BadParameter(f"{path / 'tasks.jsonl'}:{n}: task lacks field(s) {missing_fields}")
+        tasks.append({k: json.dumps(v) if isinstance(v, (dict, list)) and k != "transforms" else v
+                      for k, v in task.items()})
+    return env, tasks
 
 
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the main app."""
+
+    @app.command("noise")
+    def noise(
+        envs: Annotated[Path, typer.Option(help="Directory of environment bundles (gymforge envgen generate --out).")],
+        level: Annotated[int, typer.Option(help="Noise level K of the twins, 1..max-level.")],
+        out: Annotated[Path, typer.Option(help="New directory for the noisy bundles, rejected twins, summary, plot.")],
+        max_level: Annotated[int, typer.Option(help="Highest curriculum level L.")] = 4,
+        seed: Annotated[int, typer.Option(help="Root seed of every noise choice.")] = 0,
+        max_tasks: Annotated[int | None, typer.Option(help="Use at most this many tasks per bundle.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    ) -> None:
+        """Write noisy twins of every task at LEVEL, verified solvable by the robust reference agent, and print the
+        robust and naive reference success per transform and level (level 0: the clean tasks)."""
+        import polars as pl
+
+        from data_contracts.gate import validate
+        from data_contracts.stage import REJECTED, FrameArtifact, StageError
+        from envgen.noise.plot import plot_noise_success
+        from envgen.noise.solvability import summary_frame
+        from tasks.noise import OUTPUTS, noisy_tasks
+
+        if out.exists():
+            raise typer.BadParameter(f"{out} already exists; choose a new --out directory (nothing was written)")
+        try:
+            params = noisy_tasks.parse_params({"levels": [level], "max_level": max_level, "seed": seed,
+                                               "max_tasks": max_tasks})
+        except StageError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        tmp = out.with_name(f".{out.name}.partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept_all, rejected_all = [], []
+        try:
+            for bundle in bundle_dirs(envs):
+                env, tasks = read_bundle(bundle)
+                artifact = FrameArtifact({"environments": pl.DataFrame([env]), "tasks": pl.DataFrame(tasks)})
+                result = noisy_tasks.run({"environments": artifact}, params, bundle.name)
+                for name, contract in OUTPUTS.items():
+                    report = validate("noisy_tasks", name, result[name], contract, bundle.name)
+                    if not report.passed:
+                        raise typer.BadParameter(f"bundle {bundle}: noisy {name} failed its contract: {report}")
+                target = tmp / bundle.name
+                target.mkdir(parents=True)
+                for f in ("env.json", "tools.json", "db.sqlite"):
+                    shutil.copyfile(bundle / f, target / f)
+                result["tasks"].write_ndjson(target / "tasks.jsonl")
+                kept_all.append(result["tasks"])
+                rejected_all.append(result[REJECTED])
+            kept = pl.concat(kept_all, how="diagonal_relaxed")
+            rejected = pl.concat(rejected_all, how="diagonal_relaxed")
+            rejected.write_ndjson(tmp / "rejected.jsonl")
+            summary = summary_frame(kept, rejected)
+            (tmp / "summary.json").write_text(json.dumps(summary.to_dicts(), indent=2))
+            plot_noise_success(summary, tmp / "noise_success.png")
+            tmp.rename(out)  # all or nothing: a failed run leaves no half-written --out
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if as_json:
+            typer.echo(json.dumps([{k: row[k] for k in SUMMARY_KEYS} for row in summary.to_dicts()]))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"Noisy twins at level {level}: {kept.height} kept, {rejected.height} rejected -> {out}")
+        for column in ("transform", "level", "robust", "naive", "naive (clean twins)", "tasks"):
+            table.add_column(column, justify="left" if column == "transform" else "right")
+        for row in summary.iter_rows(named=True):
+            table.add_row(row["transform"], str(row["level"]), f"{row['robust_success']:.2f}",
+                          f"{row['naive_success']:.2f}", f"{row['naive_clean_success']:.2f}", str(row["tasks"]))
+        Console().print(table)

@@ -149,3 +149,58 @@ def test_plot_is_written(staged, tmp_path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="lacks columns"):
         plot_noise_success(pl.DataFrame({"level": [1]}), tmp_path / "bad.png")
+
+
+def write_bundles(root, envs: list[dict], tasks: list[dict]) -> None:
+    """Environment bundles as `gymforge envgen generate --out` writes them: env.json, tools.json, tasks.jsonl,
+    db.sqlite per environment."""
+    for env in envs:
+        d = root / env["env_id"]
+        d.mkdir(parents=True)
+        (d / "env.json").write_text(json.dumps({k: v for k, v in env.items() if k != "db"}))
+        (d / "tools.json").write_text(env["tools"])
+        (d / "db.sqlite").write_bytes(env["db"])
+        mine = [t for t in tasks if t["env_id"] == env["env_id"]]
+        (d / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in mine))
+
+
+def test_cli_writes_noisy_bundles_and_prints_the_summary(world, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    envs, tasks = world
+    write_bundles(tmp_path / "envs", envs[:3], tasks)
+    out = tmp_path / "noisy"
+    args = ["noise", "--envs", str(tmp_path / "envs"), "--level", "2", "--out", str(out), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert {(r["transform"], r["level"]) for r in summary} >= {("all", 0), ("all", 2)}
+    assert all(set(r) == {"transform", "level", "robust_success", "naive_success", "tasks"} for r in summary)
+    noisy = [json.loads(line) for line in (out / envs[0]["env_id"] / "tasks.jsonl").read_text().splitlines()]
+    assert noisy and all(t["noise_level"] == 2 and t["robust_success"] for t in noisy)
+    assert (out / "noise_success.png").exists() and (out / "rejected.jsonl").exists()
+    # The output is itself a bundle directory: the noise command reads it again.
+    again = CliRunner().invoke(app, ["noise", "--envs", str(out), "--level", "1", "--out", str(tmp_path / "n2")])
+    assert again.exit_code == 0, again.output
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    (lambda d: None, "no environment bundle"),
+    (lambda d: (d / "e").mkdir() or (d / "e" / "env.json").write_text("{}"), "lacks"),
+    (lambda d: [(d / "e").mkdir(), *((d / "e" / f).write_text("{") for f in ("env.json", "tools.json", "tasks.jsonl",
+                                                                         "db.sqlite"))], "invalid JSON"),
+])
+def test_cli_names_the_bad_input_and_writes_nothing(tmp_path, setup, message: str) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    (tmp_path / "envs").mkdir()
+    setup(tmp_path / "envs")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["noise", "--envs", str(tmp_path / "envs"), "--level", "1", "--out", str(out)],
+                                env={"COLUMNS": "400"})
+    assert result.exit_code != 0 and message in result.output
+    assert not out.exists()
