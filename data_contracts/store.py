@@ -12,9 +12,11 @@ A directory under ``artifacts/`` exists only once every file in it is written an
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -37,7 +39,9 @@ MANIFEST = "manifest.json"
 VALIDATION = "validation.json"
 _TMP = ".tmp-"
 _STALE_AFTER_S = 6 * 3600  # a temp dir from another host cannot be probed by pid; this old means its writer is gone
-_KEEP_ROW_INDICES = 1000
+_RENAME_ATTEMPTS = 5
+_KEY = re.compile(r"^[0-9A-Za-z_]+$")  # keys become directory names: nothing that could leave the store
+_KEEP_ROW_INDICES = 1000  # failing row indices kept in validation.json; the failing-rows Parquet keeps them all
 # Fixed writer settings: identical frames give identical bytes, so a backfill rewrites the same files.
 _PARQUET = {"compression": "zstd", "compression_level": 3, "statistics": True, "row_group_size": 128 * 1024}
 
@@ -108,7 +112,7 @@ def _fsync_path(path: Path) -> None:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
     _fsync_path(path)
 
 
@@ -127,6 +131,12 @@ def _validation_json(reports: Mapping[str, GateReport]) -> dict[str, Any]:
         dumped["failing_rows"] = report.failing_rows[:_KEEP_ROW_INDICES]
         out[name] = dumped
     return out
+
+
+def _checked(stage: str, key: str) -> str:
+    if not stage.isidentifier() or not _KEY.match(key):
+        raise StageError(f"not an artifact address: stage {stage!r} key {key!r} (a stage name and a hex key)")
+    return f"{stage}/{key}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -162,10 +172,10 @@ class ArtifactStore:
         return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:20]
 
     def path(self, stage: str, key: str) -> Path:
-        return self.artifacts_dir / stage / key
+        return self.artifacts_dir / _checked(stage, key)
 
     def quarantine_path(self, stage: str, key: str) -> Path:
-        return self.quarantine_dir / stage / key
+        return self.quarantine_dir / _checked(stage, key)
 
     # --- reading --------------------------------------------------------------------------------------------
 
@@ -173,7 +183,7 @@ class ArtifactStore:
         """The published artifact, or None unless its manifest and every file it lists exist."""
         path = self.path(stage, key)
         try:
-            manifest = json.loads((path / MANIFEST).read_text())
+            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
             return None
         if not all((path / out["file"]).is_file() for out in manifest.get("outputs", {}).values()):
@@ -191,7 +201,7 @@ class ArtifactStore:
                 if manifest_path.parent.name.startswith(_TMP):
                     continue
                 try:
-                    manifest = json.loads(manifest_path.read_text())
+                    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
                 except json.JSONDecodeError:
                     continue
                 if status == "published" and self.get(manifest["stage"], manifest["key"]) is None:
@@ -220,7 +230,7 @@ class ArtifactStore:
             "partition": partition,
             "params": params.model_dump(mode="json"),
             "input_keys": dict(sorted(input_keys.items())),
-            "code_version": code_version(),
+            "code_version": dict(code_version()),
             "outputs": {},
             "timings": {name: round(value, 4) for name, value in (timings or {}).items()},
             "flow_run_id": flow_run_id,
@@ -241,19 +251,26 @@ class ArtifactStore:
     def _move_into_place(self, tmp: Path, final: Path, *, replace: bool) -> bool:
         """Rename ``tmp`` to ``final``; False when another writer got there first and ``replace`` is off."""
         _fsync_path(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.exists():
-                raise
+        for _ in range(_RENAME_ATTEMPTS):
+            try:
+                os.rename(tmp, final)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
             if not replace and self.get(final.parent.name, final.name) is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
                 return False
-            # A forced re-run, or a broken directory left by hand-editing: swap it out, then drop the old one.
+            # A forced re-run, or a broken directory left by hand: swap it out, drop it, rename again. Another
+            # writer may swap at the same moment, hence the bounded loop.
             trash = final.with_name(self._temp_name(final.name))
-            os.rename(final, trash)
-            os.rename(tmp, final)
+            try:
+                os.rename(final, trash)
+            except FileNotFoundError:
+                continue
             shutil.rmtree(trash, ignore_errors=True)
+        else:
+            raise OSError(f"could not move {tmp} into place at {final} after {_RENAME_ATTEMPTS} attempts")
         _fsync_path(final.parent)
         return True
 

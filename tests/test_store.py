@@ -250,3 +250,9 @@ def test_round_trip_is_exact_and_byte_stable(tmp_path_factory, values: list, tex
     second = ArtifactStore(tmp_path_factory.mktemp("b")).publish(_manifest(ArtifactStore(".")), {"x": frame})
     assert first.read("x").equals(frame)
     assert first.file("x").read_bytes() == second.file("x").read_bytes()
+
+
+@pytest.mark.parametrize(("stage", "key"), [("../etc", "k"), ("s", "../../k"), ("s", ""), ("s", "a/b")])
+def test_addresses_cannot_leave_the_store(store: ArtifactStore, stage: str, key: str) -> None:
+    with pytest.raises(StageError, match="not an artifact address"):
+        store.get(stage, key)
