@@ -203,9 +203,17 @@ def _single_turn_trajectory(item: PromptItem, index: int, completion: Completion
 
 
 class AsyncEnvironment(Protocol):
+    """The environment runtime's interface (``envgen.runtime.Environment``)."""
+
     async def areset(self, task: Any) -> Any: ...
 
     async def astep(self, message: Message) -> tuple[Any, float, bool, dict[str, Any]]: ...
+
+    def score(self) -> Any:
+        """Score an episode cut off by the turn budget: ``.reward``, ``.info``."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -239,15 +247,18 @@ async def arun_episodes(engine: Engine, episodes: Sequence[Episode], config: Age
 
 async def _episode(batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
                    source: str) -> Trajectory:
+    env = None
     try:
-        return await _run_episode(batcher, index, episode, config, source)
+        env = episode.make_env()
+        return await _play(env, batcher, index, episode, config, source)
     finally:
+        if env is not None:
+            env.close()
         batcher.leave()
 
 
-async def _run_episode(batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
-                       source: str) -> Trajectory:
-    env = episode.make_env()
+async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
+                source: str) -> Trajectory:
     observation = await env.areset(episode.task)
     initial = [dict(m) for m in observation.messages]
     tools = list(observation.tools)
@@ -281,12 +292,14 @@ async def _run_episode(batcher: LockstepBatcher, index: int, episode: Episode, c
         transcript += new_messages
         if done:
             break
-    components = dict(info.get("reward_components") or {}) or {"reward": float(reward)}
-    failure = info.get("failure") if done else (info.get("failure") or "agent")
+    if not done:  # cut off by the turn budget: score the end state as it stands
+        scored = env.score()
+        reward, info = scored.reward, scored.info
+    components = dict(info.get("reward_components") or {"reward": float(reward)})
     return Trajectory(
         id=episode.id, group_id=episode.group_id, source=source, item_id=episode.task_id or episode.id,
         messages=transcript, segments=segments, reward=float(reward), reward_components=components,
-        verified=bool(done and reward > 0), failure=None if reward > 0 else failure,
+        verified=reward >= 1.0, failure=None if reward >= 1.0 else (info.get("failure") or "agent"),
         env_id=episode.env_id, task_id=episode.task_id, sample_index=episode.sample_index, truncated=not done,
     )
 

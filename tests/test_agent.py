@@ -1,0 +1,145 @@
+"""The agent loop against the environment runtime: scripted test-double engines and the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inference.agent import AgentConfig, Episode, PromptItem, rollout_prompts, run_episodes, tool_call_errors
+from inference.testing import SCRIPTED_LOGPROB, ScriptedEngine, ScriptedReply, byte_ids, render_plain
+from inference.trajectory import TRAJECTORY_CONTRACT, segments_from_json, trajectories_frame
+from tests.agent_fixtures import airline_env_and_task, golden_policy, make_env, stall_policy
+
+
+def episodes(n: int, group: str = "g0") -> list[Episode]:
+    env, task = airline_env_and_task()
+    return [Episode(id=f"{group}#{i}", group_id=group, make_env=make_env, task=task, env_id=env["env_id"],
+                    task_id=task["task_id"], sample_index=i) for i in range(n)]
+
+
+def test_golden_scripted_policy_solves_the_task_and_records_token_segments():
+    engine = ScriptedEngine(golden_policy, policy_version=3)
+    [trajectory] = run_episodes(engine, episodes(1), AgentConfig(max_turns=12))
+    _, task = airline_env_and_task()
+    n_actions = len(json.loads(task["golden_actions"]))
+
+    assert trajectory.reward == 1.0 and trajectory.verified and trajectory.failure is None
+    assert not trajectory.truncated
+    assert set(trajectory.reward_components) == {"db_state", "required_outputs", "policy"}
+    [segment] = trajectory.segments
+    assert segment.start == "initial" and len(segment.turns) == n_actions + 1
+    for turn, request in zip(segment.turns, engine.requests, strict=True):
+        # The tokens are exactly what the engine saw and sampled, not a re-rendering.
+        assert turn.prompt_ids == list(byte_ids(render_plain(request.messages, request.tools)))
+        assert len(turn.output_ids) == len(turn.logprobs) == len(turn.loss_mask) > 0
+        assert turn.logprobs == [SCRIPTED_LOGPROB] * len(turn.output_ids)
+        assert set(turn.loss_mask) == {1} and turn.policy_version == 3
+    roles = [m["role"] for m in trajectory.messages]
+    assert roles[:2] == ["system", "user"] and roles.count("tool") == n_actions
+
+
+def test_episodes_run_concurrently_in_one_batch_per_round():
+    engine = ScriptedEngine(golden_policy)
+    trajectories = run_episodes(engine, episodes(5), AgentConfig(max_turns=12, concurrency=3))
+    assert [t.id for t in trajectories] == [f"g0#{i}" for i in range(5)]
+    assert all(t.verified for t in trajectories)
+    assert set(engine.batch_sizes) == {3, 2}  # a wave of 3 episodes, then a wave of 2
+    frame = trajectories_frame(trajectories)
+    assert frame.height == 5 and (frame["n_segments"] == 1).all()
+    assert segments_from_json(frame["segments"][0]) == trajectories[0].segments
+    assert not any(check.fn(frame)[0] for check in TRAJECTORY_CONTRACT.checks)
+
+
+def test_same_config_same_trajectories():
+    first = trajectories_frame(run_episodes(ScriptedEngine(golden_policy), episodes(2), AgentConfig(max_turns=12)))
+    again = trajectories_frame(run_episodes(ScriptedEngine(golden_policy), episodes(2), AgentConfig(max_turns=12)))
+    assert first.equals(again)
+
+
+MALFORMED = [
+    ({"name": "no_such_tool", "arguments": {}}, "unknown tool 'no_such_tool'"),
+    ({"name": "__first__", "arguments": "{not json"}, "not valid JSON"),
+    ({"name": "__first__", "arguments": {}}, "missing required argument"),
+    ({"name": "__first__", "arguments": "[1, 2]"}, "must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), MALFORMED)
+def test_malformed_tool_call_becomes_a_tool_error_the_agent_sees(call, message):
+    _, task = airline_env_and_task()
+    first = json.loads(task["golden_actions"])[0]
+    if call["name"] == "__first__":
+        call = {**call, "name": first["name"]}
+
+    def policy(request, index):
+        return ScriptedReply(tool_calls=(call,)) if len(request.messages) == 2 else "I am stuck."
+
+    engine = ScriptedEngine(policy)
+    [trajectory] = run_episodes(engine, episodes(1), AgentConfig(max_turns=2))
+    seen = engine.requests[1].messages  # the second turn's prompt
+    assert seen[-1]["role"] == "tool" and seen[-1]["content"].startswith("Error:") and message in seen[-1]["content"]
+    assert seen[-1]["tool_call_id"] == seen[-2]["tool_calls"][0]["id"]
+    assert trajectory.truncated and not trajectory.verified and trajectory.failure == "agent"
+
+
+def test_unparsed_tool_call_markup_is_an_error():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"required": []}}}]
+    errors = tool_call_errors({"role": "assistant", "content": '<tool_call>{"name": "f", </tool_call>'}, tools)
+    assert len(errors) == 1 and "not valid JSON" in errors[0]["content"]
+    assert tool_call_errors({"role": "assistant", "content": "plain answer"}, tools) == []
+
+
+def test_turn_budget_cuts_off_and_scores_the_end_state():
+    [trajectory] = run_episodes(ScriptedEngine(stall_policy), episodes(1), AgentConfig(max_turns=3))
+    assert trajectory.truncated and trajectory.segments[0].n_agent_turns() == 3
+    assert trajectory.reward == 0.0 and trajectory.failure == "agent"
+    assert "db_state" in trajectory.reward_components
+
+
+def test_engine_error_reaches_every_episode():
+    def broken(request, index):
+        raise RuntimeError("engine down")
+
+    with pytest.raises(RuntimeError, match="engine down"):
+        run_episodes(ScriptedEngine(broken), episodes(2), AgentConfig())
+
+
+def test_single_turn_prompts_get_k_samples_and_rewards():
+    def policy(request, index):
+        return "\\boxed{Paris}" if index % 2 == 0 else "\\boxed{Rome}"
+
+    items = [PromptItem(id=f"q{i}", messages=[{"role": "user", "content": f"capital {i}?"}],
+                        columns={"answer": "Paris", "aliases": []}) for i in range(3)]
+    from tasks.rewards import get_reward
+
+    groups = rollout_prompts(ScriptedEngine(policy), items, 4, get_reward("two_way"), AgentConfig(), "qa")
+    assert [[t.reward for t in g] for g in groups] == [[1.0, 0.0, 1.0, 0.0]] * 3
+    assert [t.id for t in groups[1]] == ["q1#0", "q1#1", "q1#2", "q1#3"]
+    assert all(t.group_id == "q1" and t.segments[0].turns[0].prompt_ids for t in groups[1])
+
+
+@pytest.mark.slow
+def test_tiny_model_completes_episodes_with_consistent_token_segments(tmp_path):
+    from inference.engines import load_engine, render_prompt
+    from inference.tokenizer import save, train_tokenizer
+    from training.tiny_model import init_model
+
+    env, task = airline_env_and_task()
+    corpus = [task["system_prompt"], task["description"], env["tools"]] * 3
+    save(train_tokenizer(corpus, vocab_size=1500), tmp_path / "tok")
+    model_dir = init_model("tiny", tmp_path / "tok", tmp_path / "model", seed=0)
+    engine = load_engine(f"hf:{model_dir}", policy_version=1)
+    config = AgentConfig(max_turns=2, sampling={"max_tokens": 12, "temperature": 1.0}, seed=1)
+    trajectories = run_episodes(engine, episodes(2), config)
+    for trajectory in trajectories:
+        turns = trajectory.segments[0].turns
+        assert len(turns) == 2 and trajectory.truncated
+        first_prompt = render_prompt(engine.tokenizer, trajectory.messages[:2], json.loads(env["tools"]))
+        assert turns[0].prompt_ids == first_prompt
+        # Within a segment the context only grows: each prompt extends the previous one.
+        assert turns[1].prompt_ids[: len(first_prompt) - 3] == first_prompt[:-3]
+        for turn in turns:
+            assert 0 < len(turn.output_ids) == len(turn.logprobs) <= 12
+            assert all(lp <= 0 for lp in turn.logprobs) and turn.policy_version == 1
+    engine.close()
