@@ -213,7 +213,7 @@ def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any)
             "seconds": round(0.0 if cached else seconds, 3),
             "error": "",
         }
-    blocked = not state.is_failed()  # wait_for leaves a task whose upstream failed un-run, not failed
+    blocked = not state.is_final()
     return row | {
         "status": "blocked" if blocked else "failed",
         "rows": 0, "outputs": {}, "bytes": 0,
@@ -254,8 +254,11 @@ def _run_dag(
     listener = _listener.get()
     for future in as_completed(list(futures.values())):
         stage = by_future[future]
-        result = future.result(raise_on_failure=False)
-        rows[stage.name] = _summary_row(stage, partition, future.state, result)
+        future.wait()  # sets the state the worker returned; the API's copy may lag behind it
+        state = future.state
+        # wait_for leaves a task whose upstream failed un-run (Pending, "NotReady"): it has no result
+        result = future.result(raise_on_failure=False) if state.is_final() else None
+        rows[stage.name] = _summary_row(stage, partition, state, result)
         if listener is not None:
             listener(rows[stage.name])
     summary = [rows[stage.name] for stage in planned]

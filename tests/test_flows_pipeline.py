@@ -1,0 +1,103 @@
+"""The data_refresh flow against a real Prefect server and a 2-process Dask cluster (the ``runtime`` fixture)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from data_contracts.catalog import Catalog
+from data_contracts.store import ArtifactStore
+from flows.pipeline import PipelineFailed, materialize, refresh
+
+pytestmark = pytest.mark.integration
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("profiles") / "test.yaml"
+    path.write_text("test_double_source: {n: 5}\n")
+    return str(path)
+
+
+def test_stage_publishes_then_is_cached(runtime, profile: str) -> None:
+    first = refresh(runtime, profile=profile, partition="pub", stages=["test_double_square"])
+    assert [row["stage"] for row in first] == ["test_double_other", "test_double_source", "test_double_square"]
+    assert {row["status"] for row in first} == {"published"}
+    square = first[-1]
+    assert square["rows"] == 5 + 2 and square["contract"] == "passed"
+    artifact = ArtifactStore(runtime.root).get("test_double_square", square["key"])
+    assert artifact is not None and artifact.read("numbers")["value"].to_list()[:2] == [0, 16]
+
+    again = refresh(runtime, profile=profile, partition="pub", stages=["test_double_square"])
+    assert [(row["key"], row["status"]) for row in again] == [(row["key"], "cached") for row in first]
+
+
+def test_materialize_returns_published_artifacts(runtime, profile: str) -> None:
+    artifacts = materialize(["test_double_source"], profile=profile, partition="mat", runtime=runtime,
+                            overrides={"test_double_source": {"n": 3}})
+    assert list(artifacts) == ["test_double_source"]
+    assert artifacts["test_double_source"].read("numbers").height == 3
+
+
+def test_bad_row_quarantines_and_blocks_downstream(runtime, profile: str) -> None:
+    with pytest.raises(PipelineFailed) as failure:
+        refresh(runtime, profile=profile, partition="bad", stages=["test_double_square"],
+                overrides={"test_double_source": {"bad_row": True}})
+    message = str(failure.value)
+    for part in ("test_double_source", "'bad'", "ExpectColumnValuesToBeBetween", "test_double_square"):
+        assert part in message
+    status = {row["stage"]: row["status"] for row in failure.value.summary}
+    assert status == {"test_double_other": "published", "test_double_source": "failed", "test_double_square": "blocked"}
+
+    store = ArtifactStore(runtime.root)
+    bad = next(row for row in failure.value.summary if row["stage"] == "test_double_source")
+    assert store.get("test_double_source", bad["key"]) is None
+    assert store.quarantined("test_double_source", bad["key"]) is not None
+    catalog = Catalog(runtime.root).query("SELECT status FROM artifacts WHERE key = ?", [bad["key"]])
+    assert catalog["status"].to_list() == ["quarantined"]
+
+
+# The writer dies by SIGKILL right after its first Parquet file is on disk: no cleanup code can run.
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import polars as pl
+    from data_contracts.catalog import Catalog
+    from data_contracts.runner import execute_stage
+    from data_contracts.store import ArtifactStore
+    from flows.registry import stage_named
+
+    write_parquet = pl.DataFrame.write_parquet
+
+    def write_then_die(frame, *args, **kwargs):
+        write_parquet(frame, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    pl.DataFrame.write_parquet = write_then_die
+    root = sys.argv[1]
+    execute_stage(ArtifactStore(root), Catalog(root), stage_named("test_double_source"), {"n": 5}, {}, "killed")
+    """
+)
+
+
+def test_run_killed_mid_write_leaves_no_artifact_and_rerun_completes(runtime, profile: str) -> None:
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(runtime.root)], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+
+    stage_dir = runtime.root / "artifacts" / "test_double_source"
+    partial = [path.name for path in stage_dir.glob(".tmp-*")]
+    assert len(partial) == 1, "the killed writer leaves exactly its temp directory"
+    store = ArtifactStore(runtime.root)
+    assert not [m for m, _ in store.manifests() if m["partition"] == "killed"], "nothing was published"
+
+    rerun = refresh(runtime, profile=profile, partition="killed", stages=["test_double_source"])
+    key = rerun[0]["key"]
+    assert partial[0].startswith(f".tmp-{key}-"), "the rerun publishes the key the killed run was writing"
+    assert rerun[0]["status"] == "published" and store.get("test_double_source", key) is not None
+    assert not list(stage_dir.glob(".tmp-*")), "the rerun removed the partial directory"

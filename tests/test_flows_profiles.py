@@ -1,0 +1,46 @@
+"""Profiles: packaged YAML files of stage params, validated against each stage's params model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.profiles import PROFILES, ProfileError, load_profile, stage_params
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_packaged_profiles_load(name: str) -> None:
+    assert isinstance(load_profile(name), dict)
+    stage_params(name)  # every section fits its stage
+
+
+def _yaml(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "profile.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_path_to_yaml_is_a_profile(tmp_path: Path) -> None:
+    params = stage_params(_yaml(tmp_path, "test_double_source: {n: 3}\n"), {"test_double_source": {"bad_row": True}})
+    assert params["test_double_source"] == {"n": 3, "bad_row": True}
+    assert params["test_double_other"] == {}
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [
+        ("huge", ["unknown profile 'huge'", "tiny, default, full"]),
+        ("test_double_nope: {}\n", ["unknown stage(s) test_double_nope", "known stages:", "test_double_source"]),
+        ("test_double_source: {rows: 3}\n", ["test_double_source", "rows", "allowed fields", "n (rows to generate)"]),
+        ("test_double_source: {n: many}\n", ["test_double_source", "n:", "integer"]),
+        ("test_double_source: 3\n", ["section 'test_double_source' must map"]),
+        ("- a\n- b\n", ["must map stage names to params"]),
+    ],
+)
+def test_bad_profiles_name_the_problem(tmp_path: Path, profile: str, expected: list[str]) -> None:
+    source = profile if "\n" not in profile else _yaml(tmp_path, profile)
+    with pytest.raises(ProfileError) as error:
+        stage_params(source)
+    for part in expected:
+        assert part in str(error.value)
