@@ -118,9 +118,10 @@ def build_expectation(expect: Expect, index: int = 0) -> Any:
             f"unknown Great Expectations expectation kind {expect.kind!r}; use a class name from "
             "great_expectations.expectations, e.g. 'ExpectColumnValuesToNotBeNull'"
         )
+    kwargs = dict(expect.kwargs)
+    meta = {**kwargs.pop("meta", {}), "gate_index": index}  # GX returns results in its own order, not the suite's
     try:
-        # meta carries our index: GX returns results in its own order, not the suite's
-        return cls(**expect.kwargs, severity=expect.severity, meta={"gate_index": index})
+        return cls(**kwargs, severity=expect.severity, meta=meta)
     except Exception as exc:  # noqa: BLE001 - GX raises pydantic.v1 ValidationError or its own; the text names the field
         raise StageError(f"invalid arguments for {expect.kind}{dict(expect.kwargs)}: {exc}") from None
 
@@ -144,7 +145,7 @@ def _run_gx(frame: pl.DataFrame, expects: Sequence[tuple[int, Expect]]) -> dict[
     gx, _, batch_definition = _gx()
     built = [build_expectation(expect, i) for i, expect in expects]
     columns = sorted({c for _, expect in expects for c in expectation_columns(expect)})
-    # Convert only the named columns: pandas conversion dominates the gate's cost on wide text frames.
+    # Convert only the columns the expectations name: a wide text frame costs more to copy than to validate.
     if columns:
         pandas_frame = frame.select(columns).to_pandas()
     else:  # table-level expectations only: a frame with the right number of rows and no columns
@@ -155,10 +156,11 @@ def _run_gx(frame: pl.DataFrame, expects: Sequence[tuple[int, Expect]]) -> dict[
     with _GX_LOCK:
         batch = batch_definition.get_batch(batch_parameters={"dataframe": pandas_frame})
         validation = batch.validate(suite, result_format="COMPLETE")
+    declared = dict(expects)
     by_index: dict[int, tuple[ExpectationResult, list]] = {}
     for item in validation.results:
         index = item.expectation_config.meta["gate_index"]
-        expect = dict(expects)[index]
+        expect = declared[index]
         info = item.exception_info or {}
         raised = info.get("raised_exception", False)
         result = dict(item.result or {})

@@ -257,3 +257,16 @@ def test_lazy_outputs_are_collected(env) -> None:
     _run_returning(env, {"rows": pl.DataFrame({"a": [1, 2]}).lazy()})
     ((manifest, status),) = store.manifests()
     assert status == "published" and manifest["outputs"]["rows"]["rows"] == 2
+
+
+def test_publishing_a_quarantined_key_clears_the_quarantine(env) -> None:
+    store, catalog = env
+    contract = Contract(expectations=(Expect("ExpectColumnValuesToBeBetween", column="v", min_value=0),))
+    values = iter([[-1], [1]])  # the first run emits a bad row, the rerun (a fixed bug, same key) does not
+    flaky = Stage("_test_double_flaky", "1", (), _TestDoubleSinkParams, {"rows": contract},
+                  lambda inputs, params, partition: {"rows": pl.DataFrame({"v": next(values)})})
+    with pytest.raises(ContractViolation) as info:
+        execute_stage(store, catalog, flaky, {}, {}, "p0")
+    run = execute_stage(store, catalog, flaky, {}, {}, "p0")
+    assert run.key == info.value.key and store.quarantined(flaky.name, run.key) is None
+    assert catalog.artifacts().select("key", "status").rows() == [(run.key, "published")]
