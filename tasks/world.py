@@ -382,6 +382,8 @@ def _aliases(rec: Mapping[str, Any], names: set[str]) -> list[str]:
         out += COUNTRY_ALIASES.get(name, [])
     elif rec["type"] == "organization":
         out += [name[: -len(s)] for s in CORPORATE_SUFFIXES if name.endswith(s) and len(name) > len(s) + 2]
+    # ``names`` holds every normalized name, this one's included: an alias equal to it after normalization
+    # ("George A. Foster" -> "george foster", the article rule) adds nothing, one equal to another's is wrong.
     return [a for a in out if normalize(a) not in names]
 
 

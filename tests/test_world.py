@@ -14,6 +14,7 @@ import pytest
 
 from data_contracts.gate import validate
 from data_contracts.stage import StageError
+from tasks.rewards import normalize
 from tasks.seeds import answer_in_support, parse_docs
 from tasks.world import world_stage
 
@@ -149,3 +150,15 @@ def test_impossible_uniqueness_is_rejected_with_a_reason() -> None:
 def test_bad_params(override: dict[str, int], message: str) -> None:
     with pytest.raises(StageError, match=message):
         world_stage.parse_params({**PARAMS, **override})
+
+
+def test_aliases_drop_middle_initials_and_never_name_another_entity(out) -> None:
+    entities = out["entities"]
+    names = set(entities["name"])
+    normalized = {normalize(n) for n in names}
+    people = entities.filter((pl.col("type") == "person") & pl.col("name").str.contains(r" [A-Z]\. "))
+    assert people.height > 0
+    for name, aliases in people.select("name", "aliases").iter_rows():
+        first, _, last = name.split()
+        assert aliases == [f"{first} {last}"] or normalize(f"{first} {last}") in normalized
+    assert not normalized & {normalize(a) for row in entities["aliases"] for a in row}
