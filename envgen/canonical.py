@@ -26,6 +26,7 @@ def _norm(v: Any) -> Any:
 
 def canonical_state(conn: Connection, domain: CompiledDomain, tables: list[str]) -> State:
     state: State = {}
+    conn.execution_options(compiled_cache=domain.sql_cache)
     for name in sorted(tables):
         e = domain.spec.entity(name)
         t = domain.tables[name]

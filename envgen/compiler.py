@@ -74,7 +74,7 @@ class ToolParam:
         if t == "int":
             return Annotated[StrictInt, Field(**{k: int(v) for k, v in bounds.items()})]
         if t in ("float", "money"):
-            return Annotated[float, Field(strict=False, allow_inf_nan=False, **bounds)]
+            return Annotated[float, Field(strict=True, allow_inf_nan=False, **bounds)]
         if t == "bool":
             return StrictBool
         if t == "date":
@@ -232,6 +232,9 @@ class CompiledDomain:
     tools: dict[str, Tool]
     graph: nx.DiGraph
     models: dict[str, type] = field(default_factory=dict)  # ORM classes over the same tables, for notebooks
+    # SQL compiled once per domain and shared by every episode's engine (a fresh engine would recompile each
+    # statement: the cache is per engine by default). Bounded: one entry per statement shape of the tools.
+    sql_cache: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -32,16 +32,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
 
 from envgen.canonical import State, canonical_state, diff_states
 from envgen.compiler import CompiledDomain, compile_domain
+from envgen.seeding import engine_from_bytes, sqlite_engine
 from envgen.spec import DomainSpec
 from envgen.tools import Executor, ToolResult, call_tool
 
@@ -160,11 +160,16 @@ class Environment:
         self._path = os.path.join(self._dir, f"episode-{self._episodes}.sqlite")
         with open(self._path, "wb") as fh:
             fh.write(self._db)
-        self._engine = create_engine(f"sqlite:///{self._path}", poolclass=NullPool)
+        raw = sqlite3.connect(self._path, check_same_thread=False)
+        # An episode's database is a disposable copy: no fsync per commit (it cost ~6 ms per tool call).
+        raw.execute("PRAGMA synchronous=OFF")
+        raw.execute("PRAGMA journal_mode=MEMORY")
+        self._raw = raw
+        self._engine = sqlite_engine(raw)
 
     def close(self) -> None:
         if self._engine is not None:
-            self._engine.dispose()
+            self._raw.close()
             self._engine = None
         if self._path and os.path.exists(self._path):
             os.remove(self._path)
@@ -245,8 +250,6 @@ class Environment:
     # -- scoring -----------------------------------------------------------------------------------------------
     def _before_state(self, tables: tuple[str, ...]) -> State:
         if tables not in self._before:
-            from envgen.seeding import engine_from_bytes
-
             engine = engine_from_bytes(self._db)
             with engine.connect() as conn:
                 self._before[tables] = canonical_state(conn, self.domain, list(tables))

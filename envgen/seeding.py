@@ -15,7 +15,8 @@ from functools import lru_cache
 from typing import Any
 
 import networkx as nx
-from sqlalchemy import create_engine, insert
+from sqlalchemy import create_engine, event, insert
+from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
 from envgen.compiler import CompiledDomain
@@ -104,8 +105,30 @@ def generate_rows(spec: DomainSpec, seed: int) -> Rows:
     return rows
 
 
-def memory_engine():
-    return create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+_BASE: Engine | None = None
+
+
+def _begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN")
+
+
+def sqlite_engine(raw: sqlite3.Connection) -> Engine:
+    """An engine over one SQLite connection. All such engines share one dialect, so SQL compiled for one episode
+    is reused by the next (with a fresh ``create_engine`` per episode every statement was recompiled)."""
+    global _BASE
+    if _BASE is None:
+        _BASE = create_engine("sqlite://")
+        with _BASE.connect():
+            pass
+    # SQLAlchemy's documented pysqlite workaround: let it emit BEGIN itself so SAVEPOINTs roll back correctly.
+    raw.isolation_level = None
+    engine = Engine(StaticPool(lambda: raw), _BASE.dialect, _BASE.url)
+    event.listen(engine, "begin", _begin)
+    return engine
+
+
+def memory_engine() -> Engine:
+    return sqlite_engine(sqlite3.connect(":memory:", check_same_thread=False))
 
 
 def load_rows(domain: CompiledDomain, engine, rows: Rows) -> None:
@@ -123,9 +146,8 @@ def sqlite_bytes(engine) -> bytes:
         return bytes(raw.serialize())
 
 
-def engine_from_bytes(data: bytes):
+def engine_from_bytes(data: bytes) -> Engine:
     """An in-memory engine holding a copy of serialized database bytes."""
-    engine = memory_engine()
-    with engine.connect() as conn:
-        conn.connection.driver_connection.deserialize(data)  # type: ignore[union-attr]
-    return engine
+    raw = sqlite3.connect(":memory:", check_same_thread=False)
+    raw.deserialize(data)
+    return sqlite_engine(raw)

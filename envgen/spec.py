@@ -343,6 +343,14 @@ class _Problems:
         self.items.append(f"line {line}: {where}: {message}" if line else f"{where}: {message}")
 
 
+def _message(err: Any) -> str:
+    msg = err["msg"].removeprefix("Value error, ")
+    given = err.get("input")
+    if err["type"] not in ("value_error", "missing") and isinstance(given, (str, int, float)) and len(str(given)) < 60:
+        msg += f" (got {given!r})"
+    return msg
+
+
 def _parse_items(raw: Any, key: str, model: type[BaseModel], problems: _Problems) -> list[tuple[int, Any]]:
     items = raw.get(key, []) if isinstance(raw, dict) else []
     if not isinstance(items, list):
@@ -354,7 +362,7 @@ def _parse_items(raw: Any, key: str, model: type[BaseModel], problems: _Problems
             parsed.append((i, model.model_validate(item)))
         except ValidationError as exc:
             for err in exc.errors():
-                problems.add([key, i, *err["loc"]], err["msg"].removeprefix("Value error, "))
+                problems.add([key, i, *err["loc"]], _message(err))
     return parsed
 
 
@@ -425,16 +433,21 @@ def _check_domain(raw: Any, p: _Problems) -> None:
             if f.faker is not None and (f.faker.startswith("_") or not callable(getattr(fake, f.faker, None))):
                 p.add(["entities", i, "fields", j, "faker"], f"unknown Faker provider {f.faker!r}")
     prefixes: dict[str, str] = {}
-    graph = nx.DiGraph()
     for i, e in entities:
         if e.id_prefix in prefixes and prefixes[e.id_prefix] != e.name:
             p.add(["entities", i, "id_prefix"], f"id_prefix {e.id_prefix!r} already used by {prefixes[e.id_prefix]!r}")
         prefixes[e.id_prefix] = e.name
-        for j, r in enumerate(e.relations):
-            if r.to not in by_name and r.to not in raw_names["entities"]:
-                p.add(["entities", i, "relations", j, "to"], f"dangling relation: no entity {r.to!r}")
-            elif r.required:
-                graph.add_edge(e.name, r.to)
+    # Relations are checked on the raw items, so an entity with another problem still gets these checked too.
+    graph = nx.DiGraph()
+    for i, item in enumerate(raw.get("entities") or [] if isinstance(raw, dict) else []):
+        rels = item.get("relations") if isinstance(item, dict) else None
+        for j, r in enumerate(rels if isinstance(rels, list) else []):
+            if not isinstance(r, dict) or not isinstance(r.get("to"), str):
+                continue
+            if r["to"] not in raw_names["entities"]:
+                p.add(["entities", i, "relations", j, "to"], f"dangling relation: no entity {r['to']!r}")
+            elif r.get("required", True) is not False and isinstance(item.get("name"), str):
+                graph.add_edge(item["name"], r["to"])
     for cycle in nx.simple_cycles(graph):
         p.add(["entities"], f"cyclic required relations {' -> '.join([*cycle, cycle[0]])}; make one optional")
     seen_actions: set[str] = set()
@@ -526,7 +539,7 @@ def parse_spec(text: str, source: str = "<string>") -> DomainSpec:
         for err in exc.errors():
             if err["loc"] and err["loc"][0] in ("entities", "actions", "policies") and len(err["loc"]) > 1:
                 continue
-            problems.add(err["loc"], err["msg"].removeprefix("Value error, "))
+            problems.add(err["loc"], _message(err))
     _check_domain(raw, problems)
     if problems.items:
         raise SpecError(source, problems.items)

@@ -312,6 +312,7 @@ def call_tool(executor: Executor, conn_factory, name: str, raw_args: Any, now: d
         return ToolResult({"error": validation_message(tool, exc)})
     try:
         with conn_factory() as conn:
+            conn.execution_options(compiled_cache=executor.domain.sql_cache)
             if tool.is_write:
                 content, violations = executor.act(conn, tool, args, now)
                 return ToolResult(content, wrote=True, violations=violations)

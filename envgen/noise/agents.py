@@ -31,6 +31,7 @@ from envgen.noise.tools import CONTINUATION_ARGS, DATE_FORMATS, parse_content
 Message = dict[str, Any]
 RETRYABLE = frozenset({"timeout", "server_error", "infrastructure"})
 _LOWER_WORD = re.compile(r"^[a-z][a-z_]*$")
+_SNAKE = re.compile(r"^([a-z][a-z0-9_]*|\d+)$")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
 
@@ -82,7 +83,10 @@ class Observations:
 
     def find(self, value: Any, robust: bool) -> bool:
         """Whether ``value`` can be read off the observations (robustly: through formats and synonyms)."""
-        if any(_same(leaf, value) for o in self.outputs for _, leaf in leaves(o)):
+        # The naive agent reads fields only under their documented snake_case names; the robust one reads a value
+        # under any spelling of its field.
+        if any(_same(leaf, value) and (robust or all(_SNAKE.match(part) for part in path.split(".")))
+               for o in self.outputs for path, leaf in leaves(o)):
             return True
         text = "\n".join(self.user_text)
         if not robust:

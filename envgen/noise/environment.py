@@ -53,7 +53,7 @@ class NoisyEnvironment(Environment):
         return ToolResult(response.content, wrote=base.wrote, violations=base.violations,
                           internal_error=response.infra_error is not None)
 
-    def score(self):  # noqa: ANN201 - the runtime's Episode
+    def score(self):
         episode = super().score()
         episode.info["noise"] = {
             "events": list(self.noise_events),

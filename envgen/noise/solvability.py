@@ -14,7 +14,7 @@ import copy
 import json
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -108,11 +108,13 @@ def make_noisy_task(
     level: NoiseLevel,
     seed: int,
     writes: frozenset[str] = frozenset(),
+    only: str | None = None,
 ) -> dict[str, Any]:
     """The noisy twin of ``task`` at ``level``: every choice from ``random.Random(seed)``, every transform recorded.
 
     Kinds are tried in a seeded order until the level's count per family is applied; a kind that does not fit
-    this task is recorded in ``skipped`` with the reason, never silently dropped.
+    this task is recorded in ``skipped`` with the reason, never silently dropped. ``only`` restricts the twin to
+    that one kind at the level's intensity (the single-transform variant that attributes the naive agent's drop).
     """
     rng = random.Random(seed)
     golden = _loads(task["golden_actions"])
@@ -120,26 +122,27 @@ def make_noisy_task(
     draft = Draft(task["description"], profile, find_details(task["description"], profile, golden, outputs))
     applied: list[Transform] = []
     skipped: list[Skipped] = []
-    intensity = level.level
-    for kinds, count, apply in (
-        (level.instruction_kinds, level.n_instruction, lambda k: INSTRUCTION_TRANSFORMS[k](draft, rng, intensity)),
-        (level.tool_kinds, level.n_tool, None),
-    ):
-        taken: set[tuple[str, int]] = set()
-        order = rng.sample(list(kinds), len(kinds))
-        done = 0
-        for kind in order:
-            if done == count:
+    taken: set[tuple[str, int]] = set()
+
+    def instruction(kind: str) -> Transform | str:
+        return INSTRUCTION_TRANSFORMS[kind](draft, rng, level.level)
+
+    def tool(kind: str) -> Transform | str:
+        return draw_tool_fault(kind, golden, outputs, rng, level.max_failures, taken, writes)
+
+    for kinds, count, apply in ((level.instruction_kinds, level.n_instruction, instruction),
+                                (level.tool_kinds, level.n_tool, tool)):
+        if only is not None:
+            kinds, count = ((only,), 1) if only in kinds else ((), 0)
+        for kind in rng.sample(list(kinds), len(kinds)):
+            if count == 0:
                 break
-            if apply is not None:
-                result = apply(kind)
-            else:
-                result = draw_tool_fault(kind, golden, outputs, rng, level.max_failures, taken, writes)
+            result = apply(kind)
             if isinstance(result, str):
                 skipped.append(Skipped(kind=kind, reason=result))
             else:
                 applied.append(result)
-                done += 1
+                count -= 1
     record = NoiseRecord(level=level.level, seed=seed, clean_task_id=str(task["task_id"]),
                          transforms=tuple(applied), skipped=tuple(skipped))
     return {
@@ -162,6 +165,7 @@ class Verdict:
     robust: Outcome
     naive: Outcome
     reason: str | None  # None: solvable and kept
+    naive_by_transform: Mapping[str, bool] = field(default_factory=dict)  # naive success with that kind alone
 
     @property
     def kept(self) -> bool:
@@ -208,8 +212,23 @@ def noisy_twins(
             verdicts.append(Verdict(noisy, clean.robust, clean.naive,
                                     f"clean task not solved by the robust reference agent: {why}"))
             continue
-        verdicts.append(verify(env, noisy, clean))
+        verdict = verify(env, noisy, clean)
+        verdicts.append(replace(verdict, naive_by_transform=isolated_naive(env, task, clean, level, seed,
+                                                                            noisy["transforms"])))
     return clean, verdicts
+
+
+def isolated_naive(env: NoisyEnvironment, task: Mapping[str, Any], clean: CleanSurvey, level: NoiseLevel,
+                   seed: int, kinds: Iterable[str]) -> dict[str, bool]:
+    """Naive success on single-transform twins, one per kind of a combined twin: a twin holds several
+    transforms, so this is what attributes the naive agent's drop to each of them."""
+    out = {}
+    for kind in sorted(set(kinds)):
+        alone = make_noisy_task(task, clean.outputs, level, seed, writes_of(env), only=kind)
+        if alone["transforms"] == [kind]:
+            _, naive = _agents(env, alone, clean.observable)
+            out[kind] = run_reference(env, alone, naive).success
+    return out
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
@@ -219,8 +238,9 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
     ``rows`` are kept and rejected twins (``noise_level``, ``transforms``, ``robust_success``, ``naive_success``,
     ``scored``, and ``clean_task_id`` with ``robust_clean_success``/``naive_clean_success``). Rejected twins
     count with robust success 0, so noise that breaks solvability shows; infrastructure losses do not count.
-    ``naive_clean_success`` is the naive agent's success on the clean twins of the same tasks: the success drop
-    of a transform is ``naive_clean_success - naive_success``.
+    Per transform, the naive success is that of the single-transform twin (``naive_by_transform``) when there is
+    one; ``naive_clean_success`` is the naive agent's success on the clean twins of the same tasks, so the drop a
+    transform causes is ``naive_clean_success - naive_success``.
     """
     acc: dict[tuple[str, int], list[float]] = {}
 
@@ -237,8 +257,9 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
             add(ALL, 0, row["robust_clean_success"], row["naive_clean_success"], row["naive_clean_success"])
         if not row.get("scored", True):
             continue
+        alone = _loads(row.get("naive_by_transform") or "{}")
         for name in [ALL, *sorted(set(row["transforms"]))]:
-            add(name, int(row["noise_level"]), row["robust_success"], row["naive_success"],
+            add(name, int(row["noise_level"]), row["robust_success"], alone.get(name, row["naive_success"]),
                 row.get("naive_clean_success"))
     records = [
         {"transform": t, "level": lvl, "robust_success": r / n, "naive_success": nv / n,
