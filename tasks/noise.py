@@ -20,7 +20,17 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Check, Contract, Expect, Params, seed_for, stage
+from data_contracts.stage import (
+    REJECTED,
+    REJECTED_CONTRACT,
+    Artifact,
+    Check,
+    Contract,
+    Expect,
+    Params,
+    seed_for,
+    stage,
+)
 
 NOISE_COLUMNS: dict[str, Any] = {
     "task_id": pl.String,
@@ -37,6 +47,7 @@ NOISE_COLUMNS: dict[str, Any] = {
     "naive_success": pl.Boolean,
     "robust_clean_success": pl.Boolean,
     "naive_clean_success": pl.Boolean,
+    "naive_by_transform": pl.String,
     "scored": pl.Boolean,
 }
 
@@ -120,7 +131,7 @@ TASKS_CONTRACT = Contract(
 REJECTED_NOISE_CONTRACT = Contract(
     columns={**REJECTED_CONTRACT.columns, **{k: NOISE_COLUMNS[k] for k in (
         "task_id", "clean_task_id", "env_id", "noise_level", "transforms", "noise", "robust_success",
-        "naive_success", "robust_clean_success", "naive_clean_success", "scored")}},
+        "naive_success", "robust_clean_success", "naive_clean_success", "naive_by_transform", "scored")}},
     expectations=(Expect("ExpectColumnValuesToNotBeNull", column="reason"),),
 )
 
@@ -153,6 +164,7 @@ def build_noisy(inputs: Mapping[str, Artifact], source: str, params: NoiseParams
         for v in verdicts:
             row = {**v.task, "robust_success": v.kept and v.robust.success, "naive_success": v.naive.success,
                    "robust_clean_success": clean.robust.success, "naive_clean_success": clean.naive.success,
+                   "naive_by_transform": json.dumps(dict(v.naive_by_transform), sort_keys=True),
                    "scored": v.robust.scored}
             (kept if v.kept else rejected).append({**row, "reason": v.reason} if not v.kept else row)
     for env in live.values():

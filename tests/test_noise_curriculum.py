@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -129,7 +130,7 @@ def test_bad_config_says_what_to_set(kwargs: dict, message: str) -> None:
 def test_levels_grow_in_diversity_and_intensity(max_level: int) -> None:
     levels = [noise_level(k, max_level) for k in range(max_level + 1)]
     assert levels[0].kinds == ()
-    for lower, higher in zip(levels, levels[1:]):
+    for lower, higher in pairwise(levels):
         assert set(lower.kinds) <= set(higher.kinds)
         for attr in ("n_instruction", "n_tool", "max_failures"):
             assert getattr(lower, attr) <= getattr(higher, attr)

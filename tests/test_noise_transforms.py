@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envgen.noise.curriculum import INSTRUCTION_KINDS, TOOL_KINDS
-from envgen.noise.instruction import INSTRUCTION_TRANSFORMS, SYNONYM_TO_CANONICAL, Draft, find_details, mentions
+from envgen.noise.instruction import (
+    INSTRUCTION_TRANSFORMS,
+    SYNONYM_TO_CANONICAL,
+    Draft,
+    find_details,
+    mentions,
+)
 from envgen.noise.records import NoiseRecord, Transform
 from envgen.noise.tools import CONTINUATION_ARGS, ToolNoise, alias, draw_tool_fault, drift, normalize_key
 
