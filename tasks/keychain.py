@@ -24,14 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import polars as pl
 from pydantic import Field, field_validator
 
@@ -47,10 +43,21 @@ from data_contracts.stage import (
     stage,
 )
 from tasks.seeds import answer_in_support
+from tasks.token_budget import (
+    LENGTH_TOLERANCE,
+    Block,
+    BudgetFiller,
+    DocPool,
+    Reject,
+    TokenCounter,
+    boundaries,
+    chat_frame,
+    insert_cost,
+    length_window,
+)
 from tasks.tokenizer import resolve_tokenizer, tokenizer_spec_ok
 
 STAGE = "keychain"
-LENGTH_TOLERANCE = 0.02  # the final prompt lands in [target - 2%, target] (issue 3)
 KEY_FORMATS: dict[str, tuple[str, int, str]] = {
     # name -> (alphabet, length, full-match regex)
     "uuid32": ("0123456789ABCDEF", 32, r"[0-9A-F]{32}"),  # the report: 32 characters from {0-9, A-F}
@@ -68,8 +75,6 @@ SURFACE_QUESTION = (
 )
 PASSAGE_HEADER = "\n\nPassage {i}:\n"
 _PASSAGE_SPLIT = re.compile(r"\n\nPassage \d+:\n")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_CONTENT_SENTINEL = "\x00KEYCHAIN-CONTENT\x00"
 
 
 class KeyChainParams(Params):
@@ -115,80 +120,10 @@ class KeyChainParams(Params):
 
     @property
     def window(self) -> tuple[int, int]:
-        return math.ceil(self.target_tokens * (1 - LENGTH_TOLERANCE)), self.target_tokens
+        return length_window(self.target_tokens)
 
 
-# --------------------------------------------------------------------------- token counting
-
-
-class TokenCounter:
-    """Token counts with the configured tokenizer: batched (the fast backend when there is one), no special tokens."""
-
-    def __init__(self, tok: Any) -> None:
-        self.tok = tok
-        self._backend = tok.backend_tokenizer if getattr(tok, "is_fast", False) else None
-        self._headers: list[int] = [0]  # prefix sums of passage-header counts: _headers[k] = headers 1..k
-
-    def many(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return []
-        if self._backend is not None:
-            return [len(e) for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
-        return [len(ids) for ids in self.tok(list(texts), add_special_tokens=False)["input_ids"]]
-
-    def one(self, text: str) -> int:
-        """The exact count of a final prompt (the one full tokenization per item)."""
-        return len(self.tok(text, add_special_tokens=False)["input_ids"])
-
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        return self.tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-
-    def headers(self, k: int) -> int:
-        """Tokens of the first ``k`` passage headers together."""
-        if k >= len(self._headers):
-            start = len(self._headers)
-            counts = self.many([PASSAGE_HEADER.format(i=i) for i in range(start, 2 * k + 16)])
-            for c in counts:
-                self._headers.append(self._headers[-1] + c)
-        return self._headers[k]
-
-
-# --------------------------------------------------------------------------- the shared pools
-
-
-def _title_key(title: str) -> str:
-    return " ".join(title.lower().split())
-
-
-def _body(title: str, text: str) -> str:
-    return f"{title}\n{text.strip()}"
-
-
-@dataclass
-class DocPool:
-    """Distractor documents, deduplicated, with lazily computed token counts shared by all items of a run."""
-
-    titles: list[str]
-    texts: list[str]
-    source: str  # "rejected" or "rejected+kept" (the fallback when too few seeds were filtered out)
-    counts: np.ndarray = field(init=False)
-    title_keys: list[str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.counts = np.full(len(self.texts), -1, dtype=np.int64)
-        self.title_keys = [_title_key(t) for t in self.titles]
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def body(self, i: int) -> str:
-        return _body(self.titles[i], self.texts[i])
-
-    def count(self, idx: Sequence[int], counter: TokenCounter) -> list[int]:
-        missing = [i for i in dict.fromkeys(idx) if self.counts[i] < 0]
-        if missing:
-            self.counts[missing] = counter.many([self.body(i) for i in missing])
-        return self.counts[list(idx)].tolist()
+# --------------------------------------------------------------------------- pools
 
 
 _DOC_DTYPE = pl.List(pl.Struct({"title": pl.String, "text": pl.String, "is_supporting": pl.Boolean}))
@@ -217,26 +152,6 @@ def build_pool(rejected: pl.DataFrame, kept: pl.DataFrame, min_docs: int) -> Doc
 
 
 # --------------------------------------------------------------------------- one example
-
-
-class Reject(Exception):
-    """An item that cannot be built; the message is the reason recorded in the `rejected` output."""
-
-
-@dataclass
-class Block:
-    body: str
-    tokens: int
-    own: bool = False
-    supporting: bool = False
-    pool_index: int = -1
-    links: list[tuple[int, str]] = field(default_factory=list)  # (char position, link statement)
-
-    def render(self) -> str:
-        text = self.body
-        for pos, link in sorted(self.links, key=lambda p: p[0], reverse=True):
-            text = f"{text[:pos]}{link} {text[pos:]}" if pos < len(text) else f"{text} {link}"
-        return text
 
 
 def make_keys(rng: Any, key_format: str, n: int, avoid: str) -> list[str]:
@@ -273,96 +188,77 @@ def place_own(rng: Any, n_own: int, n_total: int, placement: str) -> list[int]:
     return sorted(rng.sample(window, n_own))
 
 
-def boundaries(text: str) -> list[int]:
-    """Sentence boundaries of a document (start of each sentence after the first, and its end)."""
-    return [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]
-
-
 class KeyChainBuilder:
     """Builds KeyChain examples from one stage run's seeds, pools and tokenizer; :meth:`build` is per item."""
 
     def __init__(self, params: KeyChainParams, tok: Any, pool: DocPool, questions: pl.DataFrame, partition: str):
-        self.p = params
-        self.tok = tok
+        self.p, self.pool, self.partition = params, pool, partition
         self.counter = TokenCounter(tok)
-        self.pool = pool
+        self.filler = BudgetFiller(self.counter, pool, params.target_tokens, PASSAGE_HEADER,
+                                   seed_for(params.seed, STAGE, "probe", 0))
         self.q_ids: list[str] = questions["id"].to_list()
         self.q_texts: list[str] = questions["question"].to_list()
-        self.partition = partition
-        self.tokenizer_id = _tokenizer_id(tok)
-        self.prefix, self.suffix = self._template_frame()
-        lo, hi = params.window
-        self.lo, self.hi = lo, hi
-        slack = (hi - lo) // 4
-        self.goal = hi - slack  # aim inside the window so small estimate errors need no correction
-        self.floor = lo + slack
-        self.head_tokens = self.counter.many([self.prefix + INSTRUCTION])[0]
-        # A fixed, seeded sample sets the batch size of distractor draws, so an item's draws do not depend on
-        # which documents earlier items happened to count.
-        probe = random.Random(seed_for(params.seed, STAGE, "probe", 0)).sample(range(len(pool)), min(256, len(pool)))
-        self.exact_counts = 0  # full tokenizations of final prompts, for the bench (one per item when estimates hold)
-        self.mean_doc_tokens = max(1.0, float(np.mean(pool.count(probe, self.counter))))
-
-    def _template_frame(self) -> tuple[str, str]:
-        """The chat-template text before and after the user content, so the prompt is prefix + content + suffix."""
-        rendered = self.tok.apply_chat_template(
-            [{"role": "user", "content": _CONTENT_SENTINEL}], tokenize=False, add_generation_prompt=True
-        )
-        if rendered.count(_CONTENT_SENTINEL) != 1:
-            raise ValueError("the chat template does not render the user content verbatim; cannot assemble prompts")
-        prefix, suffix = rendered.split(_CONTENT_SENTINEL)
-        return prefix, suffix
-
-    # -- assembly -----------------------------------------------------------------------------------------------
+        self.tokenizer_id = tokenizer_identity(tok)
+        self.prefix, self.suffix = chat_frame(tok)
+        self.head = self.prefix + INSTRUCTION
+        self.head_tokens = self.counter.many([self.head])[0]
 
     def build(self, index: int, seed: Mapping[str, Any]) -> dict[str, Any]:
+        """One example, or :class:`Reject` with the reason."""
         rng = rng_for(self.p.seed, STAGE, self.partition, index)
         docs = json.loads(seed["docs"])
         question = seed["question"].strip()
         if self.p.require_answer_in_context and not answer_in_support(seed["answer"], seed["aliases"], seed["docs"]):
             raise Reject("answer_not_in_supporting_docs")
-        own = [Block(_body(d["title"], d["text"]), 0, own=True, supporting=bool(d["is_supporting"])) for d in docs]
+        # stage 1 input: the seed's own short context, kept whole
+        own = [Block(f"{d['title']}\n{d['text'].strip()}", 0, own=True, supporting=bool(d["is_supporting"]))
+               for d in docs]
         for block, count in zip(own, self.counter.many([b.body for b in own]), strict=True):
             block.tokens = count
-        own_titles = {_title_key(d["title"]) for d in docs}
 
+        # stage 3: a target chain resolving to the question, distractor chains to other seeds' questions
         hops, n_chains = self.p.hops, 1 + self.p.n_distractor_chains
-        seed_text = question + " " + " ".join(b.body for b in own)
-        keys = make_keys(rng, self.p.key_format, hops * n_chains, seed_text)
+        keys = make_keys(rng, self.p.key_format, hops * n_chains, question + " " + " ".join(b.body for b in own))
         chains = [keys[c * hops : (c + 1) * hops] for c in range(n_chains)]
-        distractor_q = self._distractor_questions(rng, seed["id"], question, n_chains - 1)
-        links = [s for chain, (_, q) in zip(chains, [(seed["id"], question), *distractor_q], strict=True)
+        others = self._distractor_questions(rng, seed["id"], question, n_chains - 1)
+        links = [s for chain, q in zip(chains, [question, *(q for _, q in others)], strict=True)
                  for s in link_statements(chain, q)]
         rng.shuffle(links)
 
-        surface = SURFACE_QUESTION.format(key=chains[0][0])
-        tail = "\n\n" + surface + self.suffix
-        fixed = self.head_tokens + self.counter.many([tail])[0] + sum(self.counter.many([" " + s for s in links]))
+        # stage 4 and 5: the surface question names only the first key and asks for \boxed{}
+        tail = "\n\n" + SURFACE_QUESTION.format(key=chains[0][0]) + self.suffix
+        fixed = self.head_tokens + self.counter.many([tail])[0] + insert_cost(self.counter, links)
         fixed += sum(b.tokens for b in own)
-        distractors = self._fill(rng, own_titles, fixed, len(own))
-        if len(distractors) < 2:  # one filler to correct the length, at least one more to host the links
+
+        # stage 1: distractor documents of other seeds, never one titled like the item's own documents
+        own_titles = {" ".join(d["title"].lower().split()) for d in docs}
+        used: set[int] = set()
+
+        def draw(k: int) -> list[int]:
+            picked = []
+            for _ in range(k):
+                i = rng.randrange(len(self.pool))
+                if i not in used and self.pool.title_keys[i] not in own_titles:
+                    used.add(i)
+                    picked.append(i)
+            return picked
+
+        distractors = self.filler.fill(draw, fixed, len(own), self.p.max_draws_per_item)
+        if len(distractors) < 2:  # the last one (the filler) absorbs corrections; the others host the links
             raise Reject("target_too_small_for_distractors")
         filler, hosts = distractors[-1], distractors[:-1]
 
+        # stage 2: gold placement; stage 3: links at sentence boundaries of distractor documents
         positions = place_own(rng, len(own), len(own) + len(distractors), self.p.placement)
         blocks = _interleave(own, distractors, positions)
         for link in links:
             host = rng.choice(hosts)
-            host.links.append((rng.choice(boundaries(host.body)), link))
+            host.inserts.append((rng.choice(boundaries(host.body)), link))
 
-        head = self.prefix + INSTRUCTION
-        text, tokens = "", 0
-        for _step in range(self.p.max_adjust_steps + 1):
-            text = head + "".join(PASSAGE_HEADER.format(i=i + 1) + b.render() for i, b in enumerate(blocks)) + tail
-            tokens = self.counter.one(text)
-            self.exact_counts += 1
-            if self.lo <= tokens <= self.hi:
-                break
-            if not self._resize_filler(filler, filler.tokens + self.goal - tokens):
-                raise Reject("length_correction_failed")
-        else:
-            raise Reject(f"length_out_of_bounds_after_{self.p.max_adjust_steps}_corrections")
+        def render() -> str:
+            return self.head + "".join(PASSAGE_HEADER.format(i=i + 1) + b.render() for i, b in enumerate(blocks)) + tail
 
+        text, tokens = self.filler.finalize(render, filler, self.p.max_adjust_steps)
         content = text[len(self.prefix) : len(text) - len(self.suffix)]
         return {
             "id": f"kc-{seed['id']}",
@@ -375,8 +271,7 @@ class KeyChainBuilder:
             "first_key": chains[0][0],
             "chain": chains[0],
             "distractor_chains": json.dumps(
-                [{"seed_id": sid, "keys": ch, "question": q} for ch, (sid, q) in zip(chains[1:], distractor_q,
-                                                                                     strict=True)],
+                [{"seed_id": sid, "keys": ch, "question": q} for ch, (sid, q) in zip(chains[1:], others, strict=True)],
                 ensure_ascii=False,
             ),
             "key_format": self.p.key_format,
@@ -410,62 +305,6 @@ class KeyChainBuilder:
             picked.append((self.q_ids[i], q))
         raise Reject("too_few_distinct_distractor_questions")
 
-    def _fill(self, rng: Any, own_titles: set[str], fixed: int, n_own: int) -> list[Block]:
-        """Whole distractor documents while they fit under the goal; the first that does not is cut to the
-        remaining budget and ends the list. Draws are batched so new counts come from one tokenizer call."""
-        pool, counter, slack = self.pool, self.counter, self.goal - self.floor
-        chosen: list[Block] = []
-        used: set[int] = set()
-        spent = draws = 0
-        while draws < self.p.max_draws_per_item:
-            room = self.goal - fixed - counter.headers(n_own + len(chosen) + 1) - spent
-            want = max(4, math.ceil(room / self.mean_doc_tokens * 1.25))
-            batch = []
-            for _ in range(min(want, self.p.max_draws_per_item - draws)):
-                i = rng.randrange(len(pool))
-                draws += 1
-                if i not in used and pool.title_keys[i] not in own_titles:
-                    used.add(i)
-                    batch.append(i)
-            for i, count in zip(batch, pool.count(batch, counter), strict=True):
-                room = self.goal - fixed - counter.headers(n_own + len(chosen) + 1) - spent
-                if room <= 0:
-                    return chosen
-                block = Block(pool.body(i), count, pool_index=i)
-                if count <= room or self._resize_filler(block, room):
-                    chosen.append(block)
-                    spent += block.tokens
-                    if room - block.tokens <= slack:
-                        return chosen
-        raise Reject("distractor_pool_exhausted")
-
-    def _resize_filler(self, block: Block, tokens: int) -> bool:
-        """Cut the filler document's full text so it has at most ``tokens`` tokens and at least the window's
-        share below that: at the last sentence end that fits, else the last word boundary."""
-        full = self.pool.body(block.pool_index)
-        if tokens <= 0:
-            return False
-        full_count = int(self.pool.counts[block.pool_index])
-        if tokens >= full_count:
-            block.body, block.tokens = full, full_count
-            return tokens - full_count <= self.goal - self.floor
-        offsets = self.counter.offsets(full)
-        cut_end = offsets[tokens][0]  # first char of the first token that does not fit
-        sentence = [b for b in boundaries(full[:cut_end]) if b < cut_end]
-        min_tokens = tokens - (self.goal - self.floor)
-        for cut in (max(sentence, default=0), _word_cut(full, cut_end)):
-            text = full[:cut].rstrip()
-            n = sum(1 for s, _e in offsets if s < len(text))
-            if min_tokens <= n <= tokens and text:
-                block.body, block.tokens = text, n
-                return True
-        return False
-
-
-def _word_cut(text: str, end: int) -> int:
-    cut = text.rfind(" ", 0, end + 1)
-    return cut if cut > 0 else 0
-
 
 def _interleave(own: list[Block], distractors: list[Block], positions: list[int]) -> list[Block]:
     blocks: list[Block] = []
@@ -476,7 +315,7 @@ def _interleave(own: list[Block], distractors: list[Block], positions: list[int]
     return blocks
 
 
-def _tokenizer_id(tok: Any) -> str:
+def tokenizer_identity(tok: Any) -> str:
     from inference.tokenizer import identity
 
     return identity(tok)

@@ -11,11 +11,10 @@ import polars as pl
 
 from data_contracts.stage import FrameArtifact
 
-WORDS = (
-    "river harbour council mayor ledger founded northern valley archive orchard station treaty museum bridge "
-    "engineer painter novel company festival railway lighthouse cathedral market province village library "
-    "republic senate garden island mountain canal factory theatre chapel quarry tower manor academy observatory"
-).split()
+WORDS = ("river", "harbour", "council", "mayor", "ledger", "founded", "northern", "valley", "archive", "orchard",
+         "station", "treaty", "museum", "bridge", "engineer", "painter", "novel", "company", "festival", "railway",
+         "lighthouse", "cathedral", "market", "province", "village", "library", "republic", "senate", "garden",
+         "island", "mountain", "canal", "factory", "theatre", "chapel", "quarry", "tower", "manor", "academy")
 CITIES = ("Northwick", "Eastmere", "Calder Hall", "Brightwater", "Oakhaven", "Silverton", "Redcliff", "Mossgate")
 
 

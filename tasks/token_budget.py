@@ -1,0 +1,212 @@
+"""Assembling long prompts to an exact token budget (shared by `keychain` and `needles`).
+
+The rules of DESIGN.md section 7: count with the target tokenizer on the final assembled prompt (chat template
+applied); count each document once per stage run (the pool is shared by all items); bound every retry loop. A
+prompt is built from blocks (documents or paragraphs) whose counts are cached, whole blocks are added while they
+fit under a goal inside the window, the first block that does not fit is cut at a sentence (else word) boundary to
+the remaining budget, and one exact tokenization of the final prompt decides. If a tokenizer is not additive at
+block boundaries the estimate can miss; the cut block (the "filler") is then resized a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+LENGTH_TOLERANCE = 0.02  # a prompt lands in [target - 2%, target] (issue 3)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_SENTINEL = "\x00GYMFORGE-CONTENT\x00"
+
+
+class Reject(Exception):
+    """An item that cannot be built; the message is the reason recorded in the stage's `rejected` output."""
+
+
+def length_window(target: int) -> tuple[int, int]:
+    return math.ceil(target * (1 - LENGTH_TOLERANCE)), target
+
+
+def boundaries(text: str) -> list[int]:
+    """Sentence boundaries of a text: the start of each sentence after the first, and the end of the text."""
+    return [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]
+
+
+def chat_frame(tok: Any) -> tuple[str, str]:
+    """The chat-template text before and after a single user message, so a prompt is prefix + content + suffix
+    (rendering a 16K-token content through Jinja once per correction step would be wasted work)."""
+    rendered = tok.apply_chat_template([{"role": "user", "content": _SENTINEL}], tokenize=False,
+                                       add_generation_prompt=True)
+    if rendered.count(_SENTINEL) != 1:
+        raise ValueError("the chat template does not render the user content verbatim; cannot assemble prompts")
+    prefix, suffix = rendered.split(_SENTINEL)
+    return prefix, suffix
+
+
+def count_prompt(tok: Any, messages: list[dict[str, Any]]) -> int:
+    """Tokens of a chat prompt as a policy sees it (template applied, generation prompt added)."""
+    return len(tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False))
+
+
+class TokenCounter:
+    """Token counts with the configured tokenizer: batched (the fast backend when there is one), no special tokens
+    added (the chat template already wrote them)."""
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+        self._backend = tok.backend_tokenizer if getattr(tok, "is_fast", False) else None
+        self.exact_counts = 0  # full tokenizations of final prompts (one per item when estimates hold)
+
+    def many(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        if self._backend is not None:
+            return [len(e) for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+        return [len(ids) for ids in self.tok(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def exact(self, text: str) -> int:
+        """The count of a final prompt: the one full tokenization per item."""
+        self.exact_counts += 1
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        return self.tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
+
+@dataclass
+class DocPool:
+    """Documents (a title, possibly empty, and a text), with token counts computed lazily, once per run."""
+
+    titles: list[str]
+    texts: list[str]
+    source: str
+    counts: np.ndarray = field(init=False)
+    title_keys: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = np.full(len(self.texts), -1, dtype=np.int64)
+        self.title_keys = [" ".join(t.lower().split()) for t in self.titles]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def body(self, i: int) -> str:
+        title, text = self.titles[i], self.texts[i].strip()
+        return f"{title}\n{text}" if title else text
+
+    def count(self, idx: Sequence[int], counter: TokenCounter) -> list[int]:
+        missing = [i for i in dict.fromkeys(idx) if self.counts[i] < 0]
+        if missing:
+            self.counts[missing] = counter.many([self.body(i) for i in missing])
+        return self.counts[list(idx)].tolist()
+
+
+@dataclass
+class Block:
+    """One document of a prompt; ``inserts`` are sentences placed at character positions (chain links, needles)."""
+
+    body: str
+    tokens: int
+    pool_index: int = -1
+    own: bool = False
+    supporting: bool = False
+    inserts: list[tuple[int, str]] = field(default_factory=list)
+
+    def render(self) -> str:
+        text = self.body
+        for pos, sentence in sorted(self.inserts, key=lambda p: p[0], reverse=True):
+            text = f"{text[:pos]}{sentence} {text[pos:]}" if pos < len(text) else f"{text} {sentence}"
+        return text
+
+
+def insert_cost(counter: TokenCounter, sentences: Sequence[str]) -> int:
+    """Tokens a set of sentences adds when inserted at sentence boundaries (each becomes " sentence")."""
+    return sum(counter.many([" " + s for s in sentences]))
+
+
+class BudgetFiller:
+    """Fills a prompt with pool blocks up to a token goal inside the length window, and corrects the final count.
+
+    ``header`` is the text before each block (``"\\n\\nPassage {i}:\\n"`` or ``"\\n\\n"``); its count is part of
+    the budget."""
+
+    def __init__(self, counter: TokenCounter, pool: DocPool, target: int, header: str, seed: int) -> None:
+        self.counter, self.pool, self.header = counter, pool, header
+        self.lo, self.hi = length_window(target)
+        slack = (self.hi - self.lo) // 4
+        self.goal, self.floor = self.hi - slack, self.lo + slack  # aim inside, so small estimate errors still fit
+        self._headers: list[int] = [0]
+        # A fixed, seeded probe sets the batch size of draws, so an item's draws never depend on which documents
+        # earlier items happened to count (results stay independent of item order).
+        probe = random.Random(seed).sample(range(len(pool)), min(256, len(pool)))
+        self.mean_tokens = max(1.0, float(np.mean(pool.count(probe, counter)))) if probe else 1.0
+
+    def headers(self, k: int) -> int:
+        """Tokens of the first ``k`` block headers together (prefix sums, extended on demand)."""
+        if k >= len(self._headers):
+            start = len(self._headers)
+            for c in self.counter.many([self.header.format(i=i) for i in range(start, 2 * k + 16)]):
+                self._headers.append(self._headers[-1] + c)
+        return self._headers[k]
+
+    def fill(self, draw: Callable[[int], list[int]], fixed: int, n_fixed: int, max_draws: int) -> list[Block]:
+        """Whole blocks from ``draw(k)`` (up to k new pool indices) while they fit; the first that does not is cut
+        to the remaining budget and ends the list. ``fixed`` tokens and ``n_fixed`` blocks are already spent."""
+        chosen: list[Block] = []
+        spent = draws = 0
+        slack = self.goal - self.floor
+        while draws < max_draws:
+            room = self.goal - fixed - self.headers(n_fixed + len(chosen) + 1) - spent
+            want = min(max(4, math.ceil(room / self.mean_tokens) + 2), max_draws - draws)
+            draws += want
+            batch = draw(want)
+            for i, count in zip(batch, self.pool.count(batch, self.counter), strict=True):
+                room = self.goal - fixed - self.headers(n_fixed + len(chosen) + 1) - spent
+                if room <= 0:
+                    return chosen
+                block = Block(self.pool.body(i), count, pool_index=i)
+                if count <= room or self.resize(block, room):
+                    chosen.append(block)
+                    spent += block.tokens
+                    if room - block.tokens <= slack:
+                        return chosen
+        raise Reject("pool_exhausted")
+
+    def resize(self, block: Block, tokens: int) -> bool:
+        """Cut the block's full text to at most ``tokens`` tokens (and within the aim's slack of it): at the last
+        sentence end that fits, else the last word boundary."""
+        full = self.pool.body(block.pool_index)
+        full_count = int(self.pool.counts[block.pool_index])
+        if tokens <= 0:
+            return False
+        if tokens >= full_count:
+            block.body, block.tokens = full, full_count
+            return tokens - full_count <= self.goal - self.floor
+        offsets = self.counter.offsets(full)
+        cut_end = offsets[tokens][0]  # first character of the first token that does not fit
+        sentence_cut = max((b for b in boundaries(full[:cut_end]) if b < cut_end), default=0)
+        word_cut = max(full.rfind(" ", 0, cut_end + 1), 0)
+        least = tokens - (self.goal - self.floor)
+        for cut in (sentence_cut, word_cut):
+            text = full[:cut].rstrip()
+            n = sum(1 for start, _end in offsets if start < len(text))
+            if text and least <= n <= tokens:
+                block.body, block.tokens = text, n
+                return True
+        return False
+
+    def finalize(self, render: Callable[[], str], filler: Block, max_steps: int) -> tuple[str, int]:
+        """Render, count exactly, and resize the filler until the count is inside the window (bounded)."""
+        for _ in range(max_steps + 1):
+            text = render()
+            tokens = self.counter.exact(text)
+            if self.lo <= tokens <= self.hi:
+                return text, tokens
+            if not self.resize(filler, filler.tokens + self.goal - tokens):
+                raise Reject("length_correction_failed")
+        raise Reject(f"length_out_of_bounds_after_{max_steps}_corrections")
