@@ -124,7 +124,7 @@ def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int
     time; errors carry the file and the line of the decode position. (The stdlib has no incremental array parser
     and ijson is not a dependency: this is ``raw_decode`` over a sliding buffer.)"""
     decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # a byte-order mark is not data
         buf, pos, line0, eof = "", 0, 1, False  # line0: line number of buf[0]
 
         def line_at(p: int) -> int:
@@ -183,7 +183,7 @@ def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line, record)`` for every non-blank line of a JSON Lines file."""
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # a byte-order mark is not data
         for number, text in enumerate(fh, start=1):
             if not text.strip():
                 continue
