@@ -1,9 +1,127 @@
-"""`gymforge` commands of the inference room."""
+"""`gymforge` commands of the inference room: tokenizer training, model init, serving (and difficulty filtering).
+
+Heavy imports (torch, transformers, the Prefect runtime) happen inside the commands, so `gymforge --help` is fast.
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+TEXT_SUFFIXES = (".txt", ".md")
+
+
+def _passive_openmp() -> None:
+    """Before torch loads: OpenMP's default active wait made the tiny model ~50x slower on a shared, oversubscribed
+    2-core machine (measured, bench/RESULTS.md); an explicit OMP_WAIT_POLICY is left alone."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+tokenizer_app = typer.Typer(no_args_is_help=True, help="gymforge's byte-level BPE tokenizer.")
+model_app = typer.Typer(no_args_is_help=True, help="The embedded tiny policy model.")
+
+
+def corpus_files(paths: list[Path]) -> list[Path]:
+    """Files named directly, plus every .txt/.md file under named directories (sorted, so training is stable)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+            if not found:
+                raise typer.BadParameter(
+                    f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files", param_hint="--corpus"
+                )
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise typer.BadParameter(f"{path} does not exist", param_hint="--corpus")
+    return files
+
+
+@tokenizer_app.command("train")
+def tokenizer_train(
+    out: Annotated[Path, typer.Option(help="Directory to write the transformers tokenizer to.")],
+    corpus: Annotated[
+        list[Path] | None,
+        typer.Option(help="Text files or directories of .txt/.md files; default: the world documents."),
+    ] = None,
+    vocab: Annotated[int, typer.Option(help="Vocabulary size, special tokens included.")] = 8192,
+    profile: Annotated[
+        str, typer.Option(help="Profile whose `world` stage makes the default corpus.")
+    ] = "tiny",
+) -> None:
+    """Train the byte-level BPE (ChatML chat template with tool calls) and save it as a tokenizer directory."""
+    from inference.tokenizer import save, tokenizer_from_row, train_tokenizer
+
+    if out.exists() and any(out.iterdir()):
+        raise typer.BadParameter(f"{out} exists and is not empty", param_hint="--out")
+    if corpus:
+        files = corpus_files(corpus)
+        tokenizer = train_tokenizer((p.read_text(encoding="utf-8", errors="replace") for p in files), vocab)
+        source = f"{len(files)} file(s)"
+    else:  # through the store: the `tokenizer` stage on the `world` documents, cached and gated like any artifact
+        from flows.pipeline import materialize
+
+        artifact = materialize(["tokenizer"], profile=profile, overrides={"tokenizer": {"vocab_size": vocab}})
+        tokenizer = tokenizer_from_row(artifact["tokenizer"].read("tokenizer").row(0, named=True))
+        source = f"the world documents (profile {profile})"
+    save(tokenizer, out)
+    typer.echo(f"tokenizer: {len(tokenizer)} tokens trained on {source} -> {out}")
+
+
+@model_app.command("init")
+def model_init(
+    tokenizer: Annotated[Path, typer.Option(help="Tokenizer directory (from `gymforge tokenizer train`).")],
+    out: Annotated[
+        Path, typer.Option(help="Directory to write the checkpoint to (must not exist or be empty).")
+    ],
+    size: Annotated[str, typer.Option(help="tiny (~1M parameters) or small (~10M).")] = "tiny",
+    seed: Annotated[int, typer.Option(help="Initialisation seed.")] = 0,
+) -> None:
+    """Initialise a Qwen2-architecture causal LM for the tokenizer; saved with the tokenizer alongside."""
+    _passive_openmp()
+    from training.tiny_model import SIZES, init_model, parameter_count
+
+    if size not in SIZES:
+        raise typer.BadParameter(f"{size!r}: choose one of {', '.join(SIZES)}", param_hint="--size")
+    try:
+        path = init_model(size, tokenizer, out, seed)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    typer.echo(f"model: {size}, {parameter_count(model):,} parameters -> {path}")
+
+
+def serve(
+    model: Annotated[Path, typer.Option(help="Checkpoint directory (a transformers model + tokenizer).")],
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[
+        str, typer.Option(help="Interface to bind; 0.0.0.0 exposes it beyond this machine.")
+    ] = "127.0.0.1",
+    name: Annotated[str | None, typer.Option(help="Served model name (default: the directory name).")] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Most samples generated together in one batch.")] = 8,
+) -> None:
+    """Serve a local checkpoint with an OpenAI-compatible API (/v1/models, /v1/chat/completions)."""
+    _passive_openmp()
+    from inference.server import serve as run_server
+
+    if not (model / "config.json").is_file():
+        raise typer.BadParameter(
+            f"{model} is not a checkpoint directory (no config.json)", param_hint="--model"
+        )
+    typer.echo(f"serving {model} at http://{host}:{port}/v1 as {name or model.name!r}")
+    run_server(model, host=host, port=port, max_batch_size=max_batch_size, served_model_name=name)
 
 
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the main app."""
+    app.add_typer(tokenizer_app, name="tokenizer")
+    app.add_typer(model_app, name="model")
+    app.command("serve")(serve)
+    # Difficulty-filter commands (`gymforge filter ...`) register below.

@@ -53,7 +53,9 @@ def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
 
 
 def render_prompt(
-    tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] = (),
 ) -> list[int]:
     """Prompt token ids: the chat template with tools and the assistant generation prompt."""
     if not messages:
@@ -110,8 +112,12 @@ def make_completion(
 ) -> Completion:
     """A :class:`Completion` from a raw sample; tool calls parsed when the request offered tools."""
     if len(token_ids) != len(logprobs):
-        raise ValueError(f"{len(token_ids)} token ids but {len(logprobs)} logprobs: the engine output is inconsistent")
-    text, calls = split_tool_calls(raw_text, [*prompt_token_ids, *token_ids]) if parse_tools else (raw_text, [])
+        raise ValueError(
+            f"{len(token_ids)} token ids but {len(logprobs)} logprobs: the engine output is inconsistent"
+        )
+    text, calls = (
+        split_tool_calls(raw_text, [*prompt_token_ids, *token_ids]) if parse_tools else (raw_text, [])
+    )
     reason: FinishReason = "tool_calls" if calls else ("length" if finish_reason == "length" else "stop")
     return Completion(
         text=text,

@@ -98,7 +98,9 @@ class HFEngine:
         ).to(self.device)
         self.model.eval()
         self.stop_ids = stop_token_ids(self.tokenizer)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.stop_ids)
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.stop_ids)
+        )
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self._lock = threading.Lock()
 
@@ -116,7 +118,9 @@ class HFEngine:
         samples = self.generate_rows(rows)
         out: list[list[Completion]] = [[] for _ in requests]
         for owner, sample in zip(owners, samples):
-            out[owner].append(self.completion(sample, prompts[owner], parse_tools=bool(requests[owner].tools)))
+            out[owner].append(
+                self.completion(sample, prompts[owner], parse_tools=bool(requests[owner].tools))
+            )
         return out
 
     def close(self) -> None:

@@ -72,7 +72,9 @@ class HTTPEngine:
 
     async def agenerate(self, requests: Sequence[Request]) -> list[list[Completion]]:
         """The same as :meth:`generate`, awaitable from any event loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._generate(requests), self._loop))
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._generate(requests), self._loop)
+        )
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -108,7 +110,9 @@ class HTTPEngine:
                 response = await self._client.post(url, json=body)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 if last:
-                    raise EngineError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
+                    raise EngineError(
+                        f"{url}: {type(exc).__name__} after {attempt + 1} attempts: {exc}"
+                    ) from exc
             else:
                 if response.status_code < 400:
                     return response.json()
@@ -158,7 +162,13 @@ class HTTPEngine:
             reason = choice.get("finish_reason") or "stop"
             # A server with a tool parser returns parsed calls; one without returns the markup in the content.
             completion = make_completion(
-                content, token_ids, logprobs, reason, self.policy_version, prompt_ids, parse_tools and not calls
+                content,
+                token_ids,
+                logprobs,
+                reason,
+                self.policy_version,
+                prompt_ids,
+                parse_tools and not calls,
             )
             completions.append(_with_calls(completion, calls) if calls else completion)
         if not completions:
@@ -179,4 +189,3 @@ def _token_id(token: str) -> int:
 def _with_calls(completion: Completion, calls: list[dict[str, Any]]) -> Completion:
     normal = [{"id": c.get("id", ""), "type": "function", "function": dict(c["function"])} for c in calls]
     return replace(completion, tool_calls=tuple(normal), finish_reason="tool_calls")
-

@@ -34,7 +34,7 @@ from inference.engines import make_completion, validate_request
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from inference.hf_engine import HFEngine, Row, Sample
+    from inference.hf_engine import HFEngine, Progress, Row, Sample
 
 DEFAULT_MAX_TOKENS = 512
 MAX_TOP_LOGPROBS = 20
@@ -106,15 +106,11 @@ class Batcher:
                 jobs.append(self.queue.get_nowait())
             owners = [(job, i) for job in jobs for i in range(len(job.rows))]
 
-            def progress(index: int, sample: Sample) -> None:
-                job, local = owners[index]
-                if job.events is not None:  # hand the new tokens over now; the sample keeps growing
-                    start, job.sent[local] = job.sent[local], len(sample.token_ids)
-                    loop.call_soon_threadsafe(job.events.put_nowait, (local, _copy(sample), start))
-
             try:
                 samples = await asyncio.to_thread(
-                    self.engine.generate_rows, [row for job in jobs for row in job.rows], progress
+                    self.engine.generate_rows,
+                    [row for job in jobs for row in job.rows],
+                    _dispatch(loop, owners),
                 )
             except Exception as exc:  # noqa: BLE001 — the error belongs to the requests, not to the worker
                 for job in jobs:
@@ -128,11 +124,27 @@ class Batcher:
                 offset += len(job.rows)
 
 
+def _dispatch(loop: asyncio.AbstractEventLoop, owners: list[tuple[_Job, int]]) -> Progress:
+    """The engine's progress callback (it runs on the worker thread): hand a streaming job its new tokens."""
+
+    def progress(index: int, sample: Sample) -> None:
+        job, local = owners[index]
+        if job.events is not None:  # copy: the sample keeps growing on the worker thread
+            start, job.sent[local] = job.sent[local], len(sample.token_ids)
+            loop.call_soon_threadsafe(job.events.put_nowait, (local, _copy(sample), start))
+
+    return progress
+
+
 def _copy(sample: Sample) -> Sample:
     from inference.hf_engine import Sample
 
     return Sample(
-        list(sample.token_ids), list(sample.logprobs), list(sample.top_logprobs), sample.finish_reason, sample.text
+        list(sample.token_ids),
+        list(sample.logprobs),
+        list(sample.top_logprobs),
+        sample.finish_reason,
+        sample.text,
     )
 
 
@@ -175,8 +187,13 @@ class ChatService:
 
     def completion(self, sample: Sample, prompt: Sequence[int], tools: bool) -> Completion:
         return make_completion(
-            sample.text, sample.token_ids, sample.logprobs, sample.finish_reason or "length",
-            self.engine.policy_version, prompt, tools,
+            sample.text,
+            sample.token_ids,
+            sample.logprobs,
+            sample.finish_reason or "length",
+            self.engine.policy_version,
+            prompt,
+            tools,
         )
 
     # -- response side -------------------------------------------------------------------------------------------
@@ -197,7 +214,9 @@ class ChatService:
             content.append(entry)
         return {"content": content}
 
-    def response(self, body: ChatRequest, prompt: list[int], samples: list[Sample], tools: bool) -> dict[str, Any]:
+    def response(
+        self, body: ChatRequest, prompt: list[int], samples: list[Sample], tools: bool
+    ) -> dict[str, Any]:
         choices = []
         for index, sample in enumerate(samples):
             completion = self.completion(sample, prompt, tools)
@@ -226,12 +245,18 @@ class ChatService:
             out["prompt_token_ids"] = prompt
         return out
 
-    async def stream(self, body: ChatRequest, prompt: list[int], job: _Job, tools: bool) -> AsyncIterator[str]:
+    async def stream(
+        self, body: ChatRequest, prompt: list[int], job: _Job, tools: bool
+    ) -> AsyncIterator[str]:
         """SSE chunks: role first, content deltas as tokens arrive, tool calls and finish reason at the end."""
         if job.events is None:
             raise ValueError("stream() needs a job submitted with stream=True")
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": self.name}
+        head = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.name,
+        }
         stops = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
         # Never send text that a stop string completed later may cut (vLLM's rule: the stop string is not output).
         holdback = max((len(s) for s in stops), default=1) - 1
@@ -284,7 +309,11 @@ class ChatService:
 
 def _usage(prompt: Sequence[int], samples: Sequence[Sample]) -> dict[str, int]:
     generated = sum(len(s.token_ids) for s in samples)
-    return {"prompt_tokens": len(prompt), "completion_tokens": generated, "total_tokens": len(prompt) + generated}
+    return {
+        "prompt_tokens": len(prompt),
+        "completion_tokens": generated,
+        "total_tokens": len(prompt) + generated,
+    }
 
 
 def _normalize(message: dict[str, Any]) -> dict[str, Any]:
@@ -326,7 +355,9 @@ def create_app(
     app = FastAPI(title="gymforge serve", lifespan=lifespan)
 
     def error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
+        return JSONResponse(
+            {"error": {"message": message, "type": kind, "param": None, "code": status}}, status
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: HTTPRequest, exc: RequestValidationError) -> JSONResponse:
@@ -335,7 +366,10 @@ def create_app(
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "gymforge"}]}
+        return {
+            "object": "list",
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "gymforge"}],
+        }
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -382,9 +416,16 @@ def serve_in_background(app: FastAPI, host: str = "127.0.0.1", port: int = 0) ->
         thread.join(timeout=10)
 
 
-def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, max_batch_size: int = 8,
-          served_model_name: str | None = None) -> None:
+def serve(
+    model_dir: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_batch_size: int = 8,
+    served_model_name: str | None = None,
+) -> None:
     """Serve ``model_dir`` until interrupted (``gymforge serve``)."""
     import uvicorn
 
-    uvicorn.run(create_app(model_dir, served_model_name, max_batch_size), host=host, port=port, log_level="info")
+    uvicorn.run(
+        create_app(model_dir, served_model_name, max_batch_size), host=host, port=port, log_level="info"
+    )

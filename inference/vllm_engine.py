@@ -60,7 +60,9 @@ class VLLMEngine:
                     logprobs=0,  # only the sampled token's logprob
                 )
             )
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+        )
         results = []
         for request, prompt, output in zip(requests, prompts, outputs):
             samples = []
@@ -69,7 +71,12 @@ class VLLMEngine:
                 logprobs = [o.logprobs[k][t].logprob for k, t in enumerate(token_ids)]
                 samples.append(
                     make_completion(
-                        o.text, token_ids, logprobs, o.finish_reason or "length", self.policy_version, prompt,
+                        o.text,
+                        token_ids,
+                        logprobs,
+                        o.finish_reason or "length",
+                        self.policy_version,
+                        prompt,
                         parse_tools=bool(request.tools),
                     )
                 )

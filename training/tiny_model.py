@@ -18,12 +18,20 @@ Size = Literal["tiny", "small"]
 
 # Architecture per size; vocabulary and special-token ids come from the tokenizer.
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": dict(
-        hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2
-    ),
-    "small": dict(
-        hidden_size=256, intermediate_size=768, num_hidden_layers=10, num_attention_heads=8, num_key_value_heads=4
-    ),
+    "tiny": {
+        "hidden_size": 128,
+        "intermediate_size": 384,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+    "small": {
+        "hidden_size": 256,
+        "intermediate_size": 768,
+        "num_hidden_layers": 10,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+    },
 }
 MAX_POSITIONS = 4096
 
@@ -80,7 +88,9 @@ def init_model(size: Size, tokenizer_dir: str | Path, out_dir: str | Path, seed:
     model = build_model(size, tokenizer, seed)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
-        raise ValueError(f"{out}: output directory exists and is not empty; choose another --out or remove it")
+        raise ValueError(
+            f"{out}: output directory exists and is not empty; choose another --out or remove it"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
