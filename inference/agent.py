@@ -264,17 +264,16 @@ async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, epi
     tools = list(observation.tools)
     context, transcript = [dict(m) for m in initial], [dict(m) for m in initial]
     segments = [Segment("initial")]
-    restarts, reward, done, info = 0, 0.0, False, {}
+    reward, done, info = 0.0, False, {}
     for turn in range(config.max_turns):
         seed = seed_for(config.seed, source, episode.id, turn)
-        action = ctx.decide(config.context, segments[-1], restarts)
+        action = ctx.decide(config.context, segments)
         if action != "keep":
             summary = None
             if action == "summarize":
                 summary = await _summarize(batcher, index, context, tools, segments[-1], config, seed)
             context = ctx.restart_context(initial, summary)
             segments.append(Segment("summary" if summary is not None else "reset"))
-            restarts += 1
         [completion] = await batcher.generate(
             index, Request(messages=list(context), tools=tools, sampling=config.sampling.params(seed=seed))
         )

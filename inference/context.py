@@ -4,8 +4,9 @@ Agentic Training").
 - summary: when the context passes a token threshold (the report's optimum is 80K), the history is distilled into a
   summary (ReSum) — written by the policy itself from a summarization prompt, or extractively when configured — and
   generation continues from the system prompt, the task and the summary;
-- discard: when the interaction passes a maximum number of turns, a "discard-all" reset restarts from the system
-  prompt and the task (DeepSeek-V3.2); the progressive schedule raises that maximum after each reset;
+- discard: when the interaction passes a maximum number of turns (counted from the start or the last reset), a
+  "discard-all" reset restarts from the system prompt and the task (DeepSeek-V3.2); the progressive schedule raises
+  that maximum after each reset;
 - hybrid: summary whenever the token threshold is passed, discard-all when the turn limit is passed.
 
 Each summary or reset starts a new trajectory segment under the same rollout and group id.
@@ -38,13 +39,14 @@ class ContextConfig(Params):
     summary_threshold_tokens: int = Field(
         80_000, gt=0, description="summarize once the context reaches this many tokens (report: 80K is optimal)"
     )
-    max_turns: int = Field(
-        32, gt=0, description="discard-all reset once a segment has this many agent turns"
+    discard_after_turns: int = Field(
+        32, gt=0, description="discard-all reset after this many agent turns since the start or the last reset "
+        "(summaries compress tokens, they do not reset this count)",
     )
     discard_growth: int = Field(
         0, ge=0, description="progressive discard schedule: the turn limit grows by this much after each reset"
     )
-    max_resets: int = Field(2, ge=0, description="bound on summaries plus resets per rollout")
+    max_resets: int = Field(2, ge=0, description="bound on summaries plus resets (new segments) per rollout")
     summarizer: Literal["engine", "extractive"] = Field(
         "engine", description="engine: the policy writes the summary; extractive: a deterministic digest"
     )
@@ -62,16 +64,19 @@ class ContextConfig(Params):
         return self
 
 
-def decide(config: ContextConfig, segment: Segment, n_restarts: int) -> Action:
-    """What to do before the next agent turn of ``segment``, given the restarts made so far."""
-    if config.strategy == "none" or n_restarts >= config.max_resets or not segment.turns:
+def decide(config: ContextConfig, segments: Sequence[Segment]) -> Action:
+    """What to do before the next agent turn of a rollout whose segments so far are ``segments``."""
+    current = segments[-1]
+    if config.strategy == "none" or len(segments) - 1 >= config.max_resets or not current.turns:
         return "keep"
     if config.strategy in ("discard", "hybrid"):
-        limit = config.max_turns + config.discard_growth * n_restarts
-        if segment.n_agent_turns() >= limit:
+        resets = sum(segment.start == "reset" for segment in segments)
+        since_reset = next(i for i in range(len(segments) - 1, -1, -1) if segments[i].start != "summary")
+        turns = sum(segment.n_agent_turns() for segment in segments[since_reset:])
+        if turns >= config.discard_after_turns + config.discard_growth * resets:
             return "reset"
     # The exact token count of the context as the engine last saw it (prompt + output of the last call).
-    if config.strategy in ("summary", "hybrid") and segment.n_tokens() >= config.summary_threshold_tokens:
+    if config.strategy in ("summary", "hybrid") and current.n_tokens() >= config.summary_threshold_tokens:
         return "summarize"
     return "keep"
 
