@@ -63,7 +63,7 @@ KEY_FORMATS: dict[str, tuple[str, int, str]] = {
     "uuid32": ("0123456789ABCDEF", 32, r"[0-9A-F]{32}"),  # the report: 32 characters from {0-9, A-F}
     "hex8": ("0123456789abcdef", 8, r"[0-9a-f]{8}"),  # the authors' released code
 }
-KEY_REGEX = r"^(" + "|".join(v[2] for v in KEY_FORMATS.values()) + r")$"
+KEY_REGEX = r"^(?:" + "|".join(v[2] for v in KEY_FORMATS.values()) + r")$"
 
 INSTRUCTION = (
     "Read the passages below. Some sentences in them are links of the form KEY: VALUE, where the value is either "

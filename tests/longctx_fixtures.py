@@ -39,7 +39,7 @@ def seed_rows(n: int, prefix: str, seed: int = 0, split: str = "train") -> list[
             "id": f"{prefix}{i}", "source": "world",
             "question": f"In which city does the archive of {prefix} {i} lie, given its {rng.choice(WORDS)}?",
             "answer": answer, "aliases": [], "docs": json.dumps(docs), "hops": 2, "type": "bridge", "split": split,
-            "pass_count": rng.randint(1, 8), "pass_k": 8,
+            "pass_count": rng.randint(1, 7), "pass_k": 8,
         })
     return rows
 
