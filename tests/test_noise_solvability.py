@@ -204,3 +204,20 @@ def test_cli_names_the_bad_input_and_writes_nothing(tmp_path, setup, message: st
                                 env={"COLUMNS": "400"})
     assert result.exit_code != 0 and message in result.output
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_stages_publish_through_the_store_from_the_environment_stages(tmp_path) -> None:
+    import tasks.environments  # noqa: F401 - registers the upstream stages
+    from data_contracts.catalog import Catalog
+    from data_contracts.runner import materialize
+    from data_contracts.store import ArtifactStore
+
+    params = {"environments": {"envs_per_domain": 1},
+              "eval_random_envs": {"runs": 1, "tasks_per_run": 4, "min_domains": 2},
+              "noisy_tasks": {"levels": [1, 4]}, "noisy_eval": {}}
+    runs = materialize(ArtifactStore(tmp_path), Catalog(tmp_path), ["noisy_tasks", "noisy_eval"], params, "p0",
+                       progress=False)
+    for name in ("noisy_tasks", "noisy_eval"):
+        assert all(runs[name].contract.values()), runs[name]
+        assert runs[name].outputs["tasks"] > 0

@@ -28,7 +28,9 @@ class NoisyEnvironment(Environment):
         self.noise = ToolNoise(record.tool_faults if record else ())
         self.noise_events: list[dict[str, Any]] = []
         self.simulated_latency_ms = 0
-        self.schemas = self.noise.tool_schemas([self.domain.tools[n].schema() for n in self.tool_names])
+        if not hasattr(self, "clean_schemas"):
+            self.clean_schemas = list(self.schemas)  # the runtime's schemas, before any fault extends them
+        self.schemas = self.noise.tool_schemas(self.clean_schemas)
         obs = super().reset(task, user)
         return Observation(obs.messages, self.schemas)
 

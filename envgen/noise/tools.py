@@ -135,6 +135,8 @@ class ToolNoise:
     def tool_schemas(self, schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The tool schemas the agent sees: tools that may answer in parts accept the continuation argument."""
         extra = {f.tool: f.changed["token_arg"] for f in self.faults if "token_arg" in f.changed}
+        if not extra:
+            return list(schemas)
         out = []
         for schema in schemas:
             schema = copy.deepcopy(dict(schema))
