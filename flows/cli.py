@@ -1,16 +1,316 @@
-"""The ``gymforge`` command line."""
+"""The ``gymforge`` command line.
+
+Global options (``--data-dir``, ``--prefect-api-url``, ``--dask-address``) are exported to the environment, so
+every command, room commands calling ``flows.pipeline.materialize`` included, runs against the same data root,
+Prefect API and Dask scheduler. Heavy imports (Prefect, Dask, DuckDB) happen inside the commands.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from flows import cli_data, cli_envgen, cli_inference, cli_noise
 
-app = typer.Typer(no_args_is_help=True, help="gymforge: agentic and long-context LLM training data and training.")
+if TYPE_CHECKING:
+    import polars as pl
+
+    from flows.runtime import Runtime
+
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="gymforge: agentic and long-context LLM training data and training.",
+)
+artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect the artifact catalog (catalog.duckdb).")
+app.add_typer(artifacts_app, name="artifacts")
+
+console = Console()
+UNWRAPPED = {"stage", "key"}  # names people copy: never broken across lines
+errors = Console(stderr=True)
 
 for room in (cli_data, cli_envgen, cli_noise, cli_inference):
     room.register(app)
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "the input or the environment is wrong": a message, never a traceback."""
+    import duckdb
+
+    from data_contracts.stage import StageError
+    from flows.backfill import BackfillError
+    from flows.pipeline import PipelineFailed
+    from flows.runtime import RuntimeStartError
+
+    return (StageError, PipelineFailed, BackfillError, RuntimeStartError, duckdb.Error, FileNotFoundError)
+
+
+@contextlib.contextmanager
+def _clean_errors() -> Iterator[None]:
+    try:
+        yield
+    except _user_errors() as exc:
+        errors.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        raise typer.Exit(1) from None
+
+
+@app.callback()
+def _global_options(
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", envvar="GYMFORGE_DATA", help="Data root (default ./data).")
+    ] = None,
+    prefect_api_url: Annotated[
+        str | None,
+        typer.Option("--prefect-api-url", envvar="PREFECT_API_URL", help="Attach to this Prefect API, start none."),
+    ] = None,
+    dask_address: Annotated[
+        str | None,
+        typer.Option("--dask-address", envvar="GYMFORGE_DASK_ADDRESS", help="Attach to this Dask scheduler, start none."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Prefect's run logs in the console.")] = False,
+) -> None:
+    from flows.runtime import API_ENV, DASK_ENV, DATA_ENV, data_root
+
+    os.environ[DATA_ENV] = str(data_root(data_dir))
+    for name, value in ((API_ENV, prefect_api_url), (DASK_ENV, dask_address)):
+        if value:
+            os.environ[name] = value
+    if not verbose:
+        _quiet_console_logs()
+
+
+def _quiet_console_logs() -> None:
+    """Keep run logs in the Prefect UI but out of the console, where the progress bar and summary go.
+
+    Worker processes read the environment override; this process configured its handlers at import already."""
+    os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "WARNING"
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for logger in (logging.getLogger(), logging.getLogger("prefect")):
+        for handler in logger.handlers:
+            if isinstance(handler, PrefectConsoleHandler):
+                handler.setLevel(logging.WARNING)
+
+
+def _runtime() -> Runtime:
+    from flows.runtime import Runtime
+
+    return Runtime(os.environ.get("GYMFORGE_DATA"))
+
+
+def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("stage", "partition", "key", "rows", "cached", "contract", "seconds"):
+        table.add_column(column, justify="right" if column in {"rows", "seconds"} else "left",
+                         no_wrap=column in UNWRAPPED)
+    styles = {"published": "green", "cached": "cyan", "failed": "bold red", "blocked": "yellow"}
+    for row in rows:
+        cached = {"cached": "yes", "published": "no"}.get(row["status"], row["status"])
+        table.add_row(
+            row["stage"], row["partition"], row["key"], f"{row['rows']:,}", cached, row["contract"],
+            f"{row['seconds']:.2f}", style=styles.get(row["status"]),
+        )
+    return table
+
+
+def _refresh_with_progress(
+    stages: Sequence[str] | None, profile: str, partition: str, force: bool, keep_ui: bool = False
+) -> None:
+    """Run data_refresh on a Runtime with a progress bar (a step per stage), print the summary and the UI URL."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from flows.pipeline import PipelineFailed, on_stage_done, plan_dag, refresh
+
+    planned = plan_dag(stages, profile, partition, force=force)  # bad names and params fail before anything starts
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    title = f"data-refresh {partition} (profile {profile})"
+    with _runtime() as rt:
+        console.print(f"Prefect UI: {rt.ui_url}   data root: {rt.root}")
+        with Progress(*columns, console=errors, transient=True) as progress:
+            bar = progress.add_task(title, total=len(planned))
+
+            def done(row: dict[str, Any]) -> None:
+                progress.update(bar, advance=1, description=f"{row['stage']}: {row['status']}")
+
+            try:
+                with on_stage_done(done):
+                    summary = refresh(rt, profile=profile, partition=partition, stages=stages, force=force)
+            except PipelineFailed as failure:
+                console.print(_summary_table(failure.summary, f"{title}: FAILED"))
+                raise
+        console.print(_summary_table(summary, title))
+        console.print(f"Data Docs: {rt.root / 'data_docs' / 'index.html'}")
+        if keep_ui:
+            _wait_for_ctrl_c(rt.ui_url)
+
+
+def _wait_for_ctrl_c(url: str) -> None:
+    console.print(f"Prefect UI at [link={url}]{url}[/link]; press Ctrl-C to stop it.")
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
+
+
+@app.command()
+def demo(
+    profile: Annotated[str, typer.Option(help="tiny | default | full, or a path to a profile YAML.")] = "tiny",
+    partition: Annotated[str, typer.Option(help="Partition to materialize.")] = "default",
+    keep_ui: Annotated[bool, typer.Option("--keep-ui", help="Keep the Prefect server up until Ctrl-C.")] = False,
+) -> None:
+    """Run every registered stage's DAG on a profile, then print the UI URL and a summary."""
+    with _clean_errors():
+        _refresh_with_progress(None, profile, partition, force=False, keep_ui=keep_ui)
+
+
+@app.command()
+def run(
+    stages: Annotated[list[str], typer.Argument(help="Stages to materialize (their upstream runs too).")],
+    profile: Annotated[str, typer.Option(help="tiny | default | full, or a path to a profile YAML.")] = "tiny",
+    partition: Annotated[str, typer.Option(help="Partition to materialize.")] = "default",
+    force: Annotated[bool, typer.Option(help="Re-run the named stages even when cached.")] = False,
+) -> None:
+    """Materialize STAGES and everything upstream of them through the artifact store."""
+    with _clean_errors():
+        _refresh_with_progress(stages, profile, partition, force)
+
+
+@app.command()
+def backfill(
+    stage: Annotated[str, typer.Option(help="Stage to backfill (its upstream runs too).")],
+    partitions: Annotated[str, typer.Option(help="Comma-separated partitions, e.g. p0,p1,p2.")],
+    force: Annotated[bool, typer.Option(help="Re-run even when cached.")] = False,
+    profile: Annotated[str, typer.Option(help="Profile of params.")] = "tiny",
+    serve: Annotated[
+        bool,
+        typer.Option(help="Serve the backfill flow from this process and wait, instead of a deployed worker."),
+    ] = False,
+) -> None:
+    """One `backfill` flow run per partition through run_deployment (idempotency key, tag `backfill`).
+
+    Without --serve the `backfill` deployment must exist (`prefect --no-prompt deploy --all`) and a worker must
+    poll its pool (`prefect worker start --pool cpu`); the command returns once the runs exist. Re-running the
+    same backfill returns the same runs.
+    """
+    from flows.backfill import run_backfill
+    from flows.pipeline import plan_dag
+    from flows.runtime import Runtime
+
+    names = [p.strip() for p in partitions.split(",") if p.strip()]
+    with _clean_errors():
+        plan_dag([stage], profile, names[0] if names else "default")  # a bad stage or profile fails here, not in N runs
+        with Runtime(os.environ.get("GYMFORGE_DATA"), dask=serve) as rt:
+            runs = run_backfill(stage, names, force=force, profile=profile, serve=serve,
+                                data_dir=str(rt.root) if serve else None)
+    table = Table(title=f"backfill {stage}")
+    for column in ("partition", "flow run", "state"):
+        table.add_column(column)
+    for item in runs:
+        table.add_row(item.partition, f"{rt.ui_url}/runs/flow-run/{item.flow_run_id}", item.state)
+    console.print(table)
+    if serve and any(item.state != "Completed" for item in runs):
+        raise typer.Exit(1)
+
+
+@app.command()
+def ui(
+    detach: Annotated[bool, typer.Option(help="Leave the server running after this command exits.")] = False,
+    stop: Annotated[bool, typer.Option(help="Stop a server left running by --detach.")] = False,
+) -> None:
+    """Start (or reuse) the Prefect server of this data root and print the UI URL."""
+    from flows.runtime import PrefectServer, Runtime, data_root, stop_recorded_server, ui_url
+
+    root = data_root(os.environ.get("GYMFORGE_DATA"))
+    with _clean_errors():
+        if stop:
+            console.print("stopped" if stop_recorded_server(root) else f"no server is recorded for {root}")
+            return
+        server = PrefectServer(root)
+        if url := os.environ.get("PREFECT_API_URL") or server.recorded():
+            console.print(f"Prefect UI (already running): {ui_url(url)}")
+        elif detach:
+            console.print(f"Prefect UI: {ui_url(server.start())}  (stop it with `gymforge ui --stop`)")
+        else:
+            with Runtime(root, dask=False) as rt:
+                _wait_for_ctrl_c(rt.ui_url)
+
+
+def _print_frame(frame: pl.DataFrame, title: str | None = None) -> None:
+    table = Table(title=title)
+    for column in frame.columns:
+        table.add_column(column, overflow="fold", no_wrap=column in UNWRAPPED)
+    for row in frame.iter_rows():
+        table.add_row(*("" if value is None else str(value) for value in row))
+    console.print(table)
+
+
+def _catalog() -> Any:
+    from data_contracts.catalog import Catalog
+    from flows.runtime import data_root
+
+    return Catalog(data_root(os.environ.get("GYMFORGE_DATA")))
+
+
+@artifacts_app.command("ls")
+def artifacts_ls(
+    stage: Annotated[str | None, typer.Option(help="Only this stage.")] = None,
+    status: Annotated[str | None, typer.Option(help="published | quarantined")] = None,
+) -> None:
+    """List artifacts: stage, partition, key, status, rows, bytes, code version."""
+    with _clean_errors():
+        frame = _catalog().query(
+            "SELECT stage, partition, key, status, rows, bytes, version, code_version AS code FROM artifacts "
+            "WHERE (? IS NULL OR stage = ?) AND (? IS NULL OR status = ?) ORDER BY stage, partition, key",
+            [stage, stage, status, status],
+        )
+    if frame.is_empty():
+        console.print("no artifacts yet: run `gymforge demo` or `gymforge run STAGE`")
+        return
+    _print_frame(frame.with_columns(frame["code"].str.slice(0, 10)), f"{frame.height} artifacts")
+
+
+@artifacts_app.command("show")
+def artifacts_show(key: Annotated[str, typer.Argument(help="Artifact key (see `gymforge artifacts ls`).")]) -> None:
+    """Show one artifact's manifest and its lineage."""
+    from data_contracts.stage import StageError
+
+    with _clean_errors():
+        catalog = _catalog()
+        found = catalog.query("SELECT path, status FROM artifacts WHERE key = ?", [key])
+        if found.is_empty():
+            raise StageError(f"no artifact with key {key!r} in {catalog.path}; list them with `gymforge artifacts ls`")
+        path, status = found.row(0)
+        manifest = json.loads((Path(path) / "manifest.json").read_text())
+        console.print(f"[bold]{manifest['stage']}[/] {key} ({status}) at {path}")
+        console.print_json(json.dumps(manifest, default=str))
+        lineage = catalog.lineage(key)
+    if not lineage.is_empty():
+        _print_frame(lineage, "lineage (upstream artifacts)")
+
+
+@artifacts_app.command("query")
+def artifacts_query(sql: Annotated[str, typer.Argument(help="Read-only SQL over tables `artifacts` and `lineage`.")]) -> None:
+    """Run SQL over the catalog, e.g. "SELECT stage, count(*) FROM artifacts GROUP BY stage"."""
+    with _clean_errors():
+        _print_frame(_catalog().query(sql))
+
+
 def main() -> None:
-    app()
+    with _clean_errors():  # room commands too: a user error prints its message, not a traceback
+        app()
