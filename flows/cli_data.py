@@ -1,9 +1,161 @@
-"""`gymforge` commands of the data room."""
+"""`gymforge` commands of the data room: build KeyChain data through the store, export artifacts for TRL."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+
+if TYPE_CHECKING:
+    import polars as pl
+
+SEED_KINDS = ("world", "hotpotqa", "musique", "2wiki")
+MESSAGE_COLUMNS = ("prompt",)  # JSON-string chat messages in the artifacts, lists of messages in an export
+JSON_COLUMNS = ("distractor_chains",)
+
+
+def seed_source(spec: str) -> str:
+    """``world`` or ``KIND:PATH`` with PATH made absolute (the artifact key then names the same file anywhere)."""
+    kind, _, path = spec.partition(":")
+    if kind not in SEED_KINDS or (kind == "world") != (not path):
+        raise typer.BadParameter(f"--seeds {spec!r}: use world, hotpotqa:PATH, musique:PATH or 2wiki:PATH")
+    if kind == "world":
+        return "world"
+    file, at, split = path.rpartition("@") if "@" in path else (path, "", "")
+    resolved = Path(file).expanduser().resolve()
+    if not resolved.is_file():
+        raise typer.BadParameter(f"--seeds {spec!r}: no such file {resolved}")
+    return f"{kind}:{resolved}{at}{split}"
+
+
+def write_frame(frame: pl.DataFrame | list[dict[str, Any]], out: Path) -> Path:
+    """Write parquet (``.parquet``) or JSON lines (anything else) atomically: a temporary sibling, then rename."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        if isinstance(frame, list):
+            with tmp.open("w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in frame)
+        elif out.suffix == ".parquet":
+            frame.write_parquet(tmp)
+        else:
+            frame.write_ndjson(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def trl_frame(frame: pl.DataFrame) -> pl.DataFrame:
+    """Prompt columns as lists of ``{role, content}`` messages: what ``datasets`` loads and GRPOTrainer reads as a
+    conversational prompt; the other columns reach the reward functions as keyword arguments."""
+    import polars as pl
+
+    messages = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+    present = [c for c in MESSAGE_COLUMNS if c in frame.columns]
+    if not present:
+        raise typer.BadParameter(f"the artifact has no prompt column (columns: {', '.join(frame.columns)})")
+    return frame.with_columns(pl.col(c).str.json_decode(messages) for c in present)
+
+
+def jsonl_records(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """Every column, with the JSON-string columns decoded into nested values."""
+    records = frame.to_dicts()
+    for record in records:
+        for column in (*MESSAGE_COLUMNS, *JSON_COLUMNS):
+            if isinstance(record.get(column), str):
+                record[column] = json.loads(record[column])
+    return records
+
+
+def read_artifact(name: str, output: str | None, profile: str, data_dir: Path | None) -> pl.DataFrame:
+    """A parquet file, an artifact directory (``<output>.parquet`` inside), or a stage name materialized through
+    the store (a cache hit when it is already published)."""
+    import polars as pl
+
+    path = Path(name)
+    if path.suffix == ".parquet" and path.is_file():
+        return pl.read_parquet(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.parquet"))
+        chosen = [f for f in files if f.stem == output] if output else [f for f in files if f.stem != "rejected"]
+        if not chosen:
+            raise typer.BadParameter(f"{path}: no {output or 'output'} parquet file (found {[f.name for f in files]})")
+        return pl.read_parquet(chosen[0])
+    from flows.pipeline import materialize
+    from flows.registry import stage_named
+
+    stage = stage_named(name)
+    output = output or next(o for o in stage.outputs if o != "rejected")
+    if output not in stage.outputs:
+        raise typer.BadParameter(f"stage {name!r} has outputs {', '.join(stage.outputs)}, not {output!r}")
+    return materialize([name], profile=profile, data_dir=data_dir)[name].read(output)
 
 
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the main app."""
+
+    @app.command("keychain")
+    def keychain(
+        out: Annotated[Path, typer.Option(help="Where to write the examples (.parquet, or JSON lines).")],
+        seeds: Annotated[str, typer.Option(help="world, hotpotqa:PATH, musique:PATH or 2wiki:PATH.")] = "world",
+        n: Annotated[int, typer.Option(help="Examples to build.")] = 100,
+        target_tokens: Annotated[int, typer.Option(help="Prompt length; lands in [target - 2%, target].")] = 16384,
+        tokenizer: Annotated[str, typer.Option(help="'default' (gymforge's BPE) or a local tokenizer dir.")] = "default",
+        key_format: Annotated[str, typer.Option(help="uuid32 (the report) or hex8 (the authors' code).")] = "uuid32",
+        hops: Annotated[int, typer.Option(help="Keys per chain.")] = 2,
+        placement: Annotated[str, typer.Option(help="uniform or centred gold documents.")] = "uniform",
+        profile: Annotated[str, typer.Option(help="Params profile for the upstream stages.")] = "tiny",
+        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+    ) -> None:
+        """Build KeyChain examples (LoongRL section 3.1) through the store, and write them to OUT."""
+        from rich.console import Console
+
+        from flows.pipeline import materialize
+
+        if tokenizer != "default":
+            tokenizer = str(Path(tokenizer).expanduser().resolve())
+        overrides: dict[str, dict[str, Any]] = {
+            "qa_seeds": {"source": seed_source(seeds)},
+            "keychain": {"n": n, "target_tokens": target_tokens, "tokenizer": tokenizer, "key_format": key_format,
+                         "hops": hops, "placement": placement},
+        }
+        artifact = materialize(["keychain"], profile=profile, overrides=overrides, data_dir=data_dir)["keychain"]
+        frame, rejected = artifact.read("keychain"), artifact.read("rejected")
+        write_frame(frame, out)
+        console = Console()
+        console.print(f"[green]{frame.height}[/] KeyChain examples -> {out} (artifact {artifact.key}); "
+                      f"{rejected.height} rejected")
+        if frame.height:
+            console.print(f"tokens: min {frame['tokens'].min()}, max {frame['tokens'].max()} "
+                          f"(window [{target_tokens * 0.98:.0f}, {target_tokens}])")
+        for reason, count in rejected.group_by("reason").len().sort("len", descending=True).iter_rows():
+            console.print(f"  rejected {count}: {reason}")
+
+    @app.command("export")
+    def export(
+        artifact: Annotated[str, typer.Option(help="A stage name (e.g. rl_mix), an artifact dir or a parquet file.")],
+        out: Annotated[Path, typer.Option(help="Output file: .parquet or .jsonl.")],
+        format: Annotated[str, typer.Option("--format", help="trl (prompt as messages) or jsonl (all columns).")] = "trl",
+        output: Annotated[str | None, typer.Option(help="Which output of the artifact (default: its main one).")] = None,
+        curriculum_stage: Annotated[str | None, typer.Option(help="Keep rows of one curriculum stage.")] = None,
+        profile: Annotated[str, typer.Option(help="Params profile when a stage is materialized.")] = "tiny",
+        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+    ) -> None:
+        """Export prompt messages + answer columns for TRL's GRPOTrainer (``datasets`` loads the file directly)."""
+        import polars as pl
+
+        if format not in ("trl", "jsonl"):
+            raise typer.BadParameter(f"--format {format!r}: use trl or jsonl")
+        if out.suffix not in (".parquet", ".jsonl") or (format == "jsonl" and out.suffix != ".jsonl"):
+            raise typer.BadParameter(f"--out {out}: use a .parquet or .jsonl file (jsonl format: .jsonl)")
+        frame = read_artifact(artifact, output, profile, data_dir)
+        if curriculum_stage is not None:
+            if "curriculum_stage" not in frame.columns:
+                raise typer.BadParameter("--curriculum-stage: the artifact has no curriculum_stage column")
+            frame = frame.filter(pl.col("curriculum_stage") == curriculum_stage)
+        write_frame(trl_frame(frame) if format == "trl" else jsonl_records(frame), out)
+        typer.echo(f"{frame.height} rows -> {out}")

@@ -1,0 +1,67 @@
+"""`gymforge export` and `gymforge keychain` argument handling; the exported file loads in `datasets` for GRPO."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from flows import cli_data
+from flows.cli import app
+
+ROWS = [
+    {"id": f"kc-{i}", "category": "keychain", "curriculum_stage": stage,
+     "prompt": json.dumps([{"role": "user", "content": f"Passage {i}. Starting from key ABC, ... \\boxed{{}}"}]),
+     "answer": "Northwick", "aliases": ["North Wick"], "reward_fn": "two_way", "distractor_chains": "[]"}
+    for i, stage in enumerate(["stage1", "stage1", "stage2"])
+]
+
+
+@pytest.fixture
+def mix_file(tmp_path):
+    path = tmp_path / "mix.parquet"
+    pl.DataFrame(ROWS).write_parquet(path)
+    return path
+
+
+def test_export_trl_parquet_loads_as_conversational_prompts(mix_file, tmp_path):
+    from datasets import Dataset
+
+    out = tmp_path / "train.parquet"
+    result = CliRunner().invoke(app, ["export", "--artifact", str(mix_file), "--format", "trl", "--out", str(out),
+                                      "--curriculum-stage", "stage1"])
+    assert result.exit_code == 0, result.output
+    data = Dataset.from_parquet(str(out))
+    assert len(data) == 2
+    assert data[0]["prompt"] == json.loads(ROWS[0]["prompt"])
+    assert data[0]["answer"] == "Northwick" and data[0]["aliases"] == ["North Wick"]
+
+
+def test_export_jsonl_decodes_nested_columns(mix_file, tmp_path):
+    out = tmp_path / "mix.jsonl"
+    result = CliRunner().invoke(app, ["export", "--artifact", str(mix_file), "--format", "jsonl", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in records] == [r["id"] for r in ROWS]
+    assert records[0]["prompt"][0]["role"] == "user" and records[0]["distractor_chains"] == []
+
+
+@pytest.mark.parametrize("args", [["--format", "csv", "--out", "x.jsonl"], ["--format", "trl", "--out", "x.txt"]])
+def test_export_refuses_bad_formats(mix_file, tmp_path, args):
+    args = [a if a not in ("x.jsonl", "x.txt") else str(tmp_path / a) for a in args]
+    result = CliRunner().invoke(app, ["export", "--artifact", str(mix_file), *args])
+    assert result.exit_code != 0 and not any(tmp_path.glob("x.*"))
+
+
+def test_seed_sources(tmp_path):
+    data = tmp_path / "hotpot.json"
+    data.write_text("[]")
+    assert cli_data.seed_source("world") == "world"
+    assert cli_data.seed_source(f"hotpotqa:{data}") == f"hotpotqa:{data.resolve()}"
+    assert cli_data.seed_source(f"musique:{data}@eval") == f"musique:{data.resolve()}@eval"
+    for bad in ("wiki:x", "hotpotqa:/no/such.json", "world:x"):
+        with pytest.raises(typer.BadParameter):
+            cli_data.seed_source(bad)
