@@ -44,8 +44,8 @@ class Transform(BaseModel):
         None, description="Tool faults: the call's arguments it applies to (None: every call of the tool)."
     )
     bites: bool = Field(
-        True, description="Whether the change hides information a literal-minded agent needs (paraphrase and "
-                          "latency do not); measured, not assumed, by the naive reference agent."
+        True, description="Whether the change is meant to hide information a literal-minded agent needs "
+                          "(paraphrase and latency are not); whether it does is measured by the naive reference agent."
     )
 
     def model_post_init(self, _: Any) -> None:

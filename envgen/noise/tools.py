@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from envgen.noise.instruction import find_path, leaves
+from envgen.noise.instruction import leaves
 from envgen.noise.records import Transform, canonical
 
 PAGE_TOKEN = "page_token"
@@ -185,27 +185,16 @@ class ToolNoise:
 
     def _apply(self, fault: Transform, result: Any, attempt: int, events: list[dict[str, Any]], key: str) -> Any:
         changed = fault.changed
-        if fault.kind == "missing_field" and attempt == 0:
+        if fault.kind in _FIELD_EDITS and (fault.kind != "missing_field" or attempt == 0):
             result = copy.deepcopy(result)
-            if (where := _container(result, changed["path"])) is not None and isinstance(where[0], dict):
-                where[0].pop(where[1], None)
-                events.append({"kind": fault.kind, "tool": fault.tool, "path": changed["path"]})
-        elif fault.kind == "renamed_field":
-            result = copy.deepcopy(result)
-            if (where := _container(result, changed["path"])) is not None and isinstance(where[0], dict):
-                node, old = where
-                if old in node:
-                    node[changed["renamed_to"]] = node.pop(old)
-                    events.append({"kind": fault.kind, "tool": fault.tool, "path": changed["path"]})
-        elif fault.kind == "format_drift":
-            result = copy.deepcopy(result)
-            if (where := _container(result, changed["path"])) is not None:
-                node, k = where
-                try:
-                    node[k] = drift(node[k], changed["style"])
-                    events.append({"kind": fault.kind, "tool": fault.tool, "path": changed["path"]})
-                except (KeyError, IndexError, TypeError):
-                    pass
+            where = _container(result, changed["path"])
+            if where is None:
+                return result
+            try:
+                _FIELD_EDITS[fault.kind](where[0], where[1], changed)
+            except (KeyError, IndexError, TypeError):  # the response lacks the field (an error, another row)
+                return result
+            events.append({"kind": fault.kind, "tool": fault.tool, "path": changed["path"]})
         elif fault.kind in ("pagination", "truncation"):
             parts = _parts(fault, result)
             if parts is not None:
@@ -232,6 +221,22 @@ class ToolNoise:
                                            "message": f"unknown continuation token {token!r} for {name}"}}, events)
         events.append({"kind": fault.kind, "tool": name, "part": index})
         return ToolResponse(self._part(fault, key, index), events)
+
+
+def _rename(node: Any, key: Any, changed: Mapping[str, Any]) -> None:
+    node[changed["renamed_to"]] = node.pop(key)
+
+
+def _redrift(node: Any, key: Any, changed: Mapping[str, Any]) -> None:
+    node[key] = drift(node[key], changed["style"])
+
+
+# In-place edits of the field at a fault's path: (container, key, fault.changed) -> None; raise when it is absent.
+_FIELD_EDITS: dict[str, Callable[[Any, Any, Mapping[str, Any]], None]] = {
+    "missing_field": lambda node, key, _: node.pop(key),
+    "renamed_field": _rename,
+    "format_drift": _redrift,
+}
 
 
 def _list_key(result: Any) -> str | None:
@@ -352,5 +357,3 @@ def parse_content(content: Any) -> Any:
             return content
     return content
 
-
-__all__ = ["ToolNoise", "ToolResponse", "alias", "draw_tool_fault", "drift", "find_path", "normalize_key"]
