@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
-from sqlalchemy import Boolean, Column, Float, ForeignKey, Integer, MetaData, String, Table
+from sqlalchemy import Boolean, Column, Engine, Float, ForeignKey, Integer, MetaData, String, Table
+from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.orm import DeclarativeBase
 
 from envgen.spec import DomainSpec, EntitySpec, FieldType, NUMERIC_TYPES, load_domain
@@ -239,6 +240,15 @@ class CompiledDomain:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def create_schema(self, engine: Engine) -> None:
+        """CREATE TABLE and CREATE INDEX in a fixed order (``metadata.create_all`` walks ``table.indexes``, a set,
+        so index creation order - and with it the database file's bytes - changed from one compile to the next)."""
+        with engine.begin() as conn:
+            for table in self.metadata.sorted_tables:
+                conn.execute(CreateTable(table))
+                for index in sorted(table.indexes, key=lambda i: i.name or ""):
+                    conn.execute(CreateIndex(index))
 
     def schemas(self, names: list[str] | None = None) -> list[dict[str, Any]]:
         return [self.tools[n].schema() for n in (names if names is not None else self.tools)]

@@ -152,6 +152,7 @@ class Environment:
         self._path: str | None = None
         self._before: dict[tuple[str, ...], State] = {}
         self._episodes = 0
+        self.done = True  # until reset
 
     # -- episode lifecycle -------------------------------------------------------------------------------------
     def _fresh_db(self) -> None:
@@ -214,7 +215,7 @@ class Environment:
 
     def step(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
         if self.done:
-            raise RuntimeError("episode is done; call reset(task) first")
+            raise RuntimeError("no episode is running; call reset(task) first")
         self.steps += 1
         self.messages.append(message)
         out: list[dict[str, Any]] = []

@@ -132,7 +132,7 @@ def memory_engine() -> Engine:
 
 
 def load_rows(domain: CompiledDomain, engine, rows: Rows) -> None:
-    domain.metadata.create_all(engine)
+    domain.create_schema(engine)
     with engine.begin() as conn:
         for e in entity_order(domain.spec):
             if rows.get(e.name):

@@ -101,3 +101,20 @@ def test_fallback_reaches_the_minimum_or_fails_loudly() -> None:
     assert len(built.tools) >= 40 and built.stats.fallback_used
     with pytest.raises(ConstructionFailed, match="below"):
         build_environment(d, 2, ConstructionSettings(max_chains=1, min_tools=500, fallback_attempts=2))
+
+
+def test_bundles_do_not_depend_on_the_process_hash_seed() -> None:
+    """Set iteration order changes with PYTHONHASHSEED; the database bytes and the task must not."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json,random,hashlib;from envgen.compiler import compiled;"
+            "from envgen.construct import build_environment,ConstructionSettings;"
+            "from envgen.taskgen import environment_record,make_task,TaskSettings;d=compiled('retail');"
+            "b=build_environment(d,4,ConstructionSettings());e=environment_record(d,b,'r',4);"
+            "t,_=make_task(d,e,b,random.Random(4),TaskSettings());"
+            "print(e['db_sha256'],hashlib.sha256(json.dumps(t,sort_keys=True).encode()).hexdigest())")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2)}
+    assert len(outs) == 1
