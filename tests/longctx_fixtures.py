@@ -79,3 +79,17 @@ def tokenizer():
     from inference.tokenizer import tokenizer_from_row
 
     return tokenizer_from_row(tokenizer_artifact().read("tokenizer").row(0, named=True))
+
+
+@cache
+def real_world() -> tuple[FrameArtifact, FrameArtifact]:
+    """The QA room's `world` stage output (small) and the `tokenizer` stage trained on its documents."""
+    import tasks.tokenizer
+    import tasks.world  # noqa: F401  (registers the stage)
+    from data_contracts.stage import get_stage
+
+    world_stage, tok_stage = get_stage("world"), get_stage("tokenizer")
+    world = FrameArtifact(world_stage.run(
+        {}, world_stage.parse_params({"n_entities": 600, "n_questions": 200, "n_distractors": 2}), "p0"))
+    tok = FrameArtifact(tok_stage.run({"world": world}, tok_stage.parse_params({"vocab_size": 2048}), "p0"))
+    return world, tok

@@ -211,3 +211,24 @@ def test_checks_catch_broken_rows(default_run, tamper, check):
 def test_bad_params_name_the_field(raw, field):
     with pytest.raises(StageError, match=field):
         get_stage("keychain").parse_params(raw)
+
+
+def test_on_real_world_seeds():
+    from longctx_fixtures import real_world
+
+    world, tok = real_world()
+    seeds = world.read("seeds").filter(pl.col("split") == "train").with_columns(
+        pl.lit(4).alias("pass_count"), pl.lit(8).alias("pass_k"))
+    kept = seeds.filter(pl.int_range(pl.len()) % 4 == 0)
+    rejected = seeds.filter(pl.int_range(pl.len()) % 4 != 0).with_columns(pl.lit("too_hard").alias("reason"))
+    stage = get_stage("keychain")
+    out = stage.run({"qa_filtered": FrameArtifact({"seeds": kept, "rejected": rejected}), "tokenizer": tok},
+                    stage.parse_params({"n": 12, "target_tokens": 2048, "hops": 3}), "p0")
+    assert out["keychain"].height + out["rejected"].height == 12 and out["keychain"].height >= 10
+    assert not failing_checks(out["keychain"])
+    own_titles = {r["id"]: {d["title"] for d in json.loads(r["docs"])} for r in kept.iter_rows(named=True)}
+    for row in out["keychain"].iter_rows(named=True):
+        titles = [p.split("\n", 1)[0] for p in K.passages(content(row))]
+        own = own_titles[row["seed_id"]]
+        assert sum(t in own for t in titles) == len(own)  # no distractor shares a title with an own document
+        assert {titles[i] for i in row["gold_doc_positions"]} <= own

@@ -98,3 +98,12 @@ def test_a_text_directory_is_a_haystack(tmp_path):
 def test_bad_params_name_the_field(raw, field):
     with pytest.raises(StageError, match=field):
         get_stage("needles").parse_params(raw)
+
+
+def test_on_real_world_documents():
+    from longctx_fixtures import real_world
+
+    world, tok = real_world()
+    stage = get_stage("needles")
+    frame = stage.run({"world": world, "tokenizer": tok}, stage.parse_params(SMALL), "p0")["needles"]
+    assert frame.height == 6 and not any(any(c.fn(frame)) for c in N.NEEDLE_CONTRACT.checks)
