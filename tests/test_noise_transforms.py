@@ -176,3 +176,54 @@ def test_currency_drift_parses_back(amount: float) -> None:
     from envgen.noise.agents import canonicalize
 
     assert canonicalize(drift(amount, "currency"), like=amount) == amount
+
+
+ROWS = st.lists(st.fixed_dictionaries({"id": st.from_regex(r"R[A-Z0-9]{5}", fullmatch=True),
+                                       "n": st.integers(0, 99)}), min_size=2, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=ROWS, size=st.integers(1, 11), kind=st.sampled_from(["pagination", "truncation"]))
+def test_partial_responses_reassemble_to_the_original(rows: list, size: int, kind: str) -> None:
+    from envgen.noise.agents import _continuation, _merge, token_arg
+
+    original = {"results": rows, "truncated": False} if kind == "pagination" else {
+        **{f"f{i}": r["id"] for i, r in enumerate(rows)}}
+    token = "page_token" if kind == "pagination" else "continuation_token"
+    fault = Transform(family="tool", kind=kind, tool="t", changed={"part_size": size, "token_arg": token},
+                      recovery="follow_continuation", hint="follow")
+    noise = ToolNoise([fault])
+    parts = [noise.call("t", {}, lambda *_: original).content]
+    while (next_token := _continuation(parts[-1])) is not None:
+        parts.append(noise.call("t", {token_arg(parts[-1]): next_token}, lambda *_: original).content)
+    assert len(parts) >= 1
+    merged = _merge(parts) if len(parts) > 1 else parts[0]
+    if len(parts) > 1:
+        assert merged == {k: v for k, v in original.items() if k != "truncated"}
+    else:  # nothing to split at this size: the response is untouched
+        assert merged == original
+
+
+IDS = st.from_regex(r"[A-Z]{2,3}[0-9]{4}", fullmatch=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(IDS, min_size=1, max_size=4, unique=True), in_profile=st.lists(st.booleans(), min_size=4,
+       max_size=4), kind=st.sampled_from(INSTRUCTION_KINDS), seed=st.integers(0, 2**32))
+def test_instruction_transforms_keep_every_detail_recoverable(values, in_profile, kind, seed) -> None:
+    golden = [{"name": "do", "arguments": {f"arg_{i}": v for i, v in enumerate(values)}}]
+    text = "Please cancel the order. " + " ".join(f"Item {i} is {v}." for i, v in enumerate(values))
+    facts = [{"name": f"arg_{i}", "label": f"arg {i}", "value": v} for i, v in enumerate(values) if in_profile[i]]
+
+    def run() -> tuple[Draft, Transform | str]:
+        d = Draft(text, {"facts": copy.deepcopy(facts)}, find_details(text, {"facts": facts}, golden, [None]))
+        return d, INSTRUCTION_TRANSFORMS[kind](d, random.Random(seed), 2)
+
+    draft_a, result = run()
+    draft_b, again = run()
+    assert (draft_a.description, draft_a.user_profile, result) == (draft_b.description, draft_b.user_profile, again)
+    if isinstance(result, str):
+        return
+    profile_values = {f["value"] for f in draft_a.user_profile.get("facts", [])}
+    for v in values:  # every value is still in the text, or the user can tell it
+        assert mentions(draft_a.description, v) or v in profile_values
