@@ -1,9 +1,165 @@
-"""`gymforge` commands of the envgen room."""
+"""`gymforge envgen` commands: list domains, generate verified environments through the store, replay bundles.
+
+``gymforge envgen --domains all --envs-per-domain 2 --out DIR`` (the callback form) and ``gymforge envgen generate
+...`` are the same command: the group callback runs generation when it is given ``--out`` and no subcommand.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+MUTATION_KINDS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
+
+DomainsOpt = Annotated[str, typer.Option(help="'all' or a comma-separated list of domains.")]
+EnvsOpt = Annotated[int, typer.Option(help="Verified environments per domain.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (a list of objects).")]
+
+
+def _print(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in rows[0] if rows else ():
+        table.add_column(column, justify="left" if column in ("domain", "task_id", "components") else "right")
+    for row in rows:
+        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()))
+    Console().print(table)
+
+
+def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str, seed: int | None,
+                     data_dir: Path | None, as_json: bool) -> None:
+    """Run domain_graphs -> environments through the store, then write one bundle per environment under OUT."""
+    from envgen.bundle import write_bundle
+    from envgen.spec import resolve_domains
+    from flows.pipeline import materialize
+
+    try:
+        names = resolve_domains(domains)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if out.exists():
+        raise typer.BadParameter(f"{out} already exists; choose a new --out directory (nothing was written)")
+    selection = ",".join(names)
+    env_params: dict[str, Any] = {"domains": selection, "envs_per_domain": envs_per_domain, "heldout": []}
+    if seed is not None:
+        env_params["seed"] = seed
+    overrides = {"domain_graphs": {"domains": selection}, "environments": env_params}
+    artifact = materialize(["environments"], profile=profile, overrides=overrides, data_dir=data_dir)["environments"]
+    envs, tasks, rejected = artifact.read("environments"), artifact.read("tasks"), artifact.read("rejected")
+    tmp = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        by_env: dict[str, list[dict[str, Any]]] = {}
+        for t in tasks.iter_rows(named=True):
+            by_env.setdefault(t["env_id"], []).append(t)
+        for env in envs.iter_rows(named=True):
+            write_bundle(tmp, env, by_env.get(env["env_id"], []))
+        rejected.write_ndjson(tmp / "rejected.jsonl") if tmp.exists() else None
+        tmp.rename(out)  # all or nothing: a failed run leaves no half-written --out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rows = [{"env_id": r["env_id"], "domain": r["domain"], "tools": r["n_tools"], "edges": r["n_edges"],
+             "density": r["density"], "chains": r["n_chains"], "fallback": r["fallback_used"]}
+            for r in envs.iter_rows(named=True)]
+    _print(rows, f"{envs.height} environments, {rejected.height} rejected -> {out} (artifact {artifact.key})", as_json)
 
 
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the main app."""
+    envgen = typer.Typer(help="Tool-graph environment synthesis: domains, environments, replay.")
+    app.add_typer(envgen, name="envgen")
+
+    @envgen.callback(invoke_without_command=True)
+    def main(
+        ctx: typer.Context,
+        domains: DomainsOpt = "all",
+        envs_per_domain: EnvsOpt = 2,
+        out: Annotated[Path | None, typer.Option(help="Output directory; given without a subcommand, generates.")] = None,
+        profile: Annotated[str, typer.Option(help="Params profile of the stages.")] = "tiny",
+        seed: Annotated[int | None, typer.Option(help="Root seed (default: the profile's).")] = None,
+        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Generate environment bundles when given --out (same as `generate`), else show the subcommands."""
+        if ctx.invoked_subcommand is not None:
+            return
+        if out is None:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(0)
+        generate_bundles(domains, envs_per_domain, out, profile, seed, data_dir, as_json)
+
+    @envgen.command("generate")
+    def generate(
+        out: Annotated[Path, typer.Option(help="New directory: one bundle per environment, plus rejected.jsonl.")],
+        domains: DomainsOpt = "all",
+        envs_per_domain: EnvsOpt = 2,
+        profile: Annotated[str, typer.Option(help="Params profile of the stages.")] = "tiny",
+        seed: Annotated[int | None, typer.Option(help="Root seed (default: the profile's).")] = None,
+        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Build verified environments through the store (domain_graphs -> environments) and write bundles."""
+        generate_bundles(domains, envs_per_domain, out, profile, seed, data_dir, as_json)
+
+    @envgen.command("list-domains")
+    def list_domains(domains: DomainsOpt = "all", as_json: JsonOpt = False) -> None:
+        """Shipped domains with their entity, tool and edge counts and graph density."""
+        from envgen.compiler import compiled
+        from envgen.spec import SpecError, resolve_domains
+
+        rows = []
+        try:
+            for name in resolve_domains(domains):
+                d = compiled(name)
+                rows.append({"domain": name, "entities": len(d.spec.entities), "tools": len(d.tools),
+                             "writes": len(d.writes()), "edges": d.graph.number_of_edges(),
+                             "density": round(d.density, 4)})
+        except (SpecError, ValueError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        _print(rows, f"{len(rows)} domains", as_json)
+
+    @envgen.command("replay")
+    def replay_cmd(
+        env_dir: Annotated[Path, typer.Argument(help="A bundle directory, or a directory of bundles.")],
+        mutate: Annotated[str | None, typer.Option(help=f"Replay a mutated trajectory: {', '.join(MUTATION_KINDS)}.")]
+        = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Replay each task's golden trajectory (or a mutated one) through the runtime and print the rewards."""
+        import random
+
+        from envgen.bundle import BundleError, bundle_dirs, read_bundle
+        from envgen.runtime import Environment, domain_for, replay
+        from envgen.taskgen import mutate as make_mutation
+
+        if mutate is not None and mutate not in MUTATION_KINDS:
+            raise typer.BadParameter(f"--mutate {mutate!r}: use one of {', '.join(MUTATION_KINDS)}")
+        rows = []
+        try:
+            for path in bundle_dirs(env_dir):
+                env_rec, tasks = read_bundle(path)
+                env = Environment(env_rec)
+                for task in tasks:
+                    actions = None
+                    if mutate is not None:
+                        actions = make_mutation(domain_for(env_rec), env_rec, task, mutate, random.Random(env_rec["seed"]))
+                        if actions is None:
+                            rows.append({"task_id": task["task_id"], "reward": None, "components": "n/a"})
+                            continue
+                    ep = replay(env, task, actions)
+                    rows.append({"task_id": task["task_id"], "reward": ep.reward, "components": ep.components,
+                                 "failure": ep.failure})
+                env.close()
+        except (BundleError, OSError, KeyError, json.JSONDecodeError) as exc:
+            raise typer.BadParameter(f"{env_dir}: {exc}") from None
+        title = f"{len(rows)} tasks replayed" + (f" with mutation {mutate}" if mutate else " (golden)")
+        _print(rows, title, as_json)

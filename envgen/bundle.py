@@ -1,0 +1,71 @@
+"""Environment bundles: one directory per environment, readable without the artifact store.
+
+``<out>/<env_id>/`` holds ``env.json`` (the environment record without its database and tool schemas; JSON
+fields decoded), ``tools.json`` (OpenAI schemas), ``graph.json`` (edges, chains, expansion decisions),
+``tasks.jsonl`` (one task record per line, JSON fields decoded) and ``db.sqlite`` (the seeded database).
+Files are written with sorted keys, so the same seed gives byte-identical bundles.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+BUNDLE_FILES = ("env.json", "tools.json", "graph.json", "tasks.jsonl", "db.sqlite")
+_ENV_JSON_FIELDS = ("spec_json", "chains", "fallback_chains", "expansion", "edges", "tools", "task_json")
+_TASK_JSON_FIELDS = ("user_profile", "rubric", "golden_actions", "difficulty", "noise")
+_GRAPH_FIELDS = ("edges", "chains", "fallback_chains", "expansion")
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_bundle(root: Path, env: dict[str, Any], tasks: list[dict[str, Any]]) -> Path:
+    path = root / env["env_id"]
+    path.mkdir(parents=True, exist_ok=False)
+    decoded = {k: json.loads(v) if k in _ENV_JSON_FIELDS and isinstance(v, str) else v for k, v in env.items()}
+    record = {k: v for k, v in decoded.items() if k not in ("db", "tools", "task_json", *_GRAPH_FIELDS)}
+    (path / "env.json").write_text(_dump(record))
+    (path / "tools.json").write_text(_dump(decoded["tools"]))
+    (path / "graph.json").write_text(_dump({k: decoded[k] for k in _GRAPH_FIELDS}))
+    lines = [json.dumps({k: json.loads(v) if k in _TASK_JSON_FIELDS and isinstance(v, str) else v
+                         for k, v in t.items()}, sort_keys=True, ensure_ascii=False) for t in tasks]
+    (path / "tasks.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    (path / "db.sqlite").write_bytes(bytes(env["db"]))
+    return path
+
+
+class BundleError(ValueError):
+    pass
+
+
+def bundle_dirs(root: Path) -> list[Path]:
+    """``root`` itself when it is a bundle, else the bundles directly under it, sorted."""
+    if (root / "env.json").exists():
+        return [root]
+    dirs = sorted(p.parent for p in root.glob("*/env.json"))
+    if not dirs:
+        raise BundleError(f"{root} holds no environment bundle (expected {', '.join(BUNDLE_FILES)})")
+    return dirs
+
+
+def read_bundle(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(environment record as the runtime takes it, task records with JSON fields as strings)."""
+    missing = [f for f in BUNDLE_FILES if not (path / f).exists()]
+    if missing:
+        raise BundleError(f"bundle {path} lacks {', '.join(missing)}")
+    env = json.loads((path / "env.json").read_text())
+    env["spec_json"] = json.dumps(env["spec_json"]) if isinstance(env["spec_json"], dict) else env["spec_json"]
+    env["db"] = (path / "db.sqlite").read_bytes()
+    tasks = []
+    for n, line in enumerate((path / "tasks.jsonl").read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BundleError(f"{path / 'tasks.jsonl'}:{n}: invalid JSON: {exc.msg}") from None
+            tasks.append({k: json.dumps(v) if k in _TASK_JSON_FIELDS and not isinstance(v, str) else v
+                          for k, v in raw.items()})
+    return env, tasks
