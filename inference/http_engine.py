@@ -151,7 +151,11 @@ class HTTPEngine:
         prompt_ids = payload.get("prompt_token_ids") or ()
         completions = []
         for choice in sorted(payload.get("choices", []), key=lambda c: c.get("index", 0)):
-            entries = (choice.get("logprobs") or {}).get("content") or []
+            entries = (choice.get("logprobs") or {}).get("content")
+            if entries is None:
+                raise EngineError(
+                    f"{self.base_url}: the response carries no logprobs; the server ignored logprobs=true"
+                )
             logprobs = [float(e["logprob"]) for e in entries]
             token_ids = choice.get("token_ids")
             if token_ids is None:

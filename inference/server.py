@@ -16,6 +16,7 @@ may turn into a tool call cannot be streamed as content before it is complete.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from inference.hf_engine import HFEngine, Progress, Row, Sample
 
 DEFAULT_MAX_TOKENS = 512
+
 MAX_TOP_LOGPROBS = 20
 
 
@@ -155,6 +157,7 @@ class ChatService:
         self.engine = engine
         self.name = name
         self.batcher = batcher
+        self._bytes: dict[int, bytes] = {}
 
     # -- request side --------------------------------------------------------------------------------------------
 
@@ -165,22 +168,26 @@ class ChatService:
             raise LookupError(f"model {body.model!r} is not served here; this server serves {self.name!r}")
         tools = body.tools if body.tool_choice != "none" else None
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-        sampling = SamplingParams(
-            temperature=body.temperature,
-            top_p=body.top_p,
-            max_tokens=body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS,
-            n=body.n,
-            seed=body.seed,
-            stop=stop,
-        )
-        request = Request([_normalize(m) for m in body.messages], tools or (), sampling)
-        validate_request(request)
-        prompt = self.engine.render(request)
-        if len(prompt) + sampling.max_tokens > self.engine.max_positions:
+        messages = [_normalize(m) for m in body.messages]
+        prompt = self.engine.render(Request(messages, tools or ()))
+        room = self.engine.max_positions - len(prompt)
+        asked = body.max_completion_tokens or body.max_tokens
+        if room < 1 or (asked is not None and asked > room):
             raise ValueError(
-                f"prompt of {len(prompt)} tokens + max_tokens={sampling.max_tokens} exceeds the model's "
+                f"prompt of {len(prompt)} tokens + max_tokens={asked or 1} exceeds the model's "
                 f"{self.engine.max_positions} positions: shorten the messages or lower max_tokens"
             )
+        sampling = (
+            SamplingParams(  # unset max_tokens: the default, clipped to the context left (as vLLM does)
+                temperature=body.temperature,
+                top_p=body.top_p,
+                max_tokens=asked or min(DEFAULT_MAX_TOKENS, room),
+                n=body.n,
+                seed=body.seed,
+                stop=stop,
+            )
+        )
+        validate_request(Request(messages, tools or (), sampling))
         top = (body.top_logprobs or 0) if body.logprobs else 0
         rows = [Row(prompt, sampling, sample_index=j, top_logprobs=top) for j in range(body.n)]
         return prompt, rows, bool(tools)
@@ -198,9 +205,22 @@ class ChatService:
 
     # -- response side -------------------------------------------------------------------------------------------
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's own bytes. A byte-level BPE token may hold part of a UTF-8 character, which decoding it
+        alone would turn into U+FFFD; the OpenAI ``bytes`` field exists to carry the exact bytes."""
+        if token_id not in self._bytes:
+            piece = self.engine.tokenizer.convert_ids_to_tokens(token_id)
+            byte_of = _byte_level_alphabet()
+            if piece in self.engine.tokenizer.get_added_vocab() or not all(c in byte_of for c in piece):
+                self._bytes[token_id] = self.engine.tokenizer.decode([token_id]).encode("utf-8")
+            else:
+                self._bytes[token_id] = bytes(byte_of[c] for c in piece)
+        return self._bytes[token_id]
+
     def token_entry(self, token_id: int, logprob: float, as_ids: bool) -> dict[str, Any]:
-        text = f"token_id:{token_id}" if as_ids else self.engine.tokenizer.decode([token_id])
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+        raw = self.token_bytes(token_id)
+        text = f"token_id:{token_id}" if as_ids else raw.decode("utf-8", errors="replace")
+        return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
     def logprobs_json(self, body: ChatRequest, sample: Sample, start: int, end: int) -> dict[str, Any] | None:
         if not body.logprobs:
@@ -305,6 +325,14 @@ class ChatService:
                 usage = _usage(prompt, [finished[i] for i in range(len(job.rows))])
                 yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
         yield "data: [DONE]\n\n"
+
+
+@functools.cache
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE spells each byte as one printable character; this maps the character back to the byte."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def _usage(prompt: Sequence[int], samples: Sequence[Sample]) -> dict[str, int]:

@@ -134,6 +134,23 @@ def test_stop_token_ends_the_turn(hf, monkeypatch: pytest.MonkeyPatch) -> None:
     assert stopped.text == hf.tokenizer.decode(list(ids[:k]), skip_special_tokens=True)
 
 
+def test_update_weights_swaps_the_policy_and_its_version(hf) -> None:
+    import torch
+
+    original = {k: v.clone() for k, v in hf.model.state_dict().items()}
+    [[before]] = hf.generate([req(temperature=0)])
+    noise = torch.Generator().manual_seed(0)
+    shifted = {k: v + 0.5 * torch.randn(v.shape, generator=noise) for k, v in original.items()}
+    try:
+        hf.update_weights(shifted, policy_version=7)
+        [[after]] = hf.generate([req(temperature=0)])
+        assert after.policy_version == 7 and after.logprobs != before.logprobs
+    finally:
+        hf.update_weights(original, policy_version=0)
+    [[restored]] = hf.generate([req(temperature=0)])
+    assert restored.token_ids == before.token_ids and restored.policy_version == 0
+
+
 def test_prompt_longer_than_the_model_is_rejected(hf) -> None:
     with pytest.raises(ValueError, match="exceeds the model's"):
         hf.generate([req(max_tokens=hf.max_positions)])

@@ -188,3 +188,16 @@ def test_bad_requests_get_openai_errors(
 ) -> None:
     with pytest.raises(error, match=message):
         chat(client, **kwargs)
+
+
+@pytest.mark.parametrize("text", ["née €5 — ok", "日本の川", "plain ascii <tool_call>"])
+def test_logprob_bytes_are_the_tokens_own_bytes(text: str) -> None:
+    """A token may hold part of a UTF-8 character; the ``bytes`` of the tokens concatenate to the exact text."""
+    from inference.hf_engine import HFEngine
+    from inference.server import ChatService
+
+    service = ChatService(HFEngine(tiny_checkpoint()), "tiny", batcher=None)  # type: ignore[arg-type]
+    ids = service.engine.tokenizer.encode(text, add_special_tokens=False)
+    assert len(ids) > len(text.encode()) // 4  # split into several tokens, some mid-character
+    entries = [service.token_entry(t, -1.0, as_ids=False) for t in ids]
+    assert b"".join(bytes(e["bytes"]) for e in entries) == text.encode()
