@@ -39,6 +39,8 @@ def plot_noise_success(frame: pl.DataFrame, path: str | Path) -> Path:
         part = frame.filter(pl.col("transform") == name).sort("level")
         ax.plot(part["level"], part["robust_success"], marker="o", label="robust reference")
         ax.plot(part["level"], part["naive_success"], marker="s", linestyle="--", label="naive reference")
+        if "naive_clean_success" in part.columns:  # the same tasks clean: the gap to it is the transform's bite
+            ax.plot(part["level"], part["naive_clean_success"], color="grey", linestyle=":", label="naive, clean twins")
         ax.set_title(f"{name} (n={int(part['tasks'].sum())})", fontsize=9)
         ax.set_xticks(levels)
         ax.set_ylim(-0.05, 1.05)
@@ -47,7 +49,7 @@ def plot_noise_success(frame: pl.DataFrame, path: str | Path) -> Path:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("success")
-    for ax in axes[-1, :]:
+    for ax in list(axes.flat)[max(0, len(panels) - cols):len(panels)]:
         ax.set_xlabel("noise level")
     axes.flat[0].legend(fontsize=8, loc="lower left")
     fig.suptitle("Solvability under noise: reference-agent success per level and transform", fontsize=10)
