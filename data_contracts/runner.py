@@ -177,32 +177,35 @@ def execute_stage(
     )
 
 
-def stage_graph() -> nx.DiGraph:
-    """Every registered stage, with an edge from each input to the stage that reads it."""
+def stage_graph(targets: Sequence[str] | None = None) -> nx.DiGraph:
+    """Registered stages with an edge from each input to the stage that reads it: all of them, or only the
+    upstream closure of ``targets`` (so an unrelated misdeclared stage does not block a run)."""
     graph = nx.DiGraph()
-    for name, declared in STAGES.items():
+    todo, seen = list(targets) if targets is not None else list(STAGES), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
         graph.add_node(name)
-        for input_name in declared.inputs:
+        for input_name in get_stage(name).inputs:
             if input_name not in STAGES:
                 raise StageError(
                     f"stage {name!r} reads {input_name!r}, which is not a registered stage; "
                     f"known stages: {', '.join(sorted(STAGES))}"
                 )
             graph.add_edge(input_name, name)
+            todo.append(input_name)
     return graph
 
 
 def plan(targets: Sequence[str]) -> list[Stage]:
     """The targets and everything upstream of them, in a deterministic topological order."""
-    for target in targets:
-        get_stage(target)  # raises StageError listing the known stages
-    graph = stage_graph()
-    needed = set(targets).union(*(nx.ancestors(graph, t) for t in targets))
-    sub = graph.subgraph(needed)
+    graph = stage_graph(targets)  # an unknown target raises StageError listing the known stages
     try:
-        order = list(nx.lexicographical_topological_sort(sub))
+        order = list(nx.lexicographical_topological_sort(graph))
     except nx.NetworkXUnfeasible:
-        edges = nx.find_cycle(sub)
+        edges = nx.find_cycle(graph)
         cycle = " -> ".join([edge[0] for edge in edges] + [edges[0][0]])
         raise StageError(f"the stage graph has a cycle: {cycle}; a stage cannot depend on its own output") from None
     return [STAGES[name] for name in order]

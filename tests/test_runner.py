@@ -270,3 +270,12 @@ def test_publishing_a_quarantined_key_clears_the_quarantine(env) -> None:
     run = execute_stage(store, catalog, flaky, {}, {}, "p0")
     assert run.key == info.value.key and store.quarantined(flaky.name, run.key) is None
     assert catalog.artifacts().select("key", "status").rows() == [(run.key, "published")]
+
+
+def test_plan_ignores_unrelated_misdeclared_stages(doubles) -> None:
+    dummy = get_stage("_test_double_side")
+    STAGES["_test_double_orphan"] = Stage("_test_double_orphan", "1", ("_test_double_nowhere",), dummy.params,
+                                          dummy.outputs, dummy.run)
+    assert [s.name for s in plan(["_test_double_sink"])] == ["_test_double_source", "_test_double_sink"]
+    with pytest.raises(StageError, match="'_test_double_orphan' reads '_test_double_nowhere', which is not a registered"):
+        plan(["_test_double_orphan"])
