@@ -23,6 +23,7 @@ import polars as pl
 from pydantic import Field, field_validator, model_validator
 
 from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Contract, Expect, Params, stage
+from inference.trajectory import TRAJECTORY_CONTRACT
 
 if TYPE_CHECKING:
     from inference.agent import AgentConfig
@@ -252,3 +253,60 @@ def qa_filtered(inputs: Mapping[str, Artifact], params: QAFilterParams, partitio
     """QA seeds a reference policy answers correctly on some but not all of k samples (LoongRL section 3.1)."""
     seeds = inputs["qa_seeds"].read("seeds")
     return _with_engine(params, inputs, lambda engine: filter_qa(seeds, engine, params))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Environment tasks
+
+
+def filter_tasks(environments: pl.DataFrame, tasks: pl.DataFrame, engine: Engine,
+                 params: TaskFilterParams) -> dict[str, pl.DataFrame]:
+    """``k`` agent-loop rollouts of every task in its environment (a fresh database copy each), split by the
+    pass-count window; the rollouts are kept as ``trajectories``."""
+    from functools import partial
+
+    from envgen.runtime import Environment
+    from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
+    from inference.trajectory import trajectories_frame
+
+    records = {row["env_id"]: row for row in environments.iter_rows(named=True)}
+    missing = sorted(set(tasks["env_id"]) - set(records))
+    if missing:
+        raise ValueError(f"tasks refer to environments missing from the environments output: {missing[:5]}")
+    episodes = [
+        Episode(id=f"{task['task_id']}#{j}", group_id=task["task_id"], task=task, env_id=task["env_id"],
+                make_env=partial(Environment, records[task["env_id"]]), task_id=task["task_id"], sample_index=j)
+        for task in tasks.iter_rows(named=True)
+        for j in range(params.k)
+    ]
+    sampling = SamplingConfig(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens)
+    config = AgentConfig(sampling=sampling, max_turns=params.max_turns, concurrency=params.concurrency,
+                         seed=params.seed)
+    trajectories = run_episodes(engine, episodes, config, source="task_filtered")
+    pass_counts = [sum(t.verified for t in trajectories[i:i + params.k])
+                   for i in range(0, len(trajectories), params.k)]
+    outputs = split_by_window(tasks, pass_counts, params, kept="tasks")
+    outputs["trajectories"] = trajectories_frame(trajectories)
+    return outputs
+
+
+@stage(
+    name="task_filtered",
+    version="1",
+    inputs=("environments", "tiny_policy"),
+    params=TaskFilterParams,
+    outputs={
+        "tasks": Contract(
+            columns={"task_id": pl.String, "env_id": pl.String, **PASS_COLUMNS},
+            expectations=(Expect("ExpectColumnValuesToBeUnique", column="task_id"), *PASS_EXPECTATIONS),
+        ),
+        REJECTED: REJECTED_PASS_CONTRACT,
+        "histogram": HISTOGRAM_CONTRACT,
+        "trajectories": TRAJECTORY_CONTRACT,
+    },
+)
+def task_filtered(inputs: Mapping[str, Artifact], params: TaskFilterParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Environment tasks a reference policy completes in some but not all of k agent-loop rollouts."""
+    environments = inputs["environments"].read("environments")
+    tasks = inputs["environments"].read("tasks")
+    return _with_engine(params, inputs, lambda engine: filter_tasks(environments, tasks, engine, params))

@@ -127,3 +127,51 @@ def test_histogram_png(tmp_path):
     first = plot_pass_histogram(histogram, tmp_path / "a.png").read_bytes()
     assert first.startswith(b"\x89PNG")
     assert plot_pass_histogram(histogram, tmp_path / "b.png").read_bytes() == first
+
+
+def test_task_filter_keeps_exactly_the_window():
+    from collections import Counter
+
+    from inference.testing import ScriptedEngine
+    from tasks.difficulty import TaskFilterParams, filter_tasks
+    from tests.agent_fixtures import airline_env_and_task, golden_policy, stall_policy
+
+    env, task = airline_env_and_task()
+    successes = [0, 1, 3, 4]
+    tasks = pl.DataFrame([{**task, "task_id": f"t{i}", "description": f"{task['description']} Ref T{i}."}
+                          for i in range(len(successes))])
+    started: Counter[str] = Counter()
+
+    def policy(request, index):
+        """Task i's first s_i rollouts follow the golden actions, the others stall; the first turn decides and the
+        context carries the decision."""
+        if len(request.messages) == 2:
+            description = request.messages[1]["content"]
+            started[description] += 1
+            succeed = started[description] <= successes[int(description.rsplit("T", 1)[1].rstrip("."))]
+            return golden_policy(request, index) if succeed else stall_policy(request, index)
+        acted = any(m.get("tool_calls") for m in request.messages if m["role"] == "assistant")
+        return golden_policy(request, index) if acted else stall_policy(request, index)
+
+    params = TaskFilterParams(k=4, max_turns=6, concurrency=6)
+    out = filter_tasks(pl.DataFrame([env]), tasks, ScriptedEngine(policy), params)
+    assert dict(zip(out["tasks"]["task_id"], out["tasks"]["pass_count"], strict=True)) == {"t1": 1, "t2": 3}
+    assert dict(zip(out["rejected"]["task_id"], out["rejected"]["reason"], strict=True)) == {
+        "t0": "too_hard", "t3": "too_easy"}
+    trajectories = out["trajectories"]
+    assert trajectories.height == 16 and trajectories["group_id"].to_list() == [f"t{i}" for i in range(4) for _ in range(4)]
+    assert trajectories.filter(pl.col("verified"))["failure"].null_count() == sum(successes)
+
+
+def test_outputs_pass_their_contracts():
+    from data_contracts.gate import validate
+    from tasks.difficulty import qa_filtered
+
+    successes = [0, 3, 8, 5]
+    seeds = seeds_frame(len(successes))
+    params = QAFilterParams(k=K)
+    out = filter_qa(seeds, engine_for(seeds, successes, params), params)
+    assert set(out) == set(qa_filtered.outputs)
+    for name, frame in out.items():
+        report = validate("qa_filtered", name, frame, qa_filtered.outputs[name], "p0")
+        assert report.passed, report.summary()
