@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -282,11 +284,21 @@ def task_runner_from_env() -> Any:
     if address := os.environ.get(DASK_ENV):
         return DaskTaskRunner(address=address)
     return DaskTaskRunner(
-        cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True, "dashboard_address": ":0"}
+        cluster_kwargs={
+            "n_workers": 2, "threads_per_worker": 1, "processes": True, "dashboard_address": ":0",
+            "silence_logs": logging.WARNING,
+        }
     )
 
 
-@flow(name="data-refresh", flow_run_name="data-refresh {profile}/{partition}", task_runner=task_runner_from_env())
+def _refresh_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    parameters = flow_run.parameters
+    return f"data-refresh {Path(parameters['profile']).stem}/{parameters['partition']}"
+
+
+@flow(name="data-refresh", flow_run_name=_refresh_run_name, task_runner=task_runner_from_env())
 def data_refresh(
     profile: str = "tiny",
     partition: str = "default",
@@ -295,12 +307,15 @@ def data_refresh(
     overrides: dict[str, dict[str, Any]] | None = None,
     data_dir: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Materialize ``stages`` (default: every registered stage) and everything upstream of them for one partition.
+    """Materialize ``stages`` and everything upstream of them for one partition; returns a row per stage.
 
-    profile: tiny | default | full, or a path to a profile YAML. partition: the partition every stage runs on.
-    stages: target stage names. force: re-run the targets even when cached (upstream stays cached).
-    overrides: {stage: {param: value}} on top of the profile. data_dir: data root (default $GYMFORGE_DATA or ./data).
-    Returns one summary row per planned stage.
+    Args:
+        profile: tiny | default | full, or a path to a profile YAML.
+        partition: the partition every stage runs on.
+        stages: target stage names; none means every registered stage.
+        force: re-run the targets even when cached (their upstream stays cached).
+        overrides: {stage: {param: value}} applied on top of the profile.
+        data_dir: data root; none means $GYMFORGE_DATA, else ./data.
     """
     return _run_dag(profile, partition, stages, force, overrides, data_dir)
 
@@ -313,8 +328,15 @@ def backfill(
     profile: str = "tiny",
     data_dir: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Materialize one stage (and its upstream) for one partition: the unit ``gymforge backfill`` runs per
-    partition through ``run_deployment``."""
+    """One stage and its upstream on one partition: the unit ``gymforge backfill`` runs per partition.
+
+    Args:
+        stage: the stage to materialize.
+        partition: the partition to run it on.
+        force: re-run the stage even when cached.
+        profile: tiny | default | full, or a path to a profile YAML.
+        data_dir: data root; none means $GYMFORGE_DATA, else ./data.
+    """
     return _run_dag(profile, partition, [stage], force, None, data_dir)
 
 
@@ -328,6 +350,7 @@ def refresh(
     overrides: Overrides | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``data_refresh`` in this process on a started Runtime's Dask cluster."""
+    plan_dag(stages, profile, partition, overrides=overrides)  # a user error fails here, before a flow run exists
     return data_refresh.with_options(task_runner=runtime.task_runner())(
         profile=profile,
         partition=partition,
