@@ -201,3 +201,47 @@ def test_logprob_bytes_are_the_tokens_own_bytes(text: str) -> None:
     assert len(ids) > len(text.encode()) // 4  # split into several tokens, some mid-character
     entries = [service.token_entry(t, -1.0, as_ids=False) for t in ids]
     assert b"".join(bytes(e["bytes"]) for e in entries) == text.encode()
+
+
+@pytest.mark.slow
+def test_gymforge_serve_command(tmp_path) -> None:
+    """The real command line: `gymforge serve --model DIR --port P` in its own process (about 30 s: the CLI
+    imports every room)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [
+        sys.executable,
+        "-c",
+        "from flows.cli import main; main()",
+        "serve",
+        "--model",
+        str(tiny_checkpoint()),
+        "--port",
+        str(port),
+        "--name",
+        "tiny",
+    ]
+    log = (tmp_path / "serve.log").open("w")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(600):  # up to a minute for imports and model load on a busy machine
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert process.poll() is None, (tmp_path / "serve.log").read_text()
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        assert chat(client, temperature=0, max_tokens=4).usage.completion_tokens == 4
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
