@@ -281,71 +281,80 @@ def draw_tool_fault(
 ) -> Transform | str:
     """One fault of ``kind`` on a golden step whose clean output fits it, or the reason none fits.
 
-    Field faults prefer a field whose value a later golden step needs, so the fault hides information (it bites);
-    ``taken`` holds (kind family, step) pairs already used so two faults never fight over one response;
-    ``writes`` names write tools, whose responses are never withheld for a re-query (a repeated write would apply
-    twice).
+    Faults that hide information a later golden step needs (that bite) are preferred over those that do not;
+    ``taken`` holds the steps whose response a fault already withholds, so two faults never fight over one
+    response; ``writes`` names write tools, whose responses are never withheld for a re-query (a repeated write
+    would apply twice).
     """
     steps = [i for i in range(len(golden)) if ("call", i) not in taken]
     rng.shuffle(steps)
-    for step in steps:
-        action, out = golden[step], outputs[step]
-        base = {"family": "tool", "kind": kind, "tool": action["name"], "arguments": dict(action.get("arguments", {}))}
-        if kind == "latency":
-            return Transform(**base, changed={"latency_ms": rng.choice([800, 2500, 6000, 15000])}, recovery="none",
-                             hint="The response is slow but complete; wait for it.", bites=False)
-        if kind == "transient_failure":
-            failures = rng.randint(1, max_failures)
-            error = rng.choice(["timeout", "server_error"])
-            taken.add(("call", step))
-            return Transform(**base, changed={"failures": failures, "error": error}, recovery="retry",
-                             hint=f"The first {failures} attempt(s) fail with a retryable {error}; call again.")
-        if kind in ("pagination", "truncation"):
-            if kind == "pagination" and _list_key(out) is None:
-                continue
-            if kind == "truncation" and not (isinstance(out, dict) and len(out) >= 2 and _list_key(out) is None):
-                continue
-            n = len(out[_list_key(out)]) if kind == "pagination" else len(out)
-            size = rng.randint(1, n - 1) if kind == "pagination" else n // 2
-            token_arg = PAGE_TOKEN if kind == "pagination" else CONTINUATION_TOKEN
-            taken.add(("call", step))
-            fault = Transform(
-                **base, changed={"part_size": size, "token_arg": token_arg}, recovery="follow_continuation",
-                hint=f"The response comes in parts; call again with {token_arg} until no token is returned.",
-            )
-            first = {v for _, v in leaves((_parts(fault, out) or [out])[0])}
-            needed = {v for _, v in leaves(out) if _used_later(golden, step, v)}
-            return fault.model_copy(update={"bites": not needed <= first})
-        fields = [(p, v) for p, v in leaves(out) if p and not isinstance(v, bool) and v is not None]
-        if kind == "format_drift":
-            fields = [(p, v) for p, v in fields if drift_styles(v)]
-        if not fields:
-            continue
-        fields.sort(key=lambda pv: (not _used_later(golden, step, pv[1]), pv[0]))
-        biting = [pv for pv in fields if _used_later(golden, step, pv[1])]
-        path, value = rng.choice(biting or fields)
-        name = str(_split_path(path)[-1])
-        if kind == "missing_field":
-            if action["name"] in writes:
-                continue
-            taken.add(("call", step))
-            return Transform(**base, changed={"path": path}, recovery="requery", bites=bool(biting),
-                             hint=f"The first response omits '{path}'; call again for the complete record.")
-        if kind == "renamed_field":
-            if name.isdigit():
-                continue
-            styles = [s for s in ALIAS_STYLES if alias(name, s) != name]
-            renamed = alias(name, rng.choice(styles))
-            return Transform(**base, changed={"path": path, "renamed_to": renamed}, recovery="resolve_alias",
-                             bites=bool(biting), hint=f"'{renamed}' is the field '{name}' spelled differently.")
-        if kind == "format_drift":
-            style = rng.choice(drift_styles(value))
-            return Transform(
-                **base, changed={"path": path, "style": style, "before": value, "after": drift(value, style)},
-                recovery="normalize_format", bites=bool(biting),
-                hint=f"'{path}' is written as {drift(value, style)!r}; parse it back to the canonical {value!r}.",
-            )
-    return f"no golden step returns a response {kind} applies to"
+    candidates = [(step, fault) for step in steps
+                  if (fault := _fault_at(kind, step, golden, outputs, rng, max_failures, writes)) is not None]
+    if not candidates:
+        return f"no golden step returns a response {kind} applies to"
+    step, fault = next(((s, f) for s, f in candidates if f.bites), candidates[0])
+    if kind in _WITHHOLDING:
+        taken.add(("call", step))
+    return fault
+
+
+_WITHHOLDING = frozenset({"transient_failure", "pagination", "truncation", "missing_field"})
+
+
+def _fault_at(kind: str, step: int, golden: Sequence[Mapping[str, Any]], outputs: Sequence[Any],
+              rng: random.Random, max_failures: int, writes: frozenset[str]) -> Transform | None:
+    """The fault of ``kind`` on golden step ``step``, or None when its response does not fit it."""
+    action, out = golden[step], outputs[step]
+    base = {"family": "tool", "kind": kind, "tool": action["name"], "arguments": dict(action.get("arguments", {}))}
+    needed = {v for _, v in leaves(out) if _used_later(golden, step, v)}
+    if kind == "latency":
+        return Transform(**base, changed={"latency_ms": rng.choice([800, 2500, 6000, 15000])}, recovery="none",
+                         hint="The response is slow but complete; wait for it.", bites=False)
+    if kind == "transient_failure":
+        failures = rng.randint(1, max_failures)
+        error = rng.choice(["timeout", "server_error"])
+        return Transform(**base, changed={"failures": failures, "error": error}, recovery="retry",
+                         hint=f"The first {failures} attempt(s) fail with a retryable {error}; call again.",
+                         bites=action["name"] in writes or bool(needed))
+    if kind in ("pagination", "truncation"):
+        if kind == "pagination" and _list_key(out) is None:
+            return None
+        if kind == "truncation" and not (isinstance(out, dict) and len(out) >= 2 and _list_key(out) is None):
+            return None
+        n = len(out[_list_key(out)]) if kind == "pagination" else len(out)
+        token_arg = PAGE_TOKEN if kind == "pagination" else CONTINUATION_TOKEN
+        fault = Transform(
+            **base, changed={"part_size": rng.randint(1, n - 1) if kind == "pagination" else n // 2,
+                             "token_arg": token_arg},
+            recovery="follow_continuation",
+            hint=f"The response comes in parts; call again with {token_arg} until no token is returned.",
+        )
+        first = {v for _, v in leaves((_parts(fault, out) or [out])[0])}
+        return fault.model_copy(update={"bites": not needed <= first})
+    if kind == "missing_field" and action["name"] in writes:
+        return None
+    fields = [(p, v) for p, v in leaves(out) if p and not isinstance(v, bool) and v is not None
+              and not (kind == "renamed_field" and str(_split_path(p)[-1]).isdigit())]
+    if kind == "format_drift":
+        fields = [(p, v) for p, v in fields if drift_styles(v)]
+    if not fields:
+        return None
+    biting = [pv for pv in fields if pv[1] in needed]
+    path, value = rng.choice(biting or fields)
+    name = str(_split_path(path)[-1])
+    if kind == "missing_field":
+        return Transform(**base, changed={"path": path}, recovery="requery", bites=bool(biting),
+                         hint=f"The first response omits '{path}'; call again for the complete record.")
+    if kind == "renamed_field":
+        renamed = alias(name, rng.choice([s for s in ALIAS_STYLES if alias(name, s) != name]))
+        return Transform(**base, changed={"path": path, "renamed_to": renamed}, recovery="resolve_alias",
+                         bites=bool(biting), hint=f"'{renamed}' is the field '{name}' spelled differently.")
+    after = drift(value, style := rng.choice(drift_styles(value)))
+    return Transform(
+        **base, changed={"path": path, "style": style, "before": value, "after": after},
+        recovery="normalize_format", bites=bool(biting),
+        hint=f"'{path}' is written as {after!r}; parse it back to the canonical {value!r}.",
+    )
 
 
 def parse_content(content: Any) -> Any:
