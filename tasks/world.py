@@ -115,14 +115,16 @@ COMPARISONS = (
 NUMERIC = ("population", "employees", "budget", "attendance", "founded")
 DATES = ("born", "released", "held")
 # Obfuscating constraints per type: (attribute, operator). "about" rounds to two significant figures, "decade" and
-# "season" blur a year or a date, "initial" gives the first letter of a surname, "is" names the category.
+# "season" blur a year or a date, "initial" gives the first letter of a surname (of a name, for the other types),
+# "is" names the category.
 CONSTRAINTS = {
     "person": (("category", "is"), ("born", "season"), ("born", "decade"), ("name", "initial")),
-    "organization": (("category", "is"), ("founded", "decade"), ("employees", "about"), ("budget", "about")),
-    "city": (("founded", "decade"), ("population", "about")),
+    "organization": (("category", "is"), ("founded", "decade"), ("employees", "about"), ("budget", "about"),
+                     ("name", "initial")),
+    "city": (("founded", "decade"), ("population", "about"), ("name", "initial")),
     "country": (("population", "about"),),
-    "work": (("category", "is"), ("released", "season"), ("released", "decade")),
-    "event": (("category", "is"), ("held", "season"), ("attendance", "about")),
+    "work": (("category", "is"), ("released", "season"), ("released", "decade"), ("name", "initial")),
+    "event": (("category", "is"), ("held", "season"), ("attendance", "about"), ("name", "initial")),
 }
 
 
@@ -144,7 +146,7 @@ class WorldParams(Params):
                                                                    "(by question hash)")
     n_distractors: int = Field(3, ge=0, le=20, description="non-supporting related documents per seed "
                                                            "(partial matches and graph neighbours)")
-    max_constraints: int = Field(3, ge=1, le=4, description="most obfuscated attributes describing one anchor")
+    max_constraints: int = Field(4, ge=1, le=5, description="most obfuscated attributes describing one anchor")
     max_retries: int = Field(8, ge=1, le=100, description="re-syntheses before a question is rejected")
 
     @model_validator(mode="after")
@@ -170,7 +172,7 @@ def _season(d: date) -> int:
     return (d.month % 12) // 3  # Dec, Jan, Feb -> winter (of the date's own year)
 
 
-def bucket(attr: str, op: str, value: Any) -> int:
+def bucket(t: str, attr: str, op: str, value: Any) -> int:
     """The integer bucket of one attribute value under an operator (the key of the uniqueness index)."""
     if op == "about":
         return _about(value)
@@ -179,8 +181,9 @@ def bucket(attr: str, op: str, value: Any) -> int:
         return year // 10 * 10
     if op == "season":
         return value.year * 4 + _season(value)
-    if op == "initial":  # of the surname: the last alphabetic word ("John Q. Smith" -> "S")
-        return ord([w for w in value.split() if w[0].isalpha() and not w.endswith(".")][-1][0].upper())
+    if op == "initial":  # a person's surname: the last alphabetic word ("John Q. Smith" -> "S")
+        words = [w for w in value.split() if w[0].isalpha() and not w.endswith(".")]
+        return ord((words[-1] if t == "person" else words[0])[0].upper())
     return value  # "is": the category index
 
 
@@ -317,7 +320,7 @@ class World:
             lo, hi = self.offsets[t], self.offsets[t] + self.counts[t]
             for attr, op in constraints:
                 arr = np.full(self.n, -1, dtype=np.int64)
-                arr[lo:hi] = [bucket(attr, op, self.records[i][attr]) for i in range(lo, hi)]
+                arr[lo:hi] = [bucket(t, attr, op, self.records[i][attr]) for i in range(lo, hi)]
                 out[(t, attr, op)] = arr
         return out
 
@@ -347,10 +350,11 @@ class World:
         return cands
 
     def follow(self, cands: np.ndarray, path: Sequence[str]) -> np.ndarray:
+        """The end entities of ``path`` from every candidate (with repeats: uniqueness is the caller's test)."""
         for r in path:
             cands = self.rel[r][cands]
             cands = cands[cands >= 0]
-        return np.unique(cands)
+        return cands
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -514,7 +518,8 @@ def describe(t: str, constraints: Sequence[Constraint]) -> str:
         elif op == "decade":
             phrases.append(f"{'born' if attr == 'born' else attr} in the {v}s")
         elif op == "initial":
-            phrases.append(f"whose surname begins with {chr(v)}")
+            what = {"person": "surname", "work": "title"}.get(t, "name")
+            phrases.append(f"whose {what} begins with {chr(v)}")
         elif attr == "employees":
             phrases.append(f"with about {_amount(v)} employees")
         elif attr == "budget":
@@ -561,23 +566,25 @@ def _make_unique(world: World, rng: random.Random, side: Side, max_constraints: 
     rng.shuffle(available)
     # One constraint per attribute: "born in the 1960s and in the spring of 1961" says the second twice.
     available = [c for k, c in enumerate(available) if c[0] not in {d[0] for d in available[:k]}]
-    count = 0
+    answers = _EMPTY
     for n in range(1, min(max_constraints, len(available)) + 1):
         ends = world.follow(world.satisfying(t, available[:n]), side.path)
-        answers = np.unique(world.years[year][ends]) if year else ends
-        count = len(answers)
-        if count == 1:
+        answers = world.years[year][ends] if year else ends
+        if (answers == answers[0]).all():  # the anchor itself satisfies the constraints, so answers is not empty
             side.constraints = available[:n]
             return
-    raise Conflict(f"answer not unique: {count} answers satisfy the {t} anchor's constraints "
+    raise Conflict(f"answer not unique: {len(np.unique(answers))} answers satisfy the {t} anchor's constraints "
                    f"(at most {max_constraints} attributes)")
 
 
 def _bridge(world: World, rng: random.Random, hops: int, p: WorldParams) -> dict[str, Any]:
     anchor = rng.randrange(world.offsets["city"], world.n)  # every type but country has an outgoing relation
     side, seen, cur = Side(anchor, []), {anchor}, anchor
-    for _ in range(hops - 1):
-        options = [r for r in OUT_RELATIONS[world.types[cur]] if world.rel[r][cur] >= 0 and world.rel[r][cur] not in seen]
+    for step in range(hops - 1):
+        last = step == hops - 2
+        # Before the last step, never into a type with no way on (a country): the walk would strand there.
+        options = [r for r in OUT_RELATIONS[world.types[cur]] if world.rel[r][cur] >= 0
+                   and world.rel[r][cur] not in seen and (last or OUT_RELATIONS[world.types[world.rel[r][cur]]])]
         if not options:
             raise Conflict("dead end: no unvisited relation to follow")
         r = rng.choice(options)
@@ -605,9 +612,9 @@ def _comparison(world: World, rng: random.Random, hops: int, p: WorldParams) -> 
     v1, v2 = world.value(e1, attr), world.value(e2, attr)
     if isinstance(v1, date):  # compare dates, but a reader should see the order from the years
         if v1.year == v2.year:
-            raise Conflict(f"tie: both {t}s have {attr} in {v1.year}")
+            raise Conflict(f"tie: both {t}s have their {attr} date in the same year")
     elif e1 == e2 or abs(v1 - v2) < (1 if attr == "founded" else 0.1 * max(v1, v2)):
-        raise Conflict(f"tie: {attr} values {v1} and {v2} are too close to compare")
+        raise Conflict(f"tie: the two {t}s' {attr} values are too close to compare")
     k1 = rng.randint(0, budget)
     sides = [_backward(world, rng, e1, k1), _backward(world, rng, e2, budget - k1)]
     if set(sides[0].entities(world)) & set(sides[1].entities(world)):
@@ -621,21 +628,29 @@ def _comparison(world: World, rng: random.Random, hops: int, p: WorldParams) -> 
             "answer_entity": winner}
 
 
-def _backward(world: World, rng: random.Random, end: int, k: int) -> Side:
-    """A path of ``k`` relations ending at ``end``: walk in-edges back from it to an anchor."""
+def _backward(world: World, rng: random.Random, end: int, k: int, tries: int = 8) -> Side:
+    """A path of ``k`` relations ending at ``end``: walk in-edges back from it to an anchor, preferring (``tries``
+    draws per step) a source that itself has in-edges while steps remain."""
     cur, path, seen = end, [], {end}
-    for _ in range(k):
+    for step in range(k):
         options = [(r, world.inverse[r][cur]) for r in IN_RELATIONS[world.types[cur]] if cur in world.inverse[r]]
         if not options:
-            raise Conflict(f"no relation leads to the {world.types[cur]} {world.name(cur)!r}")
-        r, sources = rng.choice(options)
-        src = int(sources[rng.randrange(len(sources))])
-        if src in seen:
-            raise Conflict("the backward walk revisits an entity")
+            raise Conflict(f"dead end: no relation leads to a {world.types[cur]} on the way back")
+        for _ in range(tries):
+            r, sources = rng.choice(options)
+            src = int(sources[rng.randrange(len(sources))])
+            if src not in seen and (step == k - 1 or _has_in_edges(world, src)):
+                break
+        else:
+            raise Conflict(f"dead end: no unvisited {world.types[cur]} source with a way further back")
         path.insert(0, r)
         seen.add(src)
         cur = src
     return Side(cur, path)
+
+
+def _has_in_edges(world: World, e: int) -> bool:
+    return any(e in world.inverse[r] for r in IN_RELATIONS[world.types[e]])
 
 
 def synthesize(world: World, docs: Sequence[str], p: WorldParams, partition: str, index: int,
