@@ -30,8 +30,13 @@ def _print(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
     table = Table(title=title)
     for column in rows[0] if rows else ():
         table.add_column(column, justify="left" if column in ("domain", "task_id", "components") else "right")
+    def cell(v: Any) -> str:
+        if isinstance(v, dict):
+            return " ".join(f"{k}={x:g}" for k, x in v.items())
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
     for row in rows:
-        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()))
+        table.add_row(*(cell(v) for v in row.values()))
     Console().print(table)
 
 
@@ -58,12 +63,13 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
+        tmp.mkdir(parents=True)
         by_env: dict[str, list[dict[str, Any]]] = {}
         for t in tasks.iter_rows(named=True):
             by_env.setdefault(t["env_id"], []).append(t)
         for env in envs.iter_rows(named=True):
             write_bundle(tmp, env, by_env.get(env["env_id"], []))
-        rejected.write_ndjson(tmp / "rejected.jsonl") if tmp.exists() else None
+        rejected.write_ndjson(tmp / "rejected.jsonl")
         tmp.rename(out)  # all or nothing: a failed run leaves no half-written --out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
