@@ -79,7 +79,6 @@ class Catalog:
         self.root = Path(root)
         self.path = self.root / "catalog.duckdb"
         self._lock_path = self.root / "catalog.lock"
-        self._ready = False
 
     # --- connections ------------------------------------------------------------------------------------------
 
@@ -92,9 +91,8 @@ class Catalog:
             try:
                 con = self._open(read_only=not write)
                 try:
-                    if write and not self._ready:
+                    if write:  # cheap, and survives the file being deleted under a long-lived Catalog
                         con.execute(_SCHEMA)
-                        self._ready = True
                     yield con
                 finally:
                     con.close()

@@ -108,3 +108,25 @@ def test_stale_lists_other_versions_and_unknown_stages(chain) -> None:
     stale = catalog.stale({"_test_double_a": "1", "_test_double_b": "2", "_test_double_c": "1"})
     assert sorted(stale["key"].to_list()) == ["kb", "kd"]  # b's version moved on; d is not a known stage
     assert stale.filter(pl.col("key") == "kb")["current_version"].item() == "2"
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time, duckdb
+    con = duckdb.connect(sys.argv[1])  # a process outside the catalog's file lock, e.g. a user's duckdb shell
+    print("held", flush=True)
+    time.sleep(1.0)
+    con.close()
+    """
+)
+
+
+def test_retries_while_another_process_holds_the_file(chain) -> None:
+    store, catalog = chain
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(catalog.path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        catalog.record(store.get("_test_double_a", "ka").manifest, "published")  # waits for the holder, then writes
+    finally:
+        holder.wait(timeout=30)
+    assert holder.returncode == 0 and catalog.artifacts().height == 4
