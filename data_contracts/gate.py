@@ -319,7 +319,7 @@ def _write_text_atomic(path: Path, text: str) -> None:
     # several flows may rebuild the docs at once: readers see the old page or the new one, never half of one
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -349,7 +349,7 @@ def build_data_docs(root: Path | str, reports: Iterable[GateReport] | None = Non
             validation = base / VALIDATION
             page = f"validations/{stage}/{key}.html"
             if validation.is_file():
-                details = json.loads(validation.read_text())
+                details = json.loads(validation.read_text(encoding="utf-8"))
                 title = f"{stage} [{partition}] {key} ({status})"
                 body = "".join(_report_section(o, details[o]) for o in sorted(details))
                 _write_text_atomic(docs / page, _page(title, f"<p>artifact <code>{html.escape(str(base))}</code></p>{body}"))

@@ -116,11 +116,16 @@ def _check_outputs(stage: Stage, frames: Any) -> dict[str, pl.DataFrame]:
     return out
 
 
-def resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
+def _check_input_names(stage: Stage, input_keys: Mapping[str, str]) -> None:
     if set(input_keys) != set(stage.inputs):
         raise StageError(
             f"stage {stage.name!r} reads inputs {sorted(stage.inputs)}; got keys for {sorted(input_keys)}"
         )
+
+
+def resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
+    """The published input artifacts; UpstreamMissing names the first one that is not published."""
+    _check_input_names(stage, input_keys)
     inputs = {}
     for name in stage.inputs:
         artifact = store.get(name, input_keys[name])
@@ -144,11 +149,13 @@ def execute_stage(
     """Return the published artifact of (stage, params, inputs, partition), running the stage only on a cache
     miss (or ``force``). A critical contract failure quarantines the outputs and raises ContractViolation."""
     params = raw_params if isinstance(raw_params, stage.params) else stage.parse_params(raw_params)  # type: ignore[arg-type]
-    inputs = resolve_inputs(store, stage, input_keys)
+    _check_input_names(stage, input_keys)
     key = store.artifact_key(stage, params, input_keys, partition)
+    # A hit stands even if an input was removed since: the key already pins which inputs made it.
     if not force and (hit := store.get(stage.name, key)) is not None:
         catalog.record(hit.manifest, "published", hit.path)  # idempotent; heals a catalog rebuilt without it
         return StageRun.from_artifact(hit, cached=True)
+    inputs = resolve_inputs(store, stage, input_keys)
 
     start = time.perf_counter()
     frames = _check_outputs(stage, stage.run(inputs, params, partition))
@@ -165,7 +172,7 @@ def execute_stage(
     )
     if not all(report.passed for report in reports.values()):
         quarantine = store.quarantine(manifest, frames, reports)
-        catalog.record(json.loads((quarantine / MANIFEST).read_text()), "quarantined", quarantine)
+        catalog.record(json.loads((quarantine / MANIFEST).read_text(encoding="utf-8")), "quarantined", quarantine)
         raise ContractViolation(stage.name, partition, key, reports, quarantine)
 
     published = store.publish(manifest, frames, reports=reports, replace=force)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -279,3 +280,15 @@ def test_plan_ignores_unrelated_misdeclared_stages(doubles) -> None:
     assert [s.name for s in plan(["_test_double_sink"])] == ["_test_double_source", "_test_double_sink"]
     with pytest.raises(StageError, match="'_test_double_orphan' reads '_test_double_nowhere', which is not a registered"):
         plan(["_test_double_orphan"])
+
+
+def test_cache_hit_does_not_need_its_inputs_anymore(doubles, env) -> None:
+    store, catalog = env
+    runs = materialize(store, catalog, ["_test_double_sink"], {}, "p0", progress=False)
+    shutil.rmtree(store.path("_test_double_source", runs["_test_double_source"].key))
+    sink = doubles["_test_double_sink"]
+    again = execute_stage(store, catalog, sink, {}, {"_test_double_source": runs["_test_double_source"].key}, "p0")
+    assert again.cached
+    with pytest.raises(UpstreamMissing):
+        execute_stage(store, catalog, sink, {}, {"_test_double_source": runs["_test_double_source"].key}, "p0",
+                      force=True)
