@@ -9,47 +9,45 @@ from typing import Annotated, Any
 
 import typer
 
-BUNDLE_FILES = ("env.json", "tools.json", "tasks.jsonl", "db.sqlite")
 SUMMARY_KEYS = ("transform", "level", "robust_success", "naive_success", "tasks")
+TASK_FIELDS = ("task_id", "env_id", "description", "user_profile", "rubric", "golden_actions")
+JSON_FIELDS = ("user_profile", "rubric", "golden_actions", "difficulty", "noise", "naive_by_transform")
 
 
-def bundle_dirs(root: Path) -> list[Path]:
-    """The environment bundles under ``root`` (``root`` itself when it is one), sorted by name."""
+def load_bundles(root: Path) -> list[tuple[Path, dict[str, Any], list[dict[str, Any]]]]:
+    """Every bundle under ``root`` (envgen.bundle's format) as (path, environment record, task records); a bad
+    bundle is a clear error naming its file (and line)."""
+    from envgen.bundle import BundleError, bundle_dirs, read_bundle
+
     if not root.is_dir():
-        raise typer.BadParameter(f"{root} is not a directory of environment bundles (gymforge envgen generate --out)")
-    dirs = [root] if (root / "env.json").exists() else sorted(p.parent for p in root.glob("*/env.json"))
-    if not dirs:
-        raise typer.BadParameter(f"{root} holds no environment bundle: expected */env.json with {', '.join(BUNDLE_FILES)}")
-    return dirs
-
-
-def read_bundle(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One bundle: its environment record (with the database bytes) and its task records."""
-    missing = [f for f in BUNDLE_FILES if not (path / f).exists()]
-    if missing:
-        raise typer.BadParameter(f"bundle {path} lacks {', '.join(missing)} (a bundle holds {', '.join(BUNDLE_FILES)})")
+        raise typer.BadParameter(f"{root} is not a directory of environment bundles (gymforge envgen --out)")
+    loaded = []
     try:
-        env = json.loads((path / "env.json").read_text())
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"{path / 'env.json'}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    if isinstance(env.get("spec_json"), dict):
-        env["spec_json"] = json.dumps(env["spec_json"])
-    env["db"] = (path / "db.sqlite").read_bytes()
-    tasks = []
-    for n, line in enumerate((path / "tasks.jsonl").read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            task = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise typer.BadParameter(f"{path / 'tasks.jsonl'}:{n}: invalid JSON: {exc.msg}") from None
-        missing_fields = [k for k in ("task_id", "env_id", "description", "user_profile", "rubric", "golden_actions")
-                          if k not in task]
-        if missing_fields:
-            raise typer.BadParameter(f"{path / 'tasks.jsonl'}:{n}: task lacks field(s) {missing_fields}")
-        tasks.append({k: json.dumps(v) if isinstance(v, (dict, list)) and k != "transforms" else v
-                      for k, v in task.items()})
-    return env, tasks
+        for path in bundle_dirs(root):
+            try:
+                env, tasks = read_bundle(path)
+            except json.JSONDecodeError as exc:
+                raise BundleError(f"{path / 'env.json'}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+            for n, task in enumerate(tasks, start=1):
+                missing = [k for k in TASK_FIELDS if k not in task]
+                if missing:
+                    raise BundleError(f"{path / 'tasks.jsonl'}:{n}: task lacks field(s) {missing}")
+            loaded.append((path, env, tasks))
+    except BundleError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return loaded
+
+
+def write_noisy_bundle(source: Path, target: Path, tasks: list[dict[str, Any]]) -> None:
+    """A bundle of the noisy twins: the source bundle's files, with tasks.jsonl holding the twins (JSON fields
+    decoded, keys sorted, as envgen.bundle writes them)."""
+    target.mkdir(parents=True)
+    for f in source.iterdir():
+        if f.is_file() and f.name != "tasks.jsonl":
+            shutil.copyfile(f, target / f.name)
+    lines = [json.dumps({k: json.loads(v) if k in JSON_FIELDS and isinstance(v, str) else v for k, v in t.items()},
+                        sort_keys=True, ensure_ascii=False) for t in tasks]
+    (target / "tasks.jsonl").write_text("".join(f"{line}\n" for line in lines))
 
 
 def register(app: typer.Typer) -> None:
@@ -86,19 +84,14 @@ def register(app: typer.Typer) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         kept_all, rejected_all = [], []
         try:
-            for bundle in bundle_dirs(envs):
-                env, tasks = read_bundle(bundle)
+            for bundle, env, tasks in load_bundles(envs):
                 artifact = FrameArtifact({"environments": pl.DataFrame([env]), "tasks": pl.DataFrame(tasks)})
                 result = noisy_tasks.run({"environments": artifact}, params, bundle.name)
                 for name, contract in OUTPUTS.items():
                     report = validate("noisy_tasks", name, result[name], contract, bundle.name)
                     if not report.passed:
                         raise typer.BadParameter(f"bundle {bundle}: noisy {name} failed its contract: {report}")
-                target = tmp / bundle.name
-                target.mkdir(parents=True)
-                for f in ("env.json", "tools.json", "db.sqlite"):
-                    shutil.copyfile(bundle / f, target / f)
-                result["tasks"].write_ndjson(target / "tasks.jsonl")
+                write_noisy_bundle(bundle, tmp / bundle.name, result["tasks"].to_dicts())
                 kept_all.append(result["tasks"])
                 rejected_all.append(result[REJECTED])
             kept = pl.concat(kept_all, how="diagonal_relaxed")

@@ -152,16 +152,11 @@ def test_plot_is_written(staged, tmp_path) -> None:
 
 
 def write_bundles(root, envs: list[dict], tasks: list[dict]) -> None:
-    """Environment bundles as `gymforge envgen generate --out` writes them: env.json, tools.json, tasks.jsonl,
-    db.sqlite per environment."""
+    """Environment bundles as `gymforge envgen --out` writes them."""
+    from envgen.bundle import write_bundle
+
     for env in envs:
-        d = root / env["env_id"]
-        d.mkdir(parents=True)
-        (d / "env.json").write_text(json.dumps({k: v for k, v in env.items() if k != "db"}))
-        (d / "tools.json").write_text(env["tools"])
-        (d / "db.sqlite").write_bytes(env["db"])
-        mine = [t for t in tasks if t["env_id"] == env["env_id"]]
-        (d / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in mine))
+        write_bundle(root, env, [t for t in tasks if t["env_id"] == env["env_id"]])
 
 
 def test_cli_writes_noisy_bundles_and_prints_the_summary(world, tmp_path) -> None:
@@ -178,8 +173,11 @@ def test_cli_writes_noisy_bundles_and_prints_the_summary(world, tmp_path) -> Non
     summary = json.loads(result.output)
     assert {(r["transform"], r["level"]) for r in summary} >= {("all", 0), ("all", 2)}
     assert all(set(r) == {"transform", "level", "robust_success", "naive_success", "tasks"} for r in summary)
-    noisy = [json.loads(line) for line in (out / envs[0]["env_id"] / "tasks.jsonl").read_text().splitlines()]
+    from envgen.bundle import read_bundle
+
+    _, noisy = read_bundle(out / envs[0]["env_id"])
     assert noisy and all(t["noise_level"] == 2 and t["robust_success"] for t in noisy)
+    assert all(NoiseRecord.from_json(t["noise"]).clean_task_id == t["clean_task_id"] for t in noisy)
     assert (out / "noise_success.png").exists() and (out / "rejected.jsonl").exists()
     # The output is itself a bundle directory: the noise command reads it again.
     again = CliRunner().invoke(app, ["noise", "--envs", str(out), "--level", "1", "--out", str(tmp_path / "n2")])
@@ -189,8 +187,8 @@ def test_cli_writes_noisy_bundles_and_prints_the_summary(world, tmp_path) -> Non
 @pytest.mark.parametrize(("setup", "message"), [
     (lambda d: None, "no environment bundle"),
     (lambda d: (d / "e").mkdir() or (d / "e" / "env.json").write_text("{}"), "lacks"),
-    (lambda d: [(d / "e").mkdir(), *((d / "e" / f).write_text("{") for f in ("env.json", "tools.json", "tasks.jsonl",
-                                                                         "db.sqlite"))], "invalid JSON"),
+    (lambda d: [(d / "e").mkdir(), *((d / "e" / f).write_text("{") for f in ("env.json", "tools.json", "graph.json",
+                                                                         "tasks.jsonl", "db.sqlite"))], "invalid JSON"),
 ])
 def test_cli_names_the_bad_input_and_writes_nothing(tmp_path, setup, message: str) -> None:
     from typer.testing import CliRunner

@@ -203,6 +203,15 @@ def _tidy(text: str) -> str:
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
+def _drop_sentence(text: str, surface: str, others: Sequence[str]) -> str:
+    """``text`` without the detail: its sentence when that is a short statement of it alone ("My email is x."),
+    else just the value (a sentence that also states ``others`` stays)."""
+    sentences = re.split(r"(?<=[.!?])\s+", text)
+    kept = [s for s in sentences if not (mentions(s, surface) and len(s.split()) <= 12
+                                         and not any(mentions(s, o) for o in others))]
+    return _tidy(" ".join(kept) if len(kept) < len(sentences) else _replace(text, surface, ""))
+
+
 def _match_case(source: str, word: str) -> str:
     return word[:1].upper() + word[1:] if source[:1].isupper() else word
 
@@ -281,7 +290,8 @@ def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Tran
     if detail is None:
         return "no stated detail left to omit"
     before = draft.description
-    draft.description = _tidy(_replace(before, detail.surface, ""))
+    others = [d.surface for d in draft.details if d.surface != detail.surface]
+    draft.description = _drop_sentence(before, detail.surface, others)
     path = detail.profile_path
     if path is None:
         # Keep the omitted detail where the user simulator answers from it (the solvability constraint); the
