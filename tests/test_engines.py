@@ -233,6 +233,72 @@ def test_vllm_engine_without_vllm_says_how_to_install(monkeypatch: pytest.Monkey
         load_engine(f"vllm:{tiny_checkpoint()}")
 
 
+def fake_vllm(monkeypatch: pytest.MonkeyPatch, text: str) -> dict[str, Any]:
+    """Test double of the ``vllm`` package (the real one needs CUDA): records what the engine passes to
+    ``LLM``, ``SamplingParams`` and ``generate``, and answers every sample with ``text`` as tokens 5, 6, 7."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    seen: dict[str, Any] = {}
+
+    class LLM:
+        def __init__(self, **kwargs: Any) -> None:
+            seen["llm"] = kwargs
+
+        def generate(self, prompts, params, use_tqdm=True):
+            seen["prompts"], seen["params"] = prompts, params
+            return [
+                SimpleNamespace(
+                    outputs=[
+                        SimpleNamespace(
+                            index=j,
+                            text=text,
+                            token_ids=[5, 6, 7],
+                            finish_reason="stop",
+                            logprobs=[{t: SimpleNamespace(logprob=-0.1 * t)} for t in (5, 6, 7)],
+                        )
+                        for j in reversed(range(p.kwargs["n"]))
+                    ]
+                )
+                for p in params
+            ]
+
+    def record(**kwargs: Any) -> SimpleNamespace:
+        return SimpleNamespace(kwargs=kwargs)
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = LLM, record
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    return seen
+
+
+def test_vllm_engine_maps_requests_and_outputs(hf, monkeypatch: pytest.MonkeyPatch) -> None:
+    call = '<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>'
+    seen = fake_vllm(monkeypatch, call)
+    engine = load_engine(f"vllm:{tiny_checkpoint()}", policy_version=2, gpu_memory_utilization=0.5)
+    request = req(tools=TOOLS, temperature=0.7, top_p=0.9, seed=4, n=2, stop=("END",))
+    [[first, second]] = engine.generate([request])
+    assert (
+        seen["llm"]["logprobs_mode"] == "processed_logprobs" and seen["llm"]["gpu_memory_utilization"] == 0.5
+    )
+    assert seen["prompts"] == [{"prompt_token_ids": hf.render(request)}]
+    sent = seen["params"][0].kwargs
+    assert (sent["temperature"], sent["top_p"], sent["seed"], sent["n"], sent["logprobs"]) == (
+        0.7,
+        0.9,
+        4,
+        2,
+        0,
+    )
+    assert sent["stop"] == ["END"] and hf.tokenizer.eos_token_id in sent["stop_token_ids"]
+    assert first.token_ids == (5, 6, 7) and first.logprobs == pytest.approx((-0.5, -0.6, -0.7))
+    assert first.finish_reason == "tool_calls" and first.policy_version == 2 and second.tool_calls
+
+
 # -- the HTTP engine ------------------------------------------------------------------------------------------------
 
 
