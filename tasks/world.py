@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, model_validator
 
-from data_contracts.schemas import extend
+from data_contracts.schemas import extend, in_set, not_null, record_contract, unique
 from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Contract, Expect, Params, seed_for, stage
 from tasks.rewards import normalize
 from tasks.seeds import QA_SEED_COLUMNS, eval_split, qa_seed_contract, rejected_frame
@@ -213,6 +213,8 @@ class World:
         self.buckets = self._buckets()
         self.index = {key: _group(values) for key, values in self.buckets.items()}
         self.inverse = {r: _group(arr) for r, arr in self.rel.items()}
+        self.years = {attr: np.array([-1 if rec.get(attr) is None else getattr(rec[attr], "year", rec[attr])
+                                      for rec in self.records], dtype=np.int64) for attr in ("founded", *DATES)}
 
     # ---- entities
     def rng(self, purpose: str, i: int) -> random.Random:
@@ -228,7 +230,7 @@ class World:
         return j
 
     def _unique_name(self, draw: Any, rng: random.Random) -> str:
-        for attempt in range(20):
+        for _ in range(20):
             name = draw()
             if normalize(name) not in self._names:
                 break
@@ -245,11 +247,7 @@ class World:
         rng = fake.random
         rec: dict[str, Any] = {"type": t}
         if t == "country":
-            def country() -> str:
-                name = fake.country()
-                return name if len(name.split()) <= 3 and not any(c in name for c in ",()") and " and " not in name \
-                    else fake.country()
-            rec["name"] = self._unique_name(country, rng)
+            rec["name"] = self._unique_name(lambda: _plain_country(fake), rng)
             rec["population"] = int(10 ** rng.uniform(5.7, 8.3))
         elif t == "city":
             rec["name"] = self._unique_name(fake.city, rng)
@@ -332,9 +330,6 @@ class World:
         cats = CATEGORIES.get(self.types[i])
         return cats[self.records[i]["category"]] if cats else None
 
-    def value(self, i: int, attr: str) -> Any:
-        return self.records[i].get(attr)
-
     @cached_property
     def aliases(self) -> list[list[str]]:
         return [_aliases(rec, self._names) for rec in self.records]
@@ -367,6 +362,15 @@ def _group(values: np.ndarray) -> dict[int, np.ndarray]:
     keys, starts = np.unique(sorted_values, return_index=True)
     bounds = [*starts[1:], len(values)]
     return {int(k): order[s:e] for k, s, e in zip(keys, starts, bounds, strict=True) if k >= 0}
+
+
+def _plain_country(fake: Any, tries: int = 10) -> str:
+    """A country name without commas, brackets or "and" (they would read as lists of candidates)."""
+    for _ in range(tries):
+        name = fake.country()
+        if len(name.split()) <= 3 and not any(c in name for c in ",()") and " and " not in name:
+            break
+    return name
 
 
 def _title(fake: Any, rng: random.Random) -> str:
@@ -609,7 +613,7 @@ def _comparison(world: World, rng: random.Random, hops: int, p: WorldParams) -> 
     t, attr, template, sign = rng.choice([c for c in COMPARISONS if budget == 0 or IN_RELATIONS[c[0]]])
     lo, n = world.offsets[t], world.counts[t]
     e1, e2 = lo + rng.randrange(n), lo + rng.randrange(n)
-    v1, v2 = world.value(e1, attr), world.value(e2, attr)
+    v1, v2 = world.records[e1][attr], world.records[e2][attr]
     if isinstance(v1, date):  # compare dates, but a reader should see the order from the years
         if v1.year == v2.year:
             raise Conflict(f"tie: both {t}s have their {attr} date in the same year")
@@ -731,29 +735,13 @@ RELATION_EDGE_COLUMNS: dict[str, pl.DataType] = {"subject": pl.String(), "relati
                                                  "object": pl.String()}
 WORLD_SEED_COLUMNS: dict[str, pl.DataType] = {**QA_SEED_COLUMNS, "program": pl.String()}
 
-ENTITIES_CONTRACT = Contract(
-    columns=ENTITY_COLUMNS,
-    expectations=(
-        Expect("ExpectColumnValuesToBeUnique", column="entity_id"),
-        Expect("ExpectColumnValuesToBeUnique", column="name"),
-        Expect("ExpectColumnValuesToNotBeNull", column="name"),
-        Expect("ExpectColumnValuesToBeInSet", column="type", value_set=list(TYPE_NOUN)),
-    ),
-    min_rows=1,
-)
-DOCUMENTS_CONTRACT = Contract(
-    columns=DOCUMENT_COLUMNS,
-    expectations=(
-        Expect("ExpectColumnValuesToBeUnique", column="doc_id"),
-        Expect("ExpectColumnValueLengthsToBeBetween", column="text", min_value=20),
-    ),
-    min_rows=1,
-)
-RELATIONS_CONTRACT = Contract(
-    columns=RELATION_EDGE_COLUMNS,
-    expectations=(Expect("ExpectColumnValuesToBeInSet", column="relation", value_set=list(RELATIONS)),
-                  Expect("ExpectColumnValuesToNotBeNull", column="object")),
-)
+ENTITIES_CONTRACT = extend(record_contract(ENTITY_COLUMNS, key="entity_id", required=("name", "type")),
+                           expectations=(unique("name"), in_set("type", TYPE_NOUN)), min_rows=1)
+DOCUMENTS_CONTRACT = extend(record_contract(DOCUMENT_COLUMNS, key="doc_id", required=("title", "text")),
+                            expectations=(Expect("ExpectColumnValueLengthsToBeBetween", column="text", min_value=20),),
+                            min_rows=1)
+RELATIONS_CONTRACT = Contract(columns=RELATION_EDGE_COLUMNS,
+                              expectations=(in_set("relation", RELATIONS), *not_null("subject", "object")))
 WORLD_SEEDS_CONTRACT = extend(qa_seed_contract("critical", hops=(2, 4)), columns={"program": pl.String()})
 
 
@@ -762,8 +750,7 @@ def entity_frame(world: World) -> pl.DataFrame:
     for i, rec in enumerate(world.records):
         row = {"entity_id": f"E{i}", "type": rec["type"], "name": rec["name"], "aliases": world.aliases[i],
                "category": world.kind(i)}
-        row.update({a: rec.get(a) for a in ("born", "founded", "released", "held", *NUMERIC) if a != "founded"})
-        row["founded"] = rec.get("founded")
+        row.update({a: rec.get(a) for a in (*DATES, *NUMERIC)})
         row.update({r: f"E{world.rel[r][i]}" if world.rel[r][i] >= 0 else None for r in RELATION_COLUMNS})
         rows.append(row)
     return pl.DataFrame(rows, schema=ENTITY_COLUMNS, orient="row")
@@ -781,13 +768,7 @@ def relation_frame(world: World) -> pl.DataFrame:
 def build_world(seed: int, n_entities: int) -> tuple[World, list[str]]:
     """The graph and its rendered documents; depends on (seed, n_entities) only, never on the partition."""
     world = World(seed, n_entities)
-    world.years = {attr: np.array([_year(rec.get(attr)) for rec in world.records], dtype=np.int64)
-                   for attr in ("born", "founded", "released", "held")}
     return world, [render_document(world, i) for i in range(world.n)]
-
-
-def _year(v: Any) -> int:
-    return -1 if v is None else v.year if isinstance(v, date) else int(v)
 
 
 def generate_seeds(world: World, docs: Sequence[str], p: WorldParams, partition: str) -> tuple[list, list]:
