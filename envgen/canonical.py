@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from envgen.compiler import CompiledDomain
 
@@ -25,12 +25,23 @@ def _norm(v: Any) -> Any:
 
 
 def canonical_state(conn: Connection, domain: CompiledDomain, tables: list[str]) -> State:
+    """Rows of ``tables`` keyed by primary key, in key order. Read through the DBAPI cursor: the SQLAlchemy row
+    machinery was most of a replay's time (table and key names are spec identifiers, checked at parse time)."""
     state: State = {}
-    conn.execution_options(compiled_cache=domain.sql_cache)
+    raw = conn.connection.driver_connection
     for name in sorted(tables):
         e = domain.spec.entity(name)
-        t = domain.tables[name]
-        state[name] = {r[0]: {k: _norm(v) for k, v in r._mapping.items()} for r in conn.execute(select(t).order_by(t.c[e.key]))}
+        cols = e.column_names
+        bools = [i for i, c in enumerate(cols) if (f := e.field(c)) is not None and f.type == "bool"]
+        quoted = ", ".join(f'"{c}"' for c in cols)
+        select = f'SELECT {quoted} FROM "{name}" ORDER BY "{e.key}"'
+        rows: dict[str, dict[str, Any]] = {}
+        for r in raw.execute(select):
+            values = [_norm(v) for v in r]
+            for i in bools:
+                values[i] = None if values[i] is None else bool(values[i])
+            rows[r[0]] = dict(zip(cols, values))
+        state[name] = rows
     return state
 
 
