@@ -219,3 +219,36 @@ def test_stages_publish_through_the_store_from_the_environment_stages(tmp_path) 
     for name in ("noisy_tasks", "noisy_eval"):
         assert all(runs[name].contract.values()), runs[name]
         assert runs[name].outputs["tasks"] > 0
+
+
+HASH_SCRIPT = """
+import hashlib, random
+import polars as pl
+from data_contracts.stage import FrameArtifact
+from envgen.compiler import compiled
+from envgen.construct import ConstructionSettings, build_environment
+from envgen.taskgen import TaskSettings, environment_record, make_task
+from tasks.noise import NoiseParams, noisy_tasks
+domain, envs, tasks = compiled("airline"), [], []
+for seed in range(3):
+    built = build_environment(domain, seed, ConstructionSettings())
+    env = environment_record(domain, built, f"env{seed}", seed)
+    task, _ = make_task(domain, env, built, random.Random(seed), TaskSettings())
+    if task is not None:
+        envs.append(env)
+        tasks.append(task)
+art = FrameArtifact({"environments": pl.DataFrame(envs), "tasks": pl.DataFrame(tasks)})
+out = noisy_tasks.run({"environments": art}, NoiseParams(), "p0")
+print(hashlib.sha256((out["tasks"].write_ndjson() + out["rejected"].write_ndjson()).encode()).hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_noisy_tasks_do_not_depend_on_the_hash_seed() -> None:
+    import os
+    import subprocess
+    import sys
+
+    digests = {subprocess.run([sys.executable, "-c", HASH_SCRIPT], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2")}
+    assert len(digests) == 1
