@@ -11,6 +11,8 @@ from typing import Any
 import networkx as nx
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data_contracts.gate import validate
 from data_contracts.stage import StageError
@@ -79,8 +81,8 @@ def _holds(entity: dict[str, Any], attr: str, op: str, value: Any) -> bool:
     if op == "is":
         return entity["category"] == value
     if op == "initial":
-        surname = [w for w in entity["name"].split() if w[0].isalpha() and not w.endswith(".")][-1]
-        return surname[0].upper() == value
+        words = [w for w in entity["name"].split() if w[0].isalpha() and not w.endswith(".")]
+        return (words[-1] if entity["type"] == "person" else words[0])[0].upper() == value
     raw = entity[attr]
     if raw is None:
         return False
@@ -162,3 +164,18 @@ def test_aliases_drop_middle_initials_and_never_name_another_entity(out) -> None
         first, _, last = name.split()
         assert aliases == [f"{first} {last}"] or normalize(f"{first} {last}") in normalized
     assert not normalized & {normalize(a) for row in entities["aliases"] for a in row}
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**31), hops=st.tuples(st.integers(2, 4), st.integers(2, 4)).map(sorted),
+       comparison=st.sampled_from([0.0, 0.5, 1.0]))
+def test_any_small_world_keeps_only_verified_questions(seed: int, hops: list[int], comparison: float) -> None:
+    params = {"seed": seed, "n_entities": 200, "n_questions": 25, "min_hops": hops[0], "max_hops": hops[1],
+              "comparison_fraction": comparison, "n_distractors": 1}
+    out = world_stage.run({}, world_stage.parse_params(params), "p0")
+    assert out["seeds"].height + out["rejected"].height == 25
+    solver = BruteForce(out["entities"], out["relations"])
+    for row in out["seeds"].iter_rows(named=True):
+        assert hops[0] <= row["hops"] <= hops[1]
+        assert solver.answers(json.loads(row["program"])) == {row["answer"]}, row["question"]
+        assert answer_in_support(row["answer"], row["aliases"], row["docs"])
