@@ -125,10 +125,16 @@ def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int
     and ijson is not a dependency: this is ``raw_decode`` over a sliding buffer.)"""
     decoder = json.JSONDecoder()
     with open(path, encoding="utf-8-sig") as fh:  # a byte-order mark is not data
-        buf, pos, line0, eof = "", 0, 1, False  # line0: line number of buf[0]
+        buf, pos, eof = "", 0, False
+        mark, mark_line = 0, 1  # buf[mark] is on line mark_line; positions only move forward, so counting is linear
 
         def line_at(p: int) -> int:
-            return line0 + buf.count("\n", 0, p)
+            nonlocal mark, mark_line
+            if p < mark:
+                return mark_line - buf.count("\n", p, mark)
+            mark_line += buf.count("\n", mark, p)
+            mark = p
+            return mark_line
 
         def refill(size: int) -> bool:
             nonlocal buf, eof
@@ -176,7 +182,8 @@ def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int
                 yield line_at(pos), value
                 pos = end
                 if pos > chunk_size:  # drop the consumed prefix so memory stays bounded by the largest element
-                    line0, buf, pos = line_at(pos), buf[pos:], 0
+                    line_at(pos)
+                    buf, pos, mark = buf[pos:], 0, 0
         except UnicodeDecodeError as exc:
             raise SeedFileError(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start} of a read)") from None
 
