@@ -28,6 +28,7 @@ READ_KINDS = frozenset({"get", "lookup", "find", "list", "search", "list_by", "c
 MAX_KEY_LEN = 64
 MAX_STRING_LEN = 256  # hostile 10 MB strings stop at validation, never reach SQL
 PAGE_LIMIT = 50
+CLOCK_TABLE = "_clock"
 _DATE_RE = r"^\d{4}-\d{2}-\d{2}$"
 _DATETIME_RE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"
 
@@ -222,6 +223,8 @@ def build_tables(spec: DomainSpec, metadata: MetaData | None = None) -> dict[str
                         index=True) for r in e.relations]
         cols += [Column(f.name, sql_types[f.type], nullable=False, unique=f.unique, index=f.searchable) for f in e.fields]
         tables[e.name] = Table(e.name, metadata, *cols)
+    # "Now" is part of the database state (DESIGN.md section 3); entity names cannot start with "_".
+    Table(CLOCK_TABLE, metadata, Column("now", String(19), primary_key=True))
     return tables
 
 

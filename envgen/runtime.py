@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 
 from envgen.canonical import State, canonical_state, diff_states
-from envgen.compiler import CompiledDomain, compile_domain
+from envgen.compiler import CLOCK_TABLE, CompiledDomain, compile_domain
 from envgen.seeding import engine_from_bytes, sqlite_engine
 from envgen.spec import DomainSpec
 from envgen.tools import Executor, ToolResult, call_tool
@@ -144,7 +144,6 @@ class Environment:
         self.executor = Executor(self.domain)
         self.tool_names = list(env_record["tool_names"])
         self.schemas = [self.domain.tools[n].schema() for n in self.tool_names]
-        self.now = datetime.fromisoformat(env_record["now"])
         self.max_steps = max_steps
         self._db = bytes(env_record["db"])
         self._dir = workdir or tempfile.mkdtemp(prefix="gymforge-episode-")
@@ -167,6 +166,8 @@ class Environment:
         raw.execute("PRAGMA journal_mode=MEMORY")
         self._raw = raw
         self._engine = sqlite_engine(raw)
+        # Tools compare against the database's own now, never the wall clock.
+        self.now = datetime.fromisoformat(raw.execute(f"SELECT now FROM {CLOCK_TABLE}").fetchone()[0])
 
     def close(self) -> None:
         if self._engine is not None:

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, event, insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
-from envgen.compiler import CompiledDomain
+from envgen.compiler import CLOCK_TABLE, CompiledDomain
 from envgen.spec import DomainSpec, EntitySpec, FieldSpec
 from envgen.tools import fmt_time
 
@@ -134,6 +134,7 @@ def memory_engine() -> Engine:
 def load_rows(domain: CompiledDomain, engine, rows: Rows) -> None:
     domain.create_schema(engine)
     with engine.begin() as conn:
+        conn.execute(insert(domain.metadata.tables[CLOCK_TABLE]), {"now": fmt_time(domain.spec.now, "datetime")})
         for e in entity_order(domain.spec):
             if rows.get(e.name):
                 conn.execute(insert(domain.tables[e.name]), rows[e.name])

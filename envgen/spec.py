@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 import networkx as nx
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DOMAINS_DIR = Path(__file__).parent / "domains"
 
@@ -281,6 +281,20 @@ class DomainSpec(_Strict):
     policies: tuple[PolicySpec, ...] = Field(default=(), description="Business rules and the conditions they imply.")
 
     _idents = _ident_fields("name")
+
+    @field_validator("now", mode="before")
+    @classmethod
+    def _iso_now(cls, v: Any) -> Any:
+        if not isinstance(v, (str, datetime)):
+            raise ValueError("now must be an ISO date-time string such as '2026-05-15T12:00:00'")
+        return v
+
+    @field_validator("now")
+    @classmethod
+    def _naive_now(cls, v: datetime) -> datetime:
+        if v.tzinfo is not None or v.microsecond:
+            raise ValueError("now must be a local time to the second, without a time zone ('2026-05-15T12:00:00')")
+        return v
 
     def entity(self, name: str) -> EntitySpec:
         return next(e for e in self.entities if e.name == name)

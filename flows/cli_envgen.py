@@ -133,6 +133,54 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(str(exc)) from None
         _print(rows, f"{len(rows)} domains", as_json)
 
+    @envgen.command("check")
+    def check(
+        specs: Annotated[list[Path], typer.Argument(help="Domain YAML files to check (e.g. envgen/domains/*.yaml).")],
+        envs: Annotated[int, typer.Option(help="Environments to construct and verify per spec.")] = 3,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Check specs the way the stages will: parse (every problem listed), compile (60+ tools), execute every
+        tool, then construct and verify ENVS environments (golden replay, four mutations)."""
+        import random
+
+        from envgen.compiler import CompileError, compile_domain
+        from envgen.construct import ConstructionFailed, ConstructionSettings, build_environment, executability
+        from envgen.spec import SpecError, load_spec
+        from envgen.taskgen import TaskSettings, environment_record, make_task
+
+        rows, failed = [], False
+        for path in specs:
+            try:
+                domain = compile_domain(load_spec(path))
+            except (SpecError, CompileError, OSError) as exc:
+                typer.echo(str(exc), err=True)
+                rows.append({"domain": path.stem, "tools": 0, "executability": 0.0, "kept": 0, "problems": 1})
+                failed = True
+                continue
+            rate, broken = executability(domain, 0)
+            kept, reasons = 0, []
+            for seed in range(envs):
+                try:
+                    built = build_environment(domain, seed, ConstructionSettings())
+                except ConstructionFailed as exc:
+                    reasons.append(str(exc))
+                    continue
+                env = environment_record(domain, built, f"{domain.name}-{seed}", seed)
+                task, reason = make_task(domain, env, built, random.Random(seed), TaskSettings())
+                kept += task is not None
+                reasons += [reason] if reason else []
+            for problem in ([f"tools that failed to execute: {broken}"] if broken else []) + reasons + (
+                    [f"only {len(domain.tools)} tools; add entities, relations or actions (60+ needed)"]
+                    if len(domain.tools) < 60 else []):
+                typer.echo(f"{path}: {problem}", err=True)
+            problems = len(broken) + len(reasons) + (len(domain.tools) < 60)
+            failed |= problems > 0
+            rows.append({"domain": domain.name, "tools": len(domain.tools), "executability": rate, "kept": kept,
+                         "problems": problems})
+        _print(rows, f"{len(rows)} specs checked", as_json)
+        if failed:
+            raise typer.Exit(1)
+
     @envgen.command("replay")
     def replay_cmd(
         env_dir: Annotated[Path, typer.Argument(help="A bundle directory, or a directory of bundles.")],

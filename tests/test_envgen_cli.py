@@ -87,3 +87,16 @@ def test_generate_through_the_store_writes_identical_bundles(tmp_path: Path) -> 
     assert second.exit_code == 0, second.output
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert files and all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+
+
+def test_check_specs(tmp_path: Path) -> None:
+    from envgen.spec import domain_paths
+
+    result = runner.invoke(app, ["envgen", "check", str(domain_paths()["airline"]), "--envs", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0] == {"domain": "airline", "tools": 79, "executability": 1.0, "kept": 1,
+                                            "problems": 0}
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: broken\nnow: 1\n")
+    result = runner.invoke(app, ["envgen", "check", str(bad)])
+    assert result.exit_code == 1 and "ISO date-time" in flat(result.output)
