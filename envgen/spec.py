@@ -34,6 +34,21 @@ of the action (the row that parameter points at). Operands are exactly one of ``
 
 ``load_spec`` collects every problem of a file (structural and cross-reference) before failing, each with the
 file, line and field, and returns a frozen, strict model.
+
+Authoring checklist (``gymforge envgen check envgen/domains/NEW.yaml`` verifies all of it):
+
+- Tools per domain = per entity 3 (get, list, search) + 1 per ``unique`` field + 1 per ``searchable`` field + 3 per
+  relation (list_by, count_by, get_<entity>_<relation>) + the actions. 60+ needs about 7 entities, 8-10 relations,
+  a few unique/searchable fields and 10+ actions.
+- Give users something to identify themselves by: a ``unique`` field (email, code) or a ``searchable`` string
+  (last name) on the entities tasks start from; enum fields are never asked of the user.
+- Every numeric bound is enforced after each effect: a created or adjusted value must fit its field's min/max
+  (a refund of a reservation's total needs ``refund.amount.max >= reservation.total_price.max``).
+- Preconditions must be satisfiable by patching one field at a time (eq/ne/in/not_in on enums and bools,
+  comparisons on numbers and dates, equality of a relation column); the constructor patches rows to make the
+  golden call valid.
+- ``intent`` is the user's voice; put task-stated parameters in it as ``{param}``; ``label`` says how a user names
+  a record or field ("reservation number"), and is what the simulated user answers to.
 """
 
 from __future__ import annotations
