@@ -73,13 +73,21 @@ SURFACE_QUESTION = (
     "Starting from key {key}, follow the chain of links in the passages until a key's value is a question. That is "
     "the hidden question: answer it using the passages. Think step by step, then put your final answer in \\boxed{{}}."
 )
+REGULAR_INSTRUCTION = "Read the passages below and answer the question after them."
+REGULAR_QUESTION = (
+    "Question: {question}\nAnswer the question using the passages. Think step by step, then put your final answer "
+    "in \\boxed{{}}."
+)
 PASSAGE_HEADER = "\n\nPassage {i}:\n"
 _PASSAGE_SPLIT = re.compile(r"\n\nPassage \d+:\n")
 
 
 class KeyChainParams(Params):
     seed: int = Field(0, description="base seed; item i draws from rng_for(seed, 'keychain', partition, i)")
-    n: int = Field(7500, ge=1, description="number of examples to build (LoongRL Table 1 uses 7,500)")
+    n: int = Field(7500, ge=0, description="KeyChain examples to build (LoongRL Table 1: 7,500)")
+    n_regular: int = Field(
+        7500, ge=0, description="regular long-context QA examples from other kept seeds: same extension and "
+        "placement, the question asked directly (LoongRL Table 1: 7,500 standard multi-hop QA)")
     split: str = Field("train", description="only seeds (and distractor documents) of this split are used")
     target_tokens: int = Field(16384, description="prompt length target; the prompt lands in [target - 2%, target]")
     key_format: Literal["uuid32", "hex8"] = Field(
@@ -200,21 +208,12 @@ class KeyChainBuilder:
         self.q_texts: list[str] = questions["question"].to_list()
         self.tokenizer_id = tokenizer_identity(tok)
         self.prefix, self.suffix = chat_frame(tok)
-        self.head = self.prefix + INSTRUCTION
-        self.head_tokens = self.counter.many([self.head])[0]
 
     def build(self, index: int, seed: Mapping[str, Any]) -> dict[str, Any]:
-        """One example, or :class:`Reject` with the reason."""
+        """One KeyChain example, or :class:`Reject` with the reason."""
         rng = rng_for(self.p.seed, STAGE, self.partition, index)
-        docs = json.loads(seed["docs"])
+        own = self._own_blocks(seed)
         question = seed["question"].strip()
-        if self.p.require_answer_in_context and not answer_in_support(seed["answer"], seed["aliases"], seed["docs"]):
-            raise Reject("answer_not_in_supporting_docs")
-        # stage 1 input: the seed's own short context, kept whole
-        own = [Block(f"{d['title']}\n{d['text'].strip()}", 0, own=True, supporting=bool(d["is_supporting"]))
-               for d in docs]
-        for block, count in zip(own, self.counter.many([b.body for b in own]), strict=True):
-            block.tokens = count
 
         # stage 3: a target chain resolving to the question, distractor chains to other seeds' questions
         hops, n_chains = self.p.hops, 1 + self.p.n_distractor_chains
@@ -226,12 +225,54 @@ class KeyChainBuilder:
         rng.shuffle(links)
 
         # stage 4 and 5: the surface question names only the first key and asks for \boxed{}
-        tail = "\n\n" + SURFACE_QUESTION.format(key=chains[0][0]) + self.suffix
-        fixed = self.head_tokens + self.counter.many([tail])[0] + insert_cost(self.counter, links)
-        fixed += sum(b.tokens for b in own)
+        surface = SURFACE_QUESTION.format(key=chains[0][0])
+        row = self._assemble(rng, seed, own, INSTRUCTION, surface, links)
+        return {
+            "id": f"kc-{seed['id']}",
+            **row,
+            "hidden_question": question,
+            "first_key": chains[0][0],
+            "chain": chains[0],
+            "distractor_chains": json.dumps(
+                [{"seed_id": sid, "keys": ch, "question": q} for ch, (sid, q) in zip(chains[1:], others, strict=True)],
+                ensure_ascii=False,
+            ),
+            "key_format": self.p.key_format,
+            "hops": hops,
+            "n_distractor_chains": n_chains - 1,
+            "chains_per_1k": self.p.chains_per_1k,
+            "curriculum_stage": None,
+        }
 
-        # stage 1: distractor documents of other seeds, never one titled like the item's own documents
-        own_titles = {" ".join(d["title"].lower().split()) for d in docs}
+    def build_regular(self, index: int, seed: Mapping[str, Any]) -> dict[str, Any]:
+        """A regular long-context QA example: KeyChain's context extension and placement, the question asked
+        directly (LoongRL Table 1, "standard multi-hop QA"; the Table 4 ablation's counterpart of KeyChain)."""
+        rng = rng_for(self.p.seed, STAGE, self.partition, index)
+        question = seed["question"].strip()
+        row = self._assemble(rng, seed, self._own_blocks(seed), REGULAR_INSTRUCTION,
+                             REGULAR_QUESTION.format(question=question), [])
+        return {"id": f"lq-{seed['id']}", **row, "question": question}
+
+    def _own_blocks(self, seed: Mapping[str, Any]) -> list[Block]:
+        """The seed's own short context, kept whole (its supporting documents must hold the answer)."""
+        if self.p.require_answer_in_context and not answer_in_support(seed["answer"], seed["aliases"], seed["docs"]):
+            raise Reject("answer_not_in_supporting_docs")
+        own = [Block(f"{d['title']}\n{d['text'].strip()}", 0, own=True, supporting=bool(d["is_supporting"]))
+               for d in json.loads(seed["docs"])]
+        for block, count in zip(own, self.counter.many([b.body for b in own]), strict=True):
+            block.tokens = count
+        return own
+
+    def _assemble(self, rng: Any, seed: Mapping[str, Any], own: list[Block], instruction: str, question: str,
+                  links: list[str]) -> dict[str, Any]:
+        """Context extension (stage 1), gold placement (stage 2), link insertion (stage 3) and the exact length;
+        returns the columns KeyChain and regular examples share."""
+        head = self.prefix + instruction
+        tail = "\n\n" + question + self.suffix
+        fixed = sum(self.counter.many([head, tail])) + insert_cost(self.counter, links) + sum(b.tokens for b in own)
+
+        # distractor documents of other seeds, never one titled like one of the item's own documents
+        own_titles = {" ".join(b.body.split("\n", 1)[0].lower().split()) for b in own}
         used: set[int] = set()
 
         def draw(k: int) -> list[int]:
@@ -244,11 +285,10 @@ class KeyChainBuilder:
             return picked
 
         distractors = self.filler.fill(draw, fixed, len(own), self.p.max_draws_per_item)
-        if len(distractors) < 2:  # the last one (the filler) absorbs corrections; the others host the links
+        if len(distractors) < (2 if links else 1):  # the last (the filler) absorbs corrections, others host links
             raise Reject("target_too_small_for_distractors")
         filler, hosts = distractors[-1], distractors[:-1]
 
-        # stage 2: gold placement; stage 3: links at sentence boundaries of distractor documents
         positions = place_own(rng, len(own), len(own) + len(distractors), self.p.placement)
         blocks = _interleave(own, distractors, positions)
         for link in links:
@@ -256,28 +296,16 @@ class KeyChainBuilder:
             host.inserts.append((rng.choice(boundaries(host.body)), link))
 
         def render() -> str:
-            return self.head + "".join(PASSAGE_HEADER.format(i=i + 1) + b.render() for i, b in enumerate(blocks)) + tail
+            return head + "".join(PASSAGE_HEADER.format(i=i + 1) + b.render() for i, b in enumerate(blocks)) + tail
 
         text, tokens = self.filler.finalize(render, filler, self.p.max_adjust_steps)
         content = text[len(self.prefix) : len(text) - len(self.suffix)]
         return {
-            "id": f"kc-{seed['id']}",
             "seed_id": seed["id"],
             "source": seed.get("source"),
             "prompt": json.dumps([{"role": "user", "content": content}], ensure_ascii=False),
             "answer": seed["answer"],
             "aliases": list(seed["aliases"] or []),
-            "hidden_question": question,
-            "first_key": chains[0][0],
-            "chain": chains[0],
-            "distractor_chains": json.dumps(
-                [{"seed_id": sid, "keys": ch, "question": q} for ch, (sid, q) in zip(chains[1:], others, strict=True)],
-                ensure_ascii=False,
-            ),
-            "key_format": self.p.key_format,
-            "hops": hops,
-            "n_distractor_chains": n_chains - 1,
-            "chains_per_1k": self.p.chains_per_1k,
             "placement": self.p.placement,
             "target_tokens": self.p.target_tokens,
             "tokens": tokens,
@@ -287,7 +315,6 @@ class KeyChainBuilder:
             "distractor_source": self.pool.source,
             "pass_count": seed.get("pass_count"),
             "pass_k": seed.get("pass_k"),
-            "curriculum_stage": None,
         }
 
     def _distractor_questions(self, rng: Any, seed_id: str, question: str, n: int) -> list[tuple[str, str]]:
@@ -453,16 +480,33 @@ KEYCHAIN_CONTRACT = Contract(
     ),
 )
 
-REJECTED_KEYCHAIN = Contract(columns={"seed_id": pl.String, "reason": pl.String})
+REGULAR = "regular"
+_SHARED = ("seed_id", "source", "prompt", "answer", "aliases", "placement", "target_tokens", "tokens", "tokenizer",
+           "gold_doc_positions", "n_docs", "distractor_source", "pass_count", "pass_k")
+REGULAR_COLUMNS: dict[str, Any] = {"id": pl.String, **{c: KEYCHAIN_COLUMNS[c] for c in _SHARED}, "question": pl.String}
+REGULAR_CONTRACT = Contract(
+    columns=REGULAR_COLUMNS,
+    expectations=(
+        Expect("ExpectColumnValuesToBeUnique", column="id"),
+        Expect("ExpectColumnPairValuesAToBeGreaterThanB", column_A="target_tokens", column_B="tokens", or_equal=True),
+    ),
+    checks=tuple(c for c in KEYCHAIN_CONTRACT.checks if c.name in ("answer_in_context", "length_within_window")),
+)
+REJECTED_COLUMNS = {"seed_id": pl.String, "kind": pl.String, "reason": pl.String}
+REJECTED_KEYCHAIN = Contract(columns=REJECTED_COLUMNS)
 
 
 # --------------------------------------------------------------------------- the stage
 
 
 def select_items(kept: pl.DataFrame, params: KeyChainParams) -> pl.DataFrame:
-    """The ``n`` seeds to augment, ordered by a seeded hash of their id (stable under input reordering)."""
+    """The first ``n`` seeds by a seeded hash of their id (stable under input reordering) become KeyChain items,
+    the next ``n_regular`` regular long-context QA items: no seed is used twice."""
     order = [hashlib.blake2b(f"{params.seed}/{i}".encode(), digest_size=8).hexdigest() for i in kept["id"]]
-    return kept.with_columns(pl.Series("_order", order)).sort("_order").drop("_order").head(params.n)
+    ordered = kept.with_columns(pl.Series("_order", order)).sort("_order").drop("_order")
+    kinds = ["keychain"] * min(params.n, ordered.height)
+    kinds += ["regular"] * min(params.n_regular, ordered.height - len(kinds))
+    return ordered.head(len(kinds)).with_columns(pl.Series("kind", kinds))
 
 
 def prepare(inputs: Mapping[str, Artifact], params: KeyChainParams) -> tuple[pl.DataFrame, DocPool, pl.DataFrame]:
@@ -482,16 +526,19 @@ def prepare(inputs: Mapping[str, Artifact], params: KeyChainParams) -> tuple[pl.
 
 
 def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) -> dict[str, pl.DataFrame]:
-    rows, rejected = [], []
+    """Build every item (its global index seeds its RNG); failures go to `rejected` with their reason."""
+    built: dict[str, list[dict[str, Any]]] = {"keychain": [], "regular": []}
+    rejected = []
     for index, seed in enumerate(items.iter_rows(named=True), start=start):
+        kind = seed.get("kind", "keychain")
         try:
-            rows.append(builder.build(index, seed))
+            built[kind].append(builder.build(index, seed) if kind == "keychain" else builder.build_regular(index, seed))
         except Reject as reason:
-            rejected.append({"seed_id": seed["id"], "reason": str(reason)})
+            rejected.append({"seed_id": seed["id"], "kind": kind, "reason": str(reason)})
     return {
-        STAGE: pl.DataFrame(rows, schema=KEYCHAIN_COLUMNS, orient="row") if rows
-        else pl.DataFrame(schema=KEYCHAIN_COLUMNS),
-        REJECTED: pl.DataFrame(rejected, schema={"seed_id": pl.String, "reason": pl.String}),
+        STAGE: pl.DataFrame(built["keychain"], schema=KEYCHAIN_COLUMNS, orient="row"),
+        REGULAR: pl.DataFrame(built["regular"], schema=REGULAR_COLUMNS, orient="row"),
+        REJECTED: pl.DataFrame(rejected, schema=REJECTED_COLUMNS),
     }
 
 
@@ -500,7 +547,7 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
     version="1",
     inputs=("qa_filtered", "tokenizer"),
     params=KeyChainParams,
-    outputs={STAGE: KEYCHAIN_CONTRACT, REJECTED: REJECTED_KEYCHAIN},
+    outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: REJECTED_KEYCHAIN},
 )
 def run(inputs: Mapping[str, Artifact], params: KeyChainParams, partition: str) -> dict[str, pl.DataFrame]:
     """KeyChain long-context QA (LoongRL section 3.1): hidden question behind UUID chains among distractors."""

@@ -1,6 +1,7 @@
 """Stage `rl_mix`: LoongRL's RL data mixture and multi-stage curriculum (LoongRL section 3.2.2, Table 1).
 
-Table 1 (21,024 examples): 7,500 KeyChain, 7,500 regular multi-hop QA, 1,024 needles (512 multi-key, 512
+Table 1 (21,024 examples): 7,500 KeyChain, 7,500 regular long-context multi-hop QA (the keychain stage's `regular`
+output: same extension, the question asked directly; or short QA from the kept seeds), 1,024 needles (512 multi-key, 512
 multi-value), 5,000 short math (2,500 hard open-ended, 2,500 easy multiple-choice). The counts are params; a
 category with fewer items than asked contributes what it has, and the `summary` output says so.
 
@@ -55,7 +56,10 @@ class MixParams(Params):
         description="stages to emit: warmup, stage1, stage2 (7B recipe); stage1, stage2 (14B recipe)")
     pass_table: str | None = Field(None, description="parquet with id, pass_count, k for stage2 hard mining; by "
                                                      "default the pass_count/pass_k columns on the rows")
-    qa_split: str = Field("train", description="split of the regular QA seeds")
+    qa_source: Literal["long", "short"] = Field(
+        "long", description="long: the keychain stage's regular long-context QA (the report's standard multi-hop "
+        "QA); short: the kept seeds with only their own documents")
+    qa_split: str = Field("train", description="split of the regular QA seeds when qa_source is short")
 
     @field_validator("counts")
     @classmethod
@@ -90,6 +94,12 @@ def keychain_items(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select(
         "id", pl.lit("keychain").alias("category"), "prompt", "answer", "aliases",
         pl.lit(QA_REWARD).alias("reward_fn"), pl.col("seed_id").alias("source_id"), "tokens", "pass_count", "pass_k")
+
+
+def long_qa_items(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.select(
+        "id", pl.lit("qa").alias("category"), "prompt", "answer", "aliases", pl.lit(QA_REWARD).alias("reward_fn"),
+        pl.col("seed_id").alias("source_id"), "tokens", "pass_count", "pass_k")
 
 
 def qa_items(seeds: pl.DataFrame, exclude: pl.Series) -> pl.DataFrame:
@@ -220,12 +230,16 @@ SUMMARY_CONTRACT = Contract(columns={"category": pl.String, "requested": pl.Int6
 def run(inputs: Mapping[str, Artifact], params: MixParams, partition: str) -> dict[str, pl.DataFrame]:
     """LoongRL Table 1 mixture with warm-up / Stage I / Stage II (hard-mined) curriculum rows."""
     keychain = inputs["keychain"].read("keychain")
-    seeds = inputs["qa_filtered"].read("seeds")
-    if "split" in seeds.columns:
-        seeds = seeds.filter(pl.col("split") == params.qa_split)
+    if params.qa_source == "long":
+        qa = long_qa_items(inputs["keychain"].read("regular"))
+    else:
+        seeds = inputs["qa_filtered"].read("seeds")
+        if "split" in seeds.columns:
+            seeds = seeds.filter(pl.col("split") == params.qa_split)
+        qa = qa_items(seeds, keychain["seed_id"])
     pool = pl.concat([
         keychain_items(keychain),
-        qa_items(seeds, keychain["seed_id"]),
+        qa,
         needle_items(inputs["needles"].read("needles")),
         math_items(inputs["math_seeds"].read("problems")),
     ], how="vertical_relaxed")

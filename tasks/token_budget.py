@@ -138,8 +138,11 @@ class BudgetFiller:
     def __init__(self, counter: TokenCounter, pool: DocPool, target: int, header: str, seed: int) -> None:
         self.counter, self.pool, self.header = counter, pool, header
         self.lo, self.hi = length_window(target)
-        slack = (self.hi - self.lo) // 4
-        self.goal, self.floor = self.hi - slack, self.lo + slack  # aim inside, so small estimate errors still fit
+        # Aim below the top of the window so a small estimate error never overshoots; anything from the bottom of
+        # the window up to the goal is accepted.
+        self.goal = self.hi - (self.hi - self.lo) // 4
+        self.tolerance = (self.goal - self.lo) * 2 // 3  # the accepted band [goal - tolerance, goal] keeps a third
+        # of the room below it, so an estimate a few tokens short still lands in the window
         self._headers: list[int] = [0]
         # A fixed, seeded probe sets the batch size of draws, so an item's draws never depend on which documents
         # earlier items happened to count (results stay independent of item order).
@@ -157,9 +160,10 @@ class BudgetFiller:
     def fill(self, draw: Callable[[int], list[int]], fixed: int, n_fixed: int, max_draws: int) -> list[Block]:
         """Whole blocks from ``draw(k)`` (up to k new pool indices) while they fit; the first that does not is cut
         to the remaining budget and ends the list. ``fixed`` tokens and ``n_fixed`` blocks are already spent."""
+        if fixed + self.headers(n_fixed) > self.hi:
+            raise Reject("own_context_exceeds_target")
         chosen: list[Block] = []
         spent = draws = 0
-        slack = self.goal - self.floor
         while draws < max_draws:
             room = self.goal - fixed - self.headers(n_fixed + len(chosen) + 1) - spent
             want = min(max(4, math.ceil(room / self.mean_tokens) + 2), max_draws - draws)
@@ -167,18 +171,18 @@ class BudgetFiller:
             batch = draw(want)
             for i, count in zip(batch, self.pool.count(batch, self.counter), strict=True):
                 room = self.goal - fixed - self.headers(n_fixed + len(chosen) + 1) - spent
-                if room <= 0:
+                if room <= self.tolerance:
                     return chosen
                 block = Block(self.pool.body(i), count, pool_index=i)
                 if count <= room or self.resize(block, room):
                     chosen.append(block)
                     spent += block.tokens
-                    if room - block.tokens <= slack:
+                    if room - block.tokens <= self.tolerance:
                         return chosen
         raise Reject("pool_exhausted")
 
     def resize(self, block: Block, tokens: int) -> bool:
-        """Cut the block's full text to at most ``tokens`` tokens (and within the aim's slack of it): at the last
+        """Cut the block's full text to at most ``tokens`` tokens and at least ``tokens - tolerance``: at the last
         sentence end that fits, else the last word boundary."""
         full = self.pool.body(block.pool_index)
         full_count = int(self.pool.counts[block.pool_index])
@@ -186,12 +190,12 @@ class BudgetFiller:
             return False
         if tokens >= full_count:
             block.body, block.tokens = full, full_count
-            return tokens - full_count <= self.goal - self.floor
+            return tokens - full_count <= self.tolerance
         offsets = self.counter.offsets(full)
         cut_end = offsets[tokens][0]  # first character of the first token that does not fit
         sentence_cut = max((b for b in boundaries(full[:cut_end]) if b < cut_end), default=0)
         word_cut = max(full.rfind(" ", 0, cut_end + 1), 0)
-        least = tokens - (self.goal - self.floor)
+        least = tokens - self.tolerance
         for cut in (sentence_cut, word_cut):
             text = full[:cut].rstrip()
             n = sum(1 for start, _end in offsets if start < len(text))

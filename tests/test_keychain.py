@@ -15,7 +15,7 @@ from longctx_fixtures import qa_filtered, seed_frame, tokenizer, tokenizer_artif
 from data_contracts.stage import FrameArtifact, StageError, get_stage
 from tasks import keychain as K
 
-SMALL = {"n": 6, "target_tokens": 1536}
+SMALL = {"n": 6, "n_regular": 3, "target_tokens": 1536}
 
 
 def run(params: dict | None = None, qa: FrameArtifact | None = None, partition: str = "p0") -> dict[str, pl.DataFrame]:
@@ -58,6 +58,18 @@ def test_every_row_passes_the_contract(default_run):
     assert report.passed, report.failures()
 
 
+def test_regular_long_context_qa_uses_other_seeds_and_asks_directly(default_run):
+    from data_contracts.gate import validate
+
+    regular, keychain = default_run["regular"], default_run["keychain"]
+    assert regular.height == 3 and not set(regular["seed_id"]) & set(keychain["seed_id"])
+    assert validate("keychain", "regular", regular, K.REGULAR_CONTRACT, "p0").passed
+    for row in regular.iter_rows(named=True):
+        text = content(row)
+        assert text.rsplit("\n\n", 1)[1].startswith(f"Question: {row['question']}\n")
+        assert not re.search(K.KEY_FORMATS["uuid32"][2], text)
+
+
 def test_same_params_same_bytes(default_run):
     assert run()["keychain"].equals(default_run["keychain"])
     assert not run({"seed": 1})["keychain"].equals(default_run["keychain"])
@@ -88,7 +100,7 @@ def test_distractors_come_from_filtered_out_seeds_never_own_documents(default_ru
 
 def test_too_few_filtered_out_documents_fall_back_to_other_kept_seeds():
     qa = qa_filtered(24, 3)
-    frame = run({"min_pool_docs": 50}, qa=qa)["keychain"]
+    frame = run({"min_pool_docs": 50, "n_regular": 0}, qa=qa)["keychain"]
     assert set(frame["distractor_source"]) == {"rejected+kept"}
     assert not failing_checks(frame)
 
@@ -103,7 +115,7 @@ def test_too_few_filtered_out_documents_fall_back_to_other_kept_seeds():
     seed=st.integers(0, 2**16),
 )
 def test_chain_properties_hold_for_any_setting(hops, chains_per_1k, key_format, placement, target, seed):
-    params = {"n": 2, "hops": hops, "chains_per_1k": chains_per_1k, "key_format": key_format,
+    params = {"n": 2, "n_regular": 0, "hops": hops, "chains_per_1k": chains_per_1k, "key_format": key_format,
               "placement": placement, "target_tokens": target, "seed": seed}
     out = run(params)
     frame = out["keychain"]
@@ -150,7 +162,7 @@ def test_keys_are_distinct_and_of_their_format(key_format):
 
 
 def test_centred_placement_puts_gold_documents_in_the_middle_third():
-    frame = run({"placement": "centred", "n": 3})["keychain"]
+    frame = run({"placement": "centred", "n": 3, "n_regular": 0})["keychain"]
     for row in frame.iter_rows(named=True):
         window = K.centred_window(4, row["n_docs"])
         assert set(row["gold_doc_positions"]) <= set(window) and len(window) < row["n_docs"]
@@ -161,18 +173,19 @@ def test_items_that_cannot_fit_are_rejected_with_a_reason():
     bad_answer = kept.with_columns(pl.when(pl.col("id") == "k0").then(pl.lit("Atlantis")).otherwise("answer")
                                    .alias("answer"))
     qa = FrameArtifact({"seeds": bad_answer, "rejected": qa_filtered().read("rejected")})
-    out = run({"n": 3, "target_tokens": 256}, qa=qa)
-    reasons = dict(out["rejected"].iter_rows())
+    out = run({"n": 3, "n_regular": 0, "target_tokens": 256}, qa=qa)
+    reasons = dict(out["rejected"].select("seed_id", "reason").iter_rows())
     assert reasons["k0"] == "answer_not_in_supporting_docs"
     assert out["keychain"].height + len(reasons) == 3
-    assert all(r in {"answer_not_in_supporting_docs", "target_too_small_for_distractors"} for r in reasons.values())
+    assert all(r in {"answer_not_in_supporting_docs", "target_too_small_for_distractors",
+                                       "own_context_exceeds_target"} for r in reasons.values())
 
 
 def test_eval_seeds_are_never_used():
     mixed = pl.concat([seed_frame(4, "k"), seed_frame(4, "v", split="eval")])
     rejected = pl.concat([qa_filtered().read("rejected"),
                           seed_frame(40, "w", split="eval").with_columns(pl.lit("too_easy").alias("reason"))])
-    frame = run({"n": 8}, qa=FrameArtifact({"seeds": mixed, "rejected": rejected}))["keychain"]
+    frame = run({"n": 8, "n_regular": 0}, qa=FrameArtifact({"seeds": mixed, "rejected": rejected}))["keychain"]
     assert frame.height == 4 and all(s.startswith("k") for s in frame["seed_id"])
     assert not any("Entry v" in p or "Entry w" in p for p in frame["prompt"])
 

@@ -15,7 +15,7 @@ from tasks import keychain, math, needles  # noqa: F401  (registers the upstream
 from tasks import mixture as M
 from tasks.rewards import REWARDS
 
-AVAILABLE = {"keychain": 6, "qa": 18, "needle_multikey": 2, "needle_multivalue": 2, "math_hard": 10, "math_easy": 10}
+AVAILABLE = {"keychain": 6, "qa": 5, "needle_multikey": 2, "needle_multivalue": 2, "math_hard": 10, "math_easy": 10}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def inputs() -> dict[str, FrameArtifact]:
 
     world = FrameArtifact({"documents": world_documents()})
     return {
-        "keychain": out("keychain", {"n": 6, "target_tokens": 1536},
+        "keychain": out("keychain", {"n": 6, "n_regular": 5, "target_tokens": 1536},
                         {"qa_filtered": qa_filtered(), "tokenizer": tokenizer_artifact()}),
         "needles": out("needles", {"n_multikey": 2, "n_multivalue": 2, "target_tokens": 1536},
                        {"world": world, "tokenizer": tokenizer_artifact()}),
@@ -92,17 +92,19 @@ def test_stage_two_uses_pass_counts_on_the_rows_by_default(inputs):
     kc = inputs["keychain"].read("keychain")
     solved = kc.with_columns(pl.when(pl.int_range(pl.len()) < 2).then(pl.col("pass_k")).otherwise("pass_count")
                              .alias("pass_count"))
-    changed = {**inputs, "keychain": FrameArtifact({"keychain": solved, "rejected": inputs["keychain"].read("rejected")})}
+    changed = {**inputs, "keychain": FrameArtifact({**inputs["keychain"].frames, "keychain": solved})}
     frame = mix(changed, curriculum=["stage2"])["mix"]
     assert set(frame.filter(pl.col("category") == "keychain")["source_id"]) == set(solved["seed_id"][2:])
 
 
-def test_rows_are_ready_for_grpo(inputs):
-    frame = mix(inputs, curriculum=["stage1"])["mix"]
+@pytest.mark.parametrize(("qa_source", "n_qa"), [("long", 5), ("short", 18)])
+def test_rows_are_ready_for_grpo(inputs, qa_source, n_qa):
+    frame = mix(inputs, curriculum=["stage1"], qa_source=qa_source)["mix"]
     for row in frame.iter_rows(named=True):
         messages = json.loads(row["prompt"])
         assert messages[-1]["role"] == "user" and "\\boxed{" in messages[-1]["content"]
     qa = frame.filter(pl.col("category") == "qa")
+    assert qa.height == n_qa
     assert not set(qa["source_id"]) & set(inputs["keychain"].read("keychain")["seed_id"])
 
 
