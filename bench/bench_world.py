@@ -1,9 +1,10 @@
-"""World seeds per second at 10k and 100k seeds, phase by phase, with peak memory; and the indexed uniqueness check
-against a full scan of the graph, side by side on the same questions.
+"""World seeds per second at 10k and 100k seeds, phase by phase, with peak memory; the indexed uniqueness check
+against a full scan of the graph, side by side on the same questions; and the streaming HotpotQA loader against
+``json.load`` of the whole file, on a synthetic file in HotpotQA's format.
 
-Each size runs in a fresh process so its peak RSS is its own. The graph has one entity per seed by default.
+Each measurement runs in a fresh process so its peak RSS is its own. The graph has one entity per seed by default.
 
-    .venv/bin/python -m bench.bench_world [--seeds 10000 100000] [--entities-per-seed 1.0]
+    .venv/bin/python -m bench.bench_world [--seeds 10000 100000] [--entities-per-seed 1.0] [--loader-records 30000]
 """
 
 from __future__ import annotations
@@ -68,39 +69,84 @@ def measure(n_seeds: int, entities_per_seed: float) -> dict[str, Any]:
     }
 
 
-def _child(n: int, eps: float, queue: mp.Queue) -> None:
-    queue.put(measure(n, eps))
+def hotpot_file(path: Path, records: int) -> None:
+    """HotpotQA's layout and sizes: 10 paragraphs of about 4 sentences each, 2 supporting titles."""
+    import random
+
+    rng = random.Random(0)
+    words = ("river", "ledger", "amber", "signal", "harbor", "quartz", "meadow", "cipher", "lantern", "orbit")
+    with path.open("w") as fh:
+        fh.write("[")
+        for i in range(records):
+            context = [[f"Title {i}-{c}", [" ".join(rng.choices(words, k=22)) + "." for _ in range(4)]]
+                       for c in range(10)]
+            record = {"_id": f"id{i}", "question": f"Which {rng.choice(words)} is {i}?", "answer": f"answer {i}",
+                      "supporting_facts": [[f"Title {i}-0", 0], [f"Title {i}-1", 2]], "context": context,
+                      "type": "bridge", "level": "medium"}
+            fh.write(("," if i else "") + json.dumps(record, indent=1))
+        fh.write("]")
+
+
+def measure_loader(path: str, streaming: bool) -> dict[str, Any]:
+    start = time.perf_counter()
+    if streaming:
+        from tasks.seeds import load_seed_file
+
+        rows = load_seed_file("hotpotqa", path)[0].height
+    else:
+        with open(path) as fh:
+            rows = len(json.load(fh))
+    return {"rows": rows, "s": time.perf_counter() - start,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _child(fn: Any, args: tuple, queue: mp.Queue) -> None:
+    queue.put(fn(*args))
+
+
+def in_fresh_process(fn: Any, *args: Any) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(fn, args, queue))
+    proc.start()
+    result = queue.get()
+    proc.join()
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--seeds", type=int, nargs="*", default=[10_000, 100_000], help="none: loader only")
     parser.add_argument("--entities-per-seed", type=float, default=1.0)
+    parser.add_argument("--loader-records", type=int, default=30_000)
     args = parser.parse_args()
-    ctx = mp.get_context("spawn")
     rows = []
     for n in args.seeds:
-        queue = ctx.Queue()
-        proc = ctx.Process(target=_child, args=(n, args.entities_per_seed, queue))
-        proc.start()
-        result = queue.get()
-        proc.join()
-        rows.append(result)
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}))
+        rows.append(in_fresh_process(measure, n, args.entities_per_seed))
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()}))
+    data = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-hotpot-{args.loader_records}.json"
+    hotpot_file(data, args.loader_records)
+    size_mb = data.stat().st_size / 1e6
+    stream, whole = (in_fresh_process(measure_loader, str(data), s) for s in (True, False))
+    data.unlink()
+    print(json.dumps({"file_mb": size_mb, "streaming": stream, "json_load": whole}))
 
-    lines = [
-        "",
-        "## World seeds (bench/bench_world.py)",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()} (shared with other "
-        f"jobs; one run per size, each in a fresh process). Graph: {args.entities_per_seed:g} entity per seed. "
-        "Seeds/s counts kept seeds over the whole stage (graph, documents, questions, frames). Uniqueness check: "
-        "per reasoning path of kept questions, indexed (smallest bucket, then filter) vs a mask over every entity.",
-        "",
-        "| seeds asked | entities | kept | rejected | graph+docs s | questions s | frames s | seeds/s (all) "
-        "| seeds/s (questions) | docs MB | peak RSS MB | check indexed µs | check full scan µs | scan / indexed |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = []
+    if rows:
+        lines += [
+            "",
+            "## World seeds (bench/bench_world.py)",
+            "",
+            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()} (shared with "
+            f"other jobs; one run per size, each in a fresh process). Graph: {args.entities_per_seed:g} entity per "
+            "seed. Seeds/s counts kept seeds over the whole stage (graph, documents, questions, frames). Uniqueness "
+            "check: per reasoning path of kept questions, indexed (smallest bucket, then filter) vs a mask over "
+            "every entity.",
+            "",
+            "| seeds asked | entities | kept | rejected | graph+docs s | questions s | frames s | seeds/s (all) "
+            "| seeds/s (questions) | docs MB | peak RSS MB | check indexed µs | check full scan µs | scan / indexed |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
     for r in rows:
         lines.append(
             f"| {r['seeds']:,} | {r['entities']:,} | {r['kept']:,} | {r['rejected']:,} | {r['graph_s']:.1f} | "
@@ -108,6 +154,18 @@ def main() -> None:
             f"{r['kept'] / r['questions_s']:,.0f} | {r['docs_mb']:.0f} | {r['peak_rss_mb']:,.0f} | "
             f"{r['check_indexed_us']:.1f} | {r['check_scan_us']:.1f} | "
             f"{r['check_scan_us'] / r['check_indexed_us']:.1f}x |")
+    lines += [
+        "",
+        "## QA seed loader, streaming vs whole file (bench/bench_world.py)",
+        "",
+        f"Loader ({platform.machine()}, {os.cpu_count()} CPUs, shared): a {size_mb:.0f} MB file in HotpotQA's format ({args.loader_records:,} records, 10 paragraphs each). "
+        "Streaming = `load_seed_file` (parse, convert to qa_seed rows, hash splits); whole file = `json.load` only.",
+        "",
+        "| reader | records | s | records/s | peak RSS MB |",
+        "| --- | --- | --- | --- | --- |",
+        *(f"| {name} | {r['rows']:,} | {r['s']:.1f} | {r['rows'] / r['s']:,.0f} | {r['peak_rss_mb']:,.0f} |"
+          for name, r in (("streaming load_seed_file", stream), ("json.load (whole file)", whole))),
+    ]
     with RESULTS.open("a") as fh:
         fh.write("\n".join(lines) + "\n")
     print("\n".join(lines))
