@@ -227,3 +227,14 @@ def test_instruction_transforms_keep_every_detail_recoverable(values, in_profile
     profile_values = {f["value"] for f in draft_a.user_profile.get("facts", [])}
     for v in values:  # every value is still in the text, or the user can tell it
         assert mentions(draft_a.description, v) or v in profile_values
+
+
+def test_tool_wide_flakiness_fails_the_first_attempts_of_every_call() -> None:
+    fault = Transform(family="tool", kind="transient_failure", tool="get_user", arguments=None,
+                      changed={"failures": 2, "error": "timeout", "tool_wide": True}, recovery="retry", hint="retry")
+    noise = ToolNoise([fault])
+    for user in ("U1", "U2"):
+        outcomes = [noise.call("get_user", {"user_id": user}, lambda n, a: {"user_id": a["user_id"]}).content
+                    for _ in range(3)]
+        assert [("error" in o) for o in outcomes] == [True, True, False]
+    assert noise.call("other_tool", {}, lambda n, a: {"ok": 1}).content == {"ok": 1}

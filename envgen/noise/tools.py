@@ -313,8 +313,13 @@ def _fault_at(kind: str, step: int, golden: Sequence[Mapping[str, Any]], outputs
     if kind == "transient_failure":
         failures = rng.randint(1, max_failures)
         error = rng.choice(["timeout", "server_error"])
-        return Transform(**base, changed={"failures": failures, "error": error}, recovery="retry",
-                         hint=f"The first {failures} attempt(s) fail with a retryable {error}; call again.",
+        # At higher intensity the whole tool is flaky: every call, whatever its arguments, fails its first
+        # attempts, so a policy cannot dodge the fault by reaching the data another way.
+        flaky = max_failures > 1 and rng.random() < 0.5
+        where = f"every call of {action['name']}" if flaky else "this call"
+        return Transform(**{**base, "arguments": None if flaky else base["arguments"]},
+                         changed={"failures": failures, "error": error, "tool_wide": flaky}, recovery="retry",
+                         hint=f"The first {failures} attempt(s) of {where} fail with a retryable {error}; call again.",
                          bites=action["name"] in writes or bool(needed))
     if kind in ("pagination", "truncation"):
         if kind == "pagination" and _list_key(out) is None:
