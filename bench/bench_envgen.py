@@ -90,7 +90,6 @@ def main() -> None:
     # Two processes, one per core: each builds its own environments and replays them.
     ctx = mp.get_context("fork")
     with ctx.Pool(2) as pool:
-        start = time.perf_counter()
         half = max(1, args.envs // 2)
         results = pool.map(_worker, [(half, args.rounds, 0), (half, args.rounds, 1000)])
     n2 = sum(r[0] for r in results)

@@ -18,10 +18,10 @@ from typing import Annotated, Any, Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
 from sqlalchemy import Boolean, Column, Engine, Float, ForeignKey, Integer, MetaData, String, Table
-from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.schema import CreateIndex, CreateTable
 
-from envgen.spec import DomainSpec, EntitySpec, FieldType, NUMERIC_TYPES, load_domain
+from envgen.spec import NUMERIC_TYPES, DomainSpec, EntitySpec, FieldType, load_domain
 
 ToolKind = Literal["get", "lookup", "find", "list", "search", "list_by", "count_by", "parent_of", "action"]
 READ_KINDS = frozenset({"get", "lookup", "find", "list", "search", "list_by", "count_by", "parent_of"})

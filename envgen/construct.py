@@ -29,7 +29,7 @@ from sqlalchemy import Connection, select
 
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool
 from envgen.spec import Condition, EntitySpec, FieldSpec, action_rows
-from envgen.tools import Executor, ToolError, _Context, action_conditions, fmt_time
+from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time
 
 CHAIN_KINDS = frozenset({"get", "lookup", "find", "list_by", "parent_of"})
 
@@ -158,7 +158,7 @@ class Grounder:
             return target + step * (1 if f.type == "int" else 0.5)
         raise GroundingFailed(f"cannot order {f.type} field {f.name}")
 
-    def patch(self, ctx: _Context, conds: list[Condition]) -> None:
+    def patch(self, ctx: ActionContext, conds: list[Condition]) -> None:
         """Patch rows until every condition holds (bounded rounds)."""
         for _ in range(3):
             failing = [c for c in conds if not ctx.holds(c)]
@@ -224,7 +224,7 @@ class Grounder:
         for r in target_e.relations:
             if r.field not in rows and target[r.field] is not None:
                 rows[r.field] = self.ex.get(self.conn, r.to, target[r.field])
-        ctx = _Context(rows, action_rows(action, self.ents), args, self.now)
+        ctx = ActionContext(rows, action_rows(action, self.ents), args, self.now)
         enforced, soft = action_conditions(self.domain, action)
         self.patch(ctx, enforced + [c for _, c in soft])
         dry = self.conn.begin_nested()
@@ -337,9 +337,9 @@ class Grounder:
 
 
 def _fake(locale: str, rng: random.Random):
-    from envgen.seeding import _faker
+    from envgen.spec import faker_for
 
-    fake = _faker(locale)
+    fake = faker_for(locale)
     fake.seed_instance(rng.getrandbits(32))
     return fake
 

@@ -129,10 +129,10 @@ def renamed_variant(spec: DomainSpec, rng: random.Random, suffix: str) -> Domain
     data["name"] = f"{spec.name}_{suffix}"[:40]
     providers = {f.faker for e in spec.entities for f in e.fields if f.faker}
     providers |= {q.faker for a in spec.actions for q in a.params if q.faker}
-    from envgen.seeding import _faker
+    from envgen.spec import faker_for
 
     # New values come from another locale, one that has every provider the spec uses (en_GB has no state_abbr).
-    fitting = [loc for loc in _LOCALES if all(callable(getattr(_faker(loc), p, None)) for p in providers)]
+    fitting = [loc for loc in _LOCALES if all(callable(getattr(faker_for(loc), p, None)) for p in providers)]
     data["locale"] = rng.choice(fitting) if fitting else spec.locale
     data["now"] = spec.now.isoformat()
     return DomainSpec.model_validate(data)

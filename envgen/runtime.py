@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-
 from envgen.canonical import State, canonical_state, diff_states
 from envgen.compiler import CLOCK_TABLE, CompiledDomain, compile_domain
 from envgen.seeding import engine_from_bytes, sqlite_engine
@@ -233,7 +232,7 @@ class Environment:
             self.said.append(text)
             try:
                 answer, ended = self.user.reply(text, self.final_write_done)
-            except Exception:  # an LLM-backed simulator can fail; that is never the agent's fault
+            except Exception:  # noqa: BLE001 - an LLM-backed simulator can fail; never the agent's fault
                 answer, ended, self.user_error = "", True, True
             if not ended:
                 out.append({"role": "user", "content": answer})

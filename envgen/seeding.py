@@ -11,7 +11,6 @@ import random
 import sqlite3
 import string
 from datetime import timedelta
-from functools import lru_cache
 from typing import Any
 
 import networkx as nx
@@ -20,18 +19,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
 from envgen.compiler import CLOCK_TABLE, CompiledDomain
-from envgen.spec import DomainSpec, EntitySpec, FieldSpec
+from envgen.spec import DomainSpec, EntitySpec, FieldSpec, faker_for
 from envgen.tools import fmt_time
 
 Rows = dict[str, list[dict[str, Any]]]
 _KEY_ALPHABET = string.ascii_uppercase + string.digits
-
-
-@lru_cache(maxsize=16)
-def _faker(locale: str):
-    from faker import Faker
-
-    return Faker(locale)
 
 
 def entity_order(spec: DomainSpec) -> list[EntitySpec]:
@@ -66,7 +58,7 @@ def field_value(f: FieldSpec, spec: DomainSpec, fake: Any, rng: random.Random) -
 def generate_rows(spec: DomainSpec, seed: int) -> Rows:
     """All rows of one environment's database, deterministic in ``seed``."""
     rng = random.Random(seed)
-    fake = _faker(spec.locale)
+    fake = faker_for(spec.locale)
     fake.seed_instance(seed)
     rows: Rows = {}
     keys: dict[str, list[str]] = {}

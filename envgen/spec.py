@@ -207,9 +207,9 @@ class Condition(Operand):
 
     @model_validator(mode="after")
     def _list_ops(self) -> Condition:
-        if (self.op in ("in", "not_in")) != isinstance(self.value, list):
-            if self.op in ("in", "not_in") or self.value is not None:
-                raise ValueError(f"op {self.op!r}: use a list value for in/not_in and a scalar otherwise")
+        list_op = self.op in ("in", "not_in")
+        if list_op != isinstance(self.value, list) and (list_op or self.value is not None):
+            raise ValueError(f"op {self.op!r}: use a list value for in/not_in and a scalar otherwise")
         return self
 
 
@@ -301,7 +301,8 @@ class DomainSpec(_Strict):
     @classmethod
     def _iso_now(cls, v: Any) -> Any:
         if not isinstance(v, (str, datetime)):
-            raise ValueError("now must be an ISO date-time string such as '2026-05-15T12:00:00'")
+            # pydantic turns a ValueError (not a TypeError) into a validation problem
+            raise ValueError("now must be an ISO date-time string such as '2026-05-15T12:00:00'")  # noqa: TRY004
         return v
 
     @field_validator("now")
@@ -444,10 +445,10 @@ def _check_domain(raw: Any, p: _Problems) -> None:
     } if isinstance(raw, dict) else {"entities": set(), "actions": set()}
     locale = str(raw.get("locale", "en_US"))
     try:
-        fake = _faker(locale)
+        fake = faker_for(locale)
     except (AttributeError, ValueError):
         p.add(["locale"], f"unknown Faker locale {locale!r} (e.g. en_US, en_GB, de_DE)")
-        fake = _faker("en_US")
+        fake = faker_for("en_US")
     by_name: dict[str, EntitySpec] = {}
     for i, e in entities:
         if e.name in by_name:
@@ -544,8 +545,9 @@ def _check_domain(raw: Any, p: _Problems) -> None:
             )
 
 
-@lru_cache(maxsize=8)
-def _faker(locale: str):
+@lru_cache(maxsize=16)
+def faker_for(locale: str):
+    """One Faker per locale per process (building one costs ~60 ms); callers reseed it with seed_instance."""
     from faker import Faker
 
     return Faker(locale)

@@ -147,9 +147,9 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     sentences += [f"The {f.label} is {_render(f.value)}." if "." in f.name else f"My {f.label} is {_render(f.value)}."
                   for f in inline if not (f.source == "task" and _render(f.value) in request)]
     description = " ".join(sentences)
-    from envgen.seeding import _faker
+    from envgen.spec import faker_for
 
-    fake = _faker(domain.spec.locale)
+    fake = faker_for(domain.spec.locale)
     fake.seed_instance(rng.getrandbits(32))
     task = {
         "task_id": f"{env['env_id']}-t0",
@@ -205,7 +205,7 @@ def mutate(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], ki
     with engine.connect() as conn:
         def keys(entity: str) -> list[str]:
             key = domain.spec.entity(entity).key
-            return [r[key] for r in ex._fetch(conn, entity, "", None, None) if r[key] not in golden_keys]
+            return [r[key] for r in ex.fetch(conn, entity, "", None, None) if r[key] not in golden_keys]
 
         if kind == "wrong-arg":
             plain = [q for q in action.params if q.ref is None]

@@ -56,8 +56,8 @@ _OPS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.
         "ge": operator.ge, "in": lambda a, b: a in b, "not_in": lambda a, b: a not in b}
 
 
-class _Context:
-    """Rows, parameters and now of one action call."""
+class ActionContext:
+    """Rows, parameters and now of one action call (also used by the constructor to patch rows)."""
 
     def __init__(self, rows: dict[str, Row | None], ents: dict[str, EntitySpec], params: Row, now: datetime) -> None:
         self.rows, self.ents, self.params, self.now = rows, ents, params, now
@@ -109,7 +109,7 @@ class Executor:
         self.domain = domain
         self.ents = {e.name: e for e in domain.spec.entities}
 
-    def _fetch(self, conn: Connection, entity: str, column: str, value: Any, limit: int | None = 1, offset: int = 0):
+    def fetch(self, conn: Connection, entity: str, column: str, value: Any, limit: int | None = 1, offset: int = 0):
         e, t = self.ents[entity], self.domain.tables[entity]
         q = select(t)
         if column:
@@ -120,7 +120,7 @@ class Executor:
         return [_json_row(e, r) for r in conn.execute(q)]
 
     def get(self, conn: Connection, entity: str, key: Any) -> Row | None:
-        rows = self._fetch(conn, entity, self.ents[entity].key, key)
+        rows = self.fetch(conn, entity, self.ents[entity].key, key)
         return rows[0] if rows else None
 
     def _page(self, rows: list[Row]) -> dict[str, Any]:
@@ -134,18 +134,18 @@ class Executor:
                 raise ToolError(f"no {e.name} with {e.key} {args[e.key]!r}")
             return row
         if tool.kind == "lookup":
-            rows = self._fetch(conn, e.name, tool.column, args[tool.column])
+            rows = self.fetch(conn, e.name, tool.column, args[tool.column])
             if not rows:
                 raise ToolError(f"no {e.name} with {tool.column} {args[tool.column]!r}")
             return rows[0]
         if tool.kind in ("find", "list_by"):
-            return self._page(self._fetch(conn, e.name, tool.column, args[tool.column], PAGE_LIMIT + 1))
+            return self._page(self.fetch(conn, e.name, tool.column, args[tool.column], PAGE_LIMIT + 1))
         if tool.kind == "count_by":
             t = self.domain.tables[e.name]
             n = conn.execute(select(func.count()).select_from(t).where(t.c[tool.column] == args[tool.column])).scalar()
             return {"count": int(n or 0)}
         if tool.kind == "list":
-            return self._page(self._fetch(conn, e.name, "", None, PAGE_LIMIT + 1, args.get("offset") or 0))
+            return self._page(self.fetch(conn, e.name, "", None, PAGE_LIMIT + 1, args.get("offset") or 0))
         if tool.kind == "search":
             t = self.domain.tables[e.name]
             q = select(t)
@@ -182,7 +182,7 @@ class Executor:
         for r in target_e.relations:
             if r.field not in rows:
                 rows[r.field] = self.get(conn, r.to, target[r.field]) if target[r.field] is not None else None
-        ctx = _Context(rows, row_ents, args, now)
+        ctx = ActionContext(rows, row_ents, args, now)
         enforced, soft = action_conditions(self.domain, action)
         for c in enforced:
             if not ctx.holds(c):
@@ -217,7 +217,7 @@ class Executor:
         if f is None or value is None:
             return value
         if f.type == "int":
-            return int(round(value))
+            return round(value)
         if f.type == "money":
             return round(float(value), 2)
         if f.type == "float":
@@ -236,7 +236,7 @@ class Executor:
         if f.max is not None and value > f.max:
             raise ToolError(f"this would make {ent.name}.{column} {round(value, 2)}, above its maximum {f.max:g}")
 
-    def _create(self, conn: Connection, entity: str, values: Row, ctx: _Context) -> Row:
+    def _create(self, conn: Connection, entity: str, values: Row, ctx: ActionContext) -> Row:
         """Insert a row; unspecified columns get type defaults (deterministic; runtime never draws randomness)."""
         e, t = self.ents[entity], self.domain.tables[entity]
         n = conn.execute(select(func.count()).select_from(t)).scalar() or 0
@@ -319,5 +319,5 @@ def call_tool(executor: Executor, conn_factory, name: str, raw_args: Any, now: d
             return ToolResult(executor.read(conn, tool, args))
     except ToolError as exc:
         return ToolResult({"error": str(exc)})
-    except Exception as exc:  # a defect of the environment, not of the agent: labelled `tool`
+    except Exception as exc:  # noqa: BLE001 - a defect of the environment, never the agent's: labelled `tool`
         return ToolResult({"error": f"internal error in {name}: {type(exc).__name__}"}, internal_error=True)

@@ -144,7 +144,12 @@ def register(app: typer.Typer) -> None:
         import random
 
         from envgen.compiler import CompileError, compile_domain
-        from envgen.construct import ConstructionFailed, ConstructionSettings, build_environment, executability
+        from envgen.construct import (
+            ConstructionFailed,
+            ConstructionSettings,
+            build_environment,
+            executability,
+        )
         from envgen.spec import SpecError, load_spec
         from envgen.taskgen import TaskSettings, environment_record, make_task
 

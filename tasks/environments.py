@@ -24,7 +24,17 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Check, Contract, Expect, Params, seed_for, stage
+from data_contracts.stage import (
+    REJECTED,
+    REJECTED_CONTRACT,
+    Artifact,
+    Check,
+    Contract,
+    Expect,
+    Params,
+    seed_for,
+    stage,
+)
 
 ENV_COLUMNS: dict[str, Any] = {
     "env_id": pl.String, "domain": pl.String, "spec_json": pl.String, "spec_hash": pl.String, "seed": pl.Int64,

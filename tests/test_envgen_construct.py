@@ -12,11 +12,23 @@ from hypothesis import strategies as st
 
 from envgen.compiler import compiled
 from envgen.construct import (
-    ConstructionFailed, ConstructionSettings, bfs_expand, build_environment, growth_probability, tables_of,
+    ConstructionFailed,
+    ConstructionSettings,
+    bfs_expand,
+    build_environment,
+    growth_probability,
+    tables_of,
 )
 from envgen.runtime import Environment, replay
 from envgen.spec import domain_paths
-from envgen.taskgen import MUTATIONS, TaskSettings, environment_record, make_task, mutate, underivable_arguments
+from envgen.taskgen import (
+    MUTATIONS,
+    TaskSettings,
+    environment_record,
+    make_task,
+    mutate,
+    underivable_arguments,
+)
 
 DOMAINS = sorted(domain_paths())
 

@@ -10,7 +10,13 @@ import pytest
 from data_contracts.gate import validate
 from data_contracts.stage import REJECTED, FrameArtifact, StageError, get_stage
 from envgen.spec import DomainSpec, load_domain
-from tasks.environments import DomainGraphsParams, EnvironmentsParams, EvalRandomParams, domain_graphs, environments
+from tasks.environments import (
+    DomainGraphsParams,
+    EnvironmentsParams,
+    EvalRandomParams,
+    domain_graphs,
+    environments,
+)
 
 THREE = "airline,retail,telecom"
 
