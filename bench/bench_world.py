@@ -137,14 +137,14 @@ def main() -> None:
             "",
             "## World seeds (bench/bench_world.py)",
             "",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()} (shared with "
-            f"other jobs; one run per size, each in a fresh process). Graph: {args.entities_per_seed:g} entity per "
-            "seed. Seeds/s counts kept seeds over the whole stage (graph, documents, questions, frames). Uniqueness "
-            "check: per reasoning path of kept questions, indexed (smallest bucket, then filter) vs a mask over "
-            "every entity.",
+            (f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()} (shared with "
+             f"other jobs; one run per size, each in a fresh process). Graph: {args.entities_per_seed:g} entity per "
+             "seed. Seeds/s counts kept seeds over the whole stage (graph, documents, questions, frames). Uniqueness "
+             "check: per reasoning path of kept questions, indexed (smallest bucket, then filter) vs a mask over "
+             "every entity."),
             "",
-            "| seeds asked | entities | kept | rejected | graph+docs s | questions s | frames s | seeds/s (all) "
-            "| seeds/s (questions) | docs MB | peak RSS MB | check indexed µs | check full scan µs | scan / indexed |",
+            ("| seeds asked | entities | kept | rejected | graph+docs s | questions s | frames s | seeds/s (all) "
+             "| seeds/s (questions) | docs MB | peak RSS MB | check indexed µs | check full scan µs | scan / indexed |"),
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
     for r in rows:
@@ -158,8 +158,9 @@ def main() -> None:
         "",
         "## QA seed loader, streaming vs whole file (bench/bench_world.py)",
         "",
-        f"Loader ({platform.machine()}, {os.cpu_count()} CPUs, shared): a {size_mb:.0f} MB file in HotpotQA's format ({args.loader_records:,} records, 10 paragraphs each). "
-        "Streaming = `load_seed_file` (parse, convert to qa_seed rows, hash splits); whole file = `json.load` only.",
+        (f"Loader ({platform.machine()}, {os.cpu_count()} CPUs, shared): a {size_mb:.0f} MB file in HotpotQA's "
+         f"format ({args.loader_records:,} records, 10 paragraphs each). Streaming = `load_seed_file` (parse, "
+         "convert to qa_seed rows, hash splits); whole file = `json.load` only."),
         "",
         "| reader | records | s | records/s | peak RSS MB |",
         "| --- | --- | --- | --- | --- |",

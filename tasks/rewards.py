@@ -28,10 +28,12 @@ RewardFn = Callable[..., list[float]]
 
 # Closed-class words that carry no answer on their own (SQuAD drops only articles; a reward must also refuse
 # "of", "is", "it" as a complete answer).
-STOP_WORDS = frozenset(
-    "a an the of in on at to for from by with and or but nor is are was were be been being it its this that these "
-    "those there here as than then so such which who whom whose what when where why how answer final".split()
-)
+STOP_WORDS = frozenset({
+    "a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "but", "nor",
+    "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those",
+    "there", "here", "as", "than", "then", "so", "such", "which", "who", "whom", "whose", "what", "when",
+    "where", "why", "how", "answer", "final",
+})
 YES_NO = frozenset({"yes", "no"})
 
 _LATEX_COMMAND = re.compile(r"\\[a-zA-Z]+\*?")

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 from pydantic import Field, field_validator

@@ -14,7 +14,6 @@ from tasks.rewards import (
     normalize,
     score_exact,
     score_token_f1,
-    score_two_way,
     score_two_way_naive,
 )
 
