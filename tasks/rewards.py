@@ -151,10 +151,10 @@ def score_two_way(
     if pred is None:
         return 0.0
     p = _tokens(pred)
-    if _contentless(p):
-        return 0.0
     gold_tokens = [g for g in (_tokens(g) for g in golds) if g]
-    if not gold_tokens:
+    if p and p in gold_tokens:  # an exact answer counts even when it is all closed-class words ("The Who")
+        return 1.0
+    if _contentless(p) or not gold_tokens:
         return 0.0
     if not _candidates_consistent(pred, gold_tokens):
         return 0.0
@@ -195,7 +195,7 @@ def score_two_way_naive(pred: str | None, golds: Sequence[str]) -> float:
 
 def score_exact(pred: str | None, golds: Sequence[str]) -> float:
     """Normalized equality with the gold answer or an alias."""
-    if pred is None or _contentless(_tokens(pred)):
+    if pred is None or not normalize(pred):
         return 0.0
     return float(any(normalize(pred) == normalize(g) for g in golds if g))
 

@@ -114,6 +114,7 @@ def test_the_naive_reward_is_hacked() -> None:
     ("Simon and Garfunkel", "Simon & Garfunkel"),
     ("Wells, Carpenter and Jacobs", "Wells, Carpenter and Jacobs"),
     ("Chief of Protocol of the United States", "Chief of Protocol"),
+    ("The Who", "The Who"),
 ])
 def test_correct_answers_score_one(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [1.0]
