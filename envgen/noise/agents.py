@@ -119,7 +119,7 @@ class _Call:
     parts: list[Any] = field(default_factory=list)
 
 
-class _ReferenceAgent:
+class ReferenceAgent:
     """The shared loop: resolve the next golden step's arguments from observations, call, read the response."""
 
     robust: bool
@@ -256,13 +256,13 @@ class _ReferenceAgent:
         return self.gave_up is not None or self.step >= len(self.golden)
 
 
-class RobustReferenceAgent(_ReferenceAgent):
+class RobustReferenceAgent(ReferenceAgent):
     """Scripted test double: follows the golden plan, retries, paginates, re-queries, normalizes, asks."""
 
     robust = True
 
 
-class NaiveReferenceAgent(_ReferenceAgent):
+class NaiveReferenceAgent(ReferenceAgent):
     """Scripted test double: follows the golden plan literally; no retries, no questions, no normalization."""
 
     robust = False

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from envgen.noise.agents import NaiveReferenceAgent, RobustReferenceAgent, _ReferenceAgent
+from envgen.noise.agents import NaiveReferenceAgent, ReferenceAgent, RobustReferenceAgent
 from envgen.noise.curriculum import NoiseLevel
 from envgen.noise.environment import NoisyEnvironment, scored_for_agent
 from envgen.noise.instruction import INSTRUCTION_TRANSFORMS, Draft, find_details
@@ -66,7 +66,7 @@ def writes_of(env: NoisyEnvironment) -> frozenset[str]:
     return frozenset(n for n in env.tool_names if env.domain.tools[n].is_write)
 
 
-def run_reference(env: NoisyEnvironment, task: Mapping[str, Any], agent: _ReferenceAgent) -> Outcome:
+def run_reference(env: NoisyEnvironment, task: Mapping[str, Any], agent: ReferenceAgent) -> Outcome:
     """Drive ``agent`` through one episode of ``task``; an agent that gives up ends the episode (scored as is)."""
     obs = env.reset(dict(task))
     agent.observe(obs.messages)
