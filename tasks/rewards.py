@@ -38,6 +38,7 @@ YES_NO = frozenset({"yes", "no"})
 
 _LATEX_COMMAND = re.compile(r"\\[a-zA-Z]+\*?")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # "4,120" -> "4120", so it is one number, not a list
 _PUNCT = frozenset(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014", "\u00bf", "\u00a1"}
 # Separators of an answer that lists several candidates ("A or B", "A, B", "A / B", "A; B", "A & B", "A and B").
 _CANDIDATE_SPLIT = re.compile(r"\s*(?:,|;|/|&|\bor\b|\band\b|\beither\b)\s*")
@@ -104,8 +105,8 @@ def normalize(text: str) -> str:
     """SQuAD-style normalization plus accent folding and LaTeX command removal; idempotent.
 
     Punctuation becomes a space (so "Jones-Smith" keeps two tokens) except apostrophes, which are dropped
-    ("O'Brien" -> "obrien"); "&" reads "and"."""
-    text = _LATEX_COMMAND.sub(" ", text)
+    ("O'Brien" -> "obrien"); "&" reads "and"; thousands separators go ("4,120" -> "4120")."""
+    text = _THOUSANDS.sub("", _LATEX_COMMAND.sub(" ", text))
     if not text.isascii():
         text = fold_accents(text)
     text = text.lower().replace("&", " and ").translate(_PUNCT_TABLE)
@@ -178,7 +179,7 @@ def _candidates_consistent(pred: str, gold_tokens: Sequence[Sequence[str]]) -> b
     """False when the prediction lists several candidates and one of them is not (part of) a gold answer.
 
     A list that is itself a gold form ("Simon and Garfunkel", "Paris, France") passes: each part lies in it."""
-    parts = [_tokens(part) for part in _CANDIDATE_SPLIT.split(fold_accents(pred).lower())]
+    parts = [_tokens(part) for part in _CANDIDATE_SPLIT.split(_THOUSANDS.sub("", fold_accents(pred).lower()))]
     parts = [p for p in parts if not _contentless(p)]
     if len(parts) < 2:
         return True

@@ -90,6 +90,7 @@ two_way = REWARDS["two_way"]
     ("yes", "Yes Minister"),
     ("no", "No Doubt"),
     ("New", "New York City"),
+    ("4,120 or 5,000", "4,120"),
 ])
 def test_reward_hacks_score_zero(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [0.0]
@@ -115,6 +116,8 @@ def test_the_naive_reward_is_hacked() -> None:
     ("Wells, Carpenter and Jacobs", "Wells, Carpenter and Jacobs"),
     ("Chief of Protocol of the United States", "Chief of Protocol"),
     ("The Who", "The Who"),
+    ("4120 seats", "4,120"),
+    ("about 1,250,000 people", "1250000 people"),
 ])
 def test_correct_answers_score_one(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [1.0]
