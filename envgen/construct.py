@@ -260,6 +260,8 @@ class Grounder:
             calls.insert(0, {"name": u.name, "arguments": u_args})
             linked.insert(0, set())
             head, head_args = u, u_args
+        if len({h.label for h in hints}) < len(hints):
+            raise GroundingFailed("two list hints would share a label; the user could not tell them apart")
         facts: list[Fact] = list(reversed(hints))
         action = self.domain.spec.action(write.action)
         params = {q.name: q for q in action.params}
@@ -331,7 +333,7 @@ class Grounder:
         self.rng.shuffle(fields)
         for f in fields:
             if sum(r[f.name] == row[f.name] for r in shown) == 1:
-                label = f"{e.label or e.name.replace('_', ' ')} {f.label or f.name.replace('_', ' ')}"
+                label = f"{f.label or f.name.replace('_', ' ')} of the {e.name.replace('_', ' ')}"
                 return Fact(f"{e.name}.{f.name}", label, row[f.name], "task")
         raise GroundingFailed(f"no field tells the wanted {e.name} apart")
 

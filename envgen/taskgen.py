@@ -81,7 +81,8 @@ def _facts(built: BuiltEnvironment) -> list[Fact]:
             if any(o.name == f.name and o.value == f.value for o in out):
                 continue
             same = sum(o.label.split(" (")[0] == f.label for o in out)
-            out.append(Fact(f.name, f.label if not same else f"{f.label} ({same + 1})", f.value, f.source))
+            label = f.label if not same or "." in f.name else f"{f.label} ({same + 1})"
+            out.append(Fact(f.name, label, f.value, f.source))
     return out
 
 
@@ -130,6 +131,9 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     """(task record, None) or (None, rejection reason)."""
     actions = [a for chain in built.chains for a in chain.actions]
     facts = _facts(built)
+    hint_labels = [f.label for f in facts if "." in f.name]
+    if len(set(hint_labels)) < len(hint_labels):
+        return None, "ambiguous task: two chains single out rows by the same field"
     results, engine = _run(domain, built.db, actions)
     failed = [(a["name"], r["error"]) for a, r in zip(actions, results) if "error" in r]
     if failed:
@@ -144,7 +148,8 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     intents = [c.intent for c in built.chains]
     request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
     sentences = [rng.choice(_OPENERS), f"I would like to {request}."]
-    sentences += [f"The {f.label} is {_render(f.value)}." if "." in f.name else f"My {f.label} is {_render(f.value)}."
+    # Facts named "entity.field" single out one row of a list result ("the unit price of the order item I mean").
+    sentences += [f"The {f.label} I mean is {_render(f.value)}." if "." in f.name else f"My {f.label} is {_render(f.value)}."
                   for f in inline if not (f.source == "task" and _render(f.value) in request)]
     description = " ".join(sentences)
     from envgen.spec import faker_for
