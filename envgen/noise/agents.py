@@ -251,10 +251,6 @@ class ReferenceAgent:
         told = [str(v) for v, ok in zip(self.required_outputs, seen) if ok]
         return {"role": "assistant", "content": f"Your request is complete. Details: {', '.join(told) or 'none'}."}
 
-    @property
-    def finished(self) -> bool:
-        return self.gave_up is not None or self.step >= len(self.golden)
-
 
 class RobustReferenceAgent(ReferenceAgent):
     """Scripted test double: follows the golden plan, retries, paginates, re-queries, normalizes, asks."""
