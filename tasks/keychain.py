@@ -109,6 +109,9 @@ class KeyChainParams(Params):
     )
     max_adjust_steps: int = Field(4, ge=0, le=16, description="bounded length corrections after the exact count")
     max_draws_per_item: int = Field(20_000, ge=10, description="bound on distractor documents drawn for one item")
+    pool_counting: Literal["auto", "lazy", "upfront"] = Field(
+        "auto", description="count distractor documents when first drawn (lazy), all at once in parallel batches "
+        "before building (upfront), or upfront when the run will draw at least as many documents as the pool holds")
 
     @field_validator("target_tokens")
     @classmethod
@@ -204,6 +207,9 @@ class KeyChainBuilder:
         self.counter = TokenCounter(tok)
         self.filler = BudgetFiller(self.counter, pool, params.target_tokens, PASSAGE_HEADER,
                                    seed_for(params.seed, STAGE, "probe", 0))
+        expected_draws = (params.n + params.n_regular) * params.target_tokens / self.filler.mean_tokens
+        if params.pool_counting == "upfront" or (params.pool_counting == "auto" and expected_draws >= len(pool)):
+            pool.count_all(self.counter)
         self.q_ids: list[str] = questions["id"].to_list()
         self.q_texts: list[str] = questions["question"].to_list()
         self.tokenizer_id = tokenizer_identity(tok)

@@ -99,6 +99,12 @@ class DocPool:
         title, text = self.titles[i], self.texts[i].strip()
         return f"{title}\n{text}" if title else text
 
+    def count_all(self, counter: TokenCounter, batch: int = 8192) -> None:
+        """Count every document not counted yet, in large batches (the tokenizer parallelizes a batch)."""
+        missing = np.flatnonzero(self.counts < 0).tolist()
+        for start in range(0, len(missing), batch):
+            self.count(missing[start : start + batch], counter)
+
     def count(self, idx: Sequence[int], counter: TokenCounter) -> list[int]:
         missing = [i for i in dict.fromkeys(idx) if self.counts[i] < 0]
         if missing:
