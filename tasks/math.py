@@ -156,7 +156,8 @@ def modular(rng: random.Random) -> Problem:
         return question, Fraction(pow(a, b, m)), by_multiplication
     a, c = rng.randint(2, m - 1), rng.randint(1, m - 1)
     question = f"Find the smallest positive integer x such that {a}x ≡ {c} (mod {m})."
-    return question, Fraction(pow(a, -1, m) * c % m), lambda: Fraction(next(x for x in range(1, m) if (a * x - c) % m == 0))
+    answer = Fraction(pow(a, -1, m) * c % m)
+    return question, answer, lambda: Fraction(next(x for x in range(1, m) if (a * x - c) % m == 0))
 
 
 HARD: dict[str, Callable[[random.Random], Problem]] = {"arithmetic": arithmetic, "linear_system": linear_system,
@@ -178,7 +179,8 @@ def choices_for(value: Fraction, rng: random.Random) -> list[Fraction]:
 def multiple_choice(question: str, value: Fraction, rng: random.Random) -> tuple[str, str, list[str]]:
     options = [fmt(v) for v in choices_for(value, rng)]
     listed = "\n".join(f"{letter}) {text}" for letter, text in zip(LETTERS, options, strict=True))
-    return f"{question}\n{listed}\nAnswer with the letter of the correct choice.", LETTERS[options.index(fmt(value))], options
+    text = f"{question}\n{listed}\nAnswer with the letter of the correct choice."
+    return text, LETTERS[options.index(fmt(value))], options
 
 
 def easy_arithmetic(rng: random.Random) -> Problem:

@@ -99,9 +99,11 @@ RELATIONS: dict[str, Relation] = {
 OUT_RELATIONS = {t: [r for r, rel in RELATIONS.items() if rel.subject == t] for t in TYPE_NOUN}
 IN_RELATIONS = {t: [r for r, rel in RELATIONS.items() if rel.object == t] for t in TYPE_NOUN}
 # The year a bridge question may ask for instead of a name: (attribute, question template).
-YEAR_ASKS = {"person": ("born", "In what year was {x} born?"), "organization": ("founded", "In what year was {x} founded?"),
-             "city": ("founded", "In what year was {x} founded?"), "work": ("released", "In what year was {x} released?"),
-             "event": ("held", "In what year did {x} take place?")}
+YEAR_ASKS = {
+    "person": ("born", "In what year was {x} born?"), "organization": ("founded", "In what year was {x} founded?"),
+    "city": ("founded", "In what year was {x} founded?"), "work": ("released", "In what year was {x} released?"),
+    "event": ("held", "In what year did {x} take place?"),
+}
 # Comparison questions: (type, attribute, question template, +1 when the larger value wins).
 COMPARISONS = (
     ("organization", "founded", "Which was founded earlier: {a} or {b}?", -1),
@@ -407,88 +409,82 @@ def _fmt_number(n: int) -> str:
 
 
 def render_document(world: World, i: int) -> str:
-    """An encyclopedia-like article stating every fact of entity ``i`` (several templates per fact)."""
+    """An encyclopedia-like article stating every fact of entity ``i`` (several templates per fact), plus the
+    facts in which it is the object ("Notable people born in ...", "Its employees include ...")."""
     w, rec, t = world, world.records[i], world.types[i]
     rng = w.rng("doc", i)
-    name, rel = rec["name"], {r: int(arr[i]) for r, arr in w.rel.items() if arr[i] >= 0}
-    ref = {r: w.name(j) for r, j in rel.items()}
+    name = rec["name"]
+    ref = {r: w.name(int(arr[i])) for r, arr in w.rel.items() if arr[i] >= 0}
 
     def pick(*options: str) -> str:
         return rng.choice(options)
 
-    paragraphs: list[list[str]] = []
+    def inverse(relation: str, template: str, limit: int = 3, prefix: str = "") -> list[str]:
+        subjects = w.inverse[relation].get(i, _EMPTY)[:limit]
+        return [template.format(_join([prefix + w.name(int(e)) for e in subjects]))] if len(subjects) else []
+
     if t == "country":
-        paragraphs.append([pick(f"{name} is a sovereign state with a population of {_fmt_number(rec['population'])}.",
-                                f"{name} is a country of {_fmt_number(rec['population'])} inhabitants.")])
-        cities = w.inverse["located_in"].get(i, _EMPTY)[:4]
-        if len(cities):
-            paragraphs.append([f"Its cities include {_join([w.name(int(c)) for c in cities])}."])
+        pop = _fmt_number(rec["population"])
+        paragraphs = [[pick(f"{name} is a sovereign state with a population of {pop}.",
+                            f"{name} is a country of {pop} inhabitants.")],
+                      inverse("located_in", "Its cities include {}.", 4)]
     elif t == "city":
-        paragraphs.append([
-            pick(f"{name} is a city in {ref['located_in']}.", f"{name} is a municipality located in {ref['located_in']}."),
-            pick(f"It was founded in {rec['founded']}.", f"The settlement dates from {rec['founded']}, the year it was founded."),
-            pick(f"As of the last census the city had a population of {_fmt_number(rec['population'])}.",
-                 f"{name} is home to {_fmt_number(rec['population'])} people."),
-        ])
-        natives = w.inverse["born_in"].get(i, _EMPTY)[:3]
-        if len(natives):
-            paragraphs.append([f"Notable people born in {name} include {_join([w.name(int(p)) for p in natives])}."])
+        country, founded, pop = ref["located_in"], rec["founded"], _fmt_number(rec["population"])
+        paragraphs = [
+            [pick(f"{name} is a city in {country}.", f"{name} is a municipality located in {country}."),
+             pick(f"It was founded in {founded}.", f"The settlement dates from {founded}, the year it was founded."),
+             pick(f"As of the last census the city had a population of {pop}.", f"{name} is home to {pop} people.")],
+            inverse("born_in", f"Notable people born in {name} include {{}}.")
+            + inverse("headquartered_in", "Organisations headquartered in the city include {}.")
+            + inverse("held_in", f"{name} has hosted {{}}.", prefix="the "),
+        ]
     elif t == "person":
-        job = OCCUPATIONS[rec["category"]]
-        paragraphs.append([
-            pick(f"{name} (born {_fmt_date(rec['born'])}) is a {job}.",
-                 f"{name} is a {job} who was born on {_fmt_date(rec['born'])}."),
-            pick(f"{name.split()[0]} was born in {ref['born_in']}.", f"A native of {ref['born_in']}, {name} grew up there."),
-        ])
+        job, born, city = OCCUPATIONS[rec["category"]], _fmt_date(rec["born"]), ref["born_in"]
         career = [pick(f"{name} works for {ref['works_for']}.", f"{name} is employed by {ref['works_for']}.")]
         if "married_to" in ref:
-            career.append(pick(f"{name} is married to {ref['married_to']}.", f"{name}'s spouse is {ref['married_to']}."))
-        paragraphs.append(career)
-        founded = w.inverse["founded_by"].get(i, _EMPTY)[:3]
-        created = w.inverse["created_by"].get(i, _EMPTY)[:3]
-        legacy = []
-        if len(founded):
-            legacy.append(f"{name} founded {_join([w.name(int(o)) for o in founded])}.")
-        if len(created):
-            legacy.append(f"Works by {name} include {_join([w.name(int(o)) for o in created])}.")
-        if legacy:
-            paragraphs.append(legacy)
+            spouse = ref["married_to"]
+            career.append(pick(f"{name} is married to {spouse}.", f"{name}'s spouse is {spouse}."))
+        paragraphs = [
+            [pick(f"{name} (born {born}) is {_article(job)}.", f"{name} is {_article(job)} who was born on {born}."),
+             pick(f"{name.split()[0]} was born in {city}.", f"A native of {city}, {name} grew up there.")],
+            career,
+            inverse("founded_by", f"{name} founded {{}}.") + inverse("created_by", f"Works by {name} include {{}}."),
+        ]
     elif t == "organization":
-        industry = INDUSTRIES[rec["category"]]
-        paragraphs.append([
-            pick(f"{name} is a {industry} company founded in {rec['founded']} by {ref['founded_by']}.",
-                 f"{name} is a {industry} company. It was founded by {ref['founded_by']} in {rec['founded']}."),
-            pick(f"The company is headquartered in {ref['headquartered_in']}.",
-                 f"Its headquarters are in {ref['headquartered_in']}."),
-        ])
-        paragraphs.append([
-            pick(f"{name} employs {_fmt_number(rec['employees'])} people.",
-                 f"The company has {_fmt_number(rec['employees'])} employees."),
-            f"Its annual budget is ${_fmt_number(rec['budget'])}.",
-        ])
+        industry, founder, founded = INDUSTRIES[rec["category"]], ref["founded_by"], rec["founded"]
+        staff = _fmt_number(rec["employees"])
+        paragraphs = [
+            [pick(f"{name} is {_article(industry)} company founded in {founded} by {founder}.",
+                  f"{name} is {_article(industry)} company. It was founded by {founder} in {founded}."),
+             pick(f"The company is headquartered in {ref['headquartered_in']}.",
+                  f"Its headquarters are in {ref['headquartered_in']}.")],
+            [pick(f"{name} employs {staff} people.", f"The company has {staff} employees."),
+             f"Its annual budget is ${_fmt_number(rec['budget'])}."]
+            + inverse("works_for", "Its employees include {}."),
+            inverse("published_by", f"{name} has released {{}}.") + inverse("organized_by", "It organised {}.", prefix="the "),
+        ]
     elif t == "work":
-        kind = WORK_KINDS[rec["category"]]
+        kind, creator, released = WORK_KINDS[rec["category"]], ref["created_by"], _fmt_date(rec["released"])
         verb = {"novel": "written by", "film": "directed by", "album": "recorded by"}[kind]
-        paragraphs.append([
-            pick(f"{name} is a {kind} {verb} {ref['created_by']}.", f"{name} is a {kind}; it was {verb} {ref['created_by']}."),
-            pick(f"It was released on {_fmt_date(rec['released'])} by {ref['published_by']}.",
-                 f"{ref['published_by']} released it on {_fmt_date(rec['released'])}."),
-        ])
+        paragraphs = [[pick(f"{name} is {_article(kind)} {verb} {creator}.",
+                            f"{name} is {_article(kind)}; it was {verb} {creator}."),
+                       pick(f"It was released on {released} by {ref['published_by']}.",
+                            f"{ref['published_by']} released it on {released}.")]]
     else:  # event
-        kind = EVENT_KINDS[rec["category"]]
-        paragraphs.append([
-            pick(f"The {name} was a {kind} held in {ref['held_in']} on {_fmt_date(rec['held'])}.",
-                 f"The {name} took place in {ref['held_in']} on {_fmt_date(rec['held'])}; it was a {kind}."),
-            pick(f"It was organised by {ref['organized_by']}.", f"{ref['organized_by']} organised the event."),
-            pick(f"It was attended by {_fmt_number(rec['attendance'])} people.",
-                 f"Attendance reached {_fmt_number(rec['attendance'])}."),
-        ])
-    return "\n\n".join(" ".join(p) for p in paragraphs)
+        kind, city, held = EVENT_KINDS[rec["category"]], ref["held_in"], _fmt_date(rec["held"])
+        crowd = _fmt_number(rec["attendance"])
+        paragraphs = [[pick(f"The {name} was {_article(kind)} held in {city} on {held}.",
+                            f"The {name} took place in {city} on {held}; it was {_article(kind)}."),
+                       pick(f"It was organised by {ref['organized_by']}.", f"{ref['organized_by']} organised the event."),
+                       pick(f"It was attended by {crowd} people.", f"Attendance reached {crowd}.")]]
+    return "\n\n".join(" ".join(p) for p in paragraphs if p)
 
 
 def _join(names: Sequence[str]) -> str:
+    if len(names) <= 2:
+        return " and ".join(names)
     sep = "; " if any("," in n for n in names) else ", "  # company names hold commas ("Wells, Carpenter and Jacobs")
-    return names[0] if len(names) == 1 else f"{sep.join(names[:-1])}{sep.strip()} and {names[-1]}"
+    return f"{sep.join(names[:-1])}{sep.strip()} and {names[-1]}"
 
 
 # --------------------------------------------------------------------------- questions
@@ -794,10 +790,11 @@ def world_stage(inputs: Mapping[str, Any], params: WorldParams, partition: str) 
     verified unique over the whole graph."""
     world, docs = build_world(params.seed, params.n_entities)
     seeds, rejected = generate_seeds(world, docs, params, partition)
+    ids = [f"E{i}" for i in range(world.n)]
     return {
         "entities": entity_frame(world),
-        "documents": pl.DataFrame({"doc_id": [f"E{i}" for i in range(world.n)], "title": [r["name"] for r in world.records],
-                                   "text": docs, "entity_id": [f"E{i}" for i in range(world.n)]}, schema=DOCUMENT_COLUMNS),
+        "documents": pl.DataFrame({"doc_id": ids, "title": [r["name"] for r in world.records], "text": docs,
+                                   "entity_id": ids}, schema=DOCUMENT_COLUMNS),
         "relations": relation_frame(world),
         "seeds": pl.DataFrame(seeds, schema=WORLD_SEED_COLUMNS, orient="row") if seeds
         else pl.DataFrame(schema=WORLD_SEED_COLUMNS),
