@@ -61,7 +61,6 @@ COUNTRY_ALIASES = {
 TYPE_SHARE = (("city", 0.2), ("person", 0.4), ("organization", 0.15), ("work", 0.15), ("event", 0.1))
 TYPE_NOUN = {"person": "a person", "organization": "an organisation", "city": "a city", "country": "a country",
              "work": "a work", "event": "an event"}
-CORPORATE_SUFFIXES = (" Inc", " LLC", " Ltd", " PLC", " Group", " and Sons")
 
 
 @dataclass(frozen=True)
@@ -382,7 +381,8 @@ def _title(fake: Any, rng: random.Random) -> str:
 
 
 def _aliases(rec: Mapping[str, Any], names: set[str]) -> list[str]:
-    """Other accepted forms of an entity's name, never another entity's name."""
+    """Other accepted forms of an entity's name, never another entity's name. Organisations get none: "Martinez"
+    for "Martinez LLC" would also accept "Carlos Martinez", and the two-way reward already takes the bare name."""
     name, out = rec["name"], []
     if rec["type"] == "person":
         parts = name.split()
@@ -390,8 +390,6 @@ def _aliases(rec: Mapping[str, Any], names: set[str]) -> list[str]:
             out.append(f"{parts[0]} {parts[2]}")
     elif rec["type"] == "country":
         out += COUNTRY_ALIASES.get(name, [])
-    elif rec["type"] == "organization":
-        out += [name[: -len(s)] for s in CORPORATE_SUFFIXES if name.endswith(s) and len(name) > len(s) + 2]
     # ``names`` holds every normalized name, this one's included: an alias equal to it after normalization
     # ("George A. Foster" -> "george foster", the article rule) adds nothing, one equal to another's is wrong.
     return [a for a in out if normalize(a) not in names]

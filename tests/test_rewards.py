@@ -91,6 +91,7 @@ two_way = REWARDS["two_way"]
     ("no", "No Doubt"),
     ("New", "New York City"),
     ("4,120 or 5,000", "4,120"),
+    ("Carlos Martinez", "Martinez LLC"),
 ])
 def test_reward_hacks_score_zero(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [0.0]
@@ -117,6 +118,7 @@ def test_the_naive_reward_is_hacked() -> None:
     ("Chief of Protocol of the United States", "Chief of Protocol"),
     ("The Who", "The Who"),
     ("4120 seats", "4,120"),
+    ("Martinez", "Martinez LLC"),
     ("about 1,250,000 people", "1250000 people"),
 ])
 def test_correct_answers_score_one(pred: str, gold: str) -> None:
