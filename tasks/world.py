@@ -526,6 +526,7 @@ def describe(t: str, constraints: Sequence[Constraint]) -> str:
             phrases.append(f"with a population of about {_amount(v)}")
         else:  # attendance
             phrases.append(f"attended by about {_amount(v)} people")
+    phrases.sort(key=lambda phrase: phrase.startswith("whose"))  # "born in the 1870s and whose surname ..."
     return " ".join([noun, " and ".join(phrases)]).strip()
 
 
