@@ -29,6 +29,7 @@ args)`` is the seam tool-noise wrappers override; ``UserSimulator`` is the seam 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -45,6 +46,8 @@ from envgen.spec import DomainSpec
 from envgen.tools import Executor, ToolResult, call_tool
 
 _COMPILED: dict[str, CompiledDomain] = {}
+_BEFORE: dict[tuple[str, tuple[str, ...]], State] = {}  # (db sha256, tables) -> canonical state, oldest first
+_BEFORE_LIMIT = 512
 
 
 def domain_for(env_record: dict[str, Any]) -> CompiledDomain:
@@ -148,7 +151,7 @@ class Environment:
         self._dir = workdir or tempfile.mkdtemp(prefix="gymforge-episode-")
         self._engine = None
         self._path: str | None = None
-        self._before: dict[tuple[str, ...], State] = {}
+        self._db_key = hashlib.sha256(self._db).hexdigest()  # of the bytes themselves, never a stored field
         self._episodes = 0
         self.done = True  # until reset
 
@@ -250,12 +253,17 @@ class Environment:
 
     # -- scoring -----------------------------------------------------------------------------------------------
     def _before_state(self, tables: tuple[str, ...]) -> State:
-        if tables not in self._before:
+        """The seeded database's canonical state, shared by every Environment over the same bytes (agent loops
+        build one Environment per episode)."""
+        key = (self._db_key, tables)
+        if key not in _BEFORE:
             engine = engine_from_bytes(self._db)
             with engine.connect() as conn:
-                self._before[tables] = canonical_state(conn, self.domain, list(tables))
+                _BEFORE[key] = canonical_state(conn, self.domain, list(tables))
             engine.dispose()
-        return self._before[tables]
+            while len(_BEFORE) > _BEFORE_LIMIT:
+                _BEFORE.pop(next(iter(_BEFORE)))
+        return _BEFORE[key]
 
     def score(self) -> Episode:
         """Score the episode as it stands (also used when an episode is cut off)."""
