@@ -42,8 +42,12 @@ def build(name: str, seed: int, **kw) -> tuple[dict, dict]:
     return env, task
 
 
-@pytest.mark.parametrize("name", DOMAINS)
-@pytest.mark.parametrize("seed", [0, 1])
+# Two seeds for the three reference domains, one for every other shipped domain (keeps the suite fast as the
+# domain count grows).
+CASES = [(name, seed) for name in DOMAINS for seed in ((0, 1) if name in ("airline", "retail", "telecom") else (0,))]
+
+
+@pytest.mark.parametrize(("name", "seed"), CASES)
 def test_environment_replays_and_rejects_every_mutation(name: str, seed: int) -> None:
     env, task = build(name, seed)
     d = compiled(name)
