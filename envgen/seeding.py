@@ -144,3 +144,11 @@ def engine_from_bytes(data: bytes) -> Engine:
     raw = sqlite3.connect(":memory:", check_same_thread=False)
     raw.deserialize(data)
     return sqlite_engine(raw)
+
+
+def seed_database(domain: CompiledDomain, url: str, seed: int) -> Engine:
+    """Create and seed a domain's database at any SQLAlchemy URL (``sqlite:///shop.db``, ``postgresql://...``).
+    Environments themselves store SQLite bytes; this is for inspecting or serving a domain elsewhere."""
+    engine = create_engine(url)
+    load_rows(domain, engine, generate_rows(domain.spec, seed))
+    return engine

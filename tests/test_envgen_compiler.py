@@ -137,3 +137,16 @@ def test_seeding_is_deterministic() -> None:
     load_rows(d, a, generate_rows(d.spec, 5))
     load_rows(d, b, generate_rows(d.spec, 5))
     assert sqlite_bytes(a) == sqlite_bytes(b)
+
+
+def test_seed_database_at_a_url(tmp_path) -> None:
+    from sqlalchemy import func, select
+
+    from envgen.seeding import seed_database
+
+    d = compiled("retail")
+    engine = seed_database(d, f"sqlite:///{tmp_path / 'shop.db'}", seed=3)
+    with engine.connect() as conn:
+        counts = {n: conn.execute(select(func.count()).select_from(t)).scalar() for n, t in d.tables.items()}
+    assert counts == {e.name: e.count for e in d.spec.entities}
+    engine.dispose()
