@@ -1,10 +1,10 @@
 """The Prefect side of the data DAG: one generic task that runs any Stage, the flows, and ``materialize``.
 
 ``run_stage`` wraps ``data_contracts.runner.execute_stage`` (key, cache, run, gate, publish or quarantine). The
-flows compute every artifact key up front from the plan (a key is a hash of stage, version, params, input keys and
-partition, so it is known before anything runs), submit one task per stage with its upstream futures in
-``wait_for``, and pass keys, never frames: independent stages run in parallel on Dask, and a failed stage blocks
-exactly the stages downstream of it.
+flows plan the DAG (validating every stage's params before anything runs), then submit one task per stage whose
+``input_keys`` are the upstream stages' futures: Prefect makes the task wait for them and hands it their StageRun
+records (keys and row counts, never frames). Independent stages run in parallel on Dask, and a failed stage
+blocks exactly the stages downstream of it.
 
 Room CLIs run stages "through the store" with :func:`materialize`.
 """
@@ -64,6 +64,12 @@ class PipelineFailed(RuntimeError):
 # --- the generic task -----------------------------------------------------------------------------------------
 
 
+def _keys(input_keys: Mapping[str, str | StageRun]) -> dict[str, str]:
+    """Input artifact keys. An upstream future arrives resolved to that stage's StageRun, whose key is the one it
+    actually published: right even when a worker's copy of a stage differs from the driver's."""
+    return {name: value if isinstance(value, str) else value.key for name, value in input_keys.items()}
+
+
 def _stage_key(stage_name: str, params_json: str, input_keys: Mapping[str, str], partition: str) -> str:
     stage = stage_named(stage_name)
     return ArtifactStore.artifact_key(stage, parse(stage_name, json.loads(params_json)), input_keys, partition)
@@ -78,10 +84,11 @@ class _StillPublished(CachePolicy):
     def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any) -> str | None:
         if inputs.get("force"):
             return None
-        key = _stage_key(inputs["stage_name"], inputs["params_json"], inputs["input_keys"], inputs["partition"])
+        hashable = {**inputs, "input_keys": _keys(inputs["input_keys"])}
+        key = _stage_key(inputs["stage_name"], inputs["params_json"], hashable["input_keys"], inputs["partition"])
         if ArtifactStore(inputs["data_dir"]).get(inputs["stage_name"], key) is None:
             return None
-        return (INPUTS + TASK_SOURCE).compute_key(task_ctx, inputs, flow_parameters, **kwargs)
+        return (INPUTS + TASK_SOURCE).compute_key(task_ctx, hashable, flow_parameters, **kwargs)
 
 
 def _transient(task: Any, task_run: Any, state: State) -> bool:
@@ -129,19 +136,22 @@ def _report_violation(exc: ContractViolation) -> None:
 def run_stage(
     stage_name: str,
     params_json: str,
-    input_keys: dict[str, str],
+    input_keys: dict[str, str | StageRun],
     partition: str,
     data_dir: str,
     force: bool = False,
 ) -> StageRun:
-    """Run one stage on one partition through the store and return what it published (or found cached)."""
+    """Run one stage on one partition through the store and return what it published (or found cached).
+
+    ``input_keys`` maps each input stage to its artifact key, or to that stage's future (which Prefect resolves to
+    its StageRun once it completes, and which makes this task wait for it)."""
     from prefect.runtime import flow_run
 
     discover()
     store, catalog = ArtifactStore(data_dir), Catalog(data_dir)
     try:
         run = execute_stage(
-            store, catalog, stage_named(stage_name), json.loads(params_json), input_keys, partition,
+            store, catalog, stage_named(stage_name), json.loads(params_json), _keys(input_keys), partition,
             force=force, flow_run_id=flow_run.id,
         )
     except ContractViolation as exc:
@@ -174,9 +184,9 @@ def on_stage_done(listener: Listener) -> Iterator[None]:
 @dataclass(frozen=True)
 class PlannedStage:
     name: str
-    key: str
+    key: str  # as computed from this process's copy of the stages; the summary reports the published one
     params_json: str
-    input_keys: dict[str, str]
+    inputs: tuple[str, ...]
     force: bool
 
 
@@ -197,7 +207,7 @@ def plan_dag(
         params_json = json.dumps(params[stage.name], sort_keys=True)
         input_keys = {name: planned[name].key for name in stage.inputs}
         key = _stage_key(stage.name, params_json, input_keys, partition)
-        planned[stage.name] = PlannedStage(stage.name, key, params_json, input_keys, force and stage.name in names)
+        planned[stage.name] = PlannedStage(stage.name, key, params_json, stage.inputs, force and stage.name in names)
     return list(planned.values())
 
 
@@ -207,6 +217,7 @@ def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any)
         seconds = sum(result.timings.values())
         cached = result.cached or state.is_completed() and state.name == "Cached"
         return row | {
+            "key": result.key,
             "status": "cached" if cached else "published",
             "rows": sum(result.outputs.values()),
             "outputs": result.outputs,
@@ -246,8 +257,8 @@ def _run_dag(
     by_future: dict[PrefectFuture[StageRun], PlannedStage] = {}
     for stage in planned:
         future = run_stage.submit(
-            stage.name, stage.params_json, stage.input_keys, partition, str(root), stage.force,
-            wait_for=[futures[name] for name in stage.input_keys],
+            stage.name, stage.params_json, {name: futures[name] for name in stage.inputs}, partition, str(root),
+            stage.force,
         )
         futures[stage.name] = future
         by_future[future] = stage
@@ -258,7 +269,7 @@ def _run_dag(
         stage = by_future[future]
         future.wait()  # sets the state the worker returned; the API's copy may lag behind it
         state = future.state
-        # wait_for leaves a task whose upstream failed un-run (Pending, "NotReady"): it has no result
+        # a task whose upstream failed is left un-run (Pending, "NotReady"): it has no result
         result = future.result(raise_on_failure=False) if state.is_final() else None
         rows[stage.name] = _summary_row(stage, partition, state, result)
         if listener is not None:
