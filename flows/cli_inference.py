@@ -119,9 +119,45 @@ def serve(
     run_server(model, host=host, port=port, max_batch_size=max_batch_size, served_model_name=name)
 
 
+FILTER_STAGES = {"qa": "qa_filtered", "tasks": "task_filtered"}
+
+
+def filter_command(
+    what: Annotated[str, typer.Argument(help="qa (the QA seeds) or tasks (the environment tasks).")],
+    profile: Annotated[str, typer.Option(help="Profile of stage params.")] = "tiny",
+    engine: Annotated[
+        str | None, typer.Option(help="Reference engine: tiny, hf:DIR, openai:URL#MODEL or vllm:DIR.")
+    ] = None,
+    k: Annotated[int | None, typer.Option(help="Samples per item (default from the profile: 8).")] = None,
+    window: Annotated[
+        tuple[int, int] | None, typer.Option(help="Inclusive pass-count window kept, e.g. --window 1 6.")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the pass-count histogram PNG here.")] = None,
+) -> None:
+    """Difficulty filtering through the store: keep items the reference policy solves in some but not all of k
+    samples; prints the pass-count histogram."""
+    _passive_openmp()
+    from flows.pipeline import materialize
+    from tasks.difficulty import plot_pass_histogram
+
+    if what not in FILTER_STAGES:
+        raise typer.BadParameter(f"{what!r}: choose one of {', '.join(FILTER_STAGES)}", param_hint="WHAT")
+    name = FILTER_STAGES[what]
+    raw = {"engine": engine, "k": k, "window": list(window) if window else None}
+    overrides = {name: {key: value for key, value in raw.items() if value is not None}}
+    artifact = materialize([name], profile=profile, overrides=overrides)[name]
+    histogram = artifact.read("histogram")
+    kept = artifact.read("seeds" if what == "qa" else "tasks").height
+    typer.echo(f"{name}: kept {kept} of {int(histogram['n'].sum())} -> {artifact.path}")
+    for count, n in histogram.iter_rows():
+        typer.echo(f"  pass {count:>2}: {'#' * n} {n}")
+    if plot is not None:
+        typer.echo(f"histogram: {plot_pass_histogram(histogram, plot, title=name)}")
+
+
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the main app."""
     app.add_typer(tokenizer_app, name="tokenizer")
     app.add_typer(model_app, name="model")
     app.command("serve")(serve)
-    # Difficulty-filter commands (`gymforge filter ...`) register below.
+    app.command("filter")(filter_command)

@@ -194,7 +194,7 @@ def _single_turn_trajectory(item: PromptItem, index: int, completion: Completion
         segments=[Segment("initial", [Turn.from_completion(completion)])],
         reward=value, reward_components={"answer": value}, verified=value >= 1.0,
         failure=None if value >= 1.0 else "agent", sample_index=index,
-        truncated=completion.finish_reason == "length",
+        stop_reason="length" if completion.finish_reason == "length" else "done",
     )
 
 
@@ -264,7 +264,7 @@ async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, epi
     tools = list(observation.tools)
     context, transcript = [dict(m) for m in initial], [dict(m) for m in initial]
     segments = [Segment("initial")]
-    reward, done, info = 0.0, False, {}
+    reward, done, info, stop = 0.0, False, {}, "max_turns"
     for turn in range(config.max_turns):
         seed = seed_for(config.seed, source, episode.id, turn)
         action = ctx.decide(config.context, segments)
@@ -274,9 +274,11 @@ async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, epi
                 summary = await _summarize(batcher, index, context, tools, segments[-1], config, seed)
             context = ctx.restart_context(initial, summary)
             segments.append(Segment("summary" if summary is not None else "reset"))
-        [completion] = await batcher.generate(
-            index, Request(messages=list(context), tools=tools, sampling=config.sampling.params(seed=seed))
-        )
+        request = Request(messages=list(context), tools=tools, sampling=config.sampling.params(seed=seed))
+        if not fits_context(batcher.engine, request):
+            stop = "context_overflow"
+            break
+        [completion] = await batcher.generate(index, request)
         segments[-1].turns.append(Turn.from_completion(completion))
         message = assistant_message(completion)
         context.append(message)
@@ -290,8 +292,9 @@ async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, epi
         context += new_messages
         transcript += new_messages
         if done:
+            stop = "done"
             break
-    if not done:  # cut off by the turn budget: score the end state as it stands
+    if not done:  # cut off: score the end state as it stands
         scored = env.score()
         reward, info = scored.reward, scored.info
     components = dict(info.get("reward_components") or {"reward": float(reward)})
@@ -299,16 +302,26 @@ async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, epi
         id=episode.id, group_id=episode.group_id, source=source, item_id=episode.task_id or episode.id,
         messages=transcript, segments=segments, reward=float(reward), reward_components=components,
         verified=reward >= 1.0, failure=None if reward >= 1.0 else (info.get("failure") or "agent"),
-        env_id=episode.env_id, task_id=episode.task_id, sample_index=episode.sample_index, truncated=not done,
+        env_id=episode.env_id, task_id=episode.task_id, sample_index=episode.sample_index, stop_reason=stop,
     )
+
+
+def fits_context(engine: Engine, request: Request) -> bool:
+    """Whether the prompt plus its output budget fits the engine's context window. Only engines that expose
+    ``render`` and ``max_positions`` (the in-process transformers engine) can tell; a server reports overflows as
+    request errors instead."""
+    render, limit = getattr(engine, "render", None), getattr(engine, "max_positions", None)
+    if render is None or limit is None:
+        return True
+    return len(render(request)) + request.sampling.max_tokens <= limit
 
 
 async def _summarize(batcher: LockstepBatcher, index: int, context: list[Message], tools: list[dict],
                      segment: Segment, config: AgentConfig, seed: int) -> str:
     """The summary for the next segment; an engine-written one is recorded as a summary turn of this segment."""
-    if config.context.summarizer == "extractive":
-        return ctx.extractive_summary(context, config.context.extractive_chars_per_result)
     request = ctx.summary_request(context, tools, config.sampling.params(seed=seed), config.context)
+    if config.context.summarizer == "extractive" or not fits_context(batcher.engine, request):
+        return ctx.extractive_summary(context, config.context.extractive_chars_per_result)
     [completion] = await batcher.generate(index, request)
     segment.turns.append(Turn.from_completion(completion, kind="summary"))
     return completion.text

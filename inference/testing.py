@@ -72,15 +72,22 @@ class ScriptedEngine:
 
     policy: Policy
     policy_version: int = 0
+    max_positions: int | None = None
+    """A context window, as the transformers engine has; None: unbounded."""
     requests: list[Request] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
+
+    def render(self, request: Request) -> list[int]:
+        return list(byte_ids(render_plain(request.messages, request.tools)))
 
     def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:
         self.batch_sizes.append(len(requests))
         results = []
         for request in requests:
             self.requests.append(request)
-            prompt_ids = byte_ids(render_plain(request.messages, request.tools))
+            prompt_ids = tuple(self.render(request))
+            if self.max_positions is not None and len(prompt_ids) + request.sampling.max_tokens > self.max_positions:
+                raise ValueError(f"prompt of {len(prompt_ids)} tokens exceeds {self.max_positions} positions")
             samples = []
             for index in range(request.sampling.n):
                 reply = self.policy(request, index)

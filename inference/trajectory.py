@@ -21,6 +21,9 @@ from inference.engine import Completion, Message
 TurnKind = Literal["agent", "summary"]
 SegmentStart = Literal["initial", "summary", "reset"]
 FailureLabel = Literal["agent", "user", "tool"]
+StopReason = Literal["done", "max_turns", "length", "context_overflow"]
+"""Why a rollout ended: the environment said done (or the single turn finished), the turn budget ran out, the single
+turn hit its token budget, or the next prompt would not fit the engine's context window."""
 
 
 @dataclass
@@ -83,7 +86,7 @@ class Trajectory:
     env_id: str | None = None
     task_id: str | None = None
     sample_index: int = 0
-    truncated: bool = False
+    stop_reason: StopReason = "done"
 
     def turns(self) -> list[Turn]:
         return [turn for segment in self.segments for turn in segment.turns]
@@ -110,7 +113,7 @@ class Trajectory:
             "reward_components": json.dumps(self.reward_components, sort_keys=True),
             "verified": self.verified,
             "failure": self.failure,
-            "truncated": self.truncated,
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -133,7 +136,7 @@ TRAJECTORY_SCHEMA: dict[str, pl.DataType] = {
     "reward_components": pl.String(),
     "verified": pl.Boolean(),
     "failure": pl.String(),
-    "truncated": pl.Boolean(),
+    "stop_reason": pl.String(),
 }
 
 
@@ -166,6 +169,8 @@ TRAJECTORY_CONTRACT = Contract(
         Expect("ExpectColumnValuesToNotBeNull", column="segments"),
         Expect("ExpectColumnValuesToBeBetween", column="n_segments", min_value=1),
         Expect("ExpectColumnValuesToBeInSet", column="failure", value_set=["agent", "user", "tool"]),
+        Expect("ExpectColumnValuesToBeInSet", column="stop_reason",
+               value_set=["done", "max_turns", "length", "context_overflow"]),
     ),
     checks=(
         Check(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from inference.engine import Engine
 
 TINY = "tiny"
+PROMPT_TOO_LONG = "prompt_too_long"
 CACHE_ENV = "GYMFORGE_CACHE"
 """Directory where engine checkpoints are materialised (default: the system temp dir)."""
 
@@ -97,12 +98,15 @@ def verdict(pass_count: int, k: int, window: tuple[int, int]) -> str | None:
     return None
 
 
-def split_by_window(frame: pl.DataFrame, pass_counts: Sequence[int], params: FilterParams,
-                    kept: str) -> dict[str, pl.DataFrame]:
+def split_by_window(frame: pl.DataFrame, pass_counts: Sequence[int], params: FilterParams, kept: str,
+                    unscorable: Sequence[bool] | None = None) -> dict[str, pl.DataFrame]:
     """Attach pass counts and the window to every row; split into the ``kept`` output, rejected rows and the
-    histogram."""
+    histogram. Rows marked ``unscorable`` (the reference engine could not even read the prompt) are rejected as
+    ``prompt_too_long`` whatever their count."""
     lo, hi = params.bounds()
     reasons = [verdict(p, params.k, (lo, hi)) for p in pass_counts]
+    if unscorable is not None:
+        reasons = [PROMPT_TOO_LONG if bad else reason for reason, bad in zip(reasons, unscorable, strict=True)]
     scored = frame.with_columns(
         pl.Series("pass_count", list(pass_counts), dtype=pl.Int64),
         pl.lit(params.k, dtype=pl.Int64).alias("pass_k"),
@@ -131,7 +135,7 @@ HISTOGRAM_CONTRACT = Contract(
 )
 REJECTED_PASS_CONTRACT = Contract(
     columns={**REJECTED_CONTRACT.columns, **PASS_COLUMNS},
-    expectations=(Expect("ExpectColumnValuesToBeInSet", column="reason", value_set=["too_hard", "too_easy"]),),
+    expectations=(Expect("ExpectColumnValuesToBeInSet", column="reason", value_set=["too_hard", "too_easy", PROMPT_TOO_LONG]),),
 )
 
 
@@ -283,9 +287,10 @@ def filter_tasks(environments: pl.DataFrame, tasks: pl.DataFrame, engine: Engine
     config = AgentConfig(sampling=sampling, max_turns=params.max_turns, concurrency=params.concurrency,
                          seed=params.seed)
     trajectories = run_episodes(engine, episodes, config, source="task_filtered")
-    pass_counts = [sum(t.verified for t in trajectories[i:i + params.k])
-                   for i in range(0, len(trajectories), params.k)]
-    outputs = split_by_window(tasks, pass_counts, params, kept="tasks")
+    groups = [trajectories[i:i + params.k] for i in range(0, len(trajectories), params.k)]
+    unscorable = [all(t.stop_reason == "context_overflow" and not t.turns() for t in group) for group in groups]
+    outputs = split_by_window(tasks, [sum(t.verified for t in group) for group in groups], params, kept="tasks",
+                              unscorable=unscorable)
     outputs["trajectories"] = trajectories_frame(trajectories)
     return outputs
 

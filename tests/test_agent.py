@@ -25,7 +25,7 @@ def test_golden_scripted_policy_solves_the_task_and_records_token_segments():
     n_actions = len(json.loads(task["golden_actions"]))
 
     assert trajectory.reward == 1.0 and trajectory.verified and trajectory.failure is None
-    assert not trajectory.truncated
+    assert trajectory.stop_reason == "done"
     assert set(trajectory.reward_components) == {"db_state", "required_outputs", "policy"}
     [segment] = trajectory.segments
     assert segment.start == "initial" and len(segment.turns) == n_actions + 1
@@ -80,7 +80,7 @@ def test_malformed_tool_call_becomes_a_tool_error_the_agent_sees(call, message):
     seen = engine.requests[1].messages  # the second turn's prompt
     assert seen[-1]["role"] == "tool" and seen[-1]["content"].startswith("Error:") and message in seen[-1]["content"]
     assert seen[-1]["tool_call_id"] == seen[-2]["tool_calls"][0]["id"]
-    assert trajectory.truncated and not trajectory.verified and trajectory.failure == "agent"
+    assert trajectory.stop_reason == "max_turns" and not trajectory.verified and trajectory.failure == "agent"
 
 
 def test_unparsed_tool_call_markup_is_an_error():
@@ -92,7 +92,7 @@ def test_unparsed_tool_call_markup_is_an_error():
 
 def test_turn_budget_cuts_off_and_scores_the_end_state():
     [trajectory] = run_episodes(ScriptedEngine(stall_policy), episodes(1), AgentConfig(max_turns=3))
-    assert trajectory.truncated and trajectory.segments[0].n_agent_turns() == 3
+    assert trajectory.stop_reason == "max_turns" and trajectory.segments[0].n_agent_turns() == 3
     assert trajectory.reward == 0.0 and trajectory.failure == "agent"
     assert "db_state" in trajectory.reward_components
 
@@ -134,7 +134,7 @@ def test_tiny_model_completes_episodes_with_consistent_token_segments(tmp_path):
     trajectories = run_episodes(engine, episodes(2), config)
     for trajectory in trajectories:
         turns = trajectory.segments[0].turns
-        assert len(turns) == 2 and trajectory.truncated
+        assert len(turns) == 2 and trajectory.stop_reason == "max_turns"
         first_prompt = render_prompt(engine.tokenizer, trajectory.messages[:2], json.loads(env["tools"]))
         assert turns[0].prompt_ids == first_prompt
         # Within a segment the context only grows: each prompt extends the previous one.
@@ -143,3 +143,17 @@ def test_tiny_model_completes_episodes_with_consistent_token_segments(tmp_path):
             assert 0 < len(turn.output_ids) == len(turn.logprobs) <= 12
             assert all(lp <= 0 for lp in turn.logprobs) and turn.policy_version == 1
     engine.close()
+
+
+@pytest.mark.parametrize(("window", "turns"), [(100, 0), (None, 1)])
+def test_prompt_past_the_context_window_stops_the_episode(window, turns):
+    from tests.agent_fixtures import first_action_forever
+
+    engine = ScriptedEngine(first_action_forever, max_positions=window)
+    if window is None:  # a window that holds the first prompt but not the second
+        probe = ScriptedEngine(first_action_forever)
+        run_episodes(probe, episodes(1), AgentConfig(max_turns=1))
+        engine.max_positions = len(probe.render(probe.requests[0])) + 100
+    [trajectory] = run_episodes(engine, episodes(1), AgentConfig(max_turns=4, sampling={"max_tokens": 50}))
+    assert trajectory.stop_reason == "context_overflow" and len(trajectory.turns()) == turns
+    assert "db_state" in trajectory.reward_components  # the end state is scored as it stands

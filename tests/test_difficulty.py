@@ -175,3 +175,16 @@ def test_outputs_pass_their_contracts():
     for name, frame in out.items():
         report = validate("qa_filtered", name, frame, qa_filtered.outputs[name], "p0")
         assert report.passed, report.summary()
+
+
+def test_tasks_the_engine_cannot_read_are_rejected_as_prompt_too_long():
+    from inference.testing import ScriptedEngine
+    from tasks.difficulty import TaskFilterParams, filter_tasks
+    from tests.agent_fixtures import airline_env_and_task, golden_policy
+
+    env, task = airline_env_and_task()
+    out = filter_tasks(pl.DataFrame([env]), pl.DataFrame([task]), ScriptedEngine(golden_policy, max_positions=64),
+                       TaskFilterParams(k=2))
+    assert out["tasks"].is_empty()
+    assert out["rejected"].select("reason", "pass_count").row(0) == ("prompt_too_long", 0)
+    assert out["trajectories"]["stop_reason"].to_list() == ["context_overflow"] * 2

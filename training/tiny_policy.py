@@ -1,0 +1,217 @@
+"""Stage `tiny_policy`: the embedded reference policy, trained briefly on the project's own QA seeds.
+
+No model hub is reachable, so the difficulty filter's reference engine is made here: the tiny Qwen2 model of
+``training/tiny_model.py`` trained with a plain torch AdamW loop on QA prompts (the question and its documents, the
+same prompt the filter sends) with the boxed answer as the assistant turn, loss on assistant tokens only. A few
+hundred steps teach the answer format and part of the answers, so the filter sees a policy that sometimes
+succeeds — LoongRL's filter needs exactly that spread (pass counts strictly between 0 and k).
+
+The artifact is one row: the model config, the safetensors bytes, the tokenizer it was trained with, the step count,
+the final loss and the loss curve. :func:`materialize_checkpoint` turns it into a transformers directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import polars as pl
+from pydantic import Field, model_validator
+
+from data_contracts.stage import Artifact, Contract, Expect, Params, rng_for, stage
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+STAGE = "tiny_policy"
+
+
+class TinyPolicyParams(Params):
+    size: Literal["tiny", "small"] = Field("tiny", description="model size of training/tiny_model.py")
+    steps: int = Field(240, ge=0, description="optimizer steps")
+    batch_size: int = Field(16, gt=0, description="examples per step")
+    learning_rate: float = Field(3e-3, gt=0, description="peak AdamW learning rate (linear warmup, cosine decay)")
+    warmup_steps: int = Field(20, ge=0, description="linear warmup steps")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_seeds: int | None = Field(None, gt=0, description="train on at most this many seeds (None = all)")
+    max_prompt_tokens: int = Field(
+        512, gt=0, description="prompt budget, as in qa_filtered (keep both equal so the filter sees the prompts "
+        "the policy was trained on)",
+    )
+    log_every: int = Field(10, gt=0, description="loss-curve resolution in steps")
+    seed: int = Field(0, description="initialisation and data order")
+
+    @model_validator(mode="after")
+    def _warmup(self) -> TinyPolicyParams:
+        if self.steps and self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} must be below steps={self.steps}")
+        return self
+
+
+def training_examples(seeds: pl.DataFrame, tokenizer: PreTrainedTokenizerBase,
+                      max_prompt_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """``(input_ids, labels)`` per seed: the filter's QA prompt and ``\\boxed{answer}``, labels -100 outside the
+    assistant turn (the chat template's generation markers give the mask)."""
+    from tasks.difficulty import qa_items
+
+    examples = []
+    for item in qa_items(seeds, max_prompt_tokens):
+        messages = [*item.messages, {"role": "assistant", "content": f"\\boxed{{{item.columns['answer']}}}"}]
+        encoded = tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
+        ids = list(encoded["input_ids"])
+        labels = [t if m else -100 for t, m in zip(ids, encoded["assistant_masks"], strict=True)]
+        if not any(m for m in encoded["assistant_masks"]):
+            raise ValueError("the chat template marks no assistant tokens: it needs {% generation %} markers")
+        examples.append((ids, labels))
+    return examples
+
+
+def train(model: Any, examples: list[tuple[list[int], list[int]]], params: TinyPolicyParams, pad_id: int,
+          partition: str) -> list[float]:
+    """The optimizer loop; returns the loss of every step. Batches are drawn per epoch in a seeded order."""
+    import torch
+    from rich.progress import Progress
+    from transformers import get_cosine_schedule_with_warmup
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, betas=(0.9, 0.95),
+                                  weight_decay=params.weight_decay)
+    schedule = get_cosine_schedule_with_warmup(optimizer, params.warmup_steps, max(params.steps, 1))
+    order: list[int] = []
+    epoch = 0
+    losses = []
+    model.train()
+    with Progress(transient=True, disable=not os.isatty(2)) as progress:
+        task = progress.add_task("tiny_policy", total=params.steps)
+        for _ in range(params.steps):
+            batch = []
+            while len(batch) < params.batch_size:
+                if not order:
+                    order = list(range(len(examples)))
+                    rng_for(params.seed, STAGE, partition, epoch).shuffle(order)
+                    epoch += 1
+                batch.append(examples[order.pop()])
+            input_ids, labels, attention = _pad(batch, pad_id)
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+            progress.advance(task)
+    model.eval()
+    return losses
+
+
+def _pad(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (x, y) in enumerate(batch):
+        ids[row, : len(x)] = torch.tensor(x)
+        labels[row, : len(y)] = torch.tensor(y)
+        attention[row, : len(x)] = 1
+    return ids, labels, attention
+
+
+def loss_curve(losses: list[float], every: int) -> list[dict[str, float]]:
+    """Mean loss per window of ``every`` steps, keyed by the window's last step."""
+    return [
+        {"step": min(start + every, len(losses)), "loss": round(sum(w) / len(w), 6)}
+        for start in range(0, len(losses), every)
+        if (w := losses[start:start + every])
+    ]
+
+
+CHECKPOINT_CONTRACT = Contract(
+    columns={
+        "size": pl.String, "config_json": pl.String, "safetensors": pl.Binary, "tokenizer_json": pl.String,
+        "chat_template": pl.String, "tokenizer_sha256": pl.String, "steps": pl.Int64, "final_loss": pl.Float64,
+        "loss_curve": pl.String, "n_train": pl.Int64,
+    },
+    expectations=(
+        Expect("ExpectTableRowCountToEqual", value=1),
+        Expect("ExpectColumnValuesToMatchRegex", column="tokenizer_sha256", regex=r"^[0-9a-f]{64}$"),
+    ),
+)
+
+
+@stage(name=STAGE, version="1", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams,
+       outputs={"checkpoint": CHECKPOINT_CONTRACT})
+def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Initialise the tiny model and train it briefly on the QA seeds (boxed answers, assistant-only loss)."""
+    import torch
+
+    from inference.tokenizer import tokenizer_from_row
+    from training.tiny_model import build_model
+
+    token_row = inputs["tokenizer"].read("tokenizer").row(0, named=True)
+    tokenizer = tokenizer_from_row(token_row)
+    seeds = inputs["qa_seeds"].read("seeds").sort("id")
+    if params.max_seeds is not None:
+        seeds = seeds.head(params.max_seeds)
+    if seeds.is_empty():
+        raise ValueError("tiny_policy: the qa_seeds artifact has no seeds to train on")
+    examples = training_examples(seeds, tokenizer, params.max_prompt_tokens)
+    model = build_model(params.size, tokenizer, params.seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(params.seed)
+        losses = train(model, examples, params, tokenizer.pad_token_id, partition)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        weights = (Path(tmp) / "model.safetensors").read_bytes()
+    row = {
+        "size": params.size,
+        "config_json": model.config.to_json_string(use_diff=False),
+        "safetensors": weights,
+        "tokenizer_json": token_row["tokenizer_json"],
+        "chat_template": token_row["chat_template"],
+        "tokenizer_sha256": token_row["sha256"],
+        "steps": params.steps,
+        "final_loss": losses[-1] if losses else float("nan"),
+        "loss_curve": json.dumps(loss_curve(losses, params.log_every)),
+        "n_train": len(examples),
+    }
+    return {"checkpoint": pl.DataFrame([row], schema=CHECKPOINT_CONTRACT.columns)}
+
+
+def materialize_checkpoint(artifact: Artifact, cache_root: str | Path) -> Path:
+    """The checkpoint as a transformers directory under ``cache_root``, named by the artifact key and a hash of
+    the weights; written once (built in a temporary sibling, then renamed into place)."""
+    from transformers import GenerationConfig, Qwen2Config
+
+    from inference.tokenizer import tokenizer_from_row
+
+    row = artifact.read("checkpoint").row(0, named=True)
+    digest = hashlib.sha256(row["safetensors"]).hexdigest()[:16]
+    out = Path(cache_root) / f"{artifact.key}-{digest}"
+    if (out / "model.safetensors").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        config = Qwen2Config.from_dict(json.loads(row["config_json"]))
+        config.save_pretrained(tmp)
+        GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id).save_pretrained(tmp)
+        (tmp / "model.safetensors").write_bytes(row["safetensors"])
+        tokenizer_row = {**row, "sha256": row["tokenizer_sha256"]}
+        tokenizer_from_row(tokenizer_row).save_pretrained(str(tmp))
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process materialised it first
+            if not (out / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
