@@ -176,8 +176,9 @@ class BudgetFiller:
             draws += want
             batch = draw(want)
             for i, count in zip(batch, self.pool.count(batch, self.counter), strict=True):
-                room = self.goal - fixed - self.headers(n_fixed + len(chosen) + 1) - spent
-                if room <= self.tolerance:
+                gap = self.goal - fixed - self.headers(n_fixed + len(chosen)) - spent
+                room = self.goal - fixed - self.headers(n_fixed + len(chosen) + 1) - spent  # after the next header
+                if gap <= self.tolerance or room <= 0:
                     return chosen
                 block = Block(self.pool.body(i), count, pool_index=i)
                 if count <= room or self.resize(block, room):
