@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ import pytest
 
 from data_contracts.catalog import Catalog
 from data_contracts.store import ArtifactStore
-from flows.pipeline import PipelineFailed, materialize, refresh
+from flows.pipeline import PipelineFailed, StageFailed, _transient, materialize, refresh
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +38,12 @@ def test_stage_publishes_then_is_cached(runtime, profile: str) -> None:
     again = refresh(runtime, profile=profile, partition="pub", stages=["test_double_square"])
     assert [(row["key"], row["status"]) for row in again] == [(row["key"], "cached") for row in first]
 
+    from prefect.artifacts import Artifact
+
+    table = Artifact.get("test-double-square-pub")  # the UI's record of the run: rows and contract per output
+    assert table is not None and square["key"] in table.description
+    assert json.loads(table.data) == [{"output": "numbers", "rows": 7, "contract": "passed"}]
+
 
 def test_materialize_returns_published_artifacts(runtime, profile: str) -> None:
     artifacts = materialize(["test_double_source"], profile=profile, partition="mat", runtime=runtime,
@@ -61,6 +68,14 @@ def test_bad_row_quarantines_and_blocks_downstream(runtime, profile: str) -> Non
     assert store.quarantined("test_double_source", bad["key"]) is not None
     catalog = Catalog(runtime.root).query("SELECT status FROM artifacts WHERE key = ?", [bad["key"]])
     assert catalog["status"].to_list() == ["quarantined"]
+
+
+@pytest.mark.parametrize(("error", "retried"), [(OSError("disk full"), True), (TimeoutError(), True),
+                                                (StageFailed("contract"), False), (ValueError("bad"), False)])
+def test_only_transient_errors_are_retried(error: Exception, retried: bool) -> None:
+    from prefect.states import Failed
+
+    assert _transient(None, None, Failed(data=error)) is retried
 
 
 # The writer dies by SIGKILL right after its first Parquet file is on disk: no cleanup code can run.
