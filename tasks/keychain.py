@@ -17,7 +17,10 @@ column of each row. Length is measured with the configured tokenizer on the fina
 document counts are computed once per stage run (shared across items), the prompt is assembled by token budget,
 the last distractor is cut at a sentence (or word) boundary to land inside the window, and one exact tokenization
 of the final prompt decides; a bounded number of corrections follows, and an item that still does not fit is
-rejected with its reason.
+rejected with its reason (``tasks/token_budget.py``).
+
+A second output, `regular`, holds the report's "standard multi-hop QA" of Table 1 from other kept seeds: the same
+extension and placement, no chains, the question asked directly (the counterpart of KeyChain in its Table 4).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from data_contracts.stage import (
     seed_for,
     stage,
 )
+from inference.tokenizer import identity as tokenizer_identity
 from tasks.seeds import answer_in_support
 from tasks.token_budget import (
     LENGTH_TOLERANCE,
@@ -346,12 +350,6 @@ def _interleave(own: list[Block], distractors: list[Block], positions: list[int]
     for i in range(len(own) + len(distractors)):
         blocks.append(next(own_iter) if i in wanted else next(dis_iter))
     return blocks
-
-
-def tokenizer_identity(tok: Any) -> str:
-    from inference.tokenizer import identity
-
-    return identity(tok)
 
 
 # --------------------------------------------------------------------------- contract checks

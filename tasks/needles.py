@@ -20,6 +20,7 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.stage import REJECTED, Artifact, Check, Contract, Expect, Params, rng_for, seed_for, stage
+from inference.tokenizer import identity
 from tasks.token_budget import (
     LENGTH_TOLERANCE,
     BudgetFiller,
@@ -115,9 +116,7 @@ class NeedleBuilder:
         self.prefix, self.suffix = chat_frame(tok)
         self.head = self.prefix + INTRO
         self.head_tokens = self.counter.many([self.head])[0]
-        from tasks.keychain import tokenizer_identity
-
-        self.tokenizer_id = tokenizer_identity(tok)
+        self.tokenizer_id = identity(tok)
 
     def _keys(self, rng: Any, n: int, haystack_hint: str) -> list[str]:
         keys: dict[str, None] = {}
