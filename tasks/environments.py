@@ -309,7 +309,7 @@ def eval_random_envs(inputs: Mapping[str, Artifact], params: EvalRandomParams, p
                              "add held-out or renamed domains")
         i = attempts = 0
         while i < params.tasks_per_run and attempts < params.tasks_per_run * 3:
-            # Round-robin over a shuffled order guarantees the run spans min_domains domains.
+            # The first len(names) draws visit every domain once (the run spans them all); later draws are random.
             name = names[(attempts if attempts < len(names) else rng.randrange(len(names))) % len(names)]
             seed = seed_for(params.seed, "eval_random_envs", f"{partition}/run{run}", attempts)
             env_id = f"rct-{partition}-run{run}-{attempts:05d}-{name}"
