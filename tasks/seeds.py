@@ -152,8 +152,9 @@ def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int
                     return buf[pos] if pos < len(buf) else ""
 
         try:
-            if peek() != "[":
-                raise SeedFileError(path, line_at(pos), "expected a JSON list ('[' at the start of the file)")
+            if (first_char := peek()) != "[":
+                problem = "empty file" if not first_char else "expected a JSON list ('[' at the start of the file)"
+                raise SeedFileError(path, line_at(pos), problem)
             pos += 1
             first = True
             while True:

@@ -80,6 +80,19 @@ def test_truncated_file_names_file_and_line(kind: str, tmp_path: Path) -> None:
     assert 1 <= line <= cut.count("\n") + 1
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "line 1: empty file"),
+    ('{"_id": 1}', "line 1: expected a JSON list"),
+    ("[{}]\n[]", "line 2: unexpected data after the end"),
+    ('[{"a": 1}\n {"b": 2}]', r"line 2: expected ',' or '\]'"),
+])
+def test_json_list_shape_errors(text: str, message: str, tmp_path: Path) -> None:
+    path = tmp_path / "shape.json"
+    path.write_text(text)
+    with pytest.raises(SeedFileError, match=rf"shape.json, {message}"):
+        list(iter_json_array(path))
+
+
 @pytest.mark.parametrize(("kind", "mutate", "message"), [
     ("hotpotqa", lambda r: r.pop("question"), "no field 'question'"),
     ("hotpotqa", lambda r: r.update(context="oops"), "field 'context' must be list"),
