@@ -421,6 +421,18 @@ def _check_conditions(
                     p.add([*path, "value"], f"{v!r} is not a value of {ent.name}.{f.name}; allowed: {list(f.values)}")
 
 
+def _numeric_operand(o: Operand, rows: dict[str, EntitySpec], params: dict[str, ParamSpec]) -> bool:
+    if o.now:
+        return False
+    if o.value is not None:
+        return isinstance(o.value, (int, float)) and not isinstance(o.value, bool)
+    if o.param is not None:
+        return o.param not in params or params[o.param].type in NUMERIC_TYPES
+    row, column = (o.ref or ".").split(".")
+    f = rows[row].field(column) if row in rows else None
+    return f is None or f.type in NUMERIC_TYPES
+
+
 def check_operand(
     path: list[Any], o: Operand, rows: dict[str, EntitySpec], params: dict[str, ParamSpec], p: _Problems
 ) -> None:
@@ -512,6 +524,9 @@ def _check_domain(raw: Any, p: _Problems) -> None:
                     if col not in target.column_names or col == target.key:
                         p.add([*epath, "values", col], f"{target.name} has no settable field {col!r}")
                     check_operand([*epath, "values", col], operand, rows, params, p)
+                unset = [r.field for r in target.relations if r.required and r.field not in eff.values]
+                if unset:
+                    p.add([*epath, "values"], f"required relation(s) {unset} of {target.name} need a value")
                 continue
             ent = rows.get(eff.row)
             if ent is None:
@@ -526,6 +541,8 @@ def _check_domain(raw: Any, p: _Problems) -> None:
                     p.add([*epath, "kind"], f"{ent.name}.{eff.field} is a relation; only `set` applies")
             elif eff.kind == "adjust" and fspec.type not in NUMERIC_TYPES:
                 p.add([*epath, "field"], f"adjust needs a numeric field; {ent.name}.{fspec.name} is {fspec.type}")
+            elif eff.kind == "adjust" and not _numeric_operand(eff.to, rows, params):
+                p.add([*epath, "to"], "adjust needs a numeric amount (a number, a numeric parameter or field)")
             elif fspec.type == "enum" and eff.to.value is not None and eff.to.value not in fspec.values:
                 p.add([*epath, "to"], f"{eff.to.value!r} is not a value of {ent.name}.{fspec.name}")
     action_map = {a.name: a for _, a in actions}

@@ -124,3 +124,17 @@ def test_mutated_names_parse_or_fail_cleanly(section: str, index: int, name: str
         assert exc.problems
     else:
         assert name in {e.name for e in parsed.entities} | {a.name for a in parsed.actions}
+
+
+def test_effects_are_checked_against_the_created_entity_and_amount_types() -> None:
+    bad = copy.deepcopy(MINIMAL)
+    bad["entities"][0]["fields"].append({"name": "score", "type": "int", "description": "d"})
+    bad["actions"].append({
+        "name": "open_box", "description": "d", "target": "owner", "intent": "open a box",
+        "effects": [{"kind": "create", "entity": "box", "values": {"state": {"value": "open"}}},
+                    {"kind": "adjust", "field": "score", "to": {"value": "lots"}}]})
+    with pytest.raises(SpecError) as info:
+        parse_spec(dump(bad))
+    text = "\n".join(info.value.problems)
+    assert "required relation(s) ['owner_id'] of box need a value" in text
+    assert "adjust needs a numeric amount" in text
