@@ -15,6 +15,7 @@ attribute buckets and follows integer relation arrays (numpy), a few microsecond
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -760,10 +761,12 @@ def relation_frame(world: World) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-def build_world(seed: int, n_entities: int) -> tuple[World, list[str]]:
-    """The graph and its rendered documents; depends on (seed, n_entities) only, never on the partition."""
+@functools.lru_cache(maxsize=1)
+def build_world(seed: int, n_entities: int) -> tuple[World, tuple[str, ...]]:
+    """The graph and its rendered documents; depends on (seed, n_entities) only, never on the partition, so a
+    worker running several partitions builds it once (the last one is kept; nothing mutates it)."""
     world = World(seed, n_entities)
-    return world, [render_document(world, i) for i in range(world.n)]
+    return world, tuple(render_document(world, i) for i in range(world.n))
 
 
 def generate_seeds(world: World, docs: Sequence[str], p: WorldParams, partition: str) -> tuple[list, list]:

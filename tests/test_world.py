@@ -18,7 +18,7 @@ from data_contracts.gate import validate
 from data_contracts.stage import StageError
 from tasks.rewards import normalize
 from tasks.seeds import answer_in_support, parse_docs
-from tasks.world import world_stage
+from tasks.world import build_world, world_stage
 
 PARAMS = {"seed": 7, "n_entities": 900, "n_questions": 160, "n_distractors": 2}
 
@@ -29,6 +29,7 @@ def out() -> dict[str, pl.DataFrame]:
 
 
 def test_same_params_give_identical_frames(out) -> None:
+    build_world.cache_clear()  # rebuild the graph too, not only the questions
     again = world_stage.run({}, world_stage.parse_params(PARAMS), "p0")
     assert out.keys() == again.keys()
     for name in out:
