@@ -135,7 +135,7 @@ class LockstepBatcher:
     async def _run(self, batch: list[tuple[int, Request, asyncio.Future[list[Completion]]]]) -> None:
         try:
             results = await asyncio.to_thread(self.engine.generate, [request for _, request, _ in batch])
-        except BaseException as exc:  # every waiting episode sees the engine's error
+        except Exception as exc:  # noqa: BLE001  (re-raised in every waiting episode)
             for *_, future in batch:
                 future.set_exception(exc)
             return

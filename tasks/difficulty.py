@@ -26,7 +26,6 @@ from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Contract
 from inference.trajectory import TRAJECTORY_CONTRACT
 
 if TYPE_CHECKING:
-    from inference.agent import AgentConfig
     from inference.engine import Engine
 
 TINY = "tiny"

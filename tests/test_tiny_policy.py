@@ -10,7 +10,13 @@ import pytest
 from data_contracts.stage import FrameArtifact
 from inference.tokenizer import to_row, tokenizer_from_row, train_tokenizer
 from tests.test_difficulty import seeds_frame
-from training.tiny_policy import TinyPolicyParams, loss_curve, materialize_checkpoint, tiny_policy, training_examples
+from training.tiny_policy import (
+    TinyPolicyParams,
+    loss_curve,
+    materialize_checkpoint,
+    tiny_policy,
+    training_examples,
+)
 
 SEEDS = seeds_frame(6)
 

@@ -1,0 +1,119 @@
+"""Difficulty-filter throughput: QA items per second at k = 8 with the tiny policy, through the transformers engine
+(one item per engine call vs batched items) and through `gymforge serve` over HTTP.
+
+The data are the tiny profile's own: the `world`, `qa_seeds` and `tokenizer` stages run in-process, then the
+`tiny_policy` stage trains for ``--steps`` steps (its loss curve is printed). Each variant filters the same
+``--items`` seeds with the same seeded sampling, so the pass-count histograms must agree between the in-process
+variants; the figures are measured side by side in one run.
+
+    .venv/bin/python -m bench.bench_filter [--items 32] [--steps 60] [--no-record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+# Before torch loads: OpenMP's active wait slows the tiny model badly on a shared, oversubscribed machine (see the
+# inference section of RESULTS.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "RESULTS.md"
+PROFILE = ROOT / "flows" / "profiles" / "tiny.yaml"
+
+
+def tiny_inputs(steps: int | None) -> tuple[object, object]:
+    """(qa_seeds frame, tiny_policy artifact) built in-process by the stages themselves with the tiny profile."""
+    import yaml
+
+    from data_contracts.stage import FrameArtifact, get_stage
+    from tasks import seeds, tokenizer, world  # noqa: F401  (registers the stages)
+    from training import tiny_policy  # noqa: F401
+
+    profile = yaml.safe_load(PROFILE.read_text(encoding="utf-8")) or {}
+
+    def run(name: str, inputs: dict, **override: object) -> FrameArtifact:
+        declared = get_stage(name)
+        params = declared.parse_params({**(profile.get(name) or {}), **override})
+        return FrameArtifact(declared.run(inputs, params, "bench"), key=f"bench-{name}")
+
+    world_artifact = run("world", {})
+    qa = run("qa_seeds", {"world": world_artifact})
+    tok = run("tokenizer", {"world": world_artifact})
+    start = time.perf_counter()
+    policy = run("tiny_policy", {"tokenizer": tok, "qa_seeds": qa}, **({"steps": steps} if steps else {}))
+    row = policy.read("checkpoint").row(0, named=True)
+    print(f"tiny_policy: {row['steps']} steps in {time.perf_counter() - start:.0f} s, loss curve {row['loss_curve']}")
+    return qa.read("seeds"), policy
+
+
+def timed_filter(seeds, engine, batch_size: int) -> tuple[float, list[int]]:
+    from tasks.difficulty import QAFilterParams, filter_qa
+
+    params = QAFilterParams(k=8, max_tokens=16, batch_size=batch_size)
+    start = time.perf_counter()
+    out = filter_qa(seeds, engine, params)
+    return time.perf_counter() - start, out["histogram"]["n"].to_list()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=32, help="QA seeds filtered per variant")
+    parser.add_argument("--steps", type=int, help="tiny_policy training steps (default: the tiny profile's)")
+    parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
+    args, _ = parser.parse_known_args()
+
+    import torch
+
+    from inference.engines import load_engine
+    from inference.server import create_app, serve_in_background
+    from training.tiny_policy import materialize_checkpoint
+
+    seeds, policy = tiny_inputs(args.steps)
+    steps = policy.read("checkpoint")["steps"][0]
+    seeds = seeds.sort("id").head(args.items)
+    with tempfile.TemporaryDirectory(prefix="bench-filter-") as tmp:
+        checkpoint = materialize_checkpoint(policy, tmp)
+        hf = load_engine(f"hf:{checkpoint}", max_batch_size=16)
+        timed_filter(seeds.head(2), hf, 2)  # warm-up
+        figures = {
+            "transformers engine, 1 item per call": timed_filter(seeds, hf, 1),
+            "transformers engine, 16 items per call": timed_filter(seeds, hf, 16),
+        }
+        with serve_in_background(create_app(checkpoint, "tiny", max_batch_size=16, engine=hf)) as url:
+            http = load_engine(f"openai:{url}#tiny", max_concurrency=16)
+            try:
+                figures["gymforge serve (HTTP), 16 items per call"] = timed_filter(seeds, http, 16)
+            finally:
+                http.close()
+        hf.close()
+
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores (shared, load {os.getloadavg()[0]:.1f}), torch "
+               f"{torch.__version__}, {torch.get_num_threads()} threads")
+    lines = [
+        "",
+        f"## Difficulty filter throughput (bench_filter.py, tiny policy after {steps} steps, k = 8)",
+        "",
+        f"Machine: {machine}. {args.items} QA seeds of the tiny profile, 16 new tokens at most per sample.",
+        "",
+        "| path | items/s | samples/s | pass-count histogram (0..8) |",
+        "| --- | --- | --- | --- |",
+        *(f"| {name} | {args.items / s:.2f} | {8 * args.items / s:.1f} | {hist} |"
+          for name, (s, hist) in figures.items()),
+    ]
+    single, batched = (figures[k][0] for k in list(figures)[:2])
+    lines.append(f"\nBatching items: 16 per call / 1 per call = {single / batched:.1f}x items/s")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_record:
+        with RESULTS.open("a", encoding="utf-8") as fh:
+            fh.write(text)
+
+
+if __name__ == "__main__":
+    main()
