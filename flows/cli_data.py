@@ -95,6 +95,15 @@ def read_artifact(name: str, output: str | None, profile: str, data_dir: Path | 
     return materialize([name], profile=profile, data_dir=data_dir)[name].read(output)
 
 
+def keychain_artifact(overrides: dict[str, dict[str, Any]], profile: str, data_dir: Path | None,
+                      runtime: Any = None) -> Any:
+    """Materialize `keychain` (and everything upstream) through the store with the given param overrides."""
+    from flows.pipeline import materialize
+
+    return materialize(["keychain"], profile=profile, overrides=overrides, data_dir=data_dir,
+                       runtime=runtime)["keychain"]
+
+
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the main app."""
 
@@ -114,8 +123,6 @@ def register(app: typer.Typer) -> None:
         """Build KeyChain examples (LoongRL section 3.1) through the store, and write them to OUT."""
         from rich.console import Console
 
-        from flows.pipeline import materialize
-
         if tokenizer != "default":
             tokenizer = str(Path(tokenizer).expanduser().resolve())
         overrides: dict[str, dict[str, Any]] = {
@@ -123,7 +130,7 @@ def register(app: typer.Typer) -> None:
             "keychain": {"n": n, "target_tokens": target_tokens, "tokenizer": tokenizer, "key_format": key_format,
                          "hops": hops, "placement": placement},
         }
-        artifact = materialize(["keychain"], profile=profile, overrides=overrides, data_dir=data_dir)["keychain"]
+        artifact = keychain_artifact(overrides, profile, data_dir)
         frame, rejected = artifact.read("keychain"), artifact.read("rejected")
         write_frame(frame, out)
         console = Console()

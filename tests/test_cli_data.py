@@ -65,3 +65,15 @@ def test_seed_sources(tmp_path):
     for bad in ("wiki:x", "hotpotqa:/no/such.json", "world:x"):
         with pytest.raises(typer.BadParameter):
             cli_data.seed_source(bad)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_keychain_through_the_store(runtime, tmp_path):
+    """world -> qa_seeds -> tiny_policy -> qa_filtered -> keychain on the tiny profile, published and gated."""
+    overrides = {"keychain": {"n": 4, "n_regular": 2, "target_tokens": 1024}}
+    artifact = cli_data.keychain_artifact(overrides, "tiny", None, runtime=runtime)
+    frame = artifact.read("keychain")
+    assert frame.height + artifact.read("rejected").filter(pl.col("kind") == "keychain").height <= 4
+    assert all(1004 <= t <= 1024 for t in frame["tokens"])
+    assert cli_data.write_frame(frame, tmp_path / "kc.parquet").is_file()
