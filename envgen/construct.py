@@ -22,7 +22,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -186,7 +186,7 @@ class Grounder:
             raise GroundingFailed("conditions still fail after patching")
 
     # -- chains ----------------------------------------------------------------------------------------------
-    def ground_action(self, tool: Tool, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    def ground_action(self, tool: Tool) -> dict[str, Any]:
         """Golden arguments for a write whose dry run succeeds; patches rows; raises GroundingFailed."""
         action = self.domain.spec.action(tool.action)
         target_e = self.ents[action.target]
@@ -346,9 +346,7 @@ def _fake(locale: str, rng: random.Random):
     return fake
 
 
-def _parse_time(v: str):
-    from datetime import datetime
-
+def _parse_time(v: str) -> datetime:
     return datetime.fromisoformat(v) if "T" in v else datetime.fromisoformat(v + "T12:00:00")
 
 

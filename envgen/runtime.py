@@ -3,7 +3,7 @@
 Records (rows of the ``environments`` and ``tasks`` outputs; nested values are JSON strings)
 ------------------------------------------------------------------------------------------
 environment: ``env_id`` str, ``domain`` str, ``spec_json`` (the parsed DomainSpec; renamed variants carry their own),
-    ``spec_hash``, ``seed`` int, ``now`` (ISO time of the database), ``tool_names`` (list[str]), ``tools`` (OpenAI
+    ``spec_hash``, ``seed`` int, ``now`` (the database's time, also in its ``_clock`` table), ``tool_names`` (list[str]), ``tools`` (OpenAI
     schemas), ``edges`` ([[u, v], ...] among the environment's tools), ``chains`` (seed chains, lists of tool names;
     the task uses all of them), ``fallback_chains``, ``n_tools``, ``n_edges``, ``density``, ``n_chains``,
     ``fallback_used`` bool, ``expansion`` (JSON: p and g per multi-chain decision), ``db`` (SQLite bytes, Binary),
