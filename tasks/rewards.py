@@ -20,7 +20,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -329,8 +329,8 @@ def _gold_forms(answer: Any, aliases: Any) -> list[str]:
 
 def _column(values: Any, n: int, name: str) -> list[Any]:
     """One gold value per completion: TRL passes columns as lists; a scalar applies to every completion."""
-    if values is None or isinstance(values, str) or not isinstance(values, Sequence):
-        return [values] * n
+    if values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
+        return [values] * n  # numpy arrays and pandas Series count as columns too
     if len(values) != n:
         raise ValueError(f"column {name!r} has {len(values)} values for {n} completions; pass one per completion")
     return list(values)

@@ -132,6 +132,11 @@ def test_completion_formats_and_columns() -> None:
                   prompts=["p", "p"], completion_ids=[[1], [2]], extra_column=[0, 0])
     assert out == [1.0, 0.0]
     assert two_way(["no box"], answer=["x"]) == [0.0]
+    import numpy as np
+
+    arrays = two_way([boxed("USA"), boxed("US")], answer=np.array(["United States", "Canada"]),
+                     aliases=np.array([np.array(["USA"]), np.array(["CA"])], dtype=object))
+    assert arrays == [1.0, 0.0]
     with pytest.raises(ValueError, match="answer"):
         two_way([boxed("x")])
     with pytest.raises(ValueError, match="2 values for 1 completions"):
