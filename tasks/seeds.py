@@ -283,7 +283,8 @@ LOADERS: dict[str, tuple[Callable[[Path], Iterator[tuple[int, Any]]], Callable[.
 
 
 def load_seed_file(
-    source: str, path: Path | str, *, split: str | None = None, eval_fraction: float = 0.0, limit: int | None = None
+    source: str, path: Path | str, *, split: str | None = None, eval_fraction: float = 0.0, limit: int | None = None,
+    batch: int = 4096,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read one local dataset file into ``(seeds, rejected)`` frames. ``split`` names the file's split; without
     it each seed's split comes from a hash of its question (``eval_fraction``). Raises ``SeedFileError``."""
@@ -294,8 +295,10 @@ def load_seed_file(
         raise SeedFileError(path, None, f"no such {source} file")
     reader, convert = LOADERS[source]
     rows: list[dict[str, Any]] = []
+    batches: list[pl.DataFrame] = []  # rows move to Arrow every ``batch`` records, so Python objects stay few
     rejected: list[dict[str, Any]] = []
     seen: set[str] = set()
+    kept = 0
     for line, record in reader(path):
         try:
             row = convert(record, path, line)
@@ -309,9 +312,13 @@ def load_seed_file(
         seen.add(row["id"])
         row["split"] = split or eval_split(row["question"], eval_fraction)
         rows.append(row)
-        if limit is not None and len(rows) >= limit:
+        kept += 1
+        if len(rows) == batch:
+            batches.append(seed_frame(rows))
+            rows = []
+        if limit is not None and kept >= limit:
             break
-    return seed_frame(rows), rejected_frame(rejected)
+    return pl.concat([*batches, seed_frame(rows)]), rejected_frame(rejected)
 
 
 # --------------------------------------------------------------------------- the stage

@@ -126,6 +126,13 @@ def test_streaming_reader_round_trips_and_rejects_every_truncation(records, inde
         list(iter_json_array(path, chunk_size=chunk))
 
 
+@pytest.mark.parametrize("kind", FILES)
+def test_batching_and_limit_do_not_change_rows(kind: str) -> None:
+    whole, _ = load_seed_file(kind, FIXTURES / FILES[kind])
+    assert load_seed_file(kind, FIXTURES / FILES[kind], batch=1)[0].equals(whole)
+    assert load_seed_file(kind, FIXTURES / FILES[kind], batch=1, limit=1)[0].equals(whole.head(1))
+
+
 def test_split_by_param_and_by_hash() -> None:
     path = FIXTURES / "hotpotqa.json"
     assert load_seed_file("hotpotqa", path, split="eval")[0]["split"].unique().to_list() == ["eval"]
