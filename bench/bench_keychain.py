@@ -111,9 +111,10 @@ def shard(args: tuple[str, str, str, int, int, int, int]) -> dict[str, Any]:
     kept_path, rej_path, tok_dir, target, start, count, total = args
     t0 = time.perf_counter()
     builder, items = _builder(kept_path, rej_path, tok_dir, target, total)
-    t1 = time.perf_counter()
+    t1, cpu = time.perf_counter(), time.process_time()
     frames = build_frames(builder, items.slice(start, count), start=start)
-    return {"setup_s": t1 - t0, "build_s": time.perf_counter() - t1, "rows": frames["keychain"].height,
+    return {"setup_s": t1 - t0, "build_s": time.perf_counter() - t1, "cpu_s": time.process_time() - cpu,
+            "rows": frames["keychain"].height,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -178,6 +179,7 @@ def dask_run(paths: tuple[str, str, str], target: int, examples: int, workers: i
     return {"workers": workers, "examples": n, "wall_s": wall, "examples_per_s_wall": n / wall,
             "examples_per_s_build": n / max(r["build_s"] for r in results),
             "setup_s": max(r["setup_s"] for r in results),
+            "examples_per_cpu_s": n / sum(r["cpu_s"] for r in results),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
 
 
@@ -205,7 +207,8 @@ def main() -> None:
     scaling = [dask_run(paths, args.target, args.examples, w) for w in args.workers]
     for s in scaling:
         print(f"dask {s['workers']} worker(s): {s['examples_per_s_build']:.1f} examples/s building "
-              f"({s['examples_per_s_wall']:.1f}/s wall incl. {s['setup_s']:.1f}s setup), "
+              f"({s['examples_per_s_wall']:.1f}/s wall incl. {s['setup_s']:.1f}s setup; "
+              f"{s['examples_per_cpu_s']:.1f} per CPU-second), "
               f"peak RSS/worker {s['peak_rss_mb']:.0f} MB")
     load_after = os.getloadavg()[0]
 
@@ -225,8 +228,9 @@ def main() -> None:
          (f"{upfront['setup_s']:.1f} s, then {upfront['per_example_ms']:.1f} ms/example vs "
           f"{upfront['tokenize_ms']:.1f} ms, ratio {upfront['ratio']:.2f} (median {upfront['ratio_median']:.2f})")),
         *((f"examples/s, {s['workers']} Dask worker(s)",
-           (f"{s['examples_per_s_build']:.1f} building, {s['examples_per_s_wall']:.1f} wall incl. setup; "
-            f"peak RSS/worker {s['peak_rss_mb']:.0f} MB")) for s in scaling),
+           (f"{s['examples_per_s_build']:.1f} building, {s['examples_per_s_wall']:.1f} wall incl. setup, "
+            f"{s['examples_per_cpu_s']:.1f} per CPU-second; peak RSS/worker {s['peak_rss_mb']:.0f} MB"))
+          for s in scaling),
     ]
     if len(scaling) >= 2:
         speedup = scaling[1]["examples_per_s_build"] / scaling[0]["examples_per_s_build"]
