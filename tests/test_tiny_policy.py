@@ -94,3 +94,17 @@ def test_loss_curve_windows():
 def test_bad_params_are_clear_errors(raw, field):
     with pytest.raises(ValueError, match=field):
         TinyPolicyParams(**raw)
+
+
+def test_qa_filtered_stage_runs_on_the_tiny_policy(trained, tmp_path, monkeypatch):
+    from data_contracts.gate import validate
+    from tasks.difficulty import CACHE_ENV, qa_filtered
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    inputs = {"qa_seeds": FrameArtifact({"seeds": SEEDS}), "tiny_policy": FrameArtifact({"checkpoint": trained})}
+    params = qa_filtered.parse_params({"k": 2, "max_tokens": 8, "window": [0, 2]})
+    out = qa_filtered.run(inputs, params, "p0")
+    assert out["seeds"].height == len(SEEDS) and out["histogram"]["n"].sum() == len(SEEDS)
+    assert list((tmp_path / "checkpoints").iterdir())  # the checkpoint was materialised into the cache
+    for name, frame in out.items():
+        assert validate("qa_filtered", name, frame, qa_filtered.outputs[name], "p0").passed
