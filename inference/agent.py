@@ -184,6 +184,37 @@ def rollout_prompts(engine: Engine, items: Sequence[PromptItem], k: int, reward_
     return groups
 
 
+def rollout_mix(engine: Engine, frame: Any, k: int, config: AgentConfig, source: str = "mix",
+                batch_size: int = 64) -> list[list[Trajectory]]:
+    """``k`` samples of every row of a prompt frame (``rl_mix`` / ``keychain`` columns: id, prompt as JSON chat
+    messages, answer, aliases, and ``reward_fn`` naming a ``tasks.rewards`` reward; default ``two_way``), scored
+    by each row's reward; one group per row, in row order."""
+    from tasks.rewards import get_reward
+
+    rows = list(frame.iter_rows(named=True))
+    by_reward: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_reward.setdefault(row.get("reward_fn") or "two_way", []).append(i)
+    groups: list[list[Trajectory]] = [[] for _ in rows]
+    for name, indices in by_reward.items():
+        items = [
+            PromptItem(id=str(rows[i]["id"]), messages=_messages(rows[i]["prompt"]),
+                       columns={"answer": rows[i]["answer"], "aliases": list(rows[i].get("aliases") or [])})
+            for i in indices
+        ]
+        for i, group in zip(indices, rollout_prompts(engine, items, k, get_reward(name), config, source, batch_size),
+                            strict=True):
+            groups[i] = group
+    return groups
+
+
+def _messages(prompt: Any) -> list[Message]:
+    messages = json.loads(prompt) if isinstance(prompt, str) else list(prompt)
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+        raise ValueError("a prompt must be a JSON list of chat messages with a 'role' each")
+    return messages
+
+
 def _single_turn_trajectory(item: PromptItem, index: int, completion: Completion, reward: float | None,
                             source: str) -> Trajectory:
     value = float(reward or 0.0)

@@ -157,3 +157,22 @@ def test_prompt_past_the_context_window_stops_the_episode(window, turns):
     [trajectory] = run_episodes(engine, episodes(1), AgentConfig(max_turns=4, sampling={"max_tokens": 50}))
     assert trajectory.stop_reason == "context_overflow" and len(trajectory.turns()) == turns
     assert "db_state" in trajectory.reward_components  # the end state is scored as it stands
+
+
+def test_mix_rows_are_scored_by_their_own_reward():
+    import polars as pl
+
+    from inference.agent import rollout_mix
+
+    frame = pl.DataFrame({
+        "id": ["qa-1", "needle-1", "qa-2"],
+        "prompt": [json.dumps([{"role": "user", "content": c}]) for c in ("q1", "n1", "q2")],
+        "answer": ["Paris", "K1 K2", "Rome"],
+        "aliases": [[], [], ["Roma"]],
+        "reward_fn": ["two_way", "needle_all", "two_way"],
+    })
+    replies = {"q1": "\\boxed{Paris}", "n1": "\\boxed{K1}", "q2": "\\boxed{Roma}"}
+    engine = ScriptedEngine(lambda request, index: replies[request.messages[-1]["content"]])
+    groups = rollout_mix(engine, frame, 2, AgentConfig())
+    assert [[t.reward for t in group] for group in groups] == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
+    assert [group[0].item_id for group in groups] == ["qa-1", "needle-1", "qa-2"]
