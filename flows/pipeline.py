@@ -46,8 +46,16 @@ STAGE_RETRIES = 2
 class StageFailed(RuntimeError):
     """A stage run failed in a way a retry cannot fix; the message names stage, partition and what failed.
 
-    Carries only its message, so it pickles across Dask worker processes whatever the original exception held.
+    Carries only its message and whether the contract failed, so it pickles across Dask worker processes whatever
+    the original exception held.
     """
+
+    def __init__(self, message: str, contract_failed: bool = False) -> None:
+        super().__init__(message, contract_failed)
+        self.contract_failed = contract_failed
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class PipelineFailed(RuntimeError):
@@ -156,7 +164,7 @@ def run_stage(
         )
     except ContractViolation as exc:
         _report_violation(exc)
-        raise StageFailed(str(exc)) from None
+        raise StageFailed(str(exc), contract_failed=True) from None
     except TRANSIENT:
         raise
     except Exception as exc:  # noqa: BLE001 - StageError, UpstreamMissing, a stage's bug: re-raised as its message
@@ -230,7 +238,7 @@ def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any)
     return row | {
         "status": "blocked" if blocked else "failed",
         "rows": 0, "outputs": {}, "bytes": 0,
-        "contract": "-" if blocked or "failed its contract" not in str(result) else "failed",
+        "contract": "failed" if isinstance(result, StageFailed) and result.contract_failed else "-",
         "seconds": 0.0,
         "error": "an upstream stage failed" if blocked else str(result),
     }

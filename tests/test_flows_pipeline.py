@@ -64,6 +64,7 @@ def test_bad_row_quarantines_and_blocks_downstream(runtime, profile: str) -> Non
 
     store = ArtifactStore(runtime.root)
     bad = next(row for row in failure.value.summary if row["stage"] == "test_double_source")
+    assert bad["contract"] == "failed"
     assert store.get("test_double_source", bad["key"]) is None
     assert store.quarantined("test_double_source", bad["key"]) is not None
     catalog = Catalog(runtime.root).query("SELECT status FROM artifacts WHERE key = ?", [bad["key"]])
