@@ -227,6 +227,11 @@ class Runtime:
                 self._stack.callback(server.stop)
                 self.prefect_api_url = server.start()
                 self._server = server
+        elif not _healthy(self.prefect_api_url, timeout=10):
+            raise RuntimeStartError(
+                f"no Prefect API answers at {self.prefect_api_url} (from --prefect-api-url or PREFECT_API_URL); "
+                "start one, or unset it to let gymforge start its own"
+            )
         self._stack.callback(_drain_prefect_logs)
         env[API_ENV] = self.prefect_api_url
         self._stack.enter_context(_environ(env))

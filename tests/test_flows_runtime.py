@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.runtime import PrefectServer, Runtime, data_root
+from flows.runtime import PrefectServer, Runtime, RuntimeStartError, data_root
 
 
 @pytest.mark.parametrize(("arg", "env", "expected"), [("given", "from-env", "given"), (None, "from-env", "from-env"),
@@ -41,6 +41,14 @@ def test_a_recorded_server_is_reused(runtime, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("PREFECT_API_URL")  # so only server.json can lead the new Runtime to the running server
     with Runtime(runtime.root, dask=False) as rt:
         assert rt.prefect_api_url == runtime.prefect_api_url and rt._server is None
+
+
+def test_attaching_to_a_dead_api_says_so(tmp_path: Path) -> None:
+    with (
+        pytest.raises(RuntimeStartError, match="no Prefect API answers at http://127.0.0.1:9/api"),
+        Runtime(tmp_path, prefect_api_url="http://127.0.0.1:9/api", dask=False),
+    ):
+        pass
 
 
 RUNTIME_UNTIL_TERMINATED = textwrap.dedent(
