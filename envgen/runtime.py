@@ -23,7 +23,8 @@ assistant dict: with ``tool_calls`` each call runs and one ``{"role": "tool", "t
 per call comes back; without them the user simulator answers. ``reward`` is 0 until ``done``; then it is the product
 of ``info["reward_components"]`` (``db_state``, ``required_outputs``, ``policy``) and ``info["failure"]`` is
 None, ``"agent"``, ``"user"`` or ``"tool"``. ``areset``/``astep`` are the async variants. ``env.call_tool(name,
-args)`` is the seam tool-noise wrappers override; ``UserSimulator`` is the seam for an LLM-backed user.
+args)`` is the seam tool-noise wrappers override; ``UserSimulator`` is the seam for another user
+(``CallableUserSimulator`` wraps any ``messages -> text`` callable, e.g. an LLM engine).
 ``replay(env_record, task_record, actions)`` runs a list of actions (golden or mutated) and scores them.
 """
 
@@ -110,6 +111,41 @@ class ProfileUserSimulator:
             known = ", ".join(f["label"] for f in self.facts) or "nothing more"
             return f"I'm not sure what you need. I can tell you my {known}.", False
         return f"That doesn't complete my request yet. {self.description}", False
+
+
+class CallableUserSimulator:
+    """The seam for an LLM-backed user: ``respond(messages) -> text`` (e.g. an inference engine; envgen does not
+    import one). It sees a user-side transcript: a system prompt holding the request and the profile facts, then
+    the conversation with the agent's turns as ``user`` messages. The runtime keeps the grounding rule: a stop
+    token before the task's final write does not end the episode (the user is told the request is not done)."""
+
+    STOP = "###STOP###"
+
+    def __init__(self, task: dict[str, Any], respond: Any) -> None:
+        self.description = task["description"]
+        facts = _loads(task["user_profile"])["facts"]
+        known = "\n".join(f"- {f['label']}: {f['value']}" for f in facts) or "- (nothing else)"
+        self.respond = respond
+        self.transcript: list[dict[str, Any]] = [{"role": "system", "content": (
+            f"You are a customer talking to a support agent. Your request: {self.description}\n"
+            f"Facts you know (give one only when asked for it; never invent others):\n{known}\n"
+            f"When your request has been completed, reply with {self.STOP}.")}]
+
+    def first_message(self) -> str:
+        self.transcript.append({"role": "assistant", "content": self.description})
+        return self.description
+
+    def reply(self, assistant_text: str, final_write_done: bool) -> tuple[str, bool]:
+        self.transcript.append({"role": "user", "content": assistant_text})
+        text = str(self.respond(list(self.transcript)))
+        self.transcript.append({"role": "assistant", "content": text})
+        wants_stop = self.STOP in text
+        text = text.replace(self.STOP, "").strip()
+        if wants_stop and final_write_done:
+            return text or "Thank you.", True
+        if wants_stop:  # never end before the final write (DESIGN.md section 7)
+            return text or f"That doesn't complete my request yet. {self.description}", False
+        return text, False
 
 
 def required_outputs_met(required: list[str], texts: list[str]) -> bool:

@@ -180,3 +180,26 @@ def test_required_amounts_match_with_formatting(amount: float) -> None:
 ])
 def test_required_outputs_on_token_boundaries(required: list, said: list, ok: bool) -> None:
     assert required_outputs_met(required, said) is ok
+
+
+def test_callable_user_simulator_seam_keeps_the_grounding_rule(airline: tuple) -> None:
+    """A test-double 'LLM' that always wants to stop: the episode still runs until the final write."""
+    from envgen.runtime import CallableUserSimulator
+
+    env_rec, task = airline
+    seen: list[list[dict]] = []
+
+    def always_stop(messages: list[dict]) -> str:
+        seen.append(messages)
+        return "Great, bye! ###STOP###"
+
+    env = Environment(env_rec)
+    env.reset(task, user=CallableUserSimulator(task, always_stop))
+    _, _, done, _ = env.step({"role": "assistant", "content": "Anything else?"})
+    assert not done
+    assert "Facts you know" in seen[0][0]["content"] and seen[0][-1] == {"role": "user", "content": "Anything else?"}
+    for i, a in enumerate(json.loads(task["golden_actions"])):
+        env.step(call(a["name"], a["arguments"], i))
+    outputs = json.loads(task["rubric"])["required_outputs"]
+    _, reward, done, _ = env.step({"role": "assistant", "content": f"Done: {', '.join(outputs)}"})
+    assert done and reward == 1.0
