@@ -23,7 +23,7 @@ from envgen.canonical import canonical_json, canonical_state, diff_states
 from envgen.compiler import CompiledDomain
 from envgen.construct import BuiltEnvironment, Fact
 from envgen.runtime import Environment, replay
-from envgen.seeding import engine_from_bytes
+from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.tools import Executor, call_tool
 
 MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
@@ -231,12 +231,12 @@ def mutate(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], ki
         if kind == "wrong-row":
             options = keys(action.target)
             rng.shuffle(options)
-            candidates = [actions[:last] + [{"name": tool.name, "arguments": {**actions[last]["arguments"],
-                                                                             target.key: k}}] + actions[last + 1:]
-                          for k in options[:8]]
+            prefix = actions[:last]
+            tails = [[{"name": tool.name, "arguments": {**actions[last]["arguments"], target.key: k}}]
+                     + actions[last + 1:] for k in options[:8]]
         else:  # extra-write: one more successful write the task did not ask for
             env_writes = [n for n in env["tool_names"] if domain.tools[n].is_write]
-            candidates = []
+            prefix, tails = actions, []
             for name in rng.sample(env_writes, len(env_writes)):
                 a = domain.spec.action(domain.tools[name].action)
                 rows = keys(a.target)
@@ -245,13 +245,16 @@ def mutate(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], ki
                     for q in a.params:
                         args[q.name] = rng.choice(keys(q.ref)) if q.ref else (
                             rng.choice(q.values) if q.values else (int(q.min or 1) if q.type == "int" else "0000"))
-                    candidates.append(actions + [{"name": name, "arguments": args}])
+                    tails.append([{"name": name, "arguments": args}])
     # Prefer a mutation whose writes all succeed: it changes the database the wrong way instead of erroring.
-    for cand in candidates[:48]:
-        results, _ = _run(domain, env["db"], cand)
+    # The shared prefix runs once; each candidate tail runs on a copy of the state after it.
+    _, engine = _run(domain, env["db"], prefix)
+    after = sqlite_bytes(engine)
+    for tail in tails[:48]:
+        results, _ = _run(domain, after, tail)
         if all("error" not in r for r in results):
-            return cand
-    return candidates[0] if candidates and kind == "wrong-row" else None
+            return prefix + tail
+    return prefix + tails[0] if tails and kind == "wrong-row" else None
 
 
 def verify_task(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], rng: random.Random) -> str | None:
