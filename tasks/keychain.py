@@ -108,9 +108,6 @@ class KeyChainParams(Params):
     min_pool_docs: int = Field(
         200, ge=1, description="below this many filtered-out documents, other kept seeds' documents join the pool"
     )
-    require_answer_in_context: bool = Field(
-        True, description="reject seeds whose answer (or alias) is not in one of their supporting documents"
-    )
     max_adjust_steps: int = Field(4, ge=0, le=16, description="bounded length corrections after the exact count")
     max_draws_per_item: int = Field(20_000, ge=10, description="bound on distractor documents drawn for one item")
     pool_counting: Literal["auto", "lazy", "upfront"] = Field(
@@ -265,7 +262,8 @@ class KeyChainBuilder:
 
     def _own_blocks(self, seed: Mapping[str, Any]) -> list[Block]:
         """The seed's own short context, kept whole (its supporting documents must hold the answer)."""
-        if self.p.require_answer_in_context and not answer_in_support(seed["answer"], seed["aliases"], seed["docs"]):
+        # the contract requires the answer in a supporting document of the context: seeds without it cannot pass
+        if not answer_in_support(seed["answer"], seed["aliases"], seed["docs"]):
             raise Reject("answer_not_in_supporting_docs")
         own = [Block(f"{d['title']}\n{d['text'].strip()}", 0, own=True, supporting=bool(d["is_supporting"]))
                for d in json.loads(seed["docs"])]
