@@ -119,7 +119,7 @@ def renamed_variant(spec: DomainSpec, rng: random.Random, suffix: str) -> Domain
         r.ident(v)
     data = _walk(raw, r, None, enums)
     letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
-    used: set[str] = set()
+    used = {e.id_prefix for e in spec.entities}  # new ids never look like the training domain's
     for e in data["entities"]:
         prefix = "".join(rng.choices(letters, k=len(e["id_prefix"])))
         while prefix in used:
