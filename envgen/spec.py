@@ -378,6 +378,8 @@ def _message(err: Any) -> str:
     given = err.get("input")
     if err["type"] not in ("value_error", "missing") and isinstance(given, (str, int, float)) and len(str(given)) < 60:
         msg += f" (got {given!r})"
+        if isinstance(given, bool):
+            msg += "; YAML reads unquoted yes/no/on/off as booleans: quote the value"
     return msg
 
 
@@ -405,12 +407,23 @@ def action_rows(action: ActionSpec, entities: dict[str, EntitySpec]) -> dict[str
     return rows
 
 
+def _unparsed_rows(action: ActionSpec, parsed: dict[str, EntitySpec], named: set[Any]) -> frozenset[str]:
+    """Rows of an action whose entity exists but failed to parse: its problems are listed already."""
+    target = parsed.get(action.target)
+    rels = [(r.field, r.to) for r in target.relations] if target else []
+    refs = [(q.name, q.ref) for q in action.params if q.ref is not None]
+    return frozenset(row for row, ent in rels + refs if ent not in parsed and ent in named)
+
+
 def _check_conditions(
-    conds: Iterable[tuple[list[Any], Condition]], rows: dict[str, EntitySpec], params: dict[str, ParamSpec], p: _Problems
+    conds: Iterable[tuple[list[Any], Condition]], rows: dict[str, EntitySpec], params: dict[str, ParamSpec], p: _Problems,
+    skip: frozenset[str] = frozenset(),
 ) -> None:
     for path, c in conds:
-        check_operand(path, c, rows, params, p)
+        check_operand(path, c, rows, params, p, skip)
         ent = rows.get(c.row)
+        if c.row in skip:
+            continue
         if ent is None:
             p.add([*path, "row"], f"unknown row {c.row!r}; use one of {sorted(rows)}")
         elif c.field not in ent.column_names:
@@ -434,13 +447,17 @@ def _numeric_operand(o: Operand, rows: dict[str, EntitySpec], params: dict[str, 
 
 
 def check_operand(
-    path: list[Any], o: Operand, rows: dict[str, EntitySpec], params: dict[str, ParamSpec], p: _Problems
+    path: list[Any], o: Operand, rows: dict[str, EntitySpec], params: dict[str, ParamSpec], p: _Problems,
+    skip: frozenset[str] = frozenset(),
 ) -> None:
+    """``skip``: rows whose entity failed to parse (already reported), so no cascade of 'unknown row' errors."""
     if o.param is not None and o.param not in params:
         p.add([*path, "param"], f"unknown parameter {o.param!r}; parameters: {sorted(params)}")
     if o.ref is not None:
         row, field = o.ref.split(".")
-        if row not in rows:
+        if row in skip:
+            pass
+        elif row not in rows:
             p.add([*path, "ref"], f"unknown row {row!r}; use one of {sorted(rows)}")
         elif field not in rows[row].column_names:
             p.add([*path, "ref"], f"{rows[row].name} has no field {field!r}")
@@ -506,33 +523,37 @@ def _check_domain(raw: Any, p: _Problems) -> None:
         if len(params) != len(a.params) or by_name[a.target].key in params:
             p.add([*path, "params"], "duplicate parameter names (or one named like the target key)")
         rows = action_rows(a, by_name)
+        skip = _unparsed_rows(a, by_name, raw_names["entities"])
         for j, q in enumerate(a.params):
             if q.ref is not None and q.ref not in by_name and q.ref not in raw_names["entities"]:
                 p.add([*path, "params", j, "ref"], f"unknown entity {q.ref!r}")
         for placeholder in re.findall(r"{(\w+)}", a.intent):
             if placeholder not in params:
                 p.add([*path, "intent"], f"placeholder {{{placeholder}}} is not a parameter")
-        _check_conditions([([*path, "preconditions", j], c) for j, c in enumerate(a.preconditions)], rows, params, p)
+        _check_conditions([([*path, "preconditions", j], c) for j, c in enumerate(a.preconditions)], rows, params, p,
+                          skip)
         for j, eff in enumerate(a.effects):
             epath = [*path, "effects", j]
             if eff.kind == "create":
                 if eff.entity not in by_name:
-                    p.add([*epath, "entity"], f"unknown entity {eff.entity!r}")
+                    if eff.entity not in raw_names["entities"]:
+                        p.add([*epath, "entity"], f"unknown entity {eff.entity!r}")
                     continue
                 target = by_name[eff.entity]
                 for col, operand in eff.values.items():
                     if col not in target.column_names or col == target.key:
                         p.add([*epath, "values", col], f"{target.name} has no settable field {col!r}")
-                    check_operand([*epath, "values", col], operand, rows, params, p)
+                    check_operand([*epath, "values", col], operand, rows, params, p, skip)
                 unset = [r.field for r in target.relations if r.required and r.field not in eff.values]
                 if unset:
                     p.add([*epath, "values"], f"required relation(s) {unset} of {target.name} need a value")
                 continue
             ent = rows.get(eff.row)
             if ent is None:
-                p.add([*epath, "row"], f"unknown row {eff.row!r}; use one of {sorted(rows)}")
+                if eff.row not in skip:
+                    p.add([*epath, "row"], f"unknown row {eff.row!r}; use one of {sorted(rows)}")
                 continue
-            check_operand([*epath, "to"], eff.to, rows, params, p)
+            check_operand([*epath, "to"], eff.to, rows, params, p, skip)
             fspec = ent.field(eff.field)
             if eff.field == ent.key or eff.field not in ent.column_names:
                 p.add([*epath, "field"], f"{ent.name} has no settable field {eff.field!r} (keys cannot change)")
@@ -555,10 +576,10 @@ def _check_domain(raw: Any, p: _Problems) -> None:
                 continue
             if a.target not in by_name:
                 continue
-            rows = action_rows(a, by_name)
             _check_conditions(
                 [(["policies", i, "conditions", k], c) for k, c in enumerate(pol.conditions)],
-                rows, {q.name: q for q in a.params}, p,
+                action_rows(a, by_name), {q.name: q for q in a.params}, p,
+                _unparsed_rows(a, by_name, raw_names["entities"]),
             )
 
 

@@ -138,3 +138,16 @@ def test_effects_are_checked_against_the_created_entity_and_amount_types() -> No
     text = "\n".join(info.value.problems)
     assert "required relation(s) ['owner_id'] of box need a value" in text
     assert "adjust needs a numeric amount" in text
+
+
+def test_a_broken_entity_does_not_cascade_and_yaml_booleans_are_explained() -> None:
+    bad = copy.deepcopy(MINIMAL)
+    bad["entities"][1]["id_prefix"] = False  # what an unquoted `id_prefix: NO` becomes
+    bad["actions"][0]["target"] = "owner"
+    bad["actions"][0]["preconditions"] = []
+    bad["actions"][0]["effects"] = [{"kind": "create", "entity": "box", "values": {"state": {"value": "open"},
+                                                                                 "owner_id": {"ref": "target.owner_id"}}}]
+    with pytest.raises(SpecError) as info:
+        parse_spec(dump(bad))
+    assert len(info.value.problems) == 1, info.value.problems
+    assert "quote the value" in info.value.problems[0]
