@@ -204,8 +204,13 @@ class Environment:
         raw.execute("PRAGMA journal_mode=MEMORY")
         self._raw = raw
         self._engine = sqlite_engine(raw)
-        # Tools compare against the database's own now, never the wall clock.
-        self.now = datetime.fromisoformat(raw.execute(f"SELECT now FROM {CLOCK_TABLE}").fetchone()[0])
+        # Tools compare against the database's own now, never the wall clock (databases built before the clock
+        # table existed carry it in the record only).
+        try:
+            now = raw.execute(f"SELECT now FROM {CLOCK_TABLE}").fetchone()[0]
+        except sqlite3.OperationalError:
+            now = self.record["now"]
+        self.now = datetime.fromisoformat(now)
 
     def close(self) -> None:
         if self._engine is not None:
