@@ -34,7 +34,7 @@ STAGE = "tiny_policy"
 
 class TinyPolicyParams(Params):
     size: Literal["tiny", "small"] = Field("tiny", description="model size of training/tiny_model.py")
-    steps: int = Field(240, ge=0, description="optimizer steps")
+    steps: int = Field(300, ge=0, description="optimizer steps")
     batch_size: int = Field(16, gt=0, description="examples per step")
     learning_rate: float = Field(3e-3, gt=0, description="peak AdamW learning rate (linear warmup, cosine decay)")
     warmup_steps: int = Field(20, ge=0, description="linear warmup steps")
