@@ -165,6 +165,27 @@ def interleaved(paths: tuple[str, str, str], target: int, examples: int, countin
     }
 
 
+def needles_run(tok_dir: str, rej_path: str, target: int, examples: int) -> dict[str, float]:
+    """RULER multi-key needles on the pool's documents as haystack: ms/example and the same overhead ratio."""
+    from tasks.needles import NeedleBuilder, NeedleParams
+    from tasks.token_budget import DocPool
+    from tasks.tokenizer import resolve_tokenizer
+
+    texts = [d["text"] for doc in pl.read_parquet(rej_path, n_rows=20_000)["docs"] for d in json.loads(doc)]
+    params = NeedleParams(n_multikey=examples, n_multivalue=0, target_tokens=target, tokenizer=tok_dir)
+    builder = NeedleBuilder(params, resolve_tokenizer(tok_dir, {}), DocPool([""] * len(texts), texts, "bench"), "b")
+    build, tokenize = [], []
+    for index in range(examples):
+        t = time.perf_counter()
+        row = builder.build(index, "multikey")
+        build.append(time.perf_counter() - t)
+        text = builder.prefix + json.loads(row["prompt"])[0]["content"] + builder.suffix
+        t = time.perf_counter()
+        builder.counter.tok(text, add_special_tokens=False)
+        tokenize.append(time.perf_counter() - t)
+    return {"ms": 1e3 * statistics.mean(build), "ratio": sum(build) / sum(tokenize)}
+
+
 def dask_run(paths: tuple[str, str, str], target: int, examples: int, workers: int) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
@@ -210,6 +231,8 @@ def main() -> None:
               f"({s['examples_per_s_wall']:.1f}/s wall incl. {s['setup_s']:.1f}s setup; "
               f"{s['examples_per_cpu_s']:.1f} per CPU-second), "
               f"peak RSS/worker {s['peak_rss_mb']:.0f} MB")
+    needles = needles_run(str(tok_dir), str(rej_path), args.target, min(args.examples, 50))
+    print(f"needles (multi-key, 20 keys): {needles['ms']:.1f} ms/example, ratio {needles['ratio']:.2f}")
     load_after = os.getloadavg()[0]
 
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}"
@@ -232,6 +255,8 @@ def main() -> None:
             f"{s['examples_per_cpu_s']:.1f} per CPU-second; peak RSS/worker {s['peak_rss_mb']:.0f} MB"))
           for s in scaling),
     ]
+    rows.append(("RULER multi-key needles (20 keys) at the same target: ms/example, ratio",
+                 f"{needles['ms']:.1f} ms, {needles['ratio']:.2f} (RULER's generator: 40-200 ms)"))
     if len(scaling) >= 2:
         speedup = scaling[1]["examples_per_s_build"] / scaling[0]["examples_per_s_build"]
         rows.append(("2-worker / 1-worker speed-up (building)", f"{speedup:.2f}x"))
