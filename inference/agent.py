@@ -263,7 +263,15 @@ class Episode:
 def run_episodes(engine: Engine, episodes: Sequence[Episode], config: AgentConfig,
                  source: str = "env") -> list[Trajectory]:
     """Run every episode to completion (or its turn budget), ``config.concurrency`` at a time, in episode order."""
-    return asyncio.run(arun_episodes(engine, episodes, config, source))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(arun_episodes(engine, episodes, config, source))
+    # Called from inside an event loop (a notebook, an async task): run the episodes' own loop on a private thread.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, arun_episodes(engine, episodes, config, source)).result()
 
 
 async def arun_episodes(engine: Engine, episodes: Sequence[Episode], config: AgentConfig,

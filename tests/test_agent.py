@@ -176,3 +176,13 @@ def test_mix_rows_are_scored_by_their_own_reward():
     groups = rollout_mix(engine, frame, 2, AgentConfig())
     assert [[t.reward for t in group] for group in groups] == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
     assert [group[0].item_id for group in groups] == ["qa-1", "needle-1", "qa-2"]
+
+
+def test_run_episodes_works_inside_a_running_event_loop():
+    import asyncio
+
+    async def from_a_notebook():
+        return run_episodes(ScriptedEngine(golden_policy), episodes(1), AgentConfig(max_turns=12))
+
+    [trajectory] = asyncio.run(from_a_notebook())
+    assert trajectory.verified
