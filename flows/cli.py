@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -96,10 +97,17 @@ def _quiet_console_logs() -> None:
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "WARNING"
     from prefect.logging.handlers import PrefectConsoleHandler
 
+    from flows.pipeline import PipelineFailed
+
+    def not_a_pipeline_failure(record: logging.LogRecord) -> bool:
+        # the summary table and the error message say it; the flow engine's traceback would only bury them
+        return not (record.exc_info and isinstance(record.exc_info[1], PipelineFailed))
+
     for logger in (logging.getLogger(), logging.getLogger("prefect")):
         for handler in logger.handlers:
             if isinstance(handler, PrefectConsoleHandler):
                 handler.setLevel(logging.WARNING)
+                handler.addFilter(not_a_pipeline_failure)
 
 
 def _runtime() -> Runtime:
@@ -109,16 +117,15 @@ def _runtime() -> Runtime:
 
 
 def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("stage", "partition", "key", "rows", "cached", "contract", "seconds"):
-        table.add_column(column, justify="right" if column in {"rows", "seconds"} else "left",
-                         no_wrap=column in UNWRAPPED)
+    """stage, key, status (published | cached | failed | blocked), rows, contract, seconds."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for column in ("stage", "key", "status", "rows", "contract", "seconds"):
+        table.add_column(column, justify="right" if column in {"rows", "seconds"} else "left", no_wrap=True)
     styles = {"published": "green", "cached": "cyan", "failed": "bold red", "blocked": "yellow"}
     for row in rows:
-        cached = {"cached": "yes", "published": "no"}.get(row["status"], row["status"])
         table.add_row(
-            row["stage"], row["partition"], row["key"], f"{row['rows']:,}", cached, row["contract"],
-            f"{row['seconds']:.2f}", style=styles.get(row["status"]),
+            row["stage"], row["key"], row["status"], f"{row['rows']:,}", row["contract"], f"{row['seconds']:.2f}",
+            style=styles.get(row["status"]),
         )
     return table
 
