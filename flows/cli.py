@@ -37,7 +37,7 @@ artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect the artifact cat
 app.add_typer(artifacts_app, name="artifacts")
 
 console = Console()
-UNWRAPPED = {"stage", "key"}  # names people copy: never broken across lines
+UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True)
 
 for room in (cli_data, cli_envgen, cli_noise, cli_inference):
@@ -120,7 +120,10 @@ def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
     """stage, key, status (published | cached | failed | blocked), rows, contract, seconds."""
     table = Table(title=title, box=box.SIMPLE_HEAD)
     for column in ("stage", "key", "status", "rows", "contract", "seconds"):
-        table.add_column(column, justify="right" if column in {"rows", "seconds"} else "left", no_wrap=True)
+        # names people copy keep their full width on a narrow terminal; the other columns give way
+        width = max((len(row[column]) for row in rows), default=0) if column in UNWRAPPED else None
+        table.add_column(column, justify="right" if column in {"rows", "seconds"} else "left", no_wrap=True,
+                         min_width=width)
     styles = {"published": "green", "cached": "cyan", "failed": "bold red", "blocked": "yellow"}
     for row in rows:
         table.add_row(
@@ -259,9 +262,10 @@ def ui(
 
 
 def _print_frame(frame: pl.DataFrame, title: str | None = None) -> None:
-    table = Table(title=title)
+    table = Table(title=title, box=box.SIMPLE_HEAD)
     for column in frame.columns:
-        table.add_column(column, overflow="fold", no_wrap=column in UNWRAPPED)
+        width = max((len(str(value)) for value in frame[column]), default=0) if column in UNWRAPPED else None
+        table.add_column(column, overflow="fold", no_wrap=column in UNWRAPPED, min_width=width)
     for row in frame.iter_rows():
         table.add_row(*("" if value is None else str(value) for value in row))
     console.print(table)
@@ -279,17 +283,17 @@ def artifacts_ls(
     stage: Annotated[str | None, typer.Option(help="Only this stage.")] = None,
     status: Annotated[str | None, typer.Option(help="published | quarantined")] = None,
 ) -> None:
-    """List artifacts: stage, partition, key, status, rows, bytes, code version."""
+    """List artifacts: stage, partition, key, status, rows, bytes (`show KEY` for the rest)."""
     with _clean_errors():
         frame = _catalog().query(
-            "SELECT stage, partition, key, status, rows, bytes, version, code_version AS code FROM artifacts "
+            "SELECT stage, partition, key, status, rows, bytes FROM artifacts "
             "WHERE (? IS NULL OR stage = ?) AND (? IS NULL OR status = ?) ORDER BY stage, partition, key",
             [stage, stage, status, status],
         )
     if frame.is_empty():
         console.print("no artifacts yet: run `gymforge demo` or `gymforge run STAGE`")
         return
-    _print_frame(frame.with_columns(frame["code"].str.slice(0, 10)), f"{frame.height} artifacts")
+    _print_frame(frame, f"{frame.height} artifacts")
 
 
 @artifacts_app.command("show")
