@@ -69,12 +69,15 @@ def tool_call_errors(message: Message, tools: Sequence[Mapping[str, Any]]) -> li
     the arguments are a JSON object holding every required parameter."""
     schemas = {t["function"]["name"]: t["function"] for t in tools if t.get("type", "function") == "function"}
     calls = message.get("tool_calls") or []
+    problems = [_call_problem(c.get("function", {}).get("name"), c.get("function", {}).get("arguments"), schemas)
+                for c in calls]
     errors: list[Message] = []
-    for call in calls:
-        fn = call.get("function", {})
-        problem = _call_problem(fn.get("name"), fn.get("arguments"), schemas)
-        if problem:
-            errors.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": f"Error: {problem}"})
+    if any(problems):  # every call id gets an answer; the well-formed ones are not run either
+        errors = [
+            {"role": "tool", "tool_call_id": call.get("id", ""),
+             "content": f"Error: {problem}" if problem else "Error: not run, another call of this turn is malformed"}
+            for call, problem in zip(calls, problems, strict=True)
+        ]
     # Engines keep the raw text of a completion whose tool-call markup did not parse (inference/engines.py).
     if len(_TOOL_CALL_TAG.findall(str(message.get("content") or ""))) > len(calls):
         errors.append({

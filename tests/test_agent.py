@@ -186,3 +186,13 @@ def test_run_episodes_works_inside_a_running_event_loop():
 
     [trajectory] = asyncio.run(from_a_notebook())
     assert trajectory.verified
+
+
+def test_every_call_of_a_malformed_turn_is_answered():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"required": ["x"]}}}]
+    calls = [{"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+             {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    errors = tool_call_errors({"role": "assistant", "content": "", "tool_calls": calls}, tools)
+    assert [e["tool_call_id"] for e in errors] == ["a", "b"]
+    assert "not run" in errors[0]["content"] and "missing required argument(s): x" in errors[1]["content"]
+    assert tool_call_errors({"role": "assistant", "content": "", "tool_calls": calls[:1]}, tools) == []
