@@ -228,11 +228,11 @@ def backfill(
         with Runtime(os.environ.get("GYMFORGE_DATA"), dask=serve) as rt:
             runs = run_backfill(stage, names, force=force, profile=profile, serve=serve,
                                 data_dir=str(rt.root) if serve else None)
-    table = Table(title=f"backfill {stage}")
-    for column in ("partition", "flow run", "state"):
-        table.add_column(column)
+    table = Table(title=f"backfill {stage}", caption=f"runs at {rt.ui_url}/runs/flow-run/<id>", box=box.SIMPLE_HEAD)
+    for column in ("partition", "flow run id", "state"):
+        table.add_column(column, no_wrap=True)
     for item in runs:
-        table.add_row(item.partition, f"{rt.ui_url}/runs/flow-run/{item.flow_run_id}", item.state)
+        table.add_row(item.partition, item.flow_run_id, item.state)
     console.print(table)
     if serve and any(item.state != "Completed" for item in runs):
         raise typer.Exit(1)

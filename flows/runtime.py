@@ -254,6 +254,9 @@ class Runtime:
         # Dask logs every worker start and stop at INFO; keep the console for the pipeline's own output.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
         logging.getLogger("distributed").setLevel(logging.WARNING)
+        # Prefect's background threads keep a worker process alive past the nanny's 4 s close grace; the nanny
+        # then kills it, which is the intended end of a worker we are closing anyway.
+        logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
         # Worker processes are spawned after the environment above is set, so they inherit PREFECT_API_URL.
         return LocalCluster(
             n_workers=self.n_workers,
