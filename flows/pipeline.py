@@ -84,18 +84,15 @@ def _stage_key(stage_name: str, params_json: str, input_keys: Mapping[str, str],
 
 
 @dataclass
-class _StillPublished(CachePolicy):
-    """INPUTS + TASK_SOURCE, but only while the artifact is still published: a Prefect cache hit does not prove
-    the files still exist (STACK.md), so the artifact path is derived from its key and checked. ``force`` and a
-    missing artifact disable the cache for that call."""
+class _ArtifactInputs(CachePolicy):
+    """INPUTS + TASK_SOURCE over hashable inputs: upstream StageRuns count by their artifact keys; ``force``
+    disables the cache. A Prefect cache hit does not prove the files still exist (STACK.md), so the flow submits
+    a stage whose artifact is missing with ``refresh_cache``: it runs, and its new result replaces the record."""
 
     def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any) -> str | None:
         if inputs.get("force"):
             return None
         hashable = {**inputs, "input_keys": _keys(inputs["input_keys"])}
-        key = _stage_key(inputs["stage_name"], inputs["params_json"], hashable["input_keys"], inputs["partition"])
-        if ArtifactStore(inputs["data_dir"]).get(inputs["stage_name"], key) is None:
-            return None
         return (INPUTS + TASK_SOURCE).compute_key(task_ctx, hashable, flow_parameters, **kwargs)
 
 
@@ -136,7 +133,7 @@ def _report_violation(exc: ContractViolation) -> None:
 
 @task(
     task_run_name="{stage_name}/{partition}",
-    cache_policy=_StillPublished(),
+    cache_policy=_ArtifactInputs(),
     retries=STAGE_RETRIES,
     retry_delay_seconds=2,
     retry_condition_fn=_transient,
@@ -264,7 +261,8 @@ def _run_dag(
     futures: dict[str, PrefectFuture[StageRun]] = {}
     by_future: dict[PrefectFuture[StageRun], PlannedStage] = {}
     for stage in planned:
-        future = run_stage.submit(
+        missing = store.get(stage.name, stage.key) is None
+        future = (run_stage.with_options(refresh_cache=True) if missing else run_stage).submit(
             stage.name, stage.params_json, {name: futures[name] for name in stage.inputs}, partition, str(root),
             stage.force,
         )

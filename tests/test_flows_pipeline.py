@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -37,12 +38,29 @@ def test_stage_publishes_then_is_cached(runtime, profile: str) -> None:
 
     again = refresh(runtime, profile=profile, partition="pub", stages=["test_double_square"])
     assert [(row["key"], row["status"]) for row in again] == [(row["key"], "cached") for row in first]
+    assert _task_states("test_double_square/pub") == ["Completed", "Cached"], "the second run is a Prefect cache hit"
+
+    shutil.rmtree(artifact.path)  # a cache record must not stand in for files that are gone
+    healed = refresh(runtime, profile=profile, partition="pub", stages=["test_double_square"])
+    assert [row["status"] for row in healed] == ["cached", "cached", "published"]
+    assert ArtifactStore(runtime.root).get("test_double_square", square["key"]) is not None
 
     from prefect.artifacts import Artifact
 
     table = Artifact.get("test-double-square-pub")  # the UI's record of the run: rows and contract per output
     assert table is not None and square["key"] in table.description
     assert json.loads(table.data) == [{"output": "numbers", "rows": 7, "contract": "passed"}]
+
+
+def _task_states(name: str) -> list[str]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+    from prefect.client.schemas.sorting import TaskRunSort
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(task_run_filter=TaskRunFilter(name=TaskRunFilterName(any_=[name])),
+                                     sort=TaskRunSort.EXPECTED_START_TIME_ASC)
+    return [run.state.name for run in runs if run.state is not None]
 
 
 def test_materialize_returns_published_artifacts(runtime, profile: str) -> None:
