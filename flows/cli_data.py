@@ -111,7 +111,8 @@ def register(app: typer.Typer) -> None:
     def keychain(
         out: Annotated[Path, typer.Option(help="Where to write the examples (.parquet, or JSON lines).")],
         seeds: Annotated[str, typer.Option(help="world, hotpotqa:PATH, musique:PATH or 2wiki:PATH.")] = "world",
-        n: Annotated[int, typer.Option(help="Examples to build.")] = 100,
+        n: Annotated[int, typer.Option(help="KeyChain examples to build.")] = 100,
+        n_regular: Annotated[int, typer.Option(help="Regular long-context QA examples too (output `regular`).")] = 0,
         target_tokens: Annotated[int, typer.Option(help="Prompt length; lands in [target - 2%, target].")] = 16384,
         tokenizer: Annotated[str, typer.Option(help="'default' (gymforge's BPE) or a local tokenizer dir.")] = "default",
         key_format: Annotated[str, typer.Option(help="uuid32 (the report) or hex8 (the authors' code).")] = "uuid32",
@@ -127,7 +128,7 @@ def register(app: typer.Typer) -> None:
             tokenizer = str(Path(tokenizer).expanduser().resolve())
         overrides: dict[str, dict[str, Any]] = {
             "qa_seeds": {"source": seed_source(seeds)},
-            "keychain": {"n": n, "target_tokens": target_tokens, "tokenizer": tokenizer, "key_format": key_format,
+            "keychain": {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer, "key_format": key_format,
                          "hops": hops, "placement": placement},
         }
         artifact = keychain_artifact(overrides, profile, data_dir)

@@ -81,3 +81,29 @@ def test_keychain_through_the_store(runtime, tmp_path):
     assert frame.height + artifact.read("rejected").filter(pl.col("kind") == "keychain").height == 4
     assert all(1004 <= t <= 1024 for t in frame["tokens"])
     assert cli_data.write_frame(frame, tmp_path / "kc.parquet").is_file()
+
+
+def test_keychain_command_passes_its_settings_and_writes_the_file(monkeypatch, tmp_path):
+    from longctx_fixtures import qa_filtered, tokenizer_artifact
+
+    from data_contracts.stage import FrameArtifact
+    from tasks import keychain
+
+    seen = {}
+
+    def through_store_double(overrides, profile, data_dir, runtime=None):  # test double for the store round trip
+        seen.update(overrides=overrides, profile=profile)
+        params = keychain.KeyChainParams(**overrides["keychain"])
+        frames = keychain.run.run({"qa_filtered": qa_filtered(), "tokenizer": tokenizer_artifact()}, params, "p0")
+        return FrameArtifact(frames, key="double")
+
+    monkeypatch.setattr(cli_data, "keychain_artifact", through_store_double)
+    out = tmp_path / "kc.parquet"
+    result = CliRunner().invoke(app, ["keychain", "--seeds", "world", "--n", "3", "--target-tokens", "1536",
+                                      "--key-format", "hex8", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert seen["overrides"]["qa_seeds"] == {"source": "world"}
+    assert seen["overrides"]["keychain"]["key_format"] == "hex8"
+    frame = pl.read_parquet(out)
+    assert frame.height == 3 and set(frame["key_format"]) == {"hex8"}
+    assert all(1506 <= t <= 1536 for t in frame["tokens"])
