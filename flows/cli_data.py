@@ -128,8 +128,8 @@ def register(app: typer.Typer) -> None:
             tokenizer = str(Path(tokenizer).expanduser().resolve())
         overrides: dict[str, dict[str, Any]] = {
             "qa_seeds": {"source": seed_source(seeds)},
-            "keychain": {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer, "key_format": key_format,
-                         "hops": hops, "placement": placement},
+            "keychain": {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer,
+                         "key_format": key_format, "hops": hops, "placement": placement},
         }
         artifact = keychain_artifact(overrides, profile, data_dir)
         frame, rejected = artifact.read("keychain"), artifact.read("rejected")
