@@ -85,14 +85,17 @@ def _stage_key(stage_name: str, params_json: str, input_keys: Mapping[str, str],
 
 @dataclass
 class _ArtifactInputs(CachePolicy):
-    """INPUTS + TASK_SOURCE over hashable inputs: upstream StageRuns count by their artifact keys; ``force``
-    disables the cache. A Prefect cache hit does not prove the files still exist (STACK.md), so the flow submits
-    a stage whose artifact is missing with ``refresh_cache``: it runs, and its new result replaces the record."""
+    """INPUTS + TASK_SOURCE over hashable inputs: upstream StageRuns count by their artifact keys, and the
+    stage's own artifact key (which carries its version) is added; ``force`` disables the cache. A Prefect cache
+    hit does not prove the files still exist (STACK.md), so the flow submits a stage whose artifact is missing with
+    ``refresh_cache``: it runs, and its new result replaces the record."""
 
     def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any) -> str | None:
         if inputs.get("force"):
             return None
-        hashable = {**inputs, "input_keys": _keys(inputs["input_keys"])}
+        keys = _keys(inputs["input_keys"])
+        artifact = _stage_key(inputs["stage_name"], inputs["params_json"], keys, inputs["partition"])
+        hashable = {**inputs, "input_keys": keys, "artifact_key": artifact}
         return (INPUTS + TASK_SOURCE).compute_key(task_ctx, hashable, flow_parameters, **kwargs)
 
 
