@@ -1,5 +1,5 @@
 """Difficulty-filter throughput: QA items per second at k = 8 with the tiny policy, through the transformers engine
-(one item per engine call vs batched items) and through `gymforge serve` over HTTP.
+(one sample at a time vs batches of 16) and through `gymforge serve` over HTTP.
 
 The data are the tiny profile's own: the `world`, `qa_seeds` and `tokenizer` stages run in-process, then the
 `tiny_policy` stage trains for ``--steps`` steps (its loss curve is printed). Each variant filters the same
@@ -27,15 +27,20 @@ RESULTS = ROOT / "bench" / "RESULTS.md"
 PROFILE = ROOT / "flows" / "profiles" / "tiny.yaml"
 
 
-def tiny_inputs(steps: int | None) -> tuple[object, object]:
-    """(qa_seeds frame, tiny_policy artifact) built in-process by the stages themselves with the tiny profile."""
+def tiny_profile() -> dict:
     import yaml
 
+    return yaml.safe_load(PROFILE.read_text(encoding="utf-8")) or {}
+
+
+def tiny_inputs(steps: int | None) -> tuple[object, object, float]:
+    """(qa_seeds frame, tiny_policy artifact, training seconds), built in-process by the stages themselves with the
+    tiny profile."""
     from data_contracts.stage import FrameArtifact, get_stage
     from tasks import seeds, tokenizer, world  # noqa: F401  (registers the stages)
     from training import tiny_policy  # noqa: F401
 
-    profile = yaml.safe_load(PROFILE.read_text(encoding="utf-8")) or {}
+    profile = tiny_profile()
 
     def run(name: str, inputs: dict, **override: object) -> FrameArtifact:
         declared = get_stage(name)
@@ -48,14 +53,17 @@ def tiny_inputs(steps: int | None) -> tuple[object, object]:
     start = time.perf_counter()
     policy = run("tiny_policy", {"tokenizer": tok, "qa_seeds": qa}, **({"steps": steps} if steps else {}))
     row = policy.read("checkpoint").row(0, named=True)
-    print(f"tiny_policy: {row['steps']} steps in {time.perf_counter() - start:.0f} s, loss curve {row['loss_curve']}")
-    return qa.read("seeds"), policy
+    seconds = time.perf_counter() - start
+    print(f"tiny_policy: {row['steps']} steps in {seconds:.0f} s, loss curve {row['loss_curve']}")
+    return qa.read("seeds"), policy, seconds
 
 
-def timed_filter(seeds, engine, batch_size: int) -> tuple[float, list[int]]:
+def timed_filter(seeds, engine) -> tuple[float, list[int]]:
+    """Seconds to filter ``seeds`` with the tiny profile's qa_filtered params, and the pass-count histogram."""
     from tasks.difficulty import QAFilterParams, filter_qa
 
-    params = QAFilterParams(k=8, max_tokens=16, batch_size=batch_size)
+    raw = {key: value for key, value in (tiny_profile().get("qa_filtered") or {}).items() if key != "engine"}
+    params = QAFilterParams(**{**raw, "k": 8})
     start = time.perf_counter()
     out = filter_qa(seeds, engine, params)
     return time.perf_counter() - start, out["histogram"]["n"].to_list()
@@ -74,21 +82,22 @@ def main() -> None:
     from inference.server import create_app, serve_in_background
     from training.tiny_policy import materialize_checkpoint
 
-    seeds, policy = tiny_inputs(args.steps)
-    steps = policy.read("checkpoint")["steps"][0]
+    seeds, policy, train_seconds = tiny_inputs(args.steps)
+    checkpoint_row = policy.read("checkpoint").row(0, named=True)
+    steps = checkpoint_row["steps"]
     seeds = seeds.sort("id").head(args.items)
     with tempfile.TemporaryDirectory(prefix="bench-filter-") as tmp:
         checkpoint = materialize_checkpoint(policy, tmp)
+        one = load_engine(f"hf:{checkpoint}", max_batch_size=1)
+        timed_filter(seeds.head(2), one)  # warm-up
+        figures = {"transformers engine, one sample at a time": timed_filter(seeds, one)}
+        one.close()
         hf = load_engine(f"hf:{checkpoint}", max_batch_size=16)
-        timed_filter(seeds.head(2), hf, 2)  # warm-up
-        figures = {
-            "transformers engine, 1 item per call": timed_filter(seeds, hf, 1),
-            "transformers engine, 16 items per call": timed_filter(seeds, hf, 16),
-        }
+        figures["transformers engine, batches of 16 samples"] = timed_filter(seeds, hf)
         with serve_in_background(create_app(checkpoint, "tiny", max_batch_size=16, engine=hf)) as url:
             http = load_engine(f"openai:{url}#tiny", max_concurrency=16)
             try:
-                figures["gymforge serve (HTTP), 16 items per call"] = timed_filter(seeds, http, 16)
+                figures["gymforge serve (HTTP), batches of 16, 16 concurrent requests"] = timed_filter(seeds, http)
             finally:
                 http.close()
         hf.close()
@@ -99,15 +108,16 @@ def main() -> None:
         "",
         f"## Difficulty filter throughput (bench_filter.py, tiny policy after {steps} steps, k = 8)",
         "",
-        f"Machine: {machine}. {args.items} QA seeds of the tiny profile, 16 new tokens at most per sample.",
+        f"Machine: {machine}. {args.items} QA seeds of the tiny profile, its qa_filtered params (k = 8).",
         "",
         "| path | items/s | samples/s | pass-count histogram (0..8) |",
         "| --- | --- | --- | --- |",
         *(f"| {name} | {args.items / s:.2f} | {8 * args.items / s:.1f} | {hist} |"
           for name, (s, hist) in figures.items()),
     ]
+    lines.append(f"\ntiny_policy: {steps} steps in {train_seconds:.0f} s, final loss {checkpoint_row['final_loss']:.3f}")
     single, batched = (figures[k][0] for k in list(figures)[:2])
-    lines.append(f"\nBatching items: 16 per call / 1 per call = {single / batched:.1f}x items/s")
+    lines.append(f"\nBatching: batches of 16 / one sample at a time = {single / batched:.1f}x items/s")
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_record:
