@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Contract
 from inference.trajectory import TRAJECTORY_CONTRACT
 
 if TYPE_CHECKING:
+    from inference.agent import PromptItem
     from inference.engine import Engine
 
 TINY = "tiny"
@@ -180,7 +181,8 @@ def open_engine(spec: str, policy: Artifact | None) -> Engine:
     return load_engine(spec)
 
 
-def _with_engine(params: FilterParams, inputs: Mapping[str, Artifact], fn: Any) -> dict[str, pl.DataFrame]:
+def _with_engine(params: FilterParams, inputs: Mapping[str, Artifact],
+                 fn: Callable[[Engine], dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     engine = open_engine(params.engine, inputs.get("tiny_policy"))
     try:
         return fn(engine)
@@ -192,7 +194,7 @@ def _with_engine(params: FilterParams, inputs: Mapping[str, Artifact], fn: Any) 
 # QA seeds
 
 
-def qa_items(seeds: pl.DataFrame, max_prompt_tokens: int) -> list[Any]:
+def qa_items(seeds: pl.DataFrame, max_prompt_tokens: int) -> list[PromptItem]:
     """One prompt per seed: the question and its documents (supporting ones first), kept short."""
     from inference.agent import PromptItem, qa_prompt
 
