@@ -141,17 +141,16 @@ class KeyChainParams(Params):
 _DOC_DTYPE = pl.List(pl.Struct({"title": pl.String, "text": pl.String, "is_supporting": pl.Boolean}))
 
 
-def _explode_docs(seeds: pl.DataFrame) -> pl.DataFrame:
-    if seeds.is_empty():
+def _explode_docs(seeds: pl.DataFrame, chunk: int = 8192) -> pl.DataFrame:
+    """(title, text) of every document of the seeds, deduplicated; decoded in chunks of seeds to bound memory."""
+    parts = [
+        seeds.slice(start, chunk).select(pl.col("docs").str.json_decode(_DOC_DTYPE)).explode("docs").unnest("docs")
+        .select("title", "text").drop_nulls()
+        for start in range(0, seeds.height, chunk)
+    ]
+    if not parts:
         return pl.DataFrame(schema={"title": pl.String, "text": pl.String})
-    return (
-        seeds.select(pl.col("docs").str.json_decode(_DOC_DTYPE))
-        .explode("docs")
-        .unnest("docs")
-        .select("title", "text")
-        .drop_nulls()
-        .unique(maintain_order=True)
-    )
+    return pl.concat(parts).unique(maintain_order=True)
 
 
 def build_pool(rejected: pl.DataFrame, kept: pl.DataFrame, min_docs: int) -> DocPool:
