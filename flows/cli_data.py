@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         seeds: Annotated[str, typer.Option(help="world, hotpotqa:PATH, musique:PATH or 2wiki:PATH.")] = "world",
         n: Annotated[int, typer.Option(help="KeyChain examples to build.")] = 100,
         n_regular: Annotated[int, typer.Option(help="Regular long-context QA examples too (output `regular`).")] = 0,
-        target_tokens: Annotated[int, typer.Option(help="Prompt length; lands in [target - 2%, target].")] = 16384,
+        target_tokens: Annotated[int, typer.Option(help="Prompt length in tokens; a prompt lands at most 2% below it.")] = 16384,
         tokenizer: Annotated[str, typer.Option(help="'default' (gymforge's BPE) or a local tokenizer dir.")] = "default",
         key_format: Annotated[str, typer.Option(help="uuid32 (the report) or hex8 (the authors' code).")] = "uuid32",
         hops: Annotated[int, typer.Option(help="Keys per chain.")] = 2,
