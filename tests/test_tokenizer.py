@@ -204,8 +204,8 @@ def test_bad_params_name_the_field(raw, message):
         get_stage("tokenizer").parse_params(raw)
 
 
-@given(st.text(alphabet=st.sampled_from(list('<>/{}[]":, ntool_cal\\') + ["<tool_call>", "</tool_call>"]),
-               max_size=120))
+@given(st.lists(st.sampled_from([*'<>/{}[]":, ntool_cal\\', "<tool_call>", "</tool_call>", '{"name": "x"',
+                                 '"arguments": {}}']), max_size=60).map("".join))
 def test_parse_tool_calls_never_raises_and_returns_well_formed_calls(text):
     for call in T.parse_tool_calls(text):
         assert isinstance(call["name"], str) and isinstance(call["arguments"], dict)
