@@ -118,18 +118,19 @@ def _runtime() -> Runtime:
 
 def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
     """stage, key, status (published | cached | failed | blocked), rows, contract, seconds."""
-    table = Table(title=title, box=box.SIMPLE_HEAD)
-    for column in ("stage", "key", "status", "rows", "contract", "seconds"):
-        # names people copy keep their full width on a narrow terminal; the other columns give way
-        width = max((len(row[column]) for row in rows), default=0) if column in UNWRAPPED else None
+    cells = [
+        (row["stage"], row["key"], row["status"], f"{row['rows']:,}", row["contract"], f"{row['seconds']:.2f}")
+        for row in rows
+    ]
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for i, column in enumerate(("stage", "key", "status", "rows", "contract", "seconds")):
+        # every cell is short: keep each whole rather than let a narrow terminal cut keys and numbers
+        width = max([len(column), *(len(cell[i]) for cell in cells)])
         table.add_column(column, justify="right" if column in {"rows", "seconds"} else "left", no_wrap=True,
                          min_width=width)
     styles = {"published": "green", "cached": "cyan", "failed": "bold red", "blocked": "yellow"}
-    for row in rows:
-        table.add_row(
-            row["stage"], row["key"], row["status"], f"{row['rows']:,}", row["contract"], f"{row['seconds']:.2f}",
-            style=styles.get(row["status"]),
-        )
+    for row, cell in zip(rows, cells, strict=True):
+        table.add_row(*cell, style=styles.get(row["status"]))
     return table
 
 
