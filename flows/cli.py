@@ -170,6 +170,8 @@ def _refresh_with_progress(
         console.print(f"Data Docs: {rt.root / 'data_docs' / 'index.html'}")
         if keep_ui:
             _wait_for_ctrl_c(rt.ui_url)
+        elif rt.started_server:
+            console.print("The Prefect server stops with this command; browse these runs with `gymforge ui`.")
 
 
 def _wait_for_ctrl_c(url: str) -> None:

@@ -194,6 +194,11 @@ class Runtime:
         self._stack = contextlib.ExitStack()
 
     @property
+    def started_server(self) -> bool:
+        """True when this runtime started the Prefect server (and stops it on exit)."""
+        return self._server is not None
+
+    @property
     def ui_url(self) -> str:
         return ui_url(self.prefect_api_url or "")
 

@@ -31,7 +31,7 @@ def test_data_root_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, a
 @pytest.mark.integration
 def test_attaching_starts_nothing(runtime) -> None:
     with Runtime(runtime.root, prefect_api_url=runtime.prefect_api_url, dask_address=runtime.dask_address) as rt:
-        assert rt._server is None and rt._cluster is None
+        assert not rt.started_server and rt._cluster is None
         assert rt.task_runner().address == runtime.dask_address
 
 
@@ -40,7 +40,7 @@ def test_a_recorded_server_is_reused(runtime, monkeypatch: pytest.MonkeyPatch) -
     assert PrefectServer(runtime.root).recorded() == runtime.prefect_api_url
     monkeypatch.delenv("PREFECT_API_URL")  # so only server.json can lead the new Runtime to the running server
     with Runtime(runtime.root, dask=False) as rt:
-        assert rt.prefect_api_url == runtime.prefect_api_url and rt._server is None
+        assert rt.prefect_api_url == runtime.prefect_api_url and not rt.started_server
 
 
 def test_attaching_to_a_dead_api_says_so(tmp_path: Path) -> None:
