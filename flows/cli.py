@@ -95,6 +95,9 @@ def _quiet_console_logs() -> None:
 
     Worker processes read the environment override; this process configured its handlers at import already."""
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "WARNING"
+    # tqdm bars of libraries used inside stages (transformers loading weights) would interleave from every worker
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from prefect.logging.handlers import PrefectConsoleHandler
 
     from flows.pipeline import PipelineFailed

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from flows.cli import app
 
 # The global options export these for room commands; restore them after each test.
-EXPORTED = ("GYMFORGE_DATA", "PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL")
+EXPORTED = ("GYMFORGE_DATA", "PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL",
+            "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS")
 
 
 @pytest.fixture
