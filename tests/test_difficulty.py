@@ -161,6 +161,12 @@ def test_task_filter_keeps_exactly_the_window():
     trajectories = out["trajectories"]
     assert trajectories.height == 16 and trajectories["group_id"].to_list() == [f"t{i}" for i in range(4) for _ in range(4)]
     assert trajectories.filter(pl.col("verified"))["failure"].null_count() == sum(successes)
+    from data_contracts.gate import validate
+    from tasks.difficulty import task_filtered
+
+    for name, frame in out.items():
+        report = validate("task_filtered", name, frame, task_filtered.outputs[name], "p0")
+        assert report.passed, report.summary()
 
 
 def test_outputs_pass_their_contracts():
