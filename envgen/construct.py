@@ -302,7 +302,10 @@ class Grounder:
 
         e = self.ents[u.entity]
         cols = [c for c in e.column_names if sem_type(e, c) == link]
-        matches = [r for c in cols for r in self.rows(e.name, c, value)]
+        # A lookup/find/list_by call passes the row's own column value: rows where an optional relation is empty
+        # could only give a call with a null argument.
+        own = u.column if u.kind in ("lookup", "find", "list_by") else None
+        matches = [r for c in cols for r in self.rows(e.name, c, value) if own is None or r[own] is not None]
         if not matches:
             raise GroundingFailed(f"no {e.name} row carries {link}={value!r}")
         row = self.rng.choice(matches)
@@ -513,11 +516,13 @@ def executability(domain: CompiledDomain, seed: int) -> tuple[float, list[str]]:
                     g.ex.act(conn, tool, args, g.now)
                 else:
                     source = domain.spec.entity(tool.child or tool.entity)
-                    rows = [r for r in g.rows(source.name) if tool.kind != "parent_of" or r[tool.column] is not None]
+                    needed = [tool.params[0].name] if tool.kind == "search" else [
+                        p.name for p in tool.params if p.required]
+                    # Optional relations are empty in some rows; a read is exercised with values a row really has.
+                    filled = [*needed, *([tool.column] if tool.column else [])]
+                    rows = [r for r in g.rows(source.name) if all(r[n] is not None for n in filled)]
                     row = g.rng.choice(rows)
-                    args = {p.name: row[p.name] for p in tool.params if p.required}
-                    if tool.kind == "search":
-                        args = {tool.params[0].name: row[tool.params[0].name]}
+                    args = {n: row[n] for n in needed}
                     result = g.ex.read(conn, tool, tool.args_model.model_validate(args).model_dump())
                     if "results" in result and not result["results"]:
                         raise GroundingFailed("no rows returned for values taken from a row")
