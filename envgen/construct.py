@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool
-from envgen.spec import Condition, EntitySpec, FieldSpec, action_rows
+from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows
 from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time
 
 CHAIN_KINDS = frozenset({"get", "lookup", "find", "list_by", "parent_of"})
@@ -195,14 +195,32 @@ class Grounder:
         for target in candidates[:6]:
             sp = self.conn.begin_nested()
             try:
-                args = self._try_action(tool, action, target_e, target)
+                args = self._try_action(tool, action, target)
                 sp.commit()
                 return args
             except (GroundingFailed, ToolError):
                 sp.rollback()
         raise GroundingFailed(f"no row of {target_e.name} can be grounded for {tool.name}")
 
-    def _try_action(self, tool: Tool, action, target_e: EntitySpec, target: dict[str, Any]) -> dict[str, Any]:
+    def _try_action(self, tool: Tool, action: ActionSpec, target: dict[str, Any]) -> dict[str, Any]:
+        args, ctx, conds = self.draft_action(action, target)
+        self.patch(ctx, conds)
+        dry = self.conn.begin_nested()
+        try:
+            self.ex.act(self.conn, tool, args, self.now)
+        finally:
+            dry.rollback()
+        for name, row in ctx.rows.items():
+            if row is not None:
+                ent = ctx.ents[name]
+                self.reserved.add((ent.name, row[ent.key]))
+        return args
+
+    def draft_action(self, action: ActionSpec, target: dict[str, Any]) -> tuple[dict[str, Any], ActionContext,
+                                                                                list[Condition]]:
+        """Arguments for ``action`` on ``target`` (ref rows not reserved, values drawn within their bounds), the
+        context the action would check them in, and its conditions (enforced ones and policies); patches nothing."""
+        target_e = self.ents[action.target]
         args: dict[str, Any] = {target_e.key: target[target_e.key]}
         owners = {r.to: target[r.field] for r in target_e.relations}
         rows: dict[str, Any] = {"target": target}
@@ -226,17 +244,7 @@ class Grounder:
                 rows[r.field] = self.ex.get(self.conn, r.to, target[r.field])
         ctx = ActionContext(rows, action_rows(action, self.ents), args, self.now)
         enforced, soft = action_conditions(self.domain, action)
-        self.patch(ctx, enforced + [c for _, c in soft])
-        dry = self.conn.begin_nested()
-        try:
-            self.ex.act(self.conn, tool, args, self.now)
-        finally:
-            dry.rollback()
-        for name, row in rows.items():
-            if row is not None:
-                ent = ctx.ents[name]
-                self.reserved.add((ent.name, row[ent.key]))
-        return args
+        return args, ctx, enforced + [c for _, c in soft]
 
     def ground_chain(self, chain: list[str]) -> GroundedChain:
         """Instantiate the database along ``chain`` and derive every golden argument backwards from the write."""

@@ -19,9 +19,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.engine import Engine
+
 from envgen.canonical import canonical_json, canonical_state, diff_states
 from envgen.compiler import CompiledDomain
-from envgen.construct import BuiltEnvironment, Fact
+from envgen.construct import BuiltEnvironment, Fact, Grounder, GroundingFailed
 from envgen.runtime import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.tools import Executor, call_tool
@@ -114,7 +116,7 @@ def _required_outputs(domain: CompiledDomain, actions: list[dict[str, Any]], res
     return list(dict.fromkeys(out))
 
 
-def _run(domain: CompiledDomain, db: bytes, actions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
+def _run(domain: CompiledDomain, db: bytes, actions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Engine]:
     """Execute actions on a private copy; returns the results and the engine (for state inspection)."""
     engine = engine_from_bytes(db)
     ex = Executor(domain)
@@ -234,27 +236,55 @@ def mutate(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], ki
             prefix = actions[:last]
             tails = [[{"name": tool.name, "arguments": {**actions[last]["arguments"], target.key: k}}]
                      + actions[last + 1:] for k in options[:8]]
-        else:  # extra-write: one more successful write the task did not ask for
-            env_writes = [n for n in env["tool_names"] if domain.tools[n].is_write]
-            prefix, tails = actions, []
-            for name in rng.sample(env_writes, len(env_writes)):
-                a = domain.spec.action(domain.tools[name].action)
-                rows = keys(a.target)
-                for k in rng.sample(rows, min(8, len(rows))):
-                    args = {domain.spec.entity(a.target).key: k}
-                    for q in a.params:
-                        args[q.name] = rng.choice(keys(q.ref)) if q.ref else (
-                            rng.choice(q.values) if q.values else (int(q.min or 1) if q.type == "int" else "0000"))
-                    tails.append([{"name": name, "arguments": args}])
+        else:  # extra-write: one more successful write the task did not ask for, that changes the database
+            prefix = actions
     # Prefer a mutation whose writes all succeed: it changes the database the wrong way instead of erroring.
     # The shared prefix runs once; each candidate tail runs on a copy of the state after it.
     _, engine = _run(domain, env["db"], prefix)
     after = sqlite_bytes(engine)
+    if kind == "extra-write":
+        tails = _extra_writes(domain, env["tool_names"], engine, golden_keys, rng)
+    tables = write_tables(domain, env["tool_names"])
+    with engine.connect() as conn:
+        state = canonical_state(conn, domain, tables)
     for tail in tails[:48]:
-        results, _ = _run(domain, after, tail)
-        if all("error" not in r for r in results):
-            return prefix + tail
+        results, tail_engine = _run(domain, after, tail)
+        if any("error" in r for r in results):
+            continue
+        if kind == "extra-write":
+            with tail_engine.connect() as conn:
+                if canonical_state(conn, domain, tables) == state:
+                    continue  # a no-op write: the rubric could not see it
+        return prefix + tail
     return prefix + tails[0] if tails and kind == "wrong-row" else None
+
+
+def _extra_writes(domain: CompiledDomain, tool_names: list[str], engine: Engine, golden_keys: set[str],
+                  rng: random.Random, wanted: int = 8) -> list[list[dict[str, Any]]]:
+    """Candidate extra writes (one call each) on rows the golden actions do not name, drafted like golden writes
+    (reference rows, values drawn within their bounds) on ``engine``, the state after the golden actions; calls
+    whose preconditions and policies already hold come first, so strict writes on small databases still yield one.
+    The drafting patches nothing."""
+    ready: list[list[dict[str, Any]]] = []
+    other: list[list[dict[str, Any]]] = []
+    env_writes = [n for n in tool_names if domain.tools[n].is_write]
+    with engine.begin() as conn:
+        g = Grounder(domain, conn, rng)
+        g.reserved = {(e.name, r[e.key]) for e in domain.spec.entities for r in g.rows(e.name)
+                      if _render(r[e.key]) in golden_keys}
+        for name in rng.sample(env_writes, len(env_writes)):
+            action = domain.spec.action(domain.tools[name].action)
+            key = g.ents[action.target].key
+            targets = [r for r in g.rows(action.target) if (action.target, r[key]) not in g.reserved]
+            for target in rng.sample(targets, min(16, len(targets))):
+                try:
+                    args, ctx, conds = g.draft_action(action, target)
+                except GroundingFailed:
+                    continue
+                (ready if all(ctx.holds(c) for c in conds) else other).append([{"name": name, "arguments": args}])
+            if len(ready) >= wanted:
+                break
+    return ready + other
 
 
 def verify_task(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], rng: random.Random) -> str | None:

@@ -214,3 +214,16 @@ def test_inverting_a_list_over_an_optional_relation_never_gives_a_null_argument(
             assert args == {"manager_id": keys[0]}
         with pytest.raises(GroundingFailed):
             g._invert(tool, "employee", keys[2])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_extra_write_is_built_for_strict_writes_on_a_small_database(seed: int) -> None:
+    """Money and date parameters get values within their bounds, on rows meeting the preconditions."""
+    d = office()
+    built = build_environment(d, seed, ConstructionSettings(min_tools=10))
+    env = environment_record(d, built, f"office-{seed}", seed)
+    task, reason = make_task(d, env, built, random.Random(seed), TaskSettings())
+    assert task is not None, reason
+    mutated = mutate(d, env, task, "extra-write", random.Random(seed))
+    assert mutated is not None and len(mutated) == len(json.loads(task["golden_actions"])) + 1
+    assert replay(Environment(env), task, mutated).reward == 0.0
