@@ -7,10 +7,15 @@ Prefect API and Dask scheduler. Heavy imports (Prefect, Dask, DuckDB) happen ins
 
 from __future__ import annotations
 
+import os
+
+# Before torch loads, here and in every Dask worker this process spawns: OpenMP's default active wait made the tiny
+# model 6-50x slower on a shared 2-core machine (bench/RESULTS.md). An explicit setting is left alone.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path

@@ -5,19 +5,12 @@ Heavy imports (torch, transformers, the Prefect runtime) happen inside the comma
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 TEXT_SUFFIXES = (".txt", ".md")
-
-
-def _passive_openmp() -> None:
-    """Before torch loads: OpenMP's default active wait made the tiny model ~50x slower on a shared, oversubscribed
-    2-core machine (measured, bench/RESULTS.md); an explicit OMP_WAIT_POLICY is left alone."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 tokenizer_app = typer.Typer(no_args_is_help=True, help="gymforge's byte-level BPE tokenizer.")
@@ -83,7 +76,6 @@ def model_init(
     seed: Annotated[int, typer.Option(help="Initialisation seed.")] = 0,
 ) -> None:
     """Initialise a Qwen2-architecture causal LM for the tokenizer; saved with the tokenizer alongside."""
-    _passive_openmp()
     from training.tiny_model import SIZES, init_model, parameter_count
 
     if size not in SIZES:
@@ -108,7 +100,6 @@ def serve(
     max_batch_size: Annotated[int, typer.Option(help="Most samples generated together in one batch.")] = 8,
 ) -> None:
     """Serve a local checkpoint with an OpenAI-compatible API (/v1/models, /v1/chat/completions)."""
-    _passive_openmp()
     from inference.server import serve as run_server
 
     if not (model / "config.json").is_file():
@@ -136,7 +127,6 @@ def filter_command(
 ) -> None:
     """Difficulty filtering through the store: keep items the reference policy solves in some but not all of k
     samples; prints the pass-count histogram."""
-    _passive_openmp()
     from flows.pipeline import materialize
     from tasks.difficulty import plot_pass_histogram
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
 from prefect.futures import PrefectFuture, as_completed
 from prefect.states import State
@@ -33,6 +33,7 @@ from data_contracts.gate import build_data_docs
 from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
+from flows.figures import draw_figure, figure_markdown
 from flows.profiles import Overrides, parse, stage_params
 from flows.registry import discover, stage_named
 from flows.runtime import DASK_ENV, Runtime, data_root
@@ -108,7 +109,7 @@ def _artifact_key(stage_name: str, partition: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", f"{stage_name}-{partition}".lower()).strip("-")
 
 
-def _report_run(run: StageRun) -> None:
+def _report_run(store: ArtifactStore, run: StageRun) -> None:
     table = [
         {"output": name, "rows": rows, "contract": "passed" if run.contract.get(name, True) else "failed"}
         for name, rows in sorted(run.outputs.items())
@@ -119,6 +120,12 @@ def _report_run(run: StageRun) -> None:
         key=_artifact_key(run.stage, run.partition),
         description=f"**{run.stage}** `{run.partition}` key `{run.key}`: {run.bytes:,} bytes; {timings}",
     )
+    figure = draw_figure(store, run.stage, run.key)
+    if figure is not None:
+        create_markdown_artifact(
+            markdown=figure_markdown(figure, f"{run.stage} ({run.partition})"),
+            key=_artifact_key(f"{run.stage}-figure", run.partition),
+        )
 
 
 def _report_violation(exc: ContractViolation) -> None:
@@ -169,7 +176,7 @@ def run_stage(
         raise
     except Exception as exc:  # noqa: BLE001 - StageError, UpstreamMissing, a stage's bug: re-raised as its message
         raise StageFailed(f"stage {stage_name!r} partition {partition!r}: {type(exc).__name__}: {exc}") from None
-    _report_run(run)
+    _report_run(store, run)
     return run
 
 

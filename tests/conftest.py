@@ -11,6 +11,9 @@ import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
 
+# As the CLI does (flows/cli.py): passive OpenMP waiting before torch loads, here and in spawned workers.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # Dask worker processes and deployment runs import the test-double stages by module name: put this directory on
 # their import path and name the module for stage discovery, before any of them starts.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))

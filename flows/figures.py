@@ -1,0 +1,78 @@
+"""Figures people would rather look at than read: one PNG per stage run under ``<data>/figures`` and the same
+image as a markdown artifact in the Prefect UI (embedded, so it shows without a file server)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from data_contracts.stage import Artifact
+from data_contracts.store import ArtifactStore
+
+
+def _pass_counts(artifact: Artifact, path: Path) -> None:
+    from tasks.difficulty import plot_pass_histogram
+
+    plot_pass_histogram(artifact.read("histogram"), path)
+
+
+def _noise_success(artifact: Artifact, path: Path) -> None:
+    from envgen.noise.plot import plot_noise_success
+    from envgen.noise.solvability import summary_frame
+
+    plot_noise_success(summary_frame(artifact.read("tasks"), artifact.read("rejected")), path)
+
+
+def _loss_curve(artifact: Artifact, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = json.loads(artifact.read("checkpoint")["loss_curve"][0])
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
+    try:
+        ax.plot([p["step"] for p in curve], [p["loss"] for p in curve], color="#4477aa")
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (assistant tokens)")
+        ax.set_title("tiny_policy")
+        fig.tight_layout()
+        fig.savefig(path, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+
+
+FIGURES: dict[str, Callable[[Artifact, Path], None]] = {
+    "qa_filtered": _pass_counts,
+    "task_filtered": _pass_counts,
+    "noisy_tasks": _noise_success,
+    "noisy_eval": _noise_success,
+    "tiny_policy": _loss_curve,
+}
+
+
+def figure_path(store: ArtifactStore, stage: str, key: str) -> Path:
+    return store.root / "figures" / f"{stage}-{key}.png"
+
+
+def draw_figure(store: ArtifactStore, stage: str, key: str) -> Path | None:
+    """Draw the figure of a published artifact once (the key pins its content); None for stages without one."""
+    draw = FIGURES.get(stage)
+    artifact = store.get(stage, key)
+    if draw is None or artifact is None:
+        return None
+    path = figure_path(store, stage, key)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp.png")
+        draw(artifact, partial)
+        partial.replace(path)  # a reader never sees half a PNG
+    return path
+
+
+def figure_markdown(path: Path, title: str) -> str:
+    encoded = base64.b64encode(path.read_bytes()).decode()
+    return f"### {title}\n\n![{title}](data:image/png;base64,{encoded})\n\n`{path}`\n"
