@@ -50,7 +50,7 @@ class GroundedChain:
     actions: list[dict[str, Any]]  # golden calls {"name", "arguments"} in order
     facts: list[Fact]
     intent: str
-    reserved: set[tuple[str, str]]  # (entity, key) rows this chain patched or acts on
+    reserved: set[tuple[str, str]]  # (entity, key) rows this chain patched, acts on or reads
 
 
 @dataclass
@@ -249,6 +249,7 @@ class Grounder:
     def ground_chain(self, chain: list[str]) -> GroundedChain:
         """Instantiate the database along ``chain`` and derive every golden argument backwards from the write."""
         tools = [self.domain.tools[n] for n in chain]
+        earlier = set(self.reserved)
         write = tools[-1]
         write_args = self.ground_action(write)
         calls: list[dict[str, Any]] = [{"name": write.name, "arguments": write_args}]
@@ -285,7 +286,7 @@ class Grounder:
                     source = q.source if q is not None and q.ref is None else "profile"
                 facts.append(Fact(p.name, self._label(tool, p.name, q), call["arguments"][p.name], source))
         intent = action.intent.format(**{k: v for k, v in write_args.items()})
-        return GroundedChain(chain, calls, facts, intent, set())
+        return GroundedChain(chain, calls, facts, intent, self.reserved - earlier)
 
     def _label(self, tool: Tool, param: str, q) -> str:
         if q is not None and q.label:
@@ -304,7 +305,7 @@ class Grounder:
             return target.label or f"{target.name.replace('_', ' ')} id"
         return param.replace("_", " ")
 
-    def _invert(self, u: Tool, link: str, value: Any) -> dict[str, Any]:
+    def _invert(self, u: Tool, link: str, value: Any) -> tuple[dict[str, Any], Fact | None]:
         """Arguments of read tool ``u`` whose result contains ``value`` in a column of semantic type ``link``."""
         from envgen.compiler import sem_type
 
@@ -317,6 +318,8 @@ class Grounder:
         if not matches:
             raise GroundingFailed(f"no {e.name} row carries {link}={value!r}")
         row = self.rng.choice(matches)
+        # A later chain must not patch a row this chain reads, or the read no longer shows the golden argument.
+        self.reserved.add((e.name, row[e.key]))
         if u.kind == "get":
             return {e.key: row[e.key]}, None
         if u.kind == "lookup":
@@ -332,7 +335,9 @@ class Grounder:
             kids = self.rows(child.name, u.column, row[e.key])
             if not kids:
                 raise GroundingFailed(f"no {child.name} points at {e.name} {row[e.key]}")
-            return {child.key: self.rng.choice(kids)[child.key]}, None
+            kid = self.rng.choice(kids)
+            self.reserved.add((child.name, kid[child.key]))
+            return {child.key: kid[child.key]}, None
         raise GroundingFailed(f"{u.kind} tools cannot start a chain")
 
     def _hint(self, e: EntitySpec, row: dict[str, Any], shown: list[dict[str, Any]]) -> Fact | None:

@@ -17,6 +17,7 @@ from envgen.construct import (
     ConstructionSettings,
     Grounder,
     GroundingFailed,
+    _try_ground,
     bfs_expand,
     build_environment,
     executability,
@@ -214,6 +215,22 @@ def test_inverting_a_list_over_an_optional_relation_never_gives_a_null_argument(
             assert args == {"manager_id": keys[0]}
         with pytest.raises(GroundingFailed):
             g._invert(tool, "employee", keys[2])
+
+
+def test_rows_a_chain_reads_are_reserved_against_later_patches() -> None:
+    """The badge a chain looks up is not the write's row, yet a later chain must not patch it."""
+    d = office()
+    chain = ["lookup_badge_by_code", "get_badge_employee", "give_raise"]
+    engine = memory_engine()
+    load_rows(d, engine, generate_rows(d.spec, 1))
+    with engine.begin() as conn:
+        g = Grounder(d, conn, random.Random(1))
+        grounded = next(c for c in (_try_ground(g, chain) for _ in range(30)) if c is not None)
+        badge = grounded.actions[0]["arguments"]["code"]
+        row = g.rows("badge", "code", badge)[0]
+        assert ("badge", row["badge_id"]) in grounded.reserved and ("badge", row["badge_id"]) in g.reserved
+        with pytest.raises(GroundingFailed, match="reserved"):
+            g._update("badge", row["badge_id"], "code", "B0000")
 
 
 @pytest.mark.parametrize("seed", range(4))
