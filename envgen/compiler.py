@@ -21,7 +21,7 @@ from sqlalchemy import Boolean, Column, Engine, Float, ForeignKey, Integer, Meta
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from envgen.spec import NUMERIC_TYPES, DomainSpec, EntitySpec, FieldType, load_domain
+from envgen.spec import NUMERIC_TYPES, DomainSpec, EntitySpec, FieldType, load_domain, read_tool_names
 
 ToolKind = Literal["get", "lookup", "find", "list", "search", "list_by", "count_by", "parent_of", "action"]
 READ_KINDS = frozenset({"get", "lookup", "find", "list", "search", "list_by", "count_by", "parent_of"})
@@ -159,33 +159,37 @@ def _read_tools(spec: DomainSpec) -> list[Tool]:
     ents = {e.name: e for e in spec.entities}
     for e in spec.entities:
         out, pl, t = _row_types(e), e.plural_name, (e.name,)
-        tools.append(Tool(f"get_{e.name}", "get", e.name, f"Get one {e.name} by its {e.key}. {e.description}",
-                          (_column_param(e, e.key, True),), t, (), out))
-        tools.append(Tool(
-            f"list_{pl}", "list", e.name, f"List {pl} in {e.key} order, {PAGE_LIMIT} per page.",
-            (ToolParam("offset", "int", "Rows to skip.", False, None, minimum=0, maximum=100_000),), t, (), out))
-        filters = [c for c in e.column_names[1:] if e.relation(c) or e.field(c).type in ("enum", "bool", "string")]
-        tools.append(Tool(
-            f"search_{pl}", "search", e.name, f"Search {pl} by exact values of any of the given fields (all optional).",
-            tuple(_column_param(e, c, False) for c in filters), t, (), out))
-        for f in e.fields:
-            if f.unique:
-                tools.append(Tool(f"lookup_{e.name}_by_{f.name}", "lookup", e.name, f"Find the {e.name} with this {f.name}.",
-                                  (_column_param(e, f.name, True),), t, (), out, column=f.name))
-            if f.searchable:
-                tools.append(Tool(f"find_{pl}_by_{f.name}", "find", e.name, f"Find {pl} whose {f.name} equals the value.",
-                                  (_column_param(e, f.name, True),), t, (), out, column=f.name))
-        for r in e.relations:
-            parent = ents[r.to]
-            by = (_column_param(e, r.field, True, f"The {r.to} id ({r.description.rstrip('.').lower()})."),)
-            tools.append(Tool(f"list_{pl}_by_{r.field}", "list_by", e.name, f"List {pl} linked by {r.field}: {r.description}",
-                              by, t, (), out, column=r.field, child=e.name))
-            tools.append(Tool(f"count_{pl}_by_{r.field}", "count_by", e.name, f"Count {pl} linked by {r.field}.",
-                              by, t, (), frozenset(), column=r.field, child=e.name))
-            tools.append(Tool(
-                f"get_{e.name}_{r.field.removesuffix('_id')}", "parent_of", parent.name,
-                f"Get the {r.to} of a {e.name} ({r.description.rstrip('.').lower()}).",
-                (_column_param(e, e.key, True),), (e.name, r.to), (), _row_types(parent), column=r.field, child=e.name))
+        for name, kind, column, _ in read_tool_names(e):
+            if kind == "get":
+                tools.append(Tool(name, kind, e.name, f"Get one {e.name} by its {e.key}. {e.description}",
+                                  (_column_param(e, e.key, True),), t, (), out))
+            elif kind == "list":
+                tools.append(Tool(name, kind, e.name, f"List {pl} in {e.key} order, {PAGE_LIMIT} per page.", (
+                    ToolParam("offset", "int", "Rows to skip.", False, None, minimum=0, maximum=100_000),), t, (), out))
+            elif kind == "search":
+                filters = [c for c in e.column_names[1:]
+                           if e.relation(c) or e.field(c).type in ("enum", "bool", "string")]
+                tools.append(Tool(name, kind, e.name,
+                                  f"Search {pl} by exact values of any of the given fields (all optional).",
+                                  tuple(_column_param(e, c, False) for c in filters), t, (), out))
+            elif kind in ("lookup", "find"):
+                what = f"the {e.name} with this {column}" if kind == "lookup" else f"{pl} whose {column} equals the value"
+                tools.append(Tool(name, kind, e.name, f"Find {what}.", (_column_param(e, column, True),), t, (), out,
+                                  column=column))
+            else:  # list_by, count_by, parent_of: through the relation `column`
+                r = e.relation(column)
+                by = (_column_param(e, r.field, True, f"The {r.to} id ({r.description.rstrip('.').lower()})."),)
+                if kind == "list_by":
+                    tools.append(Tool(name, kind, e.name, f"List {pl} linked by {r.field}: {r.description}",
+                                      by, t, (), out, column=r.field, child=e.name))
+                elif kind == "count_by":
+                    tools.append(Tool(name, kind, e.name, f"Count {pl} linked by {r.field}.",
+                                      by, t, (), frozenset(), column=r.field, child=e.name))
+                else:
+                    tools.append(Tool(
+                        name, kind, r.to, f"Get the {r.to} of a {e.name} ({r.description.rstrip('.').lower()}).",
+                        (_column_param(e, e.key, True),), (e.name, r.to), (), _row_types(ents[r.to]),
+                        column=r.field, child=e.name))
     return tools
 
 

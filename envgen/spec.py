@@ -61,7 +61,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import networkx as nx
 import yaml
@@ -366,9 +366,14 @@ class _Problems:
         self.lines = lines
         self.items: list[str] = []
 
+    def line(self, path: Iterable[Any]) -> int | None:
+        """The line of ``path``, or of its nearest ancestor the YAML has."""
+        path = tuple(path)
+        return next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), None)
+
     def add(self, path: Iterable[Any], message: str) -> None:
         path = tuple(path)
-        line = next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), None)
+        line = self.line(path)
         where = ".".join(str(p) for p in path) or "(root)"
         self.items.append(f"line {line}: {where}: {message}" if line else f"{where}: {message}")
 
@@ -396,6 +401,64 @@ def _parse_items(raw: Any, key: str, model: type[BaseModel], problems: _Problems
             for err in exc.errors():
                 problems.add([key, i, *err["loc"]], _message(err))
     return parsed
+
+
+MAX_TOOL_NAME = 64  # the OpenAI function-calling limit on a function name
+
+
+class ReadToolName(NamedTuple):
+    name: str
+    kind: str  # get, list, search, lookup, find, list_by, count_by, parent_of
+    column: str | None  # lookup/find: the field; list_by/count_by/parent_of: the relation column
+    path: tuple[Any, ...]  # where in the entity the tool comes from (for problem lines)
+
+
+def read_tool_names(e: EntitySpec) -> list[ReadToolName]:
+    """The read tools an entity compiles to, in compile order. The compiler names its tools from this list and the
+    validator checks it, so a clash (entity ``vehicle_class`` vs relation ``vehicle.class_id``) is a spec problem
+    with its line, not a compile error."""
+    pl, here = e.plural_name, ("name",)
+    out = [ReadToolName(f"get_{e.name}", "get", None, here), ReadToolName(f"list_{pl}", "list", None, here),
+           ReadToolName(f"search_{pl}", "search", None, here)]
+    for j, f in enumerate(e.fields):
+        if f.unique:
+            out.append(ReadToolName(f"lookup_{e.name}_by_{f.name}", "lookup", f.name, ("fields", j, "unique")))
+        if f.searchable:
+            out.append(ReadToolName(f"find_{pl}_by_{f.name}", "find", f.name, ("fields", j, "searchable")))
+    for j, r in enumerate(e.relations):
+        here = ("relations", j, "field")
+        out += [ReadToolName(f"list_{pl}_by_{r.field}", "list_by", r.field, here),
+                ReadToolName(f"count_{pl}_by_{r.field}", "count_by", r.field, here),
+                ReadToolName(f"get_{e.name}_{r.field.removesuffix('_id')}", "parent_of", r.field, here)]
+    return out
+
+
+def _check_tool_names(entities: list[tuple[int, EntitySpec]], actions: list[tuple[int, ActionSpec]],
+                      p: _Problems) -> None:
+    """Every compiled tool needs its own name of at most MAX_TOOL_NAME characters."""
+    claimed: dict[str, tuple[str, tuple[Any, ...]]] = {}
+    seen_entities: set[str] = set()
+    tools: list[tuple[str, str, tuple[Any, ...]]] = []
+    for i, e in entities:
+        if e.name not in seen_entities:  # a duplicate entity is reported as such
+            seen_entities.add(e.name)
+            tools += [(t.name, f"the {t.kind} tool of entity {e.name!r}", ("entities", i, *t.path))
+                      for t in read_tool_names(e)]
+    seen_actions: set[str] = set()
+    for i, a in actions:
+        if a.name not in seen_actions:  # a duplicate action is reported as such
+            seen_actions.add(a.name)
+            tools.append((a.name, f"action {a.name!r}", ("actions", i, "name")))
+    for name, what, path in tools:
+        if len(name) > MAX_TOOL_NAME:
+            p.add(path, f"tool name {name!r} ({what}) is over {MAX_TOOL_NAME} characters; use a shorter name")
+        if name in claimed:
+            other, other_path = claimed[name]
+            line = p.line(other_path)
+            p.add(path, f"tool name {name!r} ({what}) clashes with {other}"
+                        f"{f' (line {line})' if line else ''}; rename the entity, field, relation or action")
+        else:
+            claimed[name] = (what, path)
 
 
 def action_rows(action: ActionSpec, entities: dict[str, EntitySpec]) -> dict[str, EntitySpec]:
@@ -566,6 +629,7 @@ def _check_domain(raw: Any, p: _Problems) -> None:
                 p.add([*epath, "to"], "adjust needs a numeric amount (a number, a numeric parameter or field)")
             elif fspec.type == "enum" and eff.to.value is not None and eff.to.value not in fspec.values:
                 p.add([*epath, "to"], f"{eff.to.value!r} is not a value of {ent.name}.{fspec.name}")
+    _check_tool_names(entities, actions, p)
     action_map = {a.name: a for _, a in actions}
     for i, pol in policies:
         for j, name in enumerate(pol.actions):

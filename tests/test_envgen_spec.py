@@ -151,3 +151,22 @@ def test_a_broken_entity_does_not_cascade_and_yaml_booleans_are_explained() -> N
         parse_spec(dump(bad))
     assert len(info.value.problems) == 1, info.value.problems
     assert "quote the value" in info.value.problems[0]
+
+
+def test_tool_name_clashes_are_listed_with_their_lines() -> None:
+    """Entity `box_owner` compiles `get_box_owner`, as does the parent_of tool of relation `box.owner_id`."""
+    bad = copy.deepcopy(MINIMAL)
+    bad["entities"].append({"name": "box_owner", "description": "d", "key": "box_owner_id", "id_prefix": "BO",
+                            "fields": [{"name": "note", "type": "string", "description": "d"}]})
+    bad["entities"].append({"name": "crate_" + "x" * 30, "description": "d", "key": "crate_id", "id_prefix": "CR",
+                            "fields": [{"name": "x" * 40, "type": "string", "unique": True, "description": "d"}]})
+    bad["actions"][0]["effects"][0]["field"] = "colour"  # another problem, listed alongside
+    text = dump(bad)
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, "bad.yaml")
+    problems = info.value.problems
+    assert any("colour" in p for p in problems)
+    relation_line = text.splitlines().index("  - field: owner_id") + 1
+    clash = next(p for p in problems if "'get_box_owner'" in p)
+    assert clash.startswith("line ") and f"(line {relation_line})" in clash and "clashes with" in clash
+    assert any("over 64 characters" in p and "lookup_crate_xxx" in p for p in problems)
