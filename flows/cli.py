@@ -12,10 +12,13 @@ import os
 # Before torch loads, here and in every Dask worker this process spawns: OpenMP's default active wait made the tiny
 # model 6-50x slower on a shared 2-core machine (bench/RESULTS.md). An explicit setting is left alone.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Per-file download/load bars of transformers interleave across workers; the stage tables say what ran.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import contextlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -41,7 +44,7 @@ app = typer.Typer(
 artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect the artifact catalog (catalog.duckdb).")
 app.add_typer(artifacts_app, name="artifacts")
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 120)  # logs and pipes get whole tables, not 80 columns
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True)
 
