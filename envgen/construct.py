@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from envgen.canonical import canonical_state
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool
 from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows
 from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time
@@ -207,7 +208,12 @@ class Grounder:
         self.patch(ctx, conds)
         dry = self.conn.begin_nested()
         try:
+            before = canonical_state(self.conn, self.domain, list(tool.writes))
             self.ex.act(self.conn, tool, args, self.now)
+            # A golden write that changes nothing (a row set to the value it has) is indistinguishable from a
+            # dropped write; another row is tried instead.
+            if canonical_state(self.conn, self.domain, list(tool.writes)) == before:
+                raise GroundingFailed(f"{tool.name} would change nothing here")
         finally:
             dry.rollback()
         for name, row in ctx.rows.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -15,6 +16,7 @@ from envgen.compiler import CompiledDomain, compile_domain, compiled
 from envgen.construct import (
     ConstructionFailed,
     ConstructionSettings,
+    GroundedChain,
     Grounder,
     GroundingFailed,
     _try_ground,
@@ -25,7 +27,7 @@ from envgen.construct import (
     tables_of,
 )
 from envgen.runtime import Environment, replay
-from envgen.seeding import generate_rows, load_rows, memory_engine
+from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine
 from envgen.spec import domain_paths, parse_spec
 from envgen.taskgen import (
     MUTATIONS,
@@ -184,6 +186,11 @@ def _relabel(name: str) -> dict:
             "effects": [{"kind": "set", "field": "label", "to": {"param": "label"}}]}
 
 
+SET_LEVEL = {"name": "set_level", "description": "d", "target": "employee", "intent": "make me {level}",
+             "params": [{"name": "level", "type": "enum", "values": ["junior", "senior"], "description": "d"}],
+             "effects": [{"kind": "set", "field": "level", "to": {"param": "level"}}]}
+
+
 def test_executability_does_not_depend_on_tool_names_on_small_tables() -> None:
     """Each tool runs on the seeded state: three writes on a two-row table all execute, whatever they are called."""
     d = office(*(_relabel(n) for n in ("relabel_desk", "rename_desk", "retag_desk")))
@@ -244,3 +251,36 @@ def test_extra_write_is_built_for_strict_writes_on_a_small_database(seed: int) -
     mutated = mutate(d, env, task, "extra-write", random.Random(seed))
     assert mutated is not None and len(mutated) == len(json.loads(task["golden_actions"])) + 1
     assert replay(Environment(env), task, mutated).reward == 0.0
+
+
+def test_a_golden_write_that_changes_nothing_is_rejected() -> None:
+    d = office(SET_LEVEL)
+    built = build_environment(d, 0, ConstructionSettings(min_tools=10))
+    env = environment_record(d, built, "office-0", 0)
+    engine = engine_from_bytes(built.db)
+    with engine.connect() as conn:
+        row = conn.execute(d.tables["employee"].select()).mappings().first()
+    call = {"name": "set_level", "arguments": {"employee_id": row["employee_id"], "level": row["level"]}}
+    idle = GroundedChain(["get_employee", "set_level"], [{"name": "get_employee", "arguments": {
+        "employee_id": row["employee_id"]}}, call], [], "make me senior", set())
+    task, reason = make_task(d, env, replace(built, chains=[idle]), random.Random(0), TaskSettings())
+    assert task is None and reason.startswith("golden write changes nothing: set_level")
+
+
+def test_grounding_never_picks_a_write_that_changes_nothing() -> None:
+    """`set_level` has no guard against the current level; the grounder's dry run tries another row or value."""
+    d = office(SET_LEVEL)
+    engine = memory_engine()
+    load_rows(d, engine, generate_rows(d.spec, 2))
+    with engine.begin() as conn:
+        g = Grounder(d, conn, random.Random(2))
+        grounded = 0
+        for _ in range(12):
+            g.reserved = set()
+            try:
+                args = g.ground_action(d.tools["set_level"])
+            except GroundingFailed:  # six candidate rows, each drawing the current level half of the time
+                continue
+            assert g.rows("employee", "employee_id", args["employee_id"])[0]["level"] != args["level"]
+            grounded += 1
+        assert grounded >= 6
