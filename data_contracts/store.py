@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import psutil
 
 from data_contracts.stage import Params, Stage, StageError
 
@@ -137,16 +138,6 @@ def _checked(stage: str, key: str) -> str:
     if not stage.isidentifier() or not _KEY.match(key):
         raise StageError(f"not an artifact address: stage {stage!r} key {key!r} (a stage name and a hex key)")
     return f"{stage}/{key}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ArtifactStore:
@@ -373,7 +364,7 @@ class ArtifactStore:
                     age = time.time() - tmp.stat().st_mtime
                 except FileNotFoundError:
                     continue
-                if (owner == host and not _pid_alive(pid)) or age > stale_after_s:
+                if (owner == host and not psutil.pid_exists(pid)) or age > stale_after_s:
                     shutil.rmtree(tmp, ignore_errors=True)
                     removed += 1
         return removed

@@ -29,6 +29,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
+import psutil
 
 if TYPE_CHECKING:
     from prefect_dask import DaskTaskRunner
@@ -65,16 +66,6 @@ def _healthy(api_url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def prefect_env(root: Path) -> dict[str, str]:
     """Settings every Prefect process of this data root shares (server, flows, Dask workers, deployment runs)."""
     return {
@@ -105,7 +96,7 @@ class PrefectServer:
             info = json.loads(self.record.read_text())
         except (OSError, ValueError):
             return None
-        if _pid_alive(int(info.get("pid", 0))) and _healthy(info["api_url"]):
+        if psutil.pid_exists(int(info.get("pid", 0))) and _healthy(info["api_url"]):
             return str(info["api_url"])
         self.record.unlink(missing_ok=True)
         return None

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import polars as pl
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from data_contracts.stage import (
     REJECTED,
@@ -40,7 +40,6 @@ from data_contracts.stage import (
     Check,
     Contract,
     Expect,
-    Params,
     rng_for,
     seed_for,
     stage,
@@ -59,7 +58,7 @@ from tasks.token_budget import (
     insert_cost,
     length_window,
 )
-from tasks.tokenizer import resolve_tokenizer, tokenizer_spec_ok
+from tasks.tokenizer import LengthParams, resolve_tokenizer
 
 STAGE = "keychain"
 KEY_FORMATS: dict[str, tuple[str, int, str]] = {
@@ -86,14 +85,13 @@ PASSAGE_HEADER = "\n\nPassage {i}:\n"
 _PASSAGE_SPLIT = re.compile(r"\n\nPassage \d+:\n")
 
 
-class KeyChainParams(Params):
+class KeyChainParams(LengthParams):
     seed: int = Field(0, description="base seed; item i draws from rng_for(seed, 'keychain', partition, i)")
     n: int = Field(7500, ge=0, description="KeyChain examples to build (LoongRL Table 1: 7,500)")
     n_regular: int = Field(
         7500, ge=0, description="regular long-context QA examples from other kept seeds: same extension and "
         "placement, the question asked directly (LoongRL Table 1: 7,500 standard multi-hop QA)")
     split: str = Field("train", description="only seeds (and distractor documents) of this split are used")
-    target_tokens: int = Field(16384, description="prompt length target; the prompt lands in [target - 2%, target]")
     key_format: Literal["uuid32", "hex8"] = Field(
         "uuid32", description="uuid32: 32 uppercase hex characters (the report); hex8: 8 lowercase hex (authors' code)"
     )
@@ -104,27 +102,13 @@ class KeyChainParams(Params):
     placement: Literal["uniform", "centred"] = Field(
         "uniform", description="gold documents at uniformly random positions, or within the middle third"
     )
-    tokenizer: str = Field("default", description="'default' = the tokenizer artifact, or a local tokenizer dir")
     min_pool_docs: int = Field(
         200, ge=1, description="below this many filtered-out documents, other kept seeds' documents join the pool"
     )
-    max_adjust_steps: int = Field(4, ge=0, le=16, description="bounded length corrections after the exact count")
     max_draws_per_item: int = Field(20_000, ge=10, description="bound on distractor documents drawn for one item")
     pool_counting: Literal["auto", "lazy", "upfront"] = Field(
         "auto", description="count distractor documents when first drawn (lazy), all at once in parallel batches "
         "before building (upfront), or upfront when the run will draw at least as many documents as the pool holds")
-
-    @field_validator("target_tokens")
-    @classmethod
-    def _target(cls, v: int) -> int:
-        if not 256 <= v <= 1 << 20:
-            raise ValueError(f"target_tokens={v}: set a value between 256 and 1048576")
-        return v
-
-    @field_validator("tokenizer")
-    @classmethod
-    def _tokenizer(cls, v: str) -> str:
-        return tokenizer_spec_ok(v)
 
     @property
     def n_distractor_chains(self) -> int:

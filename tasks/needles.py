@@ -19,7 +19,7 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.stage import REJECTED, Artifact, Check, Contract, Expect, Params, rng_for, seed_for, stage
+from data_contracts.stage import REJECTED, Artifact, Check, Contract, Expect, rng_for, seed_for, stage
 from inference.tokenizer import identity
 from tasks.token_budget import (
     LENGTH_TOLERANCE,
@@ -31,7 +31,7 @@ from tasks.token_budget import (
     chat_frame,
     insert_cost,
 )
-from tasks.tokenizer import resolve_tokenizer, tokenizer_spec_ok
+from tasks.tokenizer import LengthParams, resolve_tokenizer
 
 STAGE = "needles"
 TASKS = ("multikey", "multivalue")
@@ -58,7 +58,7 @@ NOUNS = ("anchor", "apple", "arrow", "badge", "barrel", "beacon", "blanket", "bo
          "tunnel", "velvet", "wagon", "walnut", "window")
 
 
-class NeedleParams(Params):
+class NeedleParams(LengthParams):
     seed: int = Field(0, description="base seed; example i draws from rng_for(seed, 'needles', partition, i)")
     base: str = Field("world", description="'world' (the world documents) or a local directory of .txt/.md files, "
                                            "split into paragraphs at blank lines")
@@ -66,22 +66,7 @@ class NeedleParams(Params):
     n_multivalue: int = Field(512, ge=0, description="multi-value examples (LoongRL Table 1: 512)")
     n_keys: int = Field(20, ge=1, le=200, description="multi-key: keys hidden, each with one value; one is queried")
     n_values: int = Field(20, ge=1, le=200, description="multi-value: values hidden for the one key, all required")
-    target_tokens: int = Field(16384, description="prompt length target; the prompt lands in [target - 2%, target]")
     key_type: Literal["words", "numbers"] = Field("words", description="keys as adjective-noun words or 7 digits")
-    tokenizer: str = Field("default", description="'default' = the tokenizer artifact, or a local tokenizer dir")
-    max_adjust_steps: int = Field(4, ge=0, le=16, description="bounded length corrections after the exact count")
-
-    @field_validator("target_tokens")
-    @classmethod
-    def _target(cls, v: int) -> int:
-        if not 256 <= v <= 1 << 20:
-            raise ValueError(f"target_tokens={v}: set a value between 256 and 1048576")
-        return v
-
-    @field_validator("tokenizer")
-    @classmethod
-    def _tokenizer(cls, v: str) -> str:
-        return tokenizer_spec_ok(v)
 
     @field_validator("base")
     @classmethod

@@ -113,8 +113,23 @@ def resolve_tokenizer(spec: str, inputs: Mapping[str, Artifact]):
     return load(spec)
 
 
-def tokenizer_spec_ok(v: str) -> str:
-    """Validator shared by the params of stages that measure length: 'default' or an existing directory."""
-    if v != "default" and not Path(v).is_dir():
-        raise ValueError(f"tokenizer={v!r}: set 'default' (the tokenizer artifact) or a local tokenizer directory")
-    return v
+class LengthParams(Params):
+    """Params shared by the stages that assemble prompts to a token budget (keychain, needles)."""
+
+    target_tokens: int = Field(16384, description="prompt length target; the prompt lands in [target - 2%, target]")
+    tokenizer: str = Field("default", description="'default' = the tokenizer artifact, or a local tokenizer dir")
+    max_adjust_steps: int = Field(4, ge=0, le=16, description="bounded length corrections after the exact count")
+
+    @field_validator("target_tokens")
+    @classmethod
+    def _target(cls, v: int) -> int:
+        if not 256 <= v <= 1 << 20:
+            raise ValueError(f"target_tokens={v}: set a value between 256 and 1048576")
+        return v
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, v: str) -> str:
+        if v != "default" and not Path(v).is_dir():
+            raise ValueError(f"tokenizer={v!r}: set 'default' (the tokenizer artifact) or a local tokenizer directory")
+        return v
