@@ -5,7 +5,7 @@ Each partition is one ``data_refresh`` flow run, all submitted at once from a th
 how many run side by side. ``force`` re-runs the stage on every measured round; a warm-up round per cluster first
 imports Prefect and the stage module in every worker process.
 
-    .venv/bin/python -m bench.bench_dask [--partitions 6] [--rounds 4000000] [--repeats 2] [--no-record]
+    .venv/bin/python -m bench.bench_dask [--partitions 6] [--rounds 16000000] [--repeats 2] [--no-record]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def measure(root: Path, n_workers: int, partitions: int, rounds: int, repeats: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=6, help="partitions per measured round")
-    parser.add_argument("--rounds", type=int, default=4_000_000, help="blake2b rounds per partition")
+    parser.add_argument("--rounds", type=int, default=16_000_000, help="blake2b rounds per partition (seconds of work each, so per-run orchestration stays small)")
     parser.add_argument("--repeats", type=int, default=2, help="measured rounds per cluster size (best is kept)")
     parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
     args = parser.parse_args()
