@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inference.engine import Completion, Request, SamplingParams
-from inference.engines import make_completion, validate_request
+from inference.engine import Request, SamplingParams
+from inference.engines import validate_request
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -192,17 +192,6 @@ class ChatService:
         rows = [Row(prompt, sampling, sample_index=j, top_logprobs=top) for j in range(body.n)]
         return prompt, rows, bool(tools)
 
-    def completion(self, sample: Sample, prompt: Sequence[int], tools: bool) -> Completion:
-        return make_completion(
-            sample.text,
-            sample.token_ids,
-            sample.logprobs,
-            sample.finish_reason or "length",
-            self.engine.policy_version,
-            prompt,
-            tools,
-        )
-
     # -- response side -------------------------------------------------------------------------------------------
 
     def token_bytes(self, token_id: int) -> bytes:
@@ -239,7 +228,7 @@ class ChatService:
     ) -> dict[str, Any]:
         choices = []
         for index, sample in enumerate(samples):
-            completion = self.completion(sample, prompt, tools)
+            completion = self.engine.completion(sample, prompt, tools)
             message: dict[str, Any] = {"role": "assistant", "content": completion.text}
             if completion.tool_calls:
                 message["content"] = completion.text or None
@@ -314,7 +303,7 @@ class ChatService:
                 yield chunk(index, delta, **extra)
                 continue
             finished[index] = sample
-            completion = self.completion(sample, prompt, tools)
+            completion = self.engine.completion(sample, prompt, tools)
             if rest := completion.text[sent_text[index] :]:
                 delta["content"] = rest
             if completion.tool_calls:
