@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
@@ -31,7 +30,7 @@ from tasks.token_budget import (
     chat_frame,
     insert_cost,
 )
-from tasks.tokenizer import LengthParams, resolve_tokenizer
+from tasks.tokenizer import LengthParams, keyword_or_dir, resolve_tokenizer, text_files
 
 STAGE = "needles"
 TASKS = ("multikey", "multivalue")
@@ -71,9 +70,7 @@ class NeedleParams(LengthParams):
     @field_validator("base")
     @classmethod
     def _base(cls, v: str) -> str:
-        if v != "world" and not Path(v).is_dir():
-            raise ValueError(f"base={v!r}: set 'world' or an existing directory of text files")
-        return v
+        return keyword_or_dir("base", v, "world", "the world documents")
 
 
 def base_pool(base: str, inputs: Mapping[str, Artifact]) -> DocPool:
@@ -81,10 +78,8 @@ def base_pool(base: str, inputs: Mapping[str, Artifact]) -> DocPool:
     if base == "world":
         docs = inputs["world"].read("documents").sort("doc_id").select("title", "text")
         return DocPool([""] * docs.height, [f"{t}. {x.strip()}" for t, x in docs.iter_rows()], "world")
-    from tasks.tokenizer import TEXT_SUFFIXES
-
     paragraphs = []
-    for path in sorted(p for p in Path(base).rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file()):
+    for path in text_files(base):
         text = path.read_text(encoding="utf-8", errors="replace")
         paragraphs += [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
     if not paragraphs:

@@ -17,6 +17,18 @@ from data_contracts.stage import Artifact, Check, Contract, Expect, Params, stag
 TEXT_SUFFIXES = (".txt", ".md")
 
 
+def keyword_or_dir(field: str, value: str, keyword: str, meaning: str) -> str:
+    """Validate a param that is either ``keyword`` or an existing local directory."""
+    if value != keyword and not Path(value).is_dir():
+        raise ValueError(f"{field}={value!r}: set {keyword!r} ({meaning}) or an existing local directory")
+    return value
+
+
+def text_files(directory: str) -> list[Path]:
+    """The .txt/.md files under ``directory``, in sorted path order."""
+    return sorted(p for p in Path(directory).rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
+
+
 class TokenizerParams(Params):
     corpus: str = Field(
         "world",
@@ -37,9 +49,7 @@ class TokenizerParams(Params):
     @field_validator("corpus")
     @classmethod
     def _corpus(cls, v: str) -> str:
-        if v != "world" and not Path(v).is_dir():
-            raise ValueError(f"corpus={v!r}: set 'world' or an existing directory of text files")
-        return v
+        return keyword_or_dir("corpus", v, "world", "the world documents")
 
 
 def corpus_texts(corpus: str, inputs: Mapping[str, Artifact]) -> Iterator[str]:
@@ -49,7 +59,7 @@ def corpus_texts(corpus: str, inputs: Mapping[str, Artifact]) -> Iterator[str]:
         for title, text in docs.iter_rows():
             yield f"{title}\n{text}"
         return
-    files = sorted(p for p in Path(corpus).rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
+    files = text_files(corpus)
     if not files:
         raise ValueError(f"corpus directory {corpus} holds no {'/'.join(TEXT_SUFFIXES)} files")
     for path in files:
@@ -130,6 +140,4 @@ class LengthParams(Params):
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, v: str) -> str:
-        if v != "default" and not Path(v).is_dir():
-            raise ValueError(f"tokenizer={v!r}: set 'default' (the tokenizer artifact) or a local tokenizer directory")
-        return v
+        return keyword_or_dir("tokenizer", v, "default", "the tokenizer artifact")
