@@ -123,6 +123,10 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> int:
     return path.stat().st_size
 
 
+def _describe(frame: pl.DataFrame) -> dict[str, Any]:
+    return {"rows": frame.height, "columns": {col: str(dtype) for col, dtype in frame.schema.items()}}
+
+
 def _validation_json(reports: Mapping[str, GateReport]) -> dict[str, Any]:
     """Every report in full, except that row indices beyond the first few are left to the failing-rows files."""
     out = {}
@@ -265,6 +269,31 @@ class ArtifactStore:
         _fsync_path(final.parent)
         return True
 
+    def _write(
+        self,
+        final: Path,
+        manifest: Mapping[str, Any],
+        outputs: Mapping[str, tuple[str, pl.DataFrame, dict[str, Any]]],
+        reports: Mapping[str, GateReport] | None,
+        *,
+        replace: bool,
+    ) -> None:
+        """Write each output's (file, rows to write, manifest entry), ``validation.json`` unless ``reports`` is
+        None, and the manifest into a temp sibling of ``final``; fsync, rename into place."""
+        tmp = self._temp_dir(final.parent, manifest["key"])
+        try:
+            entries = {}
+            for name in sorted(outputs):
+                file, rows, entry = outputs[name]
+                entries[name] = {**entry, "bytes": _write_parquet(rows, tmp / file), "file": file}
+            if reports is not None:
+                _write_json(tmp / VALIDATION, _validation_json(reports))
+            _write_json(tmp / MANIFEST, {**manifest, "outputs": entries})
+            self._move_into_place(tmp, final, replace=replace)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
     def publish(
         self,
         manifest: Mapping[str, Any],
@@ -273,34 +302,15 @@ class ArtifactStore:
         reports: Mapping[str, GateReport] | None = None,
         replace: bool = False,
     ) -> PublishedArtifact:
-        """Write every output, the gate reports (``validation.json``, read by the Data Docs) and the manifest into
-        a temp sibling, fsync, rename into place.
+        """Write every output, the gate reports (``validation.json``, read by the Data Docs) and the manifest.
 
         A concurrent publisher of the same key that loses the rename drops its copy and returns the winner's,
         whose data files are byte-identical (stages are deterministic). ``replace`` overwrites an existing one.
         """
         stage, key = manifest["stage"], manifest["key"]
         final = self.path(stage, key)
-        tmp = self._temp_dir(final.parent, key)
-        try:
-            outputs = {}
-            for name in sorted(frames):
-                frame = frames[name]
-                file = f"{name}.parquet"
-                size = _write_parquet(frame, tmp / file)
-                outputs[name] = {
-                    "rows": frame.height,
-                    "bytes": size,
-                    "columns": {col: str(dtype) for col, dtype in frame.schema.items()},
-                    "file": file,
-                }
-            if reports:
-                _write_json(tmp / VALIDATION, _validation_json(reports))
-            _write_json(tmp / MANIFEST, {**manifest, "outputs": outputs})
-            self._move_into_place(tmp, final, replace=replace)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        outputs = {name: (f"{name}.parquet", frame, _describe(frame)) for name, frame in frames.items()}
+        self._write(final, manifest, outputs, reports or None, replace=replace)
         published = self.get(stage, key)
         if published is None:  # pragma: no cover - only if someone deletes files between rename and read
             raise RuntimeError(f"artifact {stage}/{key} vanished right after publishing at {final}")
@@ -314,31 +324,14 @@ class ArtifactStore:
     ) -> Path:
         """Keep a failed artifact out of ``artifacts/``: its validation result and, per output, the failing rows
         (with their row index in ``_row``). A later quarantine of the same key replaces the earlier one."""
-        stage, key = manifest["stage"], manifest["key"]
-        final = self.quarantine_path(stage, key)
-        tmp = self._temp_dir(final.parent, key)
-        try:
-            outputs = {}
-            for name in sorted(frames):
-                frame = frames[name]
-                report = reports.get(name)
-                failing = report.failing_rows if report is not None else []
-                file = f"{name}.failing.parquet"
-                rows = frame.with_row_index("_row")[failing] if failing else frame.with_row_index("_row").head(0)
-                size = _write_parquet(rows, tmp / file)
-                outputs[name] = {
-                    "rows": frame.height,
-                    "failing_rows": len(failing),
-                    "bytes": size,
-                    "columns": {col: str(dtype) for col, dtype in frame.schema.items()},
-                    "file": file,
-                }
-            _write_json(tmp / VALIDATION, _validation_json(reports))
-            _write_json(tmp / MANIFEST, {**manifest, "outputs": outputs})
-            self._move_into_place(tmp, final, replace=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        final = self.quarantine_path(manifest["stage"], manifest["key"])
+        outputs = {}
+        for name, frame in frames.items():
+            failing = reports[name].failing_rows if name in reports else []
+            indexed = frame.with_row_index("_row")
+            outputs[name] = (f"{name}.failing.parquet", indexed[failing] if failing else indexed.head(0),
+                             {**_describe(frame), "failing_rows": len(failing)})
+        self._write(final, manifest, outputs, reports, replace=True)
         return final
 
     def remove_quarantine(self, stage: str, key: str) -> None:
