@@ -26,7 +26,7 @@ from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Contract
 from inference.trajectory import TRAJECTORY_CONTRACT
 
 if TYPE_CHECKING:
-    from inference.agent import PromptItem
+    from inference.agent import PromptItem, SamplingConfig
     from inference.engine import Engine
 
 TINY = "tiny"
@@ -48,7 +48,6 @@ class FilterParams(Params):
     temperature: float = Field(1.0, ge=0.0, description="sampling temperature of the reference engine")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
     max_tokens: int = Field(32, gt=0, description="output token budget per sample (per turn for tasks)")
-    batch_size: int = Field(32, gt=0, description="items per engine call (each item asks for k samples)")
     seed: int = Field(0, description="seeds every request's sampling")
 
     @field_validator("engine")
@@ -69,8 +68,14 @@ class FilterParams(Params):
     def bounds(self) -> tuple[int, int]:
         return self.window if self.window is not None else (1, self.k - 1)
 
+    def sampling(self) -> SamplingConfig:
+        from inference.agent import SamplingConfig
+
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens)
+
 
 class QAFilterParams(FilterParams):
+    batch_size: int = Field(32, gt=0, description="items per engine call (each item asks for k samples)")
     reward: str = Field("two_way", description="reward function of tasks/rewards.py REWARDS scoring an answer")
     max_prompt_tokens: int = Field(
         512, gt=0, description="documents are cut (by characters, ~4 per token) so the prompt stays short"
@@ -229,11 +234,10 @@ def _aliases(value: Any) -> list[str]:
 
 def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> dict[str, pl.DataFrame]:
     """Score every seed with ``k`` samples of ``engine`` and split by the pass-count window."""
-    from inference.agent import AgentConfig, SamplingConfig, rollout_prompts
+    from inference.agent import AgentConfig, rollout_prompts
     from tasks.rewards import get_reward
 
-    sampling = SamplingConfig(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens)
-    config = AgentConfig(sampling=sampling, seed=params.seed)
+    config = AgentConfig(sampling=params.sampling(), seed=params.seed)
     groups = rollout_prompts(engine, qa_items(seeds, params.max_prompt_tokens), params.k, get_reward(params.reward),
                              config, source="qa_filtered", batch_size=params.batch_size)
     pass_counts = [sum(t.verified for t in group) for group in groups]
@@ -271,7 +275,7 @@ def filter_tasks(environments: pl.DataFrame, tasks: pl.DataFrame, engine: Engine
     from functools import partial
 
     from envgen.runtime import Environment
-    from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
+    from inference.agent import AgentConfig, Episode, run_episodes
     from inference.trajectory import trajectories_frame
 
     records = {row["env_id"]: row for row in environments.iter_rows(named=True)}
@@ -284,8 +288,7 @@ def filter_tasks(environments: pl.DataFrame, tasks: pl.DataFrame, engine: Engine
         for task in tasks.iter_rows(named=True)
         for j in range(params.k)
     ]
-    sampling = SamplingConfig(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens)
-    config = AgentConfig(sampling=sampling, max_turns=params.max_turns, concurrency=params.concurrency,
+    config = AgentConfig(sampling=params.sampling(), max_turns=params.max_turns, concurrency=params.concurrency,
                          seed=params.seed)
     trajectories = run_episodes(engine, episodes, config, source="task_filtered")
     groups = [trajectories[i:i + params.k] for i in range(0, len(trajectories), params.k)]
