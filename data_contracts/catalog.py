@@ -154,8 +154,7 @@ class Catalog:
             con.execute("DELETE FROM lineage")
             con.execute("DELETE FROM artifacts")
             for manifest, status in store.manifests():
-                path = (store.path if status == "published" else store.quarantine_path)(manifest["stage"], manifest["key"])
-                self._upsert(con, manifest, status, str(path))
+                self._upsert(con, manifest, status, str(store.location(manifest["stage"], manifest["key"], status)))
                 count += 1
             con.execute("COMMIT")
         return count

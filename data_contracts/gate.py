@@ -345,7 +345,7 @@ def build_data_docs(root: Path | str, reports: Iterable[GateReport] | None = Non
         store = ArtifactStore(root)
         for manifest, status in store.manifests():
             stage, key, partition = manifest["stage"], manifest["key"], manifest["partition"]
-            base = store.path(stage, key) if status == "published" else store.quarantine_path(stage, key)
+            base = store.location(stage, key, status)
             validation = base / VALIDATION
             page = f"validations/{stage}/{key}.html"
             if validation.is_file():

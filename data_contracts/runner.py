@@ -123,9 +123,8 @@ def _check_input_names(stage: Stage, input_keys: Mapping[str, str]) -> None:
         )
 
 
-def resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
+def _resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
     """The published input artifacts; UpstreamMissing names the first one that is not published."""
-    _check_input_names(stage, input_keys)
     inputs = {}
     for name in stage.inputs:
         artifact = store.get(name, input_keys[name])
@@ -155,7 +154,7 @@ def execute_stage(
     if not force and (hit := store.get(stage.name, key)) is not None:
         catalog.record(hit.manifest, "published", hit.path)  # idempotent; heals a catalog rebuilt without it
         return StageRun.from_artifact(hit, cached=True)
-    inputs = resolve_inputs(store, stage, input_keys)
+    inputs = _resolve_inputs(store, stage, input_keys)
 
     start = time.perf_counter()
     frames = _check_outputs(stage, stage.run(inputs, params, partition))

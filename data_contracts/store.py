@@ -172,6 +172,10 @@ class ArtifactStore:
     def quarantine_path(self, stage: str, key: str) -> Path:
         return self.quarantine_dir / _checked(stage, key)
 
+    def location(self, stage: str, key: str, status: str) -> Path:
+        """The directory of an artifact with the status :meth:`manifests` gives it."""
+        return self.path(stage, key) if status == "published" else self.quarantine_path(stage, key)
+
     # --- reading --------------------------------------------------------------------------------------------
 
     def get(self, stage: str, key: str) -> PublishedArtifact | None:
