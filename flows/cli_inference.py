@@ -10,19 +10,18 @@ from typing import Annotated
 
 import typer
 
-TEXT_SUFFIXES = (".txt", ".md")
-
-
 tokenizer_app = typer.Typer(no_args_is_help=True, help="gymforge's byte-level BPE tokenizer.")
 model_app = typer.Typer(no_args_is_help=True, help="The embedded tiny policy model.")
 
 
 def corpus_files(paths: list[Path]) -> list[Path]:
     """Files named directly, plus every .txt/.md file under named directories (sorted, so training is stable)."""
+    from tasks.tokenizer import TEXT_SUFFIXES, text_files
+
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+            found = text_files(path)
             if not found:
                 raise typer.BadParameter(
                     f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files", param_hint="--corpus"

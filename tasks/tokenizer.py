@@ -24,7 +24,7 @@ def keyword_or_dir(field: str, value: str, keyword: str, meaning: str) -> str:
     return value
 
 
-def text_files(directory: str) -> list[Path]:
+def text_files(directory: str | Path) -> list[Path]:
     """The .txt/.md files under ``directory``, in sorted path order."""
     return sorted(p for p in Path(directory).rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
 
