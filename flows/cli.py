@@ -34,8 +34,6 @@ from flows import cli_data, cli_envgen, cli_inference, cli_noise
 if TYPE_CHECKING:
     import polars as pl
 
-    from flows.runtime import Runtime
-
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -105,7 +103,6 @@ def _quiet_console_logs() -> None:
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "WARNING"
     # tqdm bars of libraries used inside stages (transformers loading weights) would interleave from every worker
     os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from prefect.logging.handlers import PrefectConsoleHandler
 
     from flows.pipeline import PipelineFailed
@@ -119,12 +116,6 @@ def _quiet_console_logs() -> None:
             if isinstance(handler, PrefectConsoleHandler):
                 handler.setLevel(logging.WARNING)
                 handler.addFilter(not_a_pipeline_failure)
-
-
-def _runtime() -> Runtime:
-    from flows.runtime import Runtime
-
-    return Runtime(os.environ.get("GYMFORGE_DATA"))
 
 
 def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
@@ -159,11 +150,12 @@ def _refresh_with_progress(
     )
 
     from flows.pipeline import PipelineFailed, on_stage_done, plan_dag, refresh
+    from flows.runtime import Runtime
 
     planned = plan_dag(stages, profile, partition, force=force)  # bad names and params fail before anything starts
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     title = f"data-refresh {partition} (profile {profile})"
-    with _runtime() as rt:
+    with Runtime() as rt:  # the data root, API and scheduler the global options exported
         console.print(f"Prefect UI: {rt.ui_url}   data root: {rt.root}")
         with Progress(*columns, console=errors, transient=True) as progress:
             bar = progress.add_task(title, total=len(planned))
@@ -239,7 +231,7 @@ def backfill(
     names = [p.strip() for p in partitions.split(",") if p.strip()]
     with _clean_errors():
         plan_dag([stage], profile, names[0] if names else "default")  # a bad stage or profile fails here, not in N runs
-        with Runtime(os.environ.get("GYMFORGE_DATA"), dask=serve) as rt:
+        with Runtime(dask=serve) as rt:
             runs = run_backfill(stage, names, force=force, profile=profile, serve=serve,
                                 data_dir=str(rt.root) if serve else None)
     table = Table(title=f"backfill {stage}", caption=f"runs at {rt.ui_url}/runs/flow-run/<id>", box=box.SIMPLE_HEAD)
@@ -260,7 +252,7 @@ def ui(
     """Start (or reuse) the Prefect server of this data root and print the UI URL."""
     from flows.runtime import PrefectServer, Runtime, data_root, stop_recorded_server, ui_url
 
-    root = data_root(os.environ.get("GYMFORGE_DATA"))
+    root = data_root()
     with _clean_errors():
         if stop:
             console.print("stopped" if stop_recorded_server(root) else f"no server is recorded for {root}")
@@ -289,7 +281,7 @@ def _catalog() -> Any:
     from data_contracts.catalog import Catalog
     from flows.runtime import data_root
 
-    return Catalog(data_root(os.environ.get("GYMFORGE_DATA")))
+    return Catalog(data_root())
 
 
 @artifacts_app.command("ls")
