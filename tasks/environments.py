@@ -68,7 +68,6 @@ def domain_files_digest() -> str:
     return h.hexdigest()[:12]
 
 
-
 # -- params ------------------------------------------------------------------------------------------------------
 class DomainGraphsParams(Params):
     domains: str = Field("all", description="'all' or a comma-separated list of shipped domain names.")
@@ -233,15 +232,18 @@ def build_one(domain, env_id: str, seed: int, params: ConstructionParams) -> tup
     return env, task, ""
 
 
+def _rejection(env_id: str, domain: str, reason: str) -> dict[str, str]:
+    """A rejected row; ``stage_step`` is the reason's prefix from build_one ('construction' or 'task')."""
+    return {"env_id": env_id, "domain": domain, "stage_step": reason.split(":")[0], "reason": reason}
+
+
 def _frames(envs: list[dict], tasks: list[dict], rejected: list[dict], extra: dict[str, Any] | None = None):
     extra = extra or {}
-    out = {
+    return {
         "environments": pl.DataFrame(envs, schema={**ENV_COLUMNS, **extra}),
         "tasks": pl.DataFrame(tasks, schema={**TASK_COLUMNS, **extra}),
+        REJECTED: pl.DataFrame(rejected, schema=REJECT_COLUMNS),
     }
-    if rejected is not None:
-        out[REJECTED] = pl.DataFrame(rejected, schema={**REJECT_COLUMNS, "reason": pl.String})
-    return out
 
 
 def _domains_from(inputs: Mapping[str, Artifact]) -> dict[str, Any]:
@@ -273,8 +275,7 @@ def environments(inputs: Mapping[str, Artifact], params: EnvironmentsParams, par
             env_id = f"{name}-{partition}-{i:05d}"
             env, task, reason = build_one(domains[name], env_id, seed, params)
             if env is None:
-                rejected.append({"env_id": env_id, "domain": name, "stage_step": reason.split(":")[0],
-                                 "reason": reason})
+                rejected.append(_rejection(env_id, name, reason))
                 continue
             envs.append(env)
             tasks.append(task)
@@ -316,7 +317,7 @@ def eval_random_envs(inputs: Mapping[str, Artifact], params: EvalRandomParams, p
             attempts += 1
             env, task, reason = build_one(pool[name], env_id, seed, params)
             if env is None:
-                rejected.append({"env_id": env_id, "domain": name, "stage_step": reason.split(":")[0], "reason": reason})
+                rejected.append(_rejection(env_id, name, reason))
                 continue
             envs.append({**env, "run": run})
             tasks.append({**task, "run": run})
