@@ -166,12 +166,15 @@ def build_noisy(inputs: Mapping[str, Artifact], source: str, params: NoiseParams
                    "robust_clean_success": clean.robust.success, "naive_clean_success": clean.naive.success,
                    "naive_by_transform": json.dumps(dict(v.naive_by_transform), sort_keys=True),
                    "scored": v.robust.scored}
-            (kept if v.kept else rejected).append({**row, "reason": v.reason} if not v.kept else row)
+            if v.kept:
+                kept.append(row)
+            else:
+                rejected.append({**row, "reason": v.reason})
     for env in live.values():
         env.close()
     extra = [c for c in tasks.columns if c not in NOISE_COLUMNS]
     kept_frame = pl.DataFrame(kept, schema={**NOISE_COLUMNS, **{c: tasks.schema[c] for c in extra}})
-    rejected_schema = {**REJECTED_NOISE_CONTRACT.columns}
+    rejected_schema = REJECTED_NOISE_CONTRACT.columns
     rejected_frame = pl.DataFrame([{k: r.get(k) for k in rejected_schema} for r in rejected], schema=rejected_schema)
     return {"tasks": kept_frame, REJECTED: rejected_frame}
 
