@@ -14,12 +14,19 @@ from typing import Any
 
 BUNDLE_FILES = ("env.json", "tools.json", "graph.json", "tasks.jsonl", "db.sqlite")
 _ENV_JSON_FIELDS = ("spec_json", "chains", "fallback_chains", "expansion", "edges", "tools", "task_json")
-_TASK_JSON_FIELDS = ("user_profile", "rubric", "golden_actions", "difficulty", "noise")
+TASK_JSON_FIELDS = ("user_profile", "rubric", "golden_actions", "difficulty", "noise")
 _GRAPH_FIELDS = ("edges", "chains", "fallback_chains", "expansion")
 
 
 def _dump(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def tasks_jsonl(tasks: list[dict[str, Any]], json_fields: tuple[str, ...] = TASK_JSON_FIELDS) -> str:
+    """tasks.jsonl text: one task per line, ``json_fields`` decoded, keys sorted."""
+    lines = [json.dumps({k: json.loads(v) if k in json_fields and isinstance(v, str) else v for k, v in t.items()},
+                        sort_keys=True, ensure_ascii=False) for t in tasks]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def write_bundle(root: Path, env: dict[str, Any], tasks: list[dict[str, Any]]) -> Path:
@@ -30,9 +37,7 @@ def write_bundle(root: Path, env: dict[str, Any], tasks: list[dict[str, Any]]) -
     (path / "env.json").write_text(_dump(record))
     (path / "tools.json").write_text(_dump(decoded["tools"]))
     (path / "graph.json").write_text(_dump({k: decoded[k] for k in _GRAPH_FIELDS}))
-    lines = [json.dumps({k: json.loads(v) if k in _TASK_JSON_FIELDS and isinstance(v, str) else v
-                         for k, v in t.items()}, sort_keys=True, ensure_ascii=False) for t in tasks]
-    (path / "tasks.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    (path / "tasks.jsonl").write_text(tasks_jsonl(tasks))
     (path / "db.sqlite").write_bytes(bytes(env["db"]))
     return path
 
@@ -56,7 +61,10 @@ def read_bundle(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     missing = [f for f in BUNDLE_FILES if not (path / f).exists()]
     if missing:
         raise BundleError(f"bundle {path} lacks {', '.join(missing)}")
-    env = json.loads((path / "env.json").read_text())
+    try:
+        env = json.loads((path / "env.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path / 'env.json'}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     env["spec_json"] = json.dumps(env["spec_json"]) if isinstance(env["spec_json"], dict) else env["spec_json"]
     env["db"] = (path / "db.sqlite").read_bytes()
     tasks = []
@@ -66,6 +74,6 @@ def read_bundle(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 raw = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise BundleError(f"{path / 'tasks.jsonl'}:{n}: invalid JSON: {exc.msg}") from None
-            tasks.append({k: json.dumps(v) if k in _TASK_JSON_FIELDS and not isinstance(v, str) else v
+            tasks.append({k: json.dumps(v) if k in TASK_JSON_FIELDS and not isinstance(v, str) else v
                           for k, v in raw.items()})
     return env, tasks

@@ -11,7 +11,6 @@ import typer
 
 SUMMARY_KEYS = ("transform", "level", "robust_success", "naive_success", "tasks")
 TASK_FIELDS = ("task_id", "env_id", "description", "user_profile", "rubric", "golden_actions")
-JSON_FIELDS = ("user_profile", "rubric", "golden_actions", "difficulty", "noise", "naive_by_transform")
 
 
 def load_bundles(root: Path) -> list[tuple[Path, dict[str, Any], list[dict[str, Any]]]]:
@@ -24,10 +23,7 @@ def load_bundles(root: Path) -> list[tuple[Path, dict[str, Any], list[dict[str, 
     loaded = []
     try:
         for path in bundle_dirs(root):
-            try:
-                env, tasks = read_bundle(path)
-            except json.JSONDecodeError as exc:
-                raise BundleError(f"{path / 'env.json'}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+            env, tasks = read_bundle(path)
             for n, task in enumerate(tasks, start=1):
                 missing = [k for k in TASK_FIELDS if k not in task]
                 if missing:
@@ -41,13 +37,13 @@ def load_bundles(root: Path) -> list[tuple[Path, dict[str, Any], list[dict[str, 
 def write_noisy_bundle(source: Path, target: Path, tasks: list[dict[str, Any]]) -> None:
     """A bundle of the noisy twins: the source bundle's files, with tasks.jsonl holding the twins (JSON fields
     decoded, keys sorted, as envgen.bundle writes them)."""
+    from envgen.bundle import TASK_JSON_FIELDS, tasks_jsonl
+
     target.mkdir(parents=True)
     for f in source.iterdir():
         if f.is_file() and f.name != "tasks.jsonl":
             shutil.copyfile(f, target / f.name)
-    lines = [json.dumps({k: json.loads(v) if k in JSON_FIELDS and isinstance(v, str) else v for k, v in t.items()},
-                        sort_keys=True, ensure_ascii=False) for t in tasks]
-    (target / "tasks.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    (target / "tasks.jsonl").write_text(tasks_jsonl(tasks, (*TASK_JSON_FIELDS, "naive_by_transform")))
 
 
 def register(app: typer.Typer) -> None:
