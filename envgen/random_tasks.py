@@ -13,7 +13,7 @@ import random
 import re
 from typing import Any
 
-from envgen.spec import DomainSpec
+from envgen.spec import DomainSpec, faker_for
 
 # Word-level synonyms for identifiers and text; a word without one gets a neutral variant (see _variant).
 SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -95,7 +95,7 @@ def _walk(node: Any, r: Renamer, key: str | None = None, enum_values: set[str] |
         return [_walk(v, r, key, enum_values) for v in node]
     if not isinstance(node, str):
         return node
-    if key in ("ref",) and "." in node:
+    if key == "ref" and "." in node:
         row, col = node.split(".")
         return f"{r.ident(row) if row != 'target' else row}.{r.ident(col)}"
     if key == "row":
@@ -129,8 +129,6 @@ def renamed_variant(spec: DomainSpec, rng: random.Random, suffix: str) -> Domain
     data["name"] = f"{spec.name}_{suffix}"[:40]
     providers = {f.faker for e in spec.entities for f in e.fields if f.faker}
     providers |= {q.faker for a in spec.actions for q in a.params if q.faker}
-    from envgen.spec import faker_for
-
     # New values come from another locale, one that has every provider the spec uses (en_GB has no state_abbr).
     fitting = [loc for loc in _LOCALES if all(callable(getattr(faker_for(loc), p, None)) for p in providers)]
     data["locale"] = rng.choice(fitting) if fitting else spec.locale
