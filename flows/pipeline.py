@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,7 +35,7 @@ from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import draw_figure, figure_markdown
 from flows.profiles import Overrides, parse, stage_params
 from flows.registry import discover, stage_named
-from flows.runtime import DASK_ENV, Runtime, data_root
+from flows.runtime import DASK_ENV, Runtime, cluster_kwargs, data_root
 
 # Transient failures (a flaky filesystem, a timeout) are retried; a contract violation or a bad stage is not:
 # re-running a deterministic stage on the same inputs fails the same way.
@@ -310,12 +309,7 @@ def task_runner_from_env() -> Any:
 
     if address := os.environ.get(DASK_ENV):
         return DaskTaskRunner(address=address)
-    return DaskTaskRunner(
-        cluster_kwargs={
-            "n_workers": 2, "threads_per_worker": 1, "processes": True, "dashboard_address": ":0",
-            "silence_logs": logging.WARNING,
-        }
-    )
+    return DaskTaskRunner(cluster_kwargs=cluster_kwargs())
 
 
 def _refresh_run_name() -> str:

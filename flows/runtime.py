@@ -76,6 +76,18 @@ def prefect_env(root: Path) -> dict[str, str]:
     }
 
 
+def cluster_kwargs(n_workers: int = 2) -> dict[str, Any]:
+    """``LocalCluster`` settings of every cluster gymforge starts: single-threaded worker processes (stages are
+    GIL-bound Python), and a dashboard on any free port (8787 may be taken, STACK.md)."""
+    return {
+        "n_workers": n_workers,
+        "threads_per_worker": 1,
+        "processes": True,
+        "dashboard_address": ":0",
+        "silence_logs": logging.WARNING,
+    }
+
+
 def ui_url(api_url: str) -> str:
     return api_url.removesuffix("/").removesuffix("/api")
 
@@ -254,15 +266,7 @@ class Runtime:
         # then kills it, which is the intended end of a worker we are closing anyway.
         logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
         # Worker processes are spawned after the environment above is set, so they inherit PREFECT_API_URL.
-        return LocalCluster(
-            n_workers=self.n_workers,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=":0",  # 8787 may be taken (STACK.md)
-            local_directory=str(self.root / "dask"),
-            silence_logs=logging.WARNING,
-        )
+        return LocalCluster(**cluster_kwargs(self.n_workers), host="127.0.0.1", local_directory=str(self.root / "dask"))
 
 
 def _drain_prefect_logs() -> None:
