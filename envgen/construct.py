@@ -28,8 +28,9 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from envgen.canonical import canonical_state
-from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool
-from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows
+from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool, sem_type
+from envgen.seeding import field_value, seeded_memory_engine, sqlite_bytes
+from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows, faker_for
 from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time
 
 CHAIN_KINDS = frozenset({"get", "lookup", "find", "list_by", "parent_of"})
@@ -124,16 +125,14 @@ class Grounder:
     # -- values ----------------------------------------------------------------------------------------------
     def sample_value(self, ftype: str, values: tuple[str, ...], lo: float | None, hi: float | None,
                      faker: str | None = None) -> Any:
-        from envgen.seeding import field_value
-
         f = FieldSpec(name="value", type=ftype, description="-", values=values, min=lo, max=hi,
                       faker=faker, pattern=None if faker or ftype != "string" else "??###")
-        return field_value(f, self.domain.spec, _fake(self.domain.spec.locale, self.rng), self.rng)
+        return field_value(f, self.domain.spec, seeded_faker(self.domain.spec.locale, self.rng), self.rng)
 
     def _satisfying(self, f: FieldSpec | None, op: str, target: Any, current: Any) -> Any:
         """A value for a field that makes ``field op target`` true, or raise GroundingFailed."""
         rng = self.rng
-        if op == "eq" or op == "ge" or op == "le":
+        if op in ("eq", "ge", "le"):
             return target
         if op == "in":
             return rng.choice(list(target))
@@ -291,7 +290,7 @@ class Grounder:
                 else:
                     source = q.source if q is not None and q.ref is None else "profile"
                 facts.append(Fact(p.name, self._label(tool, p.name, q), call["arguments"][p.name], source))
-        intent = action.intent.format(**{k: v for k, v in write_args.items()})
+        intent = action.intent.format(**write_args)
         return GroundedChain(chain, calls, facts, intent, self.reserved - earlier)
 
     def _label(self, tool: Tool, param: str, q) -> str:
@@ -313,8 +312,6 @@ class Grounder:
 
     def _invert(self, u: Tool, link: str, value: Any) -> tuple[dict[str, Any], Fact | None]:
         """Arguments of read tool ``u`` whose result contains ``value`` in a column of semantic type ``link``."""
-        from envgen.compiler import sem_type
-
         e = self.ents[u.entity]
         cols = [c for c in e.column_names if sem_type(e, c) == link]
         # A lookup/find/list_by call passes the row's own column value: rows where an optional relation is empty
@@ -360,9 +357,8 @@ class Grounder:
         raise GroundingFailed(f"no field tells the wanted {e.name} apart")
 
 
-def _fake(locale: str, rng: random.Random):
-    from envgen.spec import faker_for
-
+def seeded_faker(locale: str, rng: random.Random):
+    """A Faker of ``locale`` seeded from ``rng`` (one draw)."""
     fake = faker_for(locale)
     fake.seed_instance(rng.getrandbits(32))
     return fake
@@ -456,11 +452,8 @@ def _try_ground(g: Grounder, chain: list[str] | None) -> GroundedChain | None:
 
 def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionSettings) -> BuiltEnvironment:
     """Seed chain, grounding, BFS expansion, multi-chain growth and fallback on a freshly seeded database."""
-    from envgen.seeding import generate_rows, load_rows, memory_engine, sqlite_bytes
-
     rng = random.Random(seed)
-    engine = memory_engine()
-    load_rows(domain, engine, generate_rows(domain.spec, seed))
+    engine = seeded_memory_engine(domain, seed)
     everything = set(domain.tools)
     stats = ExpansionStats()
     chains: list[GroundedChain] = []
@@ -518,10 +511,7 @@ def executability(domain: CompiledDomain, seed: int) -> tuple[float, list[str]]:
     Reads get arguments taken from an existing row (and must return it); writes are grounded first (rows patched
     so the preconditions hold), then run. Each tool runs in a savepoint rolled back afterwards.
     """
-    from envgen.seeding import generate_rows, load_rows, memory_engine
-
-    engine = memory_engine()
-    load_rows(domain, engine, generate_rows(domain.spec, seed))
+    engine = seeded_memory_engine(domain, seed)
     failed: list[str] = []
     with engine.begin() as conn:
         g = Grounder(domain, conn, random.Random(seed))

@@ -132,6 +132,13 @@ def load_rows(domain: CompiledDomain, engine, rows: Rows) -> None:
                 conn.execute(insert(domain.tables[e.name]), rows[e.name])
 
 
+def seeded_memory_engine(domain: CompiledDomain, seed: int) -> Engine:
+    """An in-memory database holding environment ``seed``'s rows."""
+    engine = memory_engine()
+    load_rows(domain, engine, generate_rows(domain.spec, seed))
+    return engine
+
+
 def sqlite_bytes(engine) -> bytes:
     """Serialize an in-memory SQLite database (the stored form of an environment's database)."""
     with engine.connect() as conn:

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from envgen.canonical import State, canonical_json, canonical_state, diff_states
 from envgen.compiler import CompiledDomain
-from envgen.construct import BuiltEnvironment, Fact, Grounder, GroundingFailed
+from envgen.construct import BuiltEnvironment, Fact, Grounder, GroundingFailed, seeded_faker
 from envgen.runtime import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.tools import Executor, call_tool
@@ -174,10 +174,7 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     sentences += [f"The {f.label} I mean is {_render(f.value)}." if "." in f.name else f"My {f.label} is {_render(f.value)}."
                   for f in inline if not (f.source == "task" and _render(f.value) in request)]
     description = " ".join(sentences)
-    from envgen.spec import faker_for
-
-    fake = faker_for(domain.spec.locale)
-    fake.seed_instance(rng.getrandbits(32))
+    fake = seeded_faker(domain.spec.locale, rng)
     task = {
         "task_id": f"{env['env_id']}-t0",
         "env_id": env["env_id"],
