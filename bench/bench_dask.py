@@ -57,9 +57,11 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
     args = parser.parse_args()
 
-    # Worker processes must register the benchmark stage too (flows.registry reads this at discovery).
-    os.environ["GYMFORGE_STAGE_MODULES"] = ",".join(filter(None, [os.environ.get("GYMFORGE_STAGE_MODULES"), "bench.cpu_stage"]))
+    from flows.registry import EXTRA_MODULES_ENV
     from flows.runtime import Runtime
+
+    # Worker processes must register the benchmark stage too (flows.registry reads this at discovery).
+    os.environ[EXTRA_MODULES_ENV] = ",".join(filter(None, [os.environ.get(EXTRA_MODULES_ENV), "bench.cpu_stage"]))
 
     root = Path(tempfile.mkdtemp(prefix="gymforge-bench-dask-"))
     try:

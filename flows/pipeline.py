@@ -34,7 +34,7 @@ from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import draw_figure, figure_markdown
 from flows.profiles import Overrides, parse, stage_params
-from flows.registry import discover, stage_named
+from flows.registry import stage_named
 from flows.runtime import DASK_ENV, Runtime, cluster_kwargs, data_root
 
 # Transient failures (a flaky filesystem, a timeout) are retried; a contract violation or a bad stage is not:
@@ -161,7 +161,6 @@ def run_stage(
     its StageRun once it completes, and which makes this task wait for it)."""
     from prefect.runtime import flow_run
 
-    discover()
     store, catalog = ArtifactStore(data_dir), Catalog(data_dir)
     try:
         run = execute_stage(

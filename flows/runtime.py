@@ -102,16 +102,21 @@ class PrefectServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.api_url = ""
 
-    def recorded(self) -> str | None:
-        """The API URL of a live server recorded for this data root, or None (a stale record is removed)."""
+    def live_record(self) -> dict[str, Any] | None:
+        """``{pid, api_url}`` of a live server recorded for this data root, or None (a stale record is removed)."""
         try:
             info = json.loads(self.record.read_text())
         except (OSError, ValueError):
             return None
         if psutil.pid_exists(int(info.get("pid", 0))) and _healthy(info["api_url"]):
-            return str(info["api_url"])
+            return info
         self.record.unlink(missing_ok=True)
         return None
+
+    def recorded(self) -> str | None:
+        """The API URL of a live server recorded for this data root, or None."""
+        info = self.live_record()
+        return None if info is None else str(info["api_url"])
 
     def start(self) -> str:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -163,11 +168,11 @@ class PrefectServer:
 def stop_recorded_server(data_dir: str | os.PathLike[str] | None = None) -> bool:
     """Stop the server recorded for a data root (one left running by ``gymforge ui --detach``)."""
     server = PrefectServer(data_root(data_dir))
-    if server.recorded() is None:
+    info = server.live_record()
+    if info is None:
         return False
-    pid = int(json.loads(server.record.read_text())["pid"])
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+        os.killpg(int(info["pid"]), signal.SIGTERM)
     server.record.unlink(missing_ok=True)
     return True
 
