@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envgen.canonical import canonical_json
 from envgen.noise.curriculum import INSTRUCTION_KINDS, TOOL_KINDS
 
 Family = Literal["instruction", "tool"]
@@ -56,7 +57,7 @@ class Transform(BaseModel):
             raise ValueError(f"{self.kind}: a tool transform names its tool and an instruction transform does not")
 
     def matches(self, tool: str, arguments: dict[str, Any]) -> bool:
-        return self.tool == tool and (self.arguments is None or canonical(self.arguments) == canonical(arguments))
+        return self.tool == tool and (self.arguments is None or canonical_json(self.arguments) == canonical_json(arguments))
 
 
 class Skipped(BaseModel):
@@ -95,8 +96,3 @@ class NoiseRecord(BaseModel):
             return None
         data = json.loads(text)
         return cls.model_validate(data) if data else None
-
-
-def canonical(value: Any) -> str:
-    """A stable text form of a JSON value, for matching arguments and hashing."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

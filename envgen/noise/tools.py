@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
+from envgen.canonical import canonical_json
 from envgen.noise.instruction import leaves
-from envgen.noise.records import Transform, canonical
+from envgen.noise.records import Transform
 
 PAGE_TOKEN = "page_token"
 CONTINUATION_TOKEN = "continuation_token"
@@ -156,7 +157,7 @@ class ToolNoise:
         events: list[dict[str, Any]] = []
         if token is not None:
             return self._continue(name, str(token), events)
-        key = f"{name}:{canonical(arguments)}"
+        key = f"{name}:{canonical_json(arguments)}"
         attempt = self.attempts.get(key, 0)
         self.attempts[key] = attempt + 1
         faults = [f for f in self.faults if f.matches(name, arguments)]
