@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,6 +18,8 @@ if TYPE_CHECKING:
 SEED_KINDS = ("world", "hotpotqa", "musique", "2wiki")
 MESSAGE_COLUMNS = ("prompt",)  # JSON-string chat messages in the artifacts, lists of messages in an export
 JSON_COLUMNS = ("distractor_chains",)
+
+DataDirOpt = Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")]
 
 
 def seed_source(spec: str) -> str:
@@ -47,6 +52,26 @@ def write_frame(frame: pl.DataFrame | list[dict[str, Any]], out: Path) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def require_new_dir(out: Path) -> None:
+    """Refuse an existing --out before any work starts."""
+    if out.exists():
+        raise typer.BadParameter(f"{out} already exists; choose a new --out directory (nothing was written)")
+
+
+@contextlib.contextmanager
+def atomic_dir(out: Path) -> Iterator[Path]:
+    """A fresh temporary sibling of ``out`` to write into, renamed to ``out`` when the block succeeds: all or
+    nothing, a failed run leaves no half-written --out."""
+    tmp = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def trl_frame(frame: pl.DataFrame) -> pl.DataFrame:
@@ -119,7 +144,7 @@ def register(app: typer.Typer) -> None:
         hops: Annotated[int, typer.Option(help="Keys per chain.")] = 2,
         placement: Annotated[str, typer.Option(help="uniform or centred gold documents.")] = "uniform",
         profile: Annotated[str, typer.Option(help="Params profile for the upstream stages.")] = "tiny",
-        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+        data_dir: DataDirOpt = None,
     ) -> None:
         """Build KeyChain examples (LoongRL section 3.1) through the store, and write them to OUT."""
         from rich.console import Console
@@ -151,7 +176,7 @@ def register(app: typer.Typer) -> None:
         output: Annotated[str | None, typer.Option(help="Which output of the artifact (default: its main one).")] = None,
         curriculum_stage: Annotated[str | None, typer.Option(help="Keep rows of one curriculum stage.")] = None,
         profile: Annotated[str, typer.Option(help="Params profile when a stage is materialized.")] = "tiny",
-        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+        data_dir: DataDirOpt = None,
     ) -> None:
         """Export prompt messages + answer columns for TRL's GRPOTrainer (``datasets`` loads the file directly)."""
         import polars as pl

@@ -7,16 +7,19 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from flows.cli_data import DataDirOpt, atomic_dir, require_new_dir
+
 MUTATION_KINDS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
 
 DomainsOpt = Annotated[str, typer.Option(help="'all' or a comma-separated list of domains.")]
 EnvsOpt = Annotated[int, typer.Option(help="Verified environments per domain.")]
+ProfileOpt = Annotated[str, typer.Option(help="Params profile of the stages.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Root seed (default: the profile's).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (a list of objects).")]
 
 
@@ -51,8 +54,7 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
         names = resolve_domains(domains)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    if out.exists():
-        raise typer.BadParameter(f"{out} already exists; choose a new --out directory (nothing was written)")
+    require_new_dir(out)
     selection = ",".join(names)
     env_params: dict[str, Any] = {"domains": selection, "envs_per_domain": envs_per_domain, "heldout": []}
     if seed is not None:
@@ -60,19 +62,13 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
     overrides = {"domain_graphs": {"domains": selection}, "environments": env_params}
     artifact = materialize(["environments"], profile=profile, overrides=overrides, data_dir=data_dir)["environments"]
     envs, tasks, rejected = artifact.read("environments"), artifact.read("tasks"), artifact.read("rejected")
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
+    with atomic_dir(out) as tmp:
         by_env: dict[str, list[dict[str, Any]]] = {}
         for t in tasks.iter_rows(named=True):
             by_env.setdefault(t["env_id"], []).append(t)
         for env in envs.iter_rows(named=True):
             write_bundle(tmp, env, by_env.get(env["env_id"], []))
         rejected.write_ndjson(tmp / "rejected.jsonl")
-        tmp.rename(out)  # all or nothing: a failed run leaves no half-written --out
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     rows = [{"env_id": r["env_id"], "domain": r["domain"], "tools": r["n_tools"], "edges": r["n_edges"],
              "density": r["density"], "chains": r["n_chains"], "fallback": r["fallback_used"]}
             for r in envs.iter_rows(named=True)]
@@ -90,9 +86,9 @@ def register(app: typer.Typer) -> None:
         domains: DomainsOpt = "all",
         envs_per_domain: EnvsOpt = 2,
         out: Annotated[Path | None, typer.Option(help="Output directory; given without a subcommand, generates.")] = None,
-        profile: Annotated[str, typer.Option(help="Params profile of the stages.")] = "tiny",
-        seed: Annotated[int | None, typer.Option(help="Root seed (default: the profile's).")] = None,
-        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+        profile: ProfileOpt = "tiny",
+        seed: SeedOpt = None,
+        data_dir: DataDirOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Generate environment bundles when given --out (same as `generate`), else show the subcommands."""
@@ -108,9 +104,9 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="New directory: one bundle per environment, plus rejected.jsonl.")],
         domains: DomainsOpt = "all",
         envs_per_domain: EnvsOpt = 2,
-        profile: Annotated[str, typer.Option(help="Params profile of the stages.")] = "tiny",
-        seed: Annotated[int | None, typer.Option(help="Root seed (default: the profile's).")] = None,
-        data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+        profile: ProfileOpt = "tiny",
+        seed: SeedOpt = None,
+        data_dir: DataDirOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Build verified environments through the store (domain_graphs -> environments) and write bundles."""

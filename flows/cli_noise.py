@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from flows.cli_data import atomic_dir, require_new_dir
+
 SUMMARY_KEYS = ("transform", "level", "robust_success", "naive_success", "tasks")
 TASK_FIELDS = ("task_id", "env_id", "description", "user_profile", "rubric", "golden_actions")
 
@@ -69,17 +71,14 @@ def register(app: typer.Typer) -> None:
         from envgen.noise.solvability import summary_frame
         from tasks.noise import OUTPUTS, noisy_tasks
 
-        if out.exists():
-            raise typer.BadParameter(f"{out} already exists; choose a new --out directory (nothing was written)")
+        require_new_dir(out)
         try:
             params = noisy_tasks.parse_params({"levels": [level], "max_level": max_level, "seed": seed,
                                                "max_tasks": max_tasks})
         except StageError as exc:
             raise typer.BadParameter(str(exc)) from None
-        tmp = out.with_name(f".{out.name}.partial")
-        shutil.rmtree(tmp, ignore_errors=True)
         kept_all, rejected_all = [], []
-        try:
+        with atomic_dir(out) as tmp:
             for bundle, env, tasks in load_bundles(envs):
                 artifact = FrameArtifact({"environments": pl.DataFrame([env]), "tasks": pl.DataFrame(tasks)})
                 result = noisy_tasks.run({"environments": artifact}, params, bundle.name)
@@ -96,9 +95,6 @@ def register(app: typer.Typer) -> None:
             summary = summary_frame(kept, rejected)
             (tmp / "summary.json").write_text(json.dumps(summary.to_dicts(), indent=2))
             plot_noise_success(summary, tmp / "noise_success.png")
-            tmp.rename(out)  # all or nothing: a failed run leaves no half-written --out
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         if as_json:
             typer.echo(json.dumps([{k: row[k] for k in SUMMARY_KEYS} for row in summary.to_dicts()]))
             return
