@@ -138,6 +138,11 @@ def _validation_json(reports: Mapping[str, GateReport]) -> dict[str, Any]:
     return out
 
 
+def _complete(path: Path, manifest: Mapping[str, Any]) -> bool:
+    """Every file the manifest lists exists (a published directory someone has since emptied by hand is not)."""
+    return all((path / out["file"]).is_file() for out in manifest.get("outputs", {}).values())
+
+
 def _checked(stage: str, key: str) -> str:
     if not stage.isidentifier() or not _KEY.match(key):
         raise StageError(f"not an artifact address: stage {stage!r} key {key!r} (a stage name and a hex key)")
@@ -185,7 +190,7 @@ class ArtifactStore:
             manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
             return None
-        if not all((path / out["file"]).is_file() for out in manifest.get("outputs", {}).values()):
+        if not _complete(path, manifest):
             return None
         return PublishedArtifact(key=key, stage=stage, path=path, manifest=manifest)
 
@@ -203,7 +208,7 @@ class ArtifactStore:
                     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
                 except json.JSONDecodeError:
                     continue
-                if status == "published" and self.get(manifest["stage"], manifest["key"]) is None:
+                if status == "published" and not _complete(manifest_path.parent, manifest):
                     continue
                 yield manifest, status
 
