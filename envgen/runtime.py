@@ -59,7 +59,8 @@ def domain_for(env_record: dict[str, Any]) -> CompiledDomain:
     return _COMPILED[key]
 
 
-def _loads(v: Any) -> Any:
+def json_field(v: Any) -> Any:
+    """A record's JSON field: decoded when stored as text (stage outputs), as is when already decoded."""
     return json.loads(v) if isinstance(v, str) else v
 
 
@@ -90,7 +91,7 @@ class ProfileUserSimulator:
 
     def __init__(self, task: dict[str, Any]) -> None:
         self.description = task["description"]
-        self.facts = _loads(task["user_profile"])["facts"]
+        self.facts = json_field(task["user_profile"])["facts"]
 
     def first_message(self) -> str:
         return self.description
@@ -123,7 +124,7 @@ class CallableUserSimulator:
 
     def __init__(self, task: dict[str, Any], respond: Any) -> None:
         self.description = task["description"]
-        facts = _loads(task["user_profile"])["facts"]
+        facts = json_field(task["user_profile"])["facts"]
         known = "\n".join(f"- {f['label']}: {f['value']}" for f in facts) or "- (nothing else)"
         self.respond = respond
         self.transcript: list[dict[str, Any]] = [{"role": "system", "content": (
@@ -229,8 +230,8 @@ class Environment:
 
     def reset(self, task: dict[str, Any], user: UserSimulator | None = None) -> Observation:
         self.task = task
-        self.rubric = _loads(task["rubric"])
-        self.golden_writes = {a["name"] for a in _loads(task["golden_actions"]) if self.domain.tools[a["name"]].is_write}
+        self.rubric = json_field(task["rubric"])
+        self.golden_writes = {a["name"] for a in json_field(task["golden_actions"]) if self.domain.tools[a["name"]].is_write}
         self.user = user or ProfileUserSimulator(task)
         self._fresh_db()
         self.tool_log: list[dict[str, Any]] = []
@@ -343,14 +344,14 @@ def replay(env: Environment | dict[str, Any], task: dict[str, Any], actions: lis
     the required outputs, and score. Used by the verifier, ``gymforge envgen replay`` and the bench."""
     env = env if isinstance(env, Environment) else Environment(env)
     env.reset(task)
-    actions = actions if actions is not None else _loads(task["golden_actions"])
+    actions = actions if actions is not None else json_field(task["golden_actions"])
     for i, a in enumerate(actions):
         args = a["arguments"] if isinstance(a["arguments"], str) else json.dumps(a["arguments"])
         call = {"id": f"call_{i}", "type": "function", "function": {"name": a["name"], "arguments": args}}
         _, reward, done, info = env.step({"role": "assistant", "content": "", "tool_calls": [call]})
         if done:
             return Episode(reward, info["reward_components"], info["failure"], env.messages, info)
-    outputs = ", ".join(str(v) for v in _loads(task["rubric"])["required_outputs"])
+    outputs = ", ".join(str(v) for v in json_field(task["rubric"])["required_outputs"])
     text = final_message if final_message is not None else f"Your request is complete. Details: {outputs or 'none'}."
     _, reward, done, info = env.step({"role": "assistant", "content": text})
     if done:

@@ -71,7 +71,8 @@ def environment_record(domain: CompiledDomain, built: BuiltEnvironment, env_id: 
     }
 
 
-def _render(value: Any) -> str:
+def render_value(value: Any) -> str:
+    """How task records write a value (text, profile facts, required outputs): money-like floats with 2 decimals."""
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
@@ -96,7 +97,7 @@ def _collect(obj: Any, into: set[str]) -> None:
         for v in obj:
             _collect(v, into)
     elif obj is not None:
-        into.add(_render(obj))
+        into.add(render_value(obj))
 
 
 def _required_outputs(domain: CompiledDomain, actions: list[dict[str, Any]], results: list[dict[str, Any]]) -> list[str]:
@@ -109,10 +110,10 @@ def _required_outputs(domain: CompiledDomain, actions: list[dict[str, Any]], res
         action = domain.spec.action(tool.action)
         for eff in action.effects:
             if eff.kind == "adjust" and eff.row == "target":
-                out.append(_render(res[action.target][eff.field]))
+                out.append(render_value(res[action.target][eff.field]))
             if eff.kind == "create":
                 ent = domain.spec.entity(eff.entity)
-                out += [_render(res["created"][eff.entity][f.name]) for f in ent.fields if f.type == "money"]
+                out += [render_value(res["created"][eff.entity][f.name]) for f in ent.fields if f.type == "money"]
     return list(dict.fromkeys(out))
 
 
@@ -171,8 +172,8 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
     sentences = [rng.choice(_OPENERS), f"I would like to {request}."]
     # Facts named "entity.field" single out one row of a list result ("the unit price of the order item I mean").
-    sentences += [f"The {f.label} I mean is {_render(f.value)}." if "." in f.name else f"My {f.label} is {_render(f.value)}."
-                  for f in inline if not (f.source == "task" and _render(f.value) in request)]
+    sentences += [f"The {f.label} I mean is {render_value(f.value)}." if "." in f.name else f"My {f.label} is {render_value(f.value)}."
+                  for f in inline if not (f.source == "task" and render_value(f.value) in request)]
     description = " ".join(sentences)
     fake = seeded_faker(domain.spec.locale, rng)
     task = {
@@ -182,7 +183,7 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
         "system_prompt": system_prompt(domain),
         "description": description,
         "user_profile": json.dumps({"persona": fake.name(), "facts": [
-            {"name": f.name, "label": f.label, "value": _render(f.value)} for f in facts]}),
+            {"name": f.name, "label": f.label, "value": render_value(f.value)} for f in facts]}),
         "rubric": json.dumps({"expected_diff": expected, "required_outputs": _required_outputs(domain, actions, results),
                               "tables": tables, "components": ["db_state", "required_outputs", "policy"]}),
         "golden_actions": json.dumps(actions),
@@ -204,7 +205,7 @@ def underivable_arguments(task: dict[str, Any], tool_log: list[dict[str, Any]]) 
     missing = []
     for i, a in enumerate(json.loads(task["golden_actions"])):
         for k, v in a["arguments"].items():
-            text = _render(v)
+            text = render_value(v)
             if text not in seen and text not in profile and text not in task["description"]:
                 missing.append(f"{a['name']}.{k}={text}")
         if i < len(tool_log):
@@ -223,7 +224,7 @@ def mutate(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], ki
     tool = domain.tools[actions[last]["name"]]
     action = domain.spec.action(tool.action)
     target = domain.spec.entity(action.target)
-    golden_keys = {_render(v) for a in actions for v in a["arguments"].values()}
+    golden_keys = {render_value(v) for a in actions for v in a["arguments"].values()}
     engine = engine_from_bytes(env["db"])
     ex = Executor(domain)
     with engine.connect() as conn:
@@ -288,7 +289,7 @@ def _extra_writes(domain: CompiledDomain, tool_names: list[str], engine: Engine,
     with engine.begin() as conn:
         g = Grounder(domain, conn, rng)
         g.reserved = {(e.name, r[e.key]) for e in domain.spec.entities for r in g.rows(e.name)
-                      if _render(r[e.key]) in golden_keys}
+                      if render_value(r[e.key]) in golden_keys}
         for name in rng.sample(env_writes, len(env_writes)):
             action = domain.spec.action(domain.tools[name].action)
             key = g.ents[action.target].key

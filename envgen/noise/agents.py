@@ -27,6 +27,7 @@ from typing import Any
 
 from envgen.noise.instruction import LEXICON, leaves, mentions, surfaces
 from envgen.noise.tools import CONTINUATION_ARGS, DATE_FORMATS, parse_content
+from envgen.taskgen import render_value
 
 Message = dict[str, Any]
 RETRYABLE = frozenset({"timeout", "server_error", "infrastructure"})
@@ -103,11 +104,7 @@ def _same(leaf: Any, value: Any) -> bool:
     """Literally the same value: equal, or the same text once rendered the way task records render numbers."""
     if isinstance(leaf, bool) or isinstance(value, bool):
         return leaf is value
-    return leaf == value or (isinstance(value, str) and isinstance(leaf, (int, float)) and _render(leaf) == value)
-
-
-def _render(value: Any) -> str:
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
+    return leaf == value or (isinstance(value, str) and isinstance(leaf, (int, float)) and render_value(leaf) == value)
 
 
 @dataclass

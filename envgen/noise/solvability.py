@@ -26,10 +26,7 @@ from envgen.noise.instruction import INSTRUCTION_TRANSFORMS, Draft, find_details
 from envgen.noise.plot import ALL
 from envgen.noise.records import NoiseRecord, Skipped, Transform
 from envgen.noise.tools import draw_tool_fault, parse_content
-
-
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+from envgen.runtime import json_field, replay
 
 
 def noisy_task_id(task_id: str, level: int) -> str:
@@ -83,8 +80,8 @@ def run_reference(env: NoisyEnvironment, task: Mapping[str, Any], agent: Referen
 
 
 def _agents(env: NoisyEnvironment, task: Mapping[str, Any], observable: set[str] | None):
-    golden = _loads(task["golden_actions"])
-    required = _loads(task["rubric"]).get("required_outputs", [])
+    golden = json_field(task["golden_actions"])
+    required = json_field(task["rubric"]).get("required_outputs", [])
     common = {"required_outputs": required, "writes": writes_of(env), "observable": observable}
     return RobustReferenceAgent(golden, **common), NaiveReferenceAgent(golden, **common)
 
@@ -92,8 +89,6 @@ def _agents(env: NoisyEnvironment, task: Mapping[str, Any], observable: set[str]
 def survey(env: NoisyEnvironment, task: Mapping[str, Any]) -> CleanSurvey:
     """Replay the clean task's golden plan for its outputs, then run both reference agents on it: the robust one
     surveys what is observable, the naive one is the clean baseline of the success drop."""
-    from envgen.runtime import replay
-
     clean = {**task, "noise": None}
     outputs = [parse_content(m["content"]) for m in replay(env, clean).messages if m.get("role") == "tool"]
     robust_agent, _ = _agents(env, clean, None)
@@ -117,8 +112,8 @@ def make_noisy_task(
     that one kind at the level's intensity (the single-transform variant that attributes the naive agent's drop).
     """
     rng = random.Random(seed)
-    golden = _loads(task["golden_actions"])
-    profile = copy.deepcopy(_loads(task["user_profile"]))
+    golden = json_field(task["golden_actions"])
+    profile = copy.deepcopy(json_field(task["user_profile"]))
     draft = Draft(task["description"], profile, find_details(task["description"], profile, golden, outputs))
     applied: list[Transform] = []
     skipped: list[Skipped] = []
@@ -257,7 +252,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
             add(ALL, 0, row["robust_clean_success"], row["naive_clean_success"], row["naive_clean_success"])
         if not row.get("scored", True):
             continue
-        alone = _loads(row.get("naive_by_transform") or "{}")
+        alone = json_field(row.get("naive_by_transform") or "{}")
         for name in [ALL, *sorted(set(row["transforms"]))]:
             add(name, int(row["noise_level"]), row["robust_success"], alone.get(name, row["naive_success"]),
                 row.get("naive_clean_success"))
