@@ -92,10 +92,9 @@ def output_contracts(stage: Stage) -> dict[str, Contract]:
     return {REJECTED: REJECTED_CONTRACT, **stage.outputs}
 
 
-def _check_outputs(stage: Stage, frames: Any) -> dict[str, pl.DataFrame]:
+def _check_outputs(stage: Stage, frames: Any, contracts: Mapping[str, Contract]) -> dict[str, pl.DataFrame]:
     if not isinstance(frames, Mapping):
         raise StageError(f"stage {stage.name!r} returned {type(frames).__name__}; return a dict of polars DataFrames")
-    contracts = output_contracts(stage)
     undeclared = sorted(set(frames) - set(contracts))
     missing = sorted(set(stage.outputs) - set(frames) - {REJECTED})
     if undeclared or missing:
@@ -156,11 +155,11 @@ def execute_stage(
         return StageRun.from_artifact(hit, cached=True)
     inputs = _resolve_inputs(store, stage, input_keys)
 
+    contracts = output_contracts(stage)
     start = time.perf_counter()
-    frames = _check_outputs(stage, stage.run(inputs, params, partition))
+    frames = _check_outputs(stage, stage.run(inputs, params, partition), contracts)
     run_s = time.perf_counter() - start
 
-    contracts = output_contracts(stage)
     reports = {name: validate(stage.name, name, frame, contracts[name], partition) for name, frame in frames.items()}
     gate_s = time.perf_counter() - start - run_s
 
