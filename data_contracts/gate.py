@@ -160,7 +160,7 @@ def _run_gx(frame: pl.DataFrame, expects: Sequence[tuple[int, Expect]]) -> dict[
         first = batch.validate(gx.ExpectationSuite(name="gate", expectations=built), result_format="BOOLEAN_ONLY")
         failed = [item.expectation_config.meta["gate_index"] for item in first.results if not item.success]
         details = {}
-        if failed:
+        if failed:  # fresh expectation objects: GX binds each to the first suite it joins
             again = gx.ExpectationSuite(name="gate-failures",
                                         expectations=[build_expectation(declared[i], i) for i in failed])
             details = {item.expectation_config.meta["gate_index"]: item
