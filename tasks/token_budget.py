@@ -48,11 +48,6 @@ def chat_frame(tok: Any) -> tuple[str, str]:
     return prefix, suffix
 
 
-def count_prompt(tok: Any, messages: list[dict[str, Any]]) -> int:
-    """Tokens of a chat prompt as a policy sees it (template applied, generation prompt added)."""
-    return len(tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False))
-
-
 class TokenCounter:
     """Token counts with the configured tokenizer: batched (the fast backend when there is one), no special tokens
     added (the chat template already wrote them)."""
