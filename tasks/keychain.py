@@ -47,7 +47,7 @@ from data_contracts.stage import (
 from inference.tokenizer import identity as tokenizer_identity
 from tasks.seeds import answer_in_support
 from tasks.token_budget import (
-    LENGTH_TOLERANCE,
+    LENGTH_CHECK,
     Block,
     BudgetFiller,
     DocPool,
@@ -411,11 +411,6 @@ def _answer_absent(frame: pl.DataFrame) -> list[bool]:
     return bad
 
 
-def _length_outside(frame: pl.DataFrame) -> pl.Series:
-    lower = (frame["target_tokens"] * (1 - LENGTH_TOLERANCE)).ceil().cast(pl.Int64)
-    return (frame["tokens"] > frame["target_tokens"]) | (frame["tokens"] < lower)
-
-
 KEYCHAIN_COLUMNS: dict[str, Any] = {
     "id": pl.String,
     "seed_id": pl.String,
@@ -461,7 +456,7 @@ KEYCHAIN_CONTRACT = Contract(
               description="the hidden question appears once, as the target chain's resolution"),
         Check("answer_in_context", _answer_absent,
               description="the answer or an alias is in a supporting document present in the context"),
-        Check("length_within_window", _length_outside, description="tokens in [target - 2%, target]"),
+        LENGTH_CHECK,
     ),
 )
 

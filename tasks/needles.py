@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 from data_contracts.stage import REJECTED, Artifact, Check, Contract, Expect, rng_for, seed_for, stage
 from inference.tokenizer import identity
 from tasks.token_budget import (
-    LENGTH_TOLERANCE,
+    LENGTH_CHECK,
     BudgetFiller,
     DocPool,
     Reject,
@@ -187,11 +187,6 @@ def _needles_missing(frame: pl.DataFrame) -> list[bool]:
                                r["needles"]) for r in frame.iter_rows(named=True)]
 
 
-def _length_outside(frame: pl.DataFrame) -> pl.Series:
-    lower = (frame["target_tokens"] * (1 - LENGTH_TOLERANCE)).ceil().cast(pl.Int64)
-    return (frame["tokens"] > frame["target_tokens"]) | (frame["tokens"] < lower)
-
-
 NEEDLE_CONTRACT = Contract(
     columns=NEEDLE_COLUMNS,
     expectations=(
@@ -202,7 +197,7 @@ NEEDLE_CONTRACT = Contract(
     ),
     checks=(
         Check("needles_present", _needles_missing, description="each required value appears once, as stated"),
-        Check("length_within_window", _length_outside, description="tokens in [target - 2%, target]"),
+        LENGTH_CHECK,
     ),
 )
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import polars as pl
+
+from data_contracts.stage import Check
 
 LENGTH_TOLERANCE = 0.02  # a prompt lands in [target - 2%, target] (issue 3)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -30,6 +33,15 @@ class Reject(Exception):
 
 def length_window(target: int) -> tuple[int, int]:
     return math.ceil(target * (1 - LENGTH_TOLERANCE)), target
+
+
+def _length_outside(frame: pl.DataFrame) -> pl.Series:
+    lower = (frame["target_tokens"] * (1 - LENGTH_TOLERANCE)).ceil().cast(pl.Int64)
+    return (frame["tokens"] > frame["target_tokens"]) | (frame["tokens"] < lower)
+
+
+LENGTH_CHECK = Check("length_within_window", _length_outside, description="tokens in [target - 2%, target]")
+"""The contract check of every output with ``tokens`` and ``target_tokens`` columns."""
 
 
 def boundaries(text: str) -> list[int]:
