@@ -79,11 +79,10 @@ def run_reference(env: NoisyEnvironment, task: Mapping[str, Any], agent: Referen
                    frozenset(agent.resolved), info)
 
 
-def _agents(env: NoisyEnvironment, task: Mapping[str, Any], observable: set[str] | None):
-    golden = json_field(task["golden_actions"])
-    required = json_field(task["rubric"]).get("required_outputs", [])
-    common = {"required_outputs": required, "writes": writes_of(env), "observable": observable}
-    return RobustReferenceAgent(golden, **common), NaiveReferenceAgent(golden, **common)
+def _agent(kind: type[ReferenceAgent], env: NoisyEnvironment, task: Mapping[str, Any],
+           observable: set[str] | None) -> ReferenceAgent:
+    return kind(json_field(task["golden_actions"]), json_field(task["rubric"]).get("required_outputs", []),
+                writes_of(env), observable)
 
 
 def survey(env: NoisyEnvironment, task: Mapping[str, Any]) -> CleanSurvey:
@@ -91,10 +90,9 @@ def survey(env: NoisyEnvironment, task: Mapping[str, Any]) -> CleanSurvey:
     surveys what is observable, the naive one is the clean baseline of the success drop."""
     clean = {**task, "noise": None}
     outputs = [parse_content(m["content"]) for m in replay(env, clean).messages if m.get("role") == "tool"]
-    robust_agent, _ = _agents(env, clean, None)
-    robust = run_reference(env, clean, robust_agent)
-    _, naive_agent = _agents(env, clean, set(robust.resolved))
-    return CleanSurvey(outputs, robust, run_reference(env, clean, naive_agent))
+    robust = run_reference(env, clean, _agent(RobustReferenceAgent, env, clean, None))
+    naive = run_reference(env, clean, _agent(NaiveReferenceAgent, env, clean, set(robust.resolved)))
+    return CleanSurvey(outputs, robust, naive)
 
 
 def make_noisy_task(
@@ -175,12 +173,10 @@ def verify(env: NoisyEnvironment, noisy: Mapping[str, Any], clean: CleanSurvey, 
     """
     observable = clean.observable
     for _ in range(infra_retries + 1):
-        robust_agent, _ = _agents(env, noisy, observable)
-        robust = run_reference(env, noisy, robust_agent)
+        robust = run_reference(env, noisy, _agent(RobustReferenceAgent, env, noisy, observable))
         if robust.scored:
             break
-    _, naive_agent = _agents(env, noisy, observable)
-    naive = run_reference(env, noisy, naive_agent)
+    naive = run_reference(env, noisy, _agent(NaiveReferenceAgent, env, noisy, observable))
     if not robust.scored:
         reason = f"infrastructure: {robust.failure} failure in every attempt"
     elif not robust.success:
@@ -221,7 +217,7 @@ def isolated_naive(env: NoisyEnvironment, task: Mapping[str, Any], clean: CleanS
     for kind in sorted(set(kinds)):
         alone = make_noisy_task(task, clean.outputs, level, seed, writes_of(env), only=kind)
         if alone["transforms"] == [kind]:
-            _, naive = _agents(env, alone, clean.observable)
+            naive = _agent(NaiveReferenceAgent, env, alone, clean.observable)
             out[kind] = run_reference(env, alone, naive).success
     return out
 
