@@ -98,27 +98,27 @@ class NeedleBuilder:
         self.head_tokens = self.counter.many([self.head])[0]
         self.tokenizer_id = identity(tok)
 
-    def _keys(self, rng: Any, n: int, haystack_hint: str) -> list[str]:
+    def _keys(self, rng: Any, n: int) -> list[str]:
+        """``n`` distinct keys of the configured type (bounded redraws)."""
         keys: dict[str, None] = {}
         for _ in range(50 * n + 50):
             if len(keys) == n:
                 return list(keys)
             key = (f"{rng.choice(ADJECTIVES)}-{rng.choice(NOUNS)}" if self.p.key_type == "words"
                    else str(rng.randrange(1_000_000, 10_000_000)))
-            if key not in haystack_hint:
-                keys[key] = None
+            keys[key] = None
         raise Reject("could_not_draw_distinct_keys")
 
     def build(self, index: int, task: str) -> dict[str, Any]:
         rng = rng_for(self.p.seed, STAGE, self.partition, index)
         if task == "multikey":
-            keys = self._keys(rng, self.p.n_keys, "")
+            keys = self._keys(rng, self.p.n_keys)
             values = rng.sample(range(1_000_000, 10_000_000), len(keys))
             pairs = [(k, str(v)) for k, v in zip(keys, values, strict=True)]
             query = rng.choice(keys)
             answers = [v for k, v in pairs if k == query]
         else:
-            query = self._keys(rng, 1, "")[0]
+            query = self._keys(rng, 1)[0]
             answers = [str(v) for v in rng.sample(range(1_000_000, 10_000_000), self.p.n_values)]
             pairs = [(query, v) for v in answers]
         needles = [NEEDLE.format(key=k, value=v) for k, v in pairs]
