@@ -44,6 +44,7 @@ MIX_COLUMNS: dict[str, Any] = {
     "aliases": pl.List(pl.String), "reward_fn": pl.String, "source_id": pl.String, "tokens": pl.Int64,
     "pass_count": pl.Int64, "pass_k": pl.Int64,
 }
+SUMMARY_COLUMNS = {"category": pl.String, "requested": pl.Int64, "available": pl.Int64, "taken": pl.Int64}
 
 
 class MixParams(Params):
@@ -90,16 +91,11 @@ def _messages(text: str) -> str:
     return json.dumps([{"role": "user", "content": text}], ensure_ascii=False)
 
 
-def keychain_items(frame: pl.DataFrame) -> pl.DataFrame:
+def keychain_items(frame: pl.DataFrame, category: str) -> pl.DataFrame:
+    """Rows of a `keychain` output: ``keychain`` (KeyChain examples) or ``regular`` (category ``qa``)."""
     return frame.select(
-        "id", pl.lit("keychain").alias("category"), "prompt", "answer", "aliases",
+        "id", pl.lit(category).alias("category"), "prompt", "answer", "aliases",
         pl.lit(QA_REWARD).alias("reward_fn"), pl.col("seed_id").alias("source_id"), "tokens", "pass_count", "pass_k")
-
-
-def long_qa_items(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.select(
-        "id", pl.lit("qa").alias("category"), "prompt", "answer", "aliases", pl.lit(QA_REWARD).alias("reward_fn"),
-        pl.col("seed_id").alias("source_id"), "tokens", "pass_count", "pass_k")
 
 
 def qa_items(seeds: pl.DataFrame, exclude: pl.Series) -> pl.DataFrame:
@@ -150,8 +146,7 @@ def sample_categories(pool: pl.DataFrame, params: MixParams) -> tuple[pl.DataFra
         taken = items.with_columns(_order(params.seed, items["id"], category).alias("_o")).sort("_o").head(want)
         parts.append(taken.drop("_o"))
         summary.append({"category": category, "requested": want, "available": items.height, "taken": taken.height})
-    return pl.concat(parts), pl.DataFrame(summary, schema={"category": pl.String, "requested": pl.Int64,
-                                                            "available": pl.Int64, "taken": pl.Int64})
+    return pl.concat(parts), pl.DataFrame(summary, schema=SUMMARY_COLUMNS)
 
 
 def solved_in_all(items: pl.DataFrame, pass_table: str | None) -> pl.Series:
@@ -216,8 +211,7 @@ MIX_CONTRACT = Contract(
               description="the warm-up stage holds no KeyChain data"),
     ),
 )
-SUMMARY_CONTRACT = Contract(columns={"category": pl.String, "requested": pl.Int64, "available": pl.Int64,
-                                     "taken": pl.Int64})
+SUMMARY_CONTRACT = Contract(columns=SUMMARY_COLUMNS)
 
 
 @stage(
@@ -231,14 +225,14 @@ def run(inputs: Mapping[str, Artifact], params: MixParams, partition: str) -> di
     """LoongRL Table 1 mixture with warm-up / Stage I / Stage II (hard-mined) curriculum rows."""
     keychain = inputs["keychain"].read("keychain")
     if params.qa_source == "long":
-        qa = long_qa_items(inputs["keychain"].read("regular"))
+        qa = keychain_items(inputs["keychain"].read("regular"), "qa")
     else:
         seeds = inputs["qa_filtered"].read("seeds")
         if "split" in seeds.columns:
             seeds = seeds.filter(pl.col("split") == params.qa_split)
         qa = qa_items(seeds, keychain["seed_id"])
     pool = pl.concat([
-        keychain_items(keychain),
+        keychain_items(keychain, "keychain"),
         qa,
         needle_items(inputs["needles"].read("needles")),
         math_items(inputs["math_seeds"].read("problems")),
