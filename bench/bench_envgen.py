@@ -16,7 +16,6 @@ import argparse
 import multiprocessing as mp
 import os
 import platform
-import random
 import time
 from pathlib import Path
 
@@ -26,17 +25,13 @@ TAU2_MS_PER_TASK = 220.0
 
 def _build(n: int, offset: int = 0) -> list[tuple[dict, dict]]:
     from envgen.compiler import compiled
-    from envgen.construct import ConstructionSettings, build_environment
-    from envgen.taskgen import TaskSettings, environment_record, make_task
+    from envgen.taskgen import build_verified
 
     pairs = []
     i = offset
     while len(pairs) < n:
         name = DOMAINS[i % len(DOMAINS)]
-        d = compiled(name)
-        built = build_environment(d, i, ConstructionSettings())
-        env = environment_record(d, built, f"{name}-{i}", i)
-        task, _ = make_task(d, env, built, random.Random(i), TaskSettings())
+        env, task, _ = build_verified(compiled(name), f"{name}-{i}", i)
         if task is not None:
             pairs.append((env, task))
         i += 1

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import resource
 import time
 from pathlib import Path
@@ -26,24 +25,17 @@ import polars as pl
 
 from data_contracts.stage import REJECTED, FrameArtifact
 from envgen.compiler import compiled
-from envgen.construct import ConstructionFailed, ConstructionSettings, build_environment
 from envgen.noise.environment import NoisyEnvironment
 from envgen.noise.solvability import summary_frame
 from envgen.runtime import Environment, replay
-from envgen.taskgen import TaskSettings, environment_record, make_task
+from envgen.taskgen import build_verified
 from tasks.noise import NoiseParams, noisy_tasks
 
 
 def build(n: int) -> tuple[list[dict], list[dict]]:
     envs, tasks = [], []
     for seed in range(n):
-        domain = compiled(("airline", "retail")[seed % 2])
-        try:
-            built = build_environment(domain, seed, ConstructionSettings())
-        except ConstructionFailed:
-            continue
-        env = environment_record(domain, built, f"bench{seed}", seed)
-        task, _ = make_task(domain, env, built, random.Random(seed), TaskSettings())
+        env, task, _ = build_verified(compiled(("airline", "retail")[seed % 2]), f"bench{seed}", seed)
         if task is not None:
             envs.append(env)
             tasks.append(task)

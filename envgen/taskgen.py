@@ -23,7 +23,16 @@ from sqlalchemy.engine import Engine
 
 from envgen.canonical import State, canonical_json, canonical_state, diff_states
 from envgen.compiler import CompiledDomain
-from envgen.construct import BuiltEnvironment, Fact, Grounder, GroundingFailed, seeded_faker
+from envgen.construct import (
+    BuiltEnvironment,
+    ConstructionFailed,
+    ConstructionSettings,
+    Fact,
+    Grounder,
+    GroundingFailed,
+    build_environment,
+    seeded_faker,
+)
 from envgen.runtime import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.tools import Executor, call_tool
@@ -196,6 +205,23 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     }
     reason = verify_task(domain, env, task, rng)
     return (task, None) if reason is None else (None, reason)
+
+
+def build_verified(domain: CompiledDomain, env_id: str, seed: int,
+                   settings: ConstructionSettings | None = None,
+                   task_settings: TaskSettings | None = None) -> tuple[dict | None, dict | None, str]:
+    """(environment record with its task as ``task_json``, task record, '') or (None, None, reason); the reason
+    starts with the step that failed ('construction:' or 'task:')."""
+    try:
+        built = build_environment(domain, seed, settings or ConstructionSettings())
+    except ConstructionFailed as exc:
+        return None, None, f"construction: {exc}"
+    env = environment_record(domain, built, env_id, seed)
+    task, reason = make_task(domain, env, built, random.Random(seed), task_settings or TaskSettings())
+    if task is None:
+        return None, None, f"task: {reason}"
+    env["task_json"] = json.dumps(task)
+    return env, task, ""
 
 
 def underivable_arguments(task: dict[str, Any], tool_log: list[dict[str, Any]]) -> list[str]:

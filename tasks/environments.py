@@ -217,19 +217,9 @@ def domain_graphs(inputs: Mapping[str, Artifact], params: DomainGraphsParams, pa
 
 def build_one(domain, env_id: str, seed: int, params: ConstructionParams) -> tuple[dict | None, dict | None, str]:
     """(environment record, task record, '') or (None, None, reason)."""
-    from envgen.construct import ConstructionFailed, build_environment
-    from envgen.taskgen import TaskSettings, environment_record, make_task
+    from envgen.taskgen import TaskSettings, build_verified
 
-    try:
-        built = build_environment(domain, seed, params.settings())
-    except ConstructionFailed as exc:
-        return None, None, f"construction: {exc}"
-    env = environment_record(domain, built, env_id, seed)
-    task, reason = make_task(domain, env, built, random.Random(seed), TaskSettings(params.inline_fact_prob))
-    if task is None:
-        return None, None, f"task: {reason}"
-    env["task_json"] = json.dumps(task)
-    return env, task, ""
+    return build_verified(domain, env_id, seed, params.settings(), TaskSettings(params.inline_fact_prob))
 
 
 def _rejection(env_id: str, domain: str, reason: str) -> dict[str, str]:
