@@ -15,13 +15,12 @@ attribute buckets and follows integer relation arrays (numpy), a few microsecond
 
 from __future__ import annotations
 
-import functools
 import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -761,7 +760,7 @@ def relation_frame(world: World) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-@functools.lru_cache(maxsize=1)
+@lru_cache(maxsize=1)
 def build_world(seed: int, n_entities: int) -> tuple[World, tuple[str, ...]]:
     """The graph and its rendered documents; depends on (seed, n_entities) only, never on the partition, so a
     worker running several partitions builds it once (the last one is kept; nothing mutates it)."""
