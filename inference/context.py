@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -85,10 +86,7 @@ def summary_request(context: Sequence[Message], tools: Sequence[dict], sampling:
                     config: ContextConfig) -> Request:
     """The policy reads the whole history and writes the summary (ReSum)."""
     messages = [*context, {"role": "user", "content": SUMMARY_INSTRUCTION}]
-    budget = SamplingParams(
-        temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=config.summary_max_tokens,
-        n=1, seed=sampling.seed, stop=sampling.stop,
-    )
+    budget = replace(sampling, max_tokens=config.summary_max_tokens, n=1)
     return Request(messages=messages, tools=tools, sampling=budget)
 
 
