@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import sqlite3
@@ -321,9 +322,7 @@ class Environment:
             "policy": float(not any(c["violations"] for c in self.tool_log)),
         }
         components = {k: v for k, v in components.items() if k in self.rubric.get("components", components)}
-        reward = 1.0
-        for v in components.values():
-            reward *= v
+        reward = math.prod(components.values(), start=1.0)
         failure = None
         if reward < 1.0:
             if any(c["internal_error"] for c in self.tool_log):
@@ -345,15 +344,16 @@ def replay(env: Environment | dict[str, Any], task: dict[str, Any], actions: lis
     env = env if isinstance(env, Environment) else Environment(env)
     env.reset(task)
     actions = actions if actions is not None else json_field(task["golden_actions"])
+    turns = []
     for i, a in enumerate(actions):
         args = a["arguments"] if isinstance(a["arguments"], str) else json.dumps(a["arguments"])
         call = {"id": f"call_{i}", "type": "function", "function": {"name": a["name"], "arguments": args}}
-        _, reward, done, info = env.step({"role": "assistant", "content": "", "tool_calls": [call]})
-        if done:
-            return Episode(reward, info["reward_components"], info["failure"], env.messages, info)
+        turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
     outputs = ", ".join(str(v) for v in json_field(task["rubric"])["required_outputs"])
     text = final_message if final_message is not None else f"Your request is complete. Details: {outputs or 'none'}."
-    _, reward, done, info = env.step({"role": "assistant", "content": text})
-    if done:
-        return Episode(reward, info["reward_components"], info["failure"], env.messages, info)
+    turns.append({"role": "assistant", "content": text})
+    for turn in turns:
+        _, reward, done, info = env.step(turn)
+        if done:
+            return Episode(reward, info["reward_components"], info["failure"], env.messages, info)
     return env.score()
