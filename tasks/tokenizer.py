@@ -35,16 +35,9 @@ class TokenizerParams(Params):
         description="'world' to train on the world documents, or a local directory of .txt/.md files (read in "
         "sorted path order)",
     )
-    vocab_size: int = Field(8192, description="target vocabulary size, special tokens included")
+    vocab_size: int = Field(8192, ge=300, le=1_000_000, description="target vocabulary size, special tokens included")
     min_frequency: int = Field(2, description="a merge must occur at least this often in the corpus")
     name: str = Field("gymforge-bpe", description="name recorded in the artifact row and in per-row records")
-
-    @field_validator("vocab_size")
-    @classmethod
-    def _vocab(cls, v: int) -> int:
-        if not 300 <= v <= 1_000_000:
-            raise ValueError(f"vocab_size={v}: set a value between 300 and 1000000")
-        return v
 
     @field_validator("corpus")
     @classmethod
@@ -126,16 +119,11 @@ def resolve_tokenizer(spec: str, inputs: Mapping[str, Artifact]):
 class LengthParams(Params):
     """Params shared by the stages that assemble prompts to a token budget (keychain, needles)."""
 
-    target_tokens: int = Field(16384, description="prompt length target; the prompt lands in [target - 2%, target]")
+    target_tokens: int = Field(
+        16384, ge=256, le=1 << 20, description="prompt length target; the prompt lands in [target - 2%, target]"
+    )
     tokenizer: str = Field("default", description="'default' = the tokenizer artifact, or a local tokenizer dir")
     max_adjust_steps: int = Field(4, ge=0, le=16, description="bounded length corrections after the exact count")
-
-    @field_validator("target_tokens")
-    @classmethod
-    def _target(cls, v: int) -> int:
-        if not 256 <= v <= 1 << 20:
-            raise ValueError(f"target_tokens={v}: set a value between 256 and 1048576")
-        return v
 
     @field_validator("tokenizer")
     @classmethod
