@@ -9,20 +9,20 @@ and retries with backoff when a process outside that protocol holds the file.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, Any
 
 import duckdb
 import polars as pl
 
-if TYPE_CHECKING:
-    from data_contracts.store import ArtifactStore
+from data_contracts.store import ArtifactStore
 
 STATUSES = ("published", "quarantined")
 _RETRIES = 8
@@ -84,20 +84,35 @@ class Catalog:
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
-        self.root.mkdir(parents=True, exist_ok=True)
         write = write or not self.path.exists()  # the first use creates the file and its tables
-        with open(self._lock_path, "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+        if write:
+            self.root.mkdir(parents=True, exist_ok=True)
+        with self._lock_file(write) as lock:
+            if lock is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+            con = self._open(read_only=not write)
             try:
-                con = self._open(read_only=not write)
-                try:
-                    if write:  # cheap, and survives the file being deleted under a long-lived Catalog
-                        con.execute(_SCHEMA)
-                    yield con
-                finally:
-                    con.close()
+                if write:  # cheap, and survives the file being deleted under a long-lived Catalog
+                    con.execute(_SCHEMA)
+                yield con
             finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                con.close()
+
+    @contextmanager
+    def _lock_file(self, write: bool) -> Iterator[IO[str] | None]:
+        """The lock file, opened to write; a reader on a read-only data root (a copy, a mounted snapshot) reads
+        without it, since nothing can write there."""
+        try:
+            lock = open(self._lock_path, "a+")  # noqa: SIM115 - closed below, after the flock is released
+        except OSError as exc:
+            if write or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
+                raise
+            yield None
+            return
+        try:
+            yield lock
+        finally:
+            lock.close()  # closing releases the flock
 
     def _open(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
         """Open the file, retrying with jittered backoff while another (non-cooperating) process holds it."""
@@ -113,7 +128,7 @@ class Catalog:
     # --- writing ------------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _row(manifest: Mapping[str, Any], status: str, path: str) -> tuple:
+    def _row(manifest: Mapping[str, Any], status: str) -> tuple:
         outputs = manifest.get("outputs", {})
         code = manifest.get("code_version") or {}
         return (
@@ -126,24 +141,48 @@ class Catalog:
             json.dumps({name: o.get("rows", 0) for name, o in outputs.items()}, sort_keys=True),
             json.dumps(manifest.get("contract", {}), sort_keys=True),
             json.dumps(manifest.get("timings", {}), sort_keys=True),
-            status, manifest.get("flow_run_id"), path,
+            status, manifest.get("flow_run_id"),
+            ArtifactStore.relative_location(manifest["stage"], manifest["key"], status),
         )
 
-    def _upsert(self, con: duckdb.DuckDBPyConnection, manifest: Mapping[str, Any], status: str, path: str) -> None:
-        con.execute("INSERT OR REPLACE INTO artifacts VALUES (" + ", ".join("?" * 16) + ")",
-                    self._row(manifest, status, path))
+    def _upsert(self, con: duckdb.DuckDBPyConnection, manifest: Mapping[str, Any], status: str) -> None:
+        con.execute("INSERT OR REPLACE INTO artifacts VALUES (" + ", ".join("?" * 16) + ")", self._row(manifest, status))
         con.execute("DELETE FROM lineage WHERE key = ?", [manifest["key"]])
         lineage = [(manifest["key"], stage, key) for stage, key in sorted(manifest.get("input_keys", {}).items())]
         if lineage:
             con.executemany("INSERT INTO lineage VALUES (?, ?, ?)", lineage)
 
-    def record(self, manifest: Mapping[str, Any], status: str, path: Path | str | None = None) -> None:
-        """Insert or replace the artifact's row and lineage: recording the same key twice leaves one row."""
+    def record(self, manifest: Mapping[str, Any], status: str) -> None:
+        """Insert or replace the artifact's row and lineage: recording the same key twice leaves one row. The row's
+        ``path`` is relative to the data root."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         with self._connect(write=True) as con:
             con.execute("BEGIN")
-            self._upsert(con, manifest, status, str(path or ""))
+            self._upsert(con, manifest, status)
+            con.execute("COMMIT")
+
+    def reconcile(self, store: ArtifactStore, addresses: Iterable[tuple[str, str]]) -> None:
+        """Make the rows of these (stage, key) artifacts say what the disk says: a run killed between its rename
+        and its catalog write left a published artifact without a row (or a row for a copy since replaced)."""
+        found = []
+        for stage, key in addresses:
+            if (artifact := store.get(stage, key)) is not None:
+                found.append((key, artifact.manifest, "published"))
+            elif (manifest := store.quarantined_manifest(stage, key)) is not None:
+                found.append((key, manifest, "quarantined"))
+            else:
+                found.append((key, None, ""))
+        if not found:
+            return
+        with self._connect(write=True) as con:
+            con.execute("BEGIN")
+            for key, manifest, status in found:
+                if manifest is None:
+                    con.execute("DELETE FROM lineage WHERE key = ?", [key])
+                    con.execute("DELETE FROM artifacts WHERE key = ?", [key])
+                else:
+                    self._upsert(con, manifest, status)
             con.execute("COMMIT")
 
     def rebuild(self, store: ArtifactStore) -> int:
@@ -154,7 +193,7 @@ class Catalog:
             con.execute("DELETE FROM lineage")
             con.execute("DELETE FROM artifacts")
             for manifest, status in store.manifests():
-                self._upsert(con, manifest, status, str(store.location(manifest["stage"], manifest["key"], status)))
+                self._upsert(con, manifest, status)
                 count += 1
             con.execute("COMMIT")
         return count

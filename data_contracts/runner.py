@@ -151,7 +151,7 @@ def execute_stage(
     key = store.artifact_key(stage, params, input_keys, partition)
     # A hit stands even if an input was removed since: the key already pins which inputs made it.
     if not force and (hit := store.get(stage.name, key)) is not None:
-        catalog.record(hit.manifest, "published", hit.path)  # idempotent; heals a catalog rebuilt without it
+        catalog.record(hit.manifest, "published")  # idempotent; heals a catalog rebuilt without it
         return StageRun.from_artifact(hit, cached=True)
     inputs = _resolve_inputs(store, stage, input_keys)
 
@@ -170,12 +170,12 @@ def execute_stage(
     )
     if not all(report.passed for report in reports.values()):
         quarantine = store.quarantine(manifest, frames, reports)
-        catalog.record(json.loads((quarantine / MANIFEST).read_text(encoding="utf-8")), "quarantined", quarantine)
+        catalog.record(json.loads((quarantine / MANIFEST).read_text(encoding="utf-8")), "quarantined")
         raise ContractViolation(stage.name, partition, key, reports, quarantine)
 
     published = store.publish(manifest, frames, reports=reports, replace=force)
     store.remove_quarantine(stage.name, key)
-    catalog.record(published.manifest, "published", published.path)
+    catalog.record(published.manifest, "published")
     publish_s = time.perf_counter() - start - run_s - gate_s
     return StageRun.from_artifact(
         published, cached=False, timings={"run_s": run_s, "gate_s": gate_s, "publish_s": publish_s}

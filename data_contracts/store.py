@@ -7,11 +7,17 @@ Layout under the data root::
     _quarantine/<stage>/<key>/{validation.json, manifest.json, <output>.failing.parquet}
 
 A directory under ``artifacts/`` exists only once every file in it is written and fsynced: a killed writer leaves a
-``.tmp-`` sibling (removed by :meth:`ArtifactStore.clean_partial`), never a half-written artifact.
+``.tmp-`` sibling (removed by :meth:`ArtifactStore.clean_partial`), never a half-written artifact. Replacing a
+published artifact (``--force``) swaps the new directory in with one atomic ``renameat2(RENAME_EXCHANGE)``; where the
+filesystem lacks it, the old copy is first renamed to a ``.prev-`` sibling that readers fall back to and that
+:meth:`ArtifactStore.clean_partial` puts back if the writer died before the new copy was in place. At every instant
+the old or the new artifact is published.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import hashlib
 import json
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
 MANIFEST = "manifest.json"
 VALIDATION = "validation.json"
 _TMP = ".tmp-"
+_PREV = ".prev-"  # the old copy of an artifact being replaced where RENAME_EXCHANGE is not available
 _STALE_AFTER_S = 6 * 3600  # a temp dir from another host cannot be probed by pid; this old means its writer is gone
 _RENAME_ATTEMPTS = 5
 _KEY = re.compile(r"^[0-9A-Za-z_]+$")  # keys become directory names: nothing that could leave the store
@@ -143,6 +150,38 @@ def _complete(path: Path, manifest: Mapping[str, Any]) -> bool:
     return all((path / out["file"]).is_file() for out in manifest.get("outputs", {}).values())
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+@cache
+def _renameat2() -> Any:
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the C library
+    or the filesystem does not support it, and nothing was changed."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def _writer(name: str, prefix: str) -> tuple[str, int] | None:
+    """(host, pid) of the writer that made a ``.tmp-`` / ``.prev-`` directory, or None for a foreign name."""
+    rest = name[len(prefix):].split("-")
+    try:
+        return "-".join(rest[1:-2]), int(rest[-2])
+    except (ValueError, IndexError):
+        return None
+
+
 def _checked(stage: str, key: str) -> str:
     if not stage.isidentifier() or not _KEY.match(key):
         raise StageError(f"not an artifact address: stage {stage!r} key {key!r} (a stage name and a hex key)")
@@ -179,38 +218,54 @@ class ArtifactStore:
 
     def location(self, stage: str, key: str, status: str) -> Path:
         """The directory of an artifact with the status :meth:`manifests` gives it."""
-        return self.path(stage, key) if status == "published" else self.quarantine_path(stage, key)
+        return self.root / self.relative_location(stage, key, status)
+
+    @staticmethod
+    def relative_location(stage: str, key: str, status: str) -> str:
+        """The artifact's directory relative to the data root (what the catalog keeps, so a copied or moved data
+        root reads its own files)."""
+        return f"{'artifacts' if status == 'published' else '_quarantine'}/{_checked(stage, key)}"
 
     # --- reading --------------------------------------------------------------------------------------------
 
     def get(self, stage: str, key: str) -> PublishedArtifact | None:
-        """The published artifact, or None unless its manifest and every file it lists exist."""
+        """The published artifact, or None unless its manifest and every file it lists exist. While a replace
+        without RENAME_EXCHANGE has moved the old copy aside and not yet put the new one in place, the old copy is
+        the published one."""
         path = self.path(stage, key)
-        try:
-            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-            return None
-        if not _complete(path, manifest):
-            return None
-        return PublishedArtifact(key=key, stage=stage, path=path, manifest=manifest)
+        for candidate in (path, *sorted(path.parent.glob(f"{_PREV}{key}-*"))):
+            try:
+                manifest = json.loads((candidate / MANIFEST).read_text(encoding="utf-8"))
+            except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+                continue
+            if _complete(candidate, manifest):
+                return PublishedArtifact(key=key, stage=stage, path=candidate, manifest=manifest)
+        return None
 
     def quarantined(self, stage: str, key: str) -> Path | None:
         path = self.quarantine_path(stage, key)
         return path if (path / MANIFEST).is_file() else None
 
+    def quarantined_manifest(self, stage: str, key: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.quarantine_path(stage, key) / MANIFEST).read_text(encoding="utf-8"))
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+            return None
+
     def manifests(self) -> Iterator[tuple[dict[str, Any], str]]:
         """Every manifest on disk with its status (``published`` or ``quarantined``), in a stable order."""
-        for base, status in ((self.artifacts_dir, "published"), (self.quarantine_dir, "quarantined")):
-            for manifest_path in sorted(base.glob(f"*/*/{MANIFEST}")):
-                if manifest_path.parent.name.startswith(_TMP):
-                    continue
-                try:
-                    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-                except json.JSONDecodeError:
-                    continue
-                if status == "published" and not _complete(manifest_path.parent, manifest):
-                    continue
-                yield manifest, status
+        keys = {(p.parent.name, p.name.removeprefix(_PREV).split("-")[0])
+                for p in self.artifacts_dir.glob("*/*") if not p.name.startswith(_TMP)}
+        for stage, key in sorted(keys):
+            if (artifact := self.get(stage, key)) is not None:
+                yield artifact.manifest, "published"
+        for manifest_path in sorted(self.quarantine_dir.glob(f"*/*/{MANIFEST}")):
+            if manifest_path.parent.name.startswith((_TMP, _PREV)):
+                continue
+            try:
+                yield json.loads(manifest_path.read_text(encoding="utf-8")), "quarantined"
+            except json.JSONDecodeError:
+                continue
 
     # --- writing --------------------------------------------------------------------------------------------
 
@@ -242,9 +297,9 @@ class ArtifactStore:
         }
 
     @staticmethod
-    def _temp_name(key: str) -> str:
+    def _temp_name(key: str, prefix: str = _TMP) -> str:
         # host and pid let clean_partial tell a live writer's directory from a killed one's
-        return f"{_TMP}{key}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        return f"{prefix}{key}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     def _temp_dir(self, parent: Path, key: str) -> Path:
         parent.mkdir(parents=True, exist_ok=True)
@@ -253,7 +308,11 @@ class ArtifactStore:
         return tmp
 
     def _move_into_place(self, tmp: Path, final: Path, *, replace: bool) -> bool:
-        """Rename ``tmp`` to ``final``; False when another writer got there first and ``replace`` is off."""
+        """Rename ``tmp`` to ``final``; False when another writer got there first and ``replace`` is off.
+
+        A replace keeps the old copy readable until the new one is in place: one atomic exchange of the two
+        directories, or (without RENAME_EXCHANGE) the old copy renamed to a ``.prev-`` sibling first, which
+        readers fall back to and :meth:`clean_partial` restores if this writer dies before the second rename."""
         _fsync_path(tmp)
         for _ in range(_RENAME_ATTEMPTS):
             try:
@@ -262,21 +321,48 @@ class ArtifactStore:
             except OSError as exc:
                 if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
-            if not replace and self.get(final.parent.name, final.name) is not None:
+            if not replace and self._complete_dir(final):
                 shutil.rmtree(tmp, ignore_errors=True)
                 return False
-            # A forced re-run, or a broken directory left by hand: swap it out, drop it, rename again. Another
-            # writer may swap at the same moment, hence the bounded loop.
-            trash = final.with_name(self._temp_name(final.name))
-            try:
-                os.rename(final, trash)
-            except FileNotFoundError:
-                continue
-            shutil.rmtree(trash, ignore_errors=True)
+            if exchange(tmp, final):  # tmp now holds the old copy (or a broken directory left by hand)
+                _fsync_path(final.parent)
+                shutil.rmtree(tmp, ignore_errors=True)
+                return True
+            if self._replace_in_two_steps(tmp, final):
+                break
         else:
             raise OSError(f"could not move {tmp} into place at {final} after {_RENAME_ATTEMPTS} attempts")
         _fsync_path(final.parent)
         return True
+
+    def _replace_in_two_steps(self, tmp: Path, final: Path) -> bool:
+        """Old copy aside to ``.prev-``, new copy in, old copy dropped; False when a concurrent writer's rename
+        won in between (then its copy stands and the caller tries again)."""
+        prev = final.with_name(self._temp_name(final.name, _PREV))
+        try:
+            os.rename(final, prev)
+        except FileNotFoundError:
+            return False
+        _fsync_path(final.parent)
+        try:
+            os.rename(tmp, final)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                os.rename(prev, final)  # put the old copy back before giving up
+                raise
+            moved = False
+        else:
+            moved = True
+            _fsync_path(final.parent)
+        shutil.rmtree(prev, ignore_errors=True)
+        return moved
+
+    @staticmethod
+    def _complete_dir(path: Path) -> bool:
+        try:
+            return _complete(path, json.loads((path / MANIFEST).read_text(encoding="utf-8")))
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+            return False
 
     def _write(
         self,
@@ -348,25 +434,37 @@ class ArtifactStore:
         shutil.rmtree(self.quarantine_path(stage, key), ignore_errors=True)
 
     def clean_partial(self, *, stale_after_s: float = _STALE_AFTER_S) -> int:
-        """Remove temp dirs left by killed writers: those of a dead pid on this host, or older than
-        ``stale_after_s`` from another host. Returns how many were removed."""
+        """Finish what killed writers left: drop their ``.tmp-`` directories (a partial new copy, or the old copy
+        an exchange swapped out) and resolve their ``.prev-`` copies (dropped when the new copy is in place, else
+        renamed back). A writer is gone when its pid is dead on this host, or its directory from another host is
+        older than ``stale_after_s``. Returns how many directories were resolved."""
         host = socket.gethostname()
-        removed = 0
+        resolved = 0
         for base in (self.artifacts_dir, self.quarantine_dir):
-            for tmp in base.glob(f"*/{_TMP}*"):
-                rest = tmp.name[len(_TMP):].split("-")
-                try:
-                    pid = int(rest[-2])
-                    owner = "-".join(rest[1:-2])
-                except (ValueError, IndexError):
-                    owner, pid = "", -1
-                if owner == host and pid == os.getpid():
-                    continue
-                try:
-                    age = time.time() - tmp.stat().st_mtime
-                except FileNotFoundError:
-                    continue
-                if (owner == host and not psutil.pid_exists(pid)) or age > stale_after_s:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    removed += 1
-        return removed
+            for prefix in (_PREV, _TMP):  # a .prev- copy first: it may be the only copy left
+                for leftover in sorted(base.glob(f"*/{prefix}*")):
+                    writer = _writer(leftover.name, prefix)
+                    if writer == (host, os.getpid()):
+                        continue
+                    try:
+                        age = time.time() - leftover.stat().st_mtime
+                    except FileNotFoundError:
+                        continue
+                    if not ((writer is not None and writer[0] == host and not psutil.pid_exists(writer[1]))
+                            or age > stale_after_s):
+                        continue
+                    final = leftover.with_name(leftover.name[len(prefix):].split("-")[0])
+                    if prefix == _PREV and not self._complete_dir(final):
+                        with contextlib.suppress(FileNotFoundError):
+                            shutil.rmtree(final, ignore_errors=True)
+                            os.rename(leftover, final)
+                            _fsync_path(final.parent)
+                    else:
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    resolved += 1
+        return resolved
+
+    def leftovers(self) -> list[Path]:
+        """Every ``.tmp-`` and ``.prev-`` directory on disk, whoever wrote it."""
+        return sorted(p for base in (self.artifacts_dir, self.quarantine_dir)
+                      for prefix in (_TMP, _PREV) for p in base.glob(f"*/{prefix}*"))

@@ -28,6 +28,7 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from flows import cli_data, cli_envgen, cli_inference, cli_noise
 
@@ -67,7 +68,8 @@ def _clean_errors() -> Iterator[None]:
     try:
         yield
     except _user_errors() as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        # the message is the user's text and ours, never markup: "[/x]" or "[target - 2%, target]" print as is
+        errors.print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False)
         raise typer.Exit(1) from None
 
 
@@ -306,19 +308,58 @@ def artifacts_ls(
 def artifacts_show(key: Annotated[str, typer.Argument(help="Artifact key (see `gymforge artifacts ls`).")]) -> None:
     """Show one artifact's manifest and its lineage."""
     from data_contracts.stage import StageError
+    from data_contracts.store import ArtifactStore
 
     with _clean_errors():
         catalog = _catalog()
-        found = catalog.query("SELECT path, status FROM artifacts WHERE key = ?", [key])
+        found = catalog.query("SELECT stage, status FROM artifacts WHERE key = ?", [key])
         if found.is_empty():
             raise StageError(f"no artifact with key {key!r} in {catalog.path}; list them with `gymforge artifacts ls`")
-        path, status = found.row(0)
-        manifest = json.loads((Path(path) / "manifest.json").read_text())
-        console.print(f"[bold]{manifest['stage']}[/] {key} ({status}) at {path}")
+        stage, status = found.row(0)
+        store = ArtifactStore(catalog.root)
+        published = store.get(stage, key) if status == "published" else None
+        manifest = published.manifest if published is not None else store.quarantined_manifest(stage, key)
+        if manifest is None:
+            raise StageError(f"the catalog lists {stage}/{key} ({status}) but its files are gone; "
+                             "run `gymforge artifacts fsck --repair`")
+        path = published.path if published is not None else store.quarantine_path(stage, key)
+        console.print(Text.assemble((manifest["stage"], "bold"), f" {key} ({status}) at {path}"))
         console.print_json(json.dumps(manifest, default=str))
         lineage = catalog.lineage(key)
     if not lineage.is_empty():
         _print_frame(lineage, "lineage (upstream artifacts)")
+
+
+@artifacts_app.command("fsck")
+def artifacts_fsck(
+    repair: Annotated[bool, typer.Option(help="Fix what is found: finish killed writers' leftovers, drop broken "
+                                              "artifacts, rebuild the catalog from the manifests.")] = False,
+) -> None:
+    """Check the whole data root: missing or truncated files, leftover temp dirs, catalog rows without artifacts
+    and artifacts without rows. Exits 1 when a problem remains."""
+    from data_contracts import fsck
+    from data_contracts.store import ArtifactStore
+
+    with _clean_errors():
+        catalog = _catalog()
+        store = ArtifactStore(catalog.root)
+        problems = fsck.check(store, catalog)
+        if problems and repair:
+            fsck.repair(store, catalog)
+            fixed, problems = problems, fsck.check(store, catalog)
+            console.print(f"repaired {len(fixed) - len(problems)} of {len(fixed)} problem(s)")
+    if not problems:
+        console.print(f"{catalog.root}: store and catalog agree")
+        return
+    table = Table(title=f"{len(problems)} problem(s) in {catalog.root}", box=box.SIMPLE_HEAD)
+    for column in ("problem", "where", "detail"):
+        table.add_column(column, overflow="fold")
+    for problem in problems:
+        table.add_row(problem.kind, problem.where, problem.detail)
+    console.print(table)
+    if not repair:
+        console.print("fix them with `gymforge artifacts fsck --repair`")
+    raise typer.Exit(1)
 
 
 @artifacts_app.command("query")

@@ -260,10 +260,13 @@ def _run_dag(
     logger = get_run_logger()
     root = data_root(data_dir)
     store = ArtifactStore(root)
-    removed = store.clean_partial()  # directories of writers killed mid-write are never read; drop them
-    if removed:
-        logger.info("removed %d partial artifact director%s left by killed runs", removed, "y" if removed == 1 else "ies")
+    resolved = store.clean_partial()  # finish what writers killed mid-write or mid-replace left behind
+    if resolved:
+        logger.info("resolved %d director%s left by killed runs", resolved, "y" if resolved == 1 else "ies")
     planned = plan_dag(stages, profile, partition, overrides=overrides, force=force)
+    # A run killed between its rename and its catalog write left the catalog behind the disk; a cached Prefect
+    # task never reaches the runner, so bring the rows of every planned artifact up to date here.
+    Catalog(root).reconcile(store, [(stage.name, stage.key) for stage in planned])
     logger.info("plan for partition %r on profile %r: %s", partition, profile, " -> ".join(p.name for p in planned))
 
     futures: dict[str, PrefectFuture[StageRun]] = {}

@@ -31,10 +31,10 @@ def chain(tmp_path: Path) -> tuple[ArtifactStore, Catalog]:
     for name, key, inputs in [("_test_double_a", "ka", {}), ("_test_double_b", "kb", {"_test_double_a": "ka"}),
                               ("_test_double_c", "kc", {"_test_double_b": "kb", "_test_double_a": "ka"})]:
         published = store.publish(_manifest(store, name, key, inputs), frame)
-        catalog.record(published.manifest, "published", published.path)
+        catalog.record(published.manifest, "published")
     quarantined = _manifest(store, "_test_double_d", "kd", {"_test_double_c": "kc"})
     path = store.quarantine(quarantined, frame, {})
-    catalog.record(json.loads((path / MANIFEST).read_text()), "quarantined", path)
+    catalog.record(json.loads((path / MANIFEST).read_text()), "quarantined")
     return store, catalog
 
 
@@ -85,7 +85,7 @@ _WRITER = textwrap.dedent(
     from data_contracts.catalog import Catalog
     catalog = Catalog(sys.argv[1])
     for i in range(15):
-        key = f"{sys.argv[2]}-{i}"
+        key = f"{sys.argv[2]}_{i}"
         catalog.record({"key": key, "stage": "_test_double_w", "version": "1", "partition": "p0",
                         "input_keys": {"_test_double_a": "ka"}}, "published")
         catalog.query("SELECT count(*) FROM artifacts")
