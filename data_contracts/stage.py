@@ -34,6 +34,11 @@ class Params(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def local_inputs(self) -> list[str]:
+        """Local files and directories the stage reads beside its input artifacts (seed files, corpora, specs,
+        tokenizer and model directories): their content enters the artifact key (data_contracts/content.py)."""
+        return []
+
 
 @dataclass(frozen=True)
 class Expect:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import psutil
 
+from data_contracts.content import digests
 from data_contracts.stage import Params, Stage, StageError
 
 if TYPE_CHECKING:
@@ -200,14 +201,17 @@ class ArtifactStore:
 
     @staticmethod
     def artifact_key(stage: Stage, params: Params, input_keys: Mapping[str, str], partition: str) -> str:
-        """hash(stage name, version, params, input keys, partition): 20 hex characters of a SHA-256."""
-        payload = {
+        """hash(stage name, version, params, input keys, partition, content of the local inputs): 20 hex
+        characters of a SHA-256."""
+        payload: dict[str, Any] = {
             "stage": stage.name,
             "version": stage.version,
             "params": params.model_dump(mode="json"),
             "inputs": {name: input_keys[name] for name in sorted(input_keys)},
             "partition": partition,
         }
+        if local := digests(params.local_inputs()):  # absent otherwise: keys of stages without any stay as they were
+            payload["local_inputs"] = {path: d.sha256 for path, d in local.items()}
         return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:20]
 
     def path(self, stage: str, key: str) -> Path:
@@ -289,6 +293,7 @@ class ArtifactStore:
             "partition": partition,
             "params": params.model_dump(mode="json"),
             "input_keys": dict(sorted(input_keys.items())),
+            "local_inputs": {path: d.model_dump() for path, d in digests(params.local_inputs()).items()},
             "code_version": dict(code_version()),
             "outputs": {},
             "timings": {name: round(value, 4) for name, value in (timings or {}).items()},

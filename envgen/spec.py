@@ -693,12 +693,18 @@ def domain_paths(domains_dir: Path = DOMAINS_DIR) -> dict[str, Path]:
     return {p.stem: p for p in sorted(domains_dir.glob("*.yaml"))}
 
 
-@lru_cache(maxsize=64)
 def load_domain(name: str) -> DomainSpec:
     paths = domain_paths()
     if name not in paths:
         raise ValueError(f"unknown domain {name!r}; shipped domains: {', '.join(paths)}")
-    return load_spec(paths[name])
+    stat = paths[name].stat()
+    return _load_spec_as_of(paths[name], stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _load_spec_as_of(path: Path, mtime_ns: int, size: int) -> DomainSpec:
+    """Parsed once per file version: a long-lived worker sees a spec edited in place, as the artifact key does."""
+    return load_spec(path)
 
 
 def resolve_domains(selection: str | Iterable[str]) -> list[str]:

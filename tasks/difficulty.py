@@ -65,6 +65,10 @@ class FilterParams(Params):
                 raise ValueError(f"window={list(self.window)}: need 0 <= lo <= hi <= k={self.k}")
         return self
 
+    def local_inputs(self) -> list[str]:
+        kind, _, target = self.engine.partition(":")
+        return [target] if kind in ("hf", "vllm") else []  # a served model's weights are not ours to hash
+
     def bounds(self) -> tuple[int, int]:
         return self.window if self.window is not None else (1, self.k - 1)
 

@@ -14,11 +14,9 @@ mutations through the runtime.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -56,16 +54,6 @@ DOMAIN_COLUMNS: dict[str, Any] = {
 }
 REJECT_COLUMNS: dict[str, Any] = {"env_id": pl.String, "domain": pl.String, "stage_step": pl.String, "reason": pl.String}
 MIN_TOOLS = 20  # the report's fallback floor: at least 20 tools per environment
-DOMAINS_DIR = Path(__file__).resolve().parents[1] / "envgen" / "domains"
-
-
-def domain_files_digest() -> str:
-    """Hash of the shipped domain YAML files. Part of domain_graphs' version, so editing a spec changes the artifact
-    key (the specs are read from the package, not from an input artifact). Bytes only: no import of envgen here."""
-    h = hashlib.sha256()
-    for path in sorted(DOMAINS_DIR.glob("*.yaml")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
 
 
 # -- params ------------------------------------------------------------------------------------------------------
@@ -73,6 +61,13 @@ class DomainGraphsParams(Params):
     domains: str = Field("all", description="'all' or a comma-separated list of shipped domain names.")
     seed: int = Field(0, description="Seed of the database the executability check runs every tool against.")
     min_tools: int = Field(60, description="Each domain must compile to at least this many tools (report: 60+).")
+
+    def local_inputs(self) -> list[str]:
+        """The spec files of the selected domains: editing a spec rebuilds its graphs."""
+        from envgen.spec import domain_paths, resolve_domains
+
+        paths = domain_paths()
+        return [str(paths[name]) for name in resolve_domains(self.domains)]
 
 
 class ConstructionParams(Params):
@@ -188,7 +183,7 @@ ENV_REJECTED_CONTRACT = Contract(columns={**REJECTED_CONTRACT.columns, **REJECT_
 
 
 # -- stages ------------------------------------------------------------------------------------------------------
-@stage(name="domain_graphs", version=f"1+{domain_files_digest()}", params=DomainGraphsParams, outputs={"domains": DOMAIN_CONTRACT})
+@stage(name="domain_graphs", version="2", params=DomainGraphsParams, outputs={"domains": DOMAIN_CONTRACT})
 def domain_graphs(inputs: Mapping[str, Artifact], params: DomainGraphsParams, partition: str) -> dict[str, pl.DataFrame]:
     """Compile every selected domain spec; execute every tool on a seeded database."""
     from envgen.compiler import compile_domain

@@ -72,6 +72,9 @@ class NeedleParams(LengthParams):
     def _base(cls, v: str) -> str:
         return keyword_or_dir("base", v, "world", "the world documents")
 
+    def local_inputs(self) -> list[str]:
+        return super().local_inputs() + ([] if self.base == "world" else [self.base])
+
 
 def base_pool(base: str, inputs: Mapping[str, Artifact]) -> DocPool:
     """The haystack as consecutive paragraphs: world documents in doc_id order, or text files' paragraphs."""

@@ -44,6 +44,9 @@ class TokenizerParams(Params):
     def _corpus(cls, v: str) -> str:
         return keyword_or_dir("corpus", v, "world", "the world documents")
 
+    def local_inputs(self) -> list[str]:
+        return [] if self.corpus == "world" else [self.corpus]
+
 
 def corpus_texts(corpus: str, inputs: Mapping[str, Artifact]) -> Iterator[str]:
     """The training texts: world documents (title and text), or every text file under a directory."""
@@ -129,3 +132,6 @@ class LengthParams(Params):
     @classmethod
     def _tokenizer(cls, v: str) -> str:
         return keyword_or_dir("tokenizer", v, "default", "the tokenizer artifact")
+
+    def local_inputs(self) -> list[str]:
+        return [] if self.tokenizer == "default" else [self.tokenizer]
