@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import operator
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from pathlib import Path
@@ -22,7 +23,7 @@ from pydantic import Field
 
 from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Contract, Expect, Params, seed_for, stage
 from tasks.rewards import extract_boxed, parse_number
-from tasks.seeds import SeedFileError, iter_jsonl
+from tasks.seeds import SeedFileError, all_rejected, iter_jsonl
 
 STAGE = "math_seeds"
 LETTERS = "ABCD"
@@ -217,7 +218,8 @@ def _answer_field(record: Mapping[str, Any]) -> str | None:
 def load_math_jsonl(path: Path | str) -> list[dict[str, Any]]:
     """``[{line, question, answer, choices}]`` from a DAPO/MATH-style JSONL file: the question from ``problem``,
     ``question`` or ``prompt`` (text or chat messages), the answer from ``answer``, the last ``\\boxed{}`` of
-    ``solution``, or ``reward_model.ground_truth``; optional ``choices``. Errors name the file and line."""
+    ``solution``, or ``reward_model.ground_truth``; optional ``choices``. Errors name the file and line; a file
+    without a record is one."""
     path = Path(path)
     if not path.is_file():
         raise SeedFileError(path, None, "no such math JSONL file")
@@ -294,6 +296,8 @@ def _easy_rows(p: MathParams, partition: str) -> tuple[list[dict], list[dict]]:
                 continue
             rows.append({"id": row_id, "kind": "easy_mc", "question": question, "answer": letter,
                          "choices": choices, "source": f"file:{name.name}", "reward_fn": "choice"})
+        if rejected and not rows:
+            raise SeedFileError(name, None, all_rejected(len(rejected), Counter(r["reason"] for r in rejected)))
         return rows, rejected
     for i in range(p.n_easy):
         rng = random.Random(seed_for(p.seed, STAGE, f"{partition}/easy", i))

@@ -3,8 +3,8 @@
 
 LoongRL builds KeyChain from HotpotQA, MuSiQue and 2WikiMultiHopQA (LoongRL report, KeyChain "Stage 1: Seed dataset
 curation"); the synthetic ``world`` (tasks/world.py) is the embedded default. Every source is normalized to the
-``qa_seed`` record of DESIGN.md section 6. A corrupt or truncated file raises ``SeedFileError`` naming the file and
-line, and nothing of it is returned.
+``qa_seed`` record of DESIGN.md section 6. A corrupt, truncated or empty file, or one whose every record is rejected,
+raises ``SeedFileError`` naming the file (and the line where there is one), and nothing of it is returned.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,25 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.schemas import QA_SEED_COLUMNS, QA_SEED_CONTRACT, SPLITS, between, extend
-from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Check, Contract, Expect, Params, Severity, stage
+from data_contracts.stage import (
+    REJECTED,
+    REJECTED_CONTRACT,
+    Check,
+    Contract,
+    Expect,
+    Params,
+    Severity,
+    StageError,
+    stage,
+)
 from tasks.rewards import normalize
 
 REJECTED_SEED_COLUMNS: dict[str, pl.DataType] = {"id": pl.String(), "source": pl.String(), "reason": pl.String()}
 
 
-class SeedFileError(ValueError):
-    """A seed file is unreadable, corrupt or truncated; the message names the file and line."""
+class SeedFileError(StageError):
+    """A seed file is missing, unreadable, corrupt, truncated, empty or holds no usable record; the message names the
+    file and line. A StageError: the stage was given an input it cannot use, which the user fixes, not the code."""
 
     def __init__(self, path: Path | str, line: int | None, problem: str) -> None:
         where = f"{path}, line {line}" if line is not None else str(path)
@@ -160,6 +172,8 @@ def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int
             while True:
                 c = peek()
                 if c == "]":
+                    if first:
+                        raise SeedFileError(path, line_at(pos), "no records: the JSON list is empty")
                     pos += 1
                     if peek():
                         raise SeedFileError(path, line_at(pos), "unexpected data after the end of the JSON list")
@@ -190,18 +204,25 @@ def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line, record)`` for every non-blank line of a JSON Lines file."""
-    with open(path, encoding="utf-8-sig") as fh:  # a byte-order mark is not data
-        for number, text in enumerate(fh, start=1):
+    """``(line, record)`` for every non-blank line of a JSON Lines file; a file without one is an error."""
+    records = 0
+    with open(path, "rb") as fh:  # decoded line by line, so a bad byte is reported with its line
+        for number, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a byte-order mark is not data
+            except UnicodeDecodeError as exc:
+                raise SeedFileError(path, number, f"not UTF-8 text ({exc.reason} at byte {exc.start + 1})") from None
             if not text.strip():
                 continue
             try:
-                yield number, json.loads(text)
+                record = json.loads(text)
             except json.JSONDecodeError as exc:
                 truncated = " (truncated last line?)" if not text.endswith("\n") else ""
                 raise SeedFileError(path, number, f"invalid JSON: {exc.msg}{truncated}") from None
-            except UnicodeDecodeError as exc:
-                raise SeedFileError(path, number, f"not UTF-8 text: {exc.reason}") from None
+            records += 1
+            yield number, record
+    if not records:
+        raise SeedFileError(path, None, "no records: the file is empty or holds only blank lines")
 
 
 # --------------------------------------------------------------------------- record converters
@@ -287,7 +308,8 @@ def load_seed_file(
     batch: int = 4096,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read one local dataset file into ``(seeds, rejected)`` frames. ``split`` names the file's split; without
-    it each seed's split comes from a hash of its question (``eval_fraction``). Raises ``SeedFileError``."""
+    it each seed's split comes from a hash of its question (``eval_fraction``). Raises ``SeedFileError``, also when
+    every record is rejected: a 0-seed artifact is never useful, and the file is the thing to fix."""
     if source not in LOADERS:
         raise ValueError(f"unknown seed source {source!r}; loaders exist for {', '.join(LOADERS)}")
     path = Path(path)
@@ -297,6 +319,7 @@ def load_seed_file(
     rows: list[dict[str, Any]] = []
     batches: list[pl.DataFrame] = []  # rows move to Arrow every ``batch`` records, so Python objects stay few
     rejected: list[dict[str, Any]] = []
+    reasons: Counter[str] = Counter()
     seen: set[str] = set()
     kept = 0
     for line, record in reader(path):
@@ -305,6 +328,7 @@ def load_seed_file(
         except Rejected as why:
             rid = record.get("_id", record.get("id")) if isinstance(record, Mapping) else None
             rejected.append({"id": f"{source}:{rid}", "source": source, "reason": f"{why} ({path.name}:{line})"})
+            reasons[str(why)] += 1
             continue
         if row["id"] in seen:
             rejected.append({"id": row["id"], "source": source, "reason": f"duplicate id ({path.name}:{line})"})
@@ -318,7 +342,15 @@ def load_seed_file(
             rows = []
         if limit is not None and kept >= limit:
             break
+    if not kept:
+        raise SeedFileError(path, None, all_rejected(len(rejected), reasons))
     return pl.concat([*batches, seed_frame(rows)]), rejected_frame(rejected)
+
+
+def all_rejected(n: int, reasons: Counter[str]) -> str:
+    """The message for a file whose every record was rejected, with its most common reasons."""
+    common = "; ".join(f"{count} {reason}" for reason, count in reasons.most_common(3))
+    return f"all {n} records were rejected ({common}); nothing of the file is usable"
 
 
 # --------------------------------------------------------------------------- the stage

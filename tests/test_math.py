@@ -122,3 +122,20 @@ def test_loader_errors_name_file_and_line(line: str, message: str, tmp_path: Pat
     path.write_text('{"problem": "1+1?", "answer": "2"}\n' + line + "\n")
     with pytest.raises(SeedFileError, match=rf"bad.jsonl, {message}"):
         load_math_jsonl(path)
+
+
+@pytest.mark.parametrize("field", ["hard_file", "easy_file"])
+@pytest.mark.parametrize("text", ["", "\n  \n\n"])
+def test_an_empty_file_is_an_error_naming_it(field: str, text: str, tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text(text)
+    with pytest.raises(SeedFileError, match=r"empty.jsonl.*no records"):
+        run(n_hard=5, n_easy=5, **{field: str(path)})
+
+
+def test_an_easy_file_whose_records_are_all_rejected_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "words.jsonl"
+    path.write_text('{"problem": "Which shape has three sides?", "answer": "triangle"}\n'
+                    '{"question": "Pick one", "choices": ["x", "y"], "answer": "Q"}\n')
+    with pytest.raises(SeedFileError, match="words.jsonl: all 2 records were rejected"):
+        run(n_hard=0, n_easy=5, easy_file=str(path))

@@ -114,7 +114,7 @@ record = st.fixed_dictionaries({"_id": st.text(max_size=5), "question": st.text(
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
-@given(records=st.lists(record, max_size=5), indent=st.sampled_from([None, 0, 2]), chunk=st.integers(1, 64),
+@given(records=st.lists(record, min_size=1, max_size=5), indent=st.sampled_from([None, 0, 2]), chunk=st.integers(1, 64),
        cut=st.integers(1, 10_000))
 def test_streaming_reader_round_trips_and_rejects_every_truncation(records, indent, chunk, cut, tmp_path) -> None:
     text = json.dumps(records, indent=indent, ensure_ascii=False)
@@ -197,3 +197,42 @@ def test_world_to_qa_seeds_through_the_store(tmp_path: Path) -> None:
     assert first["qa_seeds"].outputs["seeds"] == first["world"].outputs["seeds"] > 30
     again = materialize(ArtifactStore(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
     assert again["qa_seeds"].cached and again["qa_seeds"].key == first["qa_seeds"].key
+
+
+blank = st.text(alphabet=" \t\r\n", max_size=12)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=20)
+@given(kind=st.sampled_from(sorted(FILES)), space=blank, as_list=st.booleans())
+def test_an_empty_file_is_an_error_naming_it(kind: str, space: str, as_list: bool, tmp_path: Path) -> None:
+    """No records at all (nothing, blank lines, an empty JSON list) is never a 0-seed artifact."""
+    path = tmp_path / FILES[kind]
+    path.write_text(f"[{space}]{space}" if as_list and kind != "musique" else space)
+    with pytest.raises(SeedFileError, match=rf"{path.name}.*(empty|no records)"):
+        load_seed_file(kind, path)
+    with pytest.raises(SeedFileError, match=path.name):
+        qa_seeds.run({"world": _world_seeds()}, qa_seeds.parse_params({"source": f"{kind}:{path}"}), "p0")
+
+
+@pytest.mark.parametrize(("kind", "unusable"), [
+    ("hotpotqa", lambda r: r.update(answer="")),
+    ("musique", lambda r: r.update(answerable=False)),
+])
+def test_a_file_whose_records_are_all_rejected_is_an_error_naming_it(kind: str, unusable, tmp_path: Path) -> None:
+    path = FIXTURES / FILES[kind]
+    records = ([r for _, r in iter_json_array(path)] if kind != "musique"
+               else [json.loads(line) for line in path.read_text().splitlines()])
+    for r in records:
+        unusable(r)
+    bad = tmp_path / FILES[kind]
+    bad.write_text(json.dumps(records) if kind != "musique" else "\n".join(map(json.dumps, records)))
+    with pytest.raises(SeedFileError, match=rf"{bad.name}: all {len(records)} records were rejected"):
+        load_seed_file(kind, bad)
+
+
+@pytest.mark.parametrize("kind", FILES)
+def test_a_file_that_is_not_utf8_is_named(kind: str, tmp_path: Path) -> None:
+    bad = tmp_path / FILES[kind]
+    bad.write_bytes((FIXTURES / FILES[kind]).read_bytes().replace(b'"question": "', b'"question": "\xe9', 1))
+    with pytest.raises(SeedFileError, match=rf"{bad.name}.*not UTF-8"):
+        load_seed_file(kind, bad)
