@@ -3,7 +3,8 @@
 Every reward is ``fn(completions, **columns) -> list[float]``: completions are strings or chat messages
 (``[{"role": "assistant", "content": ...}]``); the gold comes from the dataset columns (``answer``, ``aliases``);
 other columns and TRL's own kwargs (``prompts``, ``completion_ids``, ...) are ignored. ``REWARDS`` maps the names
-used in the mixture's ``reward_fn`` column to the functions.
+used in the mixture's ``reward_fn`` column to the functions; ``route_by_reward_fn`` scores a mixed dataset, each row
+with the reward it names.
 
 The main QA reward is LoongRL's two-way substring exact match on the last ``\\boxed{}`` (LoongRL report, "Rule-Based
 Reward Design", Eq. 3), hardened against the hacks of DESIGN.md section 7: a plain substring test accepts
@@ -35,6 +36,11 @@ STOP_WORDS = frozenset({
     "where", "why", "how", "answer", "final",
 })
 YES_NO = frozenset({"yes", "no"})
+# Organisation designators: "Martinez" answers "Martinez LLC" and "Smith" answers "Smith and Sons" (the world's
+# organisations have no aliases for that reason). With the stop words, the words that glue a name to its context.
+DESIGNATORS = frozenset({"inc", "llc", "ltd", "plc", "corp", "group", "sons"})
+NAME_GLUE = STOP_WORDS | DESIGNATORS
+CHARS_PER_TOKEN = 8  # the character cap's floor is cap_min tokens of this width
 
 _LATEX_COMMAND = re.compile(r"\\[a-zA-Z]+\*?")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -140,19 +146,25 @@ def score_two_way(
     *,
     cap_factor: int = 3,
     cap_min: int = 10,
-    min_gold_coverage: float = 0.5,
+    min_gold_coverage: float = 0.6,
 ) -> float:
     """Hardened two-way substring match of one prediction against the gold answer and its aliases.
 
-    1 when, on whole normalized tokens, the gold is inside the prediction or the prediction is inside the gold and
-    covers at least ``min_gold_coverage`` of the gold's content tokens. 0 for: no answer; an empty or
-    stop-word-only answer; a prediction longer than ``max(cap_factor * gold tokens, cap_min)`` tokens; yes/no
-    against anything but the same yes/no; a list of candidates with one that is not gold.
+    1 when, on whole normalized tokens, the gold stands alone inside the prediction (see ``_stands_alone``), or the
+    prediction is inside the gold and holds at least ``min_gold_coverage`` of the gold's content words. 0 for: no
+    answer; an empty or stop-word-only answer; a prediction longer than ``max(cap_factor * gold, cap_min)`` tokens
+    or ``max(cap_factor * gold, cap_min * CHARS_PER_TOKEN)`` characters (normalization drops punctuation, so
+    "Paris-----…" is one token); yes/no against anything but the same yes/no; a list of candidates.
+
+    The coverage default needs most of a name: which half of "Albert Einstein" identifies it cannot be read from
+    the text ("Einstein", but "Mao" of "Mao Zedong", "Amazon" of "Amazon River"), and a half is often another
+    entity ("Madrid" of "Atlético Madrid", "America" of "Bank of America"). Accepted short forms come as aliases.
     """
     if pred is None:
         return 0.0
-    p = _tokens(pred)
-    gold_tokens = [g for g in (_tokens(g) for g in golds) if g]
+    p, width = _tokens(pred), len(" ".join(pred.split()))
+    gold_tokens = [g for g in (_tokens(g) for g in golds)
+                   if g and width <= max(cap_factor * len(" ".join(g)), cap_min * CHARS_PER_TOKEN)]
     if p and p in gold_tokens:  # an exact answer counts even when it is all closed-class words ("The Who")
         return 1.0
     if _contentless(p) or not gold_tokens:
@@ -166,13 +178,34 @@ def score_two_way(
             continue
         if len(p) > max(cap_factor * len(g), cap_min):
             continue
-        if _contains(p, g):
+        if _stands_alone(p, g):
             return 1.0
-        content = [t for t in g if t not in STOP_WORDS] or list(g)
+        content = [t for t in g if t not in NAME_GLUE] or list(g)
         covered = sum(1 for t in content if t in p) / len(content)
         if _contains(g, p) and covered >= min_gold_coverage:
             return 1.0
     return 0.0
+
+
+def _stands_alone(p: Sequence[str], g: Sequence[str]) -> bool:
+    """``g`` occurs in ``p`` as the answer, not as one candidate among others joined by spaces or lines.
+
+    A run of names ("Lyon Paris Nice") is a list: no content word may touch a word of the gold; function words and
+    designators glue a sentence ("it is Paris", "Chief of Protocol of the United States"). A number may touch
+    words (a unit or qualifier: "4,120 seats", "about 1,250,000 people") but a gold holding a number may meet no
+    other number ("1984 1985 1986")."""
+    n = len(g)
+    numeric = any(t.isdigit() for t in g)
+    for i in range(len(p) - n + 1):
+        if tuple(p[i : i + n]) != tuple(g):
+            continue
+        if numeric and any(t.isdigit() for t in (*p[:i], *p[i + n :])):
+            continue
+        touching = [(p[i - 1], g[0])] if i else []
+        touching += [(p[i + n], g[-1])] if i + n < len(p) else []
+        if all(word in NAME_GLUE or edge.isdigit() for word, edge in touching):
+            return True
+    return False
 
 
 def _candidates_consistent(pred: str, gold_tokens: Sequence[Sequence[str]]) -> bool:
@@ -327,10 +360,15 @@ def _gold_forms(answer: Any, aliases: Any) -> list[str]:
     return [str(answer)] + [str(a) for a in (aliases if aliases is not None else [])]
 
 
+def _scalar(values: Any) -> bool:
+    """Not a column: TRL passes columns as lists (numpy arrays and pandas Series count too)."""
+    return values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__")
+
+
 def _column(values: Any, n: int, name: str) -> list[Any]:
     """One gold value per completion: TRL passes columns as lists; a scalar applies to every completion."""
-    if values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
-        return [values] * n  # numpy arrays and pandas Series count as columns too
+    if _scalar(values):
+        return [values] * n
     if len(values) != n:
         raise ValueError(f"column {name!r} has {len(values)} values for {n} completions; pass one per completion")
     return list(values)
@@ -396,3 +434,30 @@ def get_reward(name: str) -> RewardFn:
         return REWARDS[name]
     except KeyError:
         raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(REWARDS))}") from None
+
+
+def route_by_reward_fn(completions: Sequence[Any], reward_fn: Any = None, **columns: Any) -> list[float]:
+    """TRL reward for a mixed dataset such as ``rl_mix``: each row is scored by the reward its ``reward_fn`` column
+    names, ``GRPOTrainer(..., reward_funcs=[route_by_reward_fn])``.
+
+    Every column (one value per completion) is split with the rows; other keyword arguments (TRL's
+    ``trainer_state``, ``log_metric``) reach each reward unchanged. A missing ``reward_fn`` column or a name that
+    is not in ``REWARDS`` is an error: a silent default would score math rows by substring match."""
+    n = len(completions)
+    if reward_fn is None:
+        raise ValueError(f"route_by_reward_fn needs a 'reward_fn' column naming each row's reward in REWARDS "
+                         f"(rl_mix rows have one); columns given: {', '.join(sorted(columns)) or 'none'}")
+    names = _column(reward_fn, n, "reward_fn")
+    unknown = sorted({repr(name) for name in names if name not in REWARDS})
+    if unknown:
+        raise ValueError(f"reward_fn names unknown reward(s) {', '.join(unknown)}; known rewards: "
+                         f"{', '.join(sorted(REWARDS))}")
+    per_row = {key: list(values) for key, values in columns.items() if not _scalar(values) and len(values) == n}
+    scores = [0.0] * n
+    for name in dict.fromkeys(names):
+        rows = [i for i, row_name in enumerate(names) if row_name == name]
+        subset = {key: [values[i] for i in rows] for key, values in per_row.items()}
+        routed = REWARDS[name]([completions[i] for i in rows], **{**columns, **subset})
+        for i, score in zip(rows, routed, strict=True):
+            scores[i] = score
+    return scores

@@ -3,15 +3,20 @@ section 7."""
 
 from __future__ import annotations
 
+import string
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tasks.rewards import (
+    NAME_GLUE,
     REWARDS,
+    YES_NO,
     extract_boxed,
     get_reward,
     normalize,
+    route_by_reward_fn,
     score_exact,
     score_token_f1,
     score_two_way_naive,
@@ -92,6 +97,21 @@ two_way = REWARDS["two_way"]
     ("New", "New York City"),
     ("4,120 or 5,000", "4,120"),
     ("Carlos Martinez", "Martinez LLC"),
+    ("1984 1985 1986", "1984"),
+    ("1984\n1985", "1984"),
+    ("Paris London", "Paris"),
+    ("Lyon\nParis", "Paris"),
+    ("Paris" + "-" * 400, "Paris"),
+    ("." * 90 + " Paris", "Paris"),
+    # Half of a two-word name or less: which half identifies it is not in the text ("Albert" or "Einstein",
+    # "Mexico" or "City"), and "Madrid" is a city, not the club; accepted short forms come as aliases.
+    ("Albert", "Albert Einstein"),
+    ("Einstein", "Albert Einstein"),
+    ("Madrid", "Atlético Madrid"),
+    ("City", "Mexico City"),
+    ("America", "Bank of America"),
+    ("Garfunkel", "Simon & Garfunkel"),
+    ("York", "New York City"),
 ])
 def test_reward_hacks_score_zero(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [0.0]
@@ -111,7 +131,7 @@ def test_the_naive_reward_is_hacked() -> None:
     ("the answer is Paris", "Paris"),
     ("It is Paris.", "Paris"),
     ("\\text{Paris}", "Paris"),
-    ("Madrid", "Atlético Madrid"),
+    ("New York", "New York City"),
     ("Yes", "yes"),
     ("Simon and Garfunkel", "Simon & Garfunkel"),
     ("Wells, Carpenter and Jacobs", "Wells, Carpenter and Jacobs"),
@@ -119,10 +139,58 @@ def test_the_naive_reward_is_hacked() -> None:
     ("The Who", "The Who"),
     ("4120 seats", "4,120"),
     ("Martinez", "Martinez LLC"),
+    ("Smith", "Smith and Sons"),
+    ("Martinez LLC", "Martinez"),
     ("about 1,250,000 people", "1250000 people"),
+    ("The answer is 1984.", "1984"),
 ])
 def test_correct_answers_score_one(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [1.0]
+
+
+def test_a_short_form_is_accepted_through_an_alias() -> None:
+    assert two_way([boxed("Einstein")], answer=["Albert Einstein"], aliases=[["Einstein"]]) == [1.0]
+
+
+name_word = st.text(alphabet=string.ascii_lowercase, min_size=3, max_size=9).filter(
+    lambda w: w not in NAME_GLUE | YES_NO | {"either"}).map(str.capitalize)
+names = st.lists(name_word, min_size=1, max_size=3).map(" ".join)
+numbers = st.integers(0, 10**6).map(str)
+JOINERS = (" ", "  ", "\n", ", ", ",\n", " or ", "; ", " and ", " / ", " | ", " & ")
+SENTENCES = ("{}", "The answer is {}.", "It is {}", "So the final answer is {}", "{} is the answer", "\\text{{{}}}")
+
+
+@given(data=st.data(), kind=st.sampled_from([numbers, names]), joiner=st.sampled_from(JOINERS))
+def test_a_list_of_candidates_scores_zero(data: st.DataObject, kind, joiner: str) -> None:
+    """The gold among distractors, whatever joins them, is a list of candidates, never an answer."""
+    gold = data.draw(kind)
+    words = set(normalize(gold).split())
+    distractors = data.draw(st.lists(kind.filter(lambda d: not words & set(normalize(d).split())), min_size=1,
+                                     max_size=4))
+    at = data.draw(st.integers(0, len(distractors)))
+    listed = joiner.join([*distractors[:at], gold, *distractors[at:]])
+    assert two_way([boxed(listed)], answer=[gold]) == [0.0]
+
+
+@given(gold=st.one_of(numbers, names), sentence=st.sampled_from(SENTENCES))
+def test_the_gold_alone_or_in_a_sentence_scores_one(gold: str, sentence: str) -> None:
+    assert two_way([boxed(sentence.format(gold))], answer=[gold]) == [1.0]
+
+
+@given(words=st.lists(name_word, min_size=2, max_size=5, unique=True), data=st.data())
+def test_a_fragment_holding_half_of_a_name_or_less_scores_zero(words: list[str], data: st.DataObject) -> None:
+    size = data.draw(st.integers(1, len(words) // 2))
+    start = data.draw(st.integers(0, len(words) - size))
+    assert two_way([boxed(" ".join(words[start:start + size]))], answer=[" ".join(words)]) == [0.0]
+
+
+@given(gold=st.one_of(numbers, names), pad=st.sampled_from("-.*_=~#"), n=st.integers(100, 400),
+       before=st.booleans())
+def test_padding_past_the_character_cap_scores_zero(gold: str, pad: str, n: int, before: bool) -> None:
+    """Punctuation is dropped by normalization, so a 400-character box can hold one token: the cap counts
+    characters too."""
+    padded = pad * n + gold if before else gold + pad * n
+    assert two_way([boxed(padded)], answer=[gold]) == [0.0]
 
 
 def test_completion_formats_and_columns() -> None:
@@ -180,9 +248,38 @@ def test_needle_reward_is_order_free_and_needs_every_value(values: list[str]) ->
 def test_configured_rewards_change_one_option() -> None:
     from tasks.rewards import configure
 
-    long_answer = boxed("it is " + "very " * 12 + "Paris")
+    long_answer = boxed("as far as we can tell from these documents it is Paris")
     assert two_way([long_answer], answer=["Paris"]) == [0.0]
     assert configure("two_way", cap_factor=20)([long_answer], answer=["Paris"]) == [1.0]
     assert configure("needle_all", allow_extra=True)([boxed("1, 2, 3")], answer=["1,2"]) == [1.0]
     with pytest.raises(ValueError, match="options: cap_factor, cap_min, min_gold_coverage"):
         configure("two_way", cap=3)
+
+
+# One row per reward of the mixture, each answered so that only its own reward pays it.
+MIXED = [
+    ("two_way", "It is Paris", "Paris", 1.0),
+    ("choice", "B) 42", "B", 1.0),
+    ("choice", "B", "C", 0.0),
+    ("math", "\\frac{3}{4}", "0.75", 1.0),
+    ("needle_all", "1177, 4821", '["4821", "1177"]', 1.0),
+]
+
+
+def test_the_router_scores_each_row_with_the_reward_it_names() -> None:
+    names, preds, golds, expected = map(list, zip(*MIXED, strict=True))
+    completions = [[{"role": "assistant", "content": boxed(p)}] for p in preds]
+    trl_kwargs = {"prompts": [[{"role": "user", "content": "q"}]] * len(MIXED), "completion_ids": [[1]] * len(MIXED),
+                  "trainer_state": object(), "log_metric": lambda *a: None}
+    scores = route_by_reward_fn(completions, reward_fn=names, answer=golds, aliases=[[] for _ in MIXED],
+                                **trl_kwargs)
+    assert scores == expected
+    for name in set(names):  # each row's own reward would score the others differently
+        assert REWARDS[name](completions, answer=golds) != expected
+
+
+def test_the_router_refuses_a_missing_column_or_an_unknown_reward() -> None:
+    with pytest.raises(ValueError, match="needs a 'reward_fn' column"):
+        route_by_reward_fn([boxed("Paris")], answer=["Paris"])
+    with pytest.raises(ValueError, match=r"unknown reward\(s\) 'f1', None"):
+        route_by_reward_fn([boxed("Paris")] * 3, reward_fn=["two_way", "f1", None], answer=["Paris"] * 3)
