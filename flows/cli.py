@@ -58,9 +58,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from data_contracts.stage import StageError
     from flows.backfill import BackfillError
     from flows.pipeline import PipelineFailed
-    from flows.runtime import RuntimeStartError
+    from flows.prefect_server import RuntimeStartError
+    from flows.runtime import DataRootError
 
-    return (StageError, PipelineFailed, BackfillError, RuntimeStartError, duckdb.Error, FileNotFoundError)
+    return (StageError, PipelineFailed, BackfillError, RuntimeStartError, DataRootError, duckdb.Error,
+            FileNotFoundError)
 
 
 @contextlib.contextmanager
@@ -236,7 +238,9 @@ def backfill(
         with Runtime(dask=serve) as rt:
             runs = run_backfill(stage, names, force=force, profile=profile, serve=serve,
                                 data_dir=str(rt.root) if serve else None)
-    table = Table(title=f"backfill {stage}", caption=f"runs at {rt.ui_url}/runs/flow-run/<id>", box=box.SIMPLE_HEAD)
+    # a server this command started stops with it: point at the command that brings the UI back instead
+    where = "browse them with `gymforge ui`" if rt.started_server else f"runs at {rt.ui_url}/runs/flow-run/<id>"
+    table = Table(title=f"backfill {stage}", caption=where, box=box.SIMPLE_HEAD)
     for column in ("partition", "flow run id", "state"):
         table.add_column(column, no_wrap=True)
     for item in runs:
@@ -249,24 +253,30 @@ def backfill(
 @app.command()
 def ui(
     detach: Annotated[bool, typer.Option(help="Leave the server running after this command exits.")] = False,
-    stop: Annotated[bool, typer.Option(help="Stop a server left running by --detach.")] = False,
+    stop: Annotated[bool, typer.Option(help="Stop the data root's server now.")] = False,
 ) -> None:
-    """Start (or reuse) the Prefect server of this data root and print the UI URL."""
-    from flows.runtime import PrefectServer, Runtime, data_root, stop_recorded_server, ui_url
+    """Start (or reuse) the Prefect server of this data root and print the UI URL; it stops with this command
+    (Ctrl-C) unless --detach, and runs started meanwhile share it."""
+    from flows.prefect_server import KEEP, ServerLease, stop_server, ui_url
+    from flows.runtime import writable_data_root
 
-    root = data_root()
     with _clean_errors():
+        root = writable_data_root()
         if stop:
-            console.print("stopped" if stop_recorded_server(root) else f"no server is recorded for {root}")
+            console.print("stopped" if stop_server(root) else f"no server is running for {root}")
             return
-        server = PrefectServer(root)
-        if url := os.environ.get("PREFECT_API_URL") or server.recorded():
-            console.print(f"Prefect UI (already running): {ui_url(url)}")
-        elif detach:
-            console.print(f"Prefect UI: {ui_url(server.start())}  (stop it with `gymforge ui --stop`)")
-        else:
-            with Runtime(root, dask=False) as rt:
-                _wait_for_ctrl_c(rt.ui_url)
+        if url := os.environ.get("PREFECT_API_URL"):
+            console.print(f"Prefect UI (PREFECT_API_URL): {ui_url(url)}")
+            return
+        lease = ServerLease(root, holder=KEEP if detach else None)
+        url = ui_url(lease.acquire())
+    if detach:
+        console.print(f"Prefect UI: {url}  (it stays up until `gymforge ui --stop`)")
+        return
+    try:
+        _wait_for_ctrl_c(url)
+    finally:
+        lease.release()
 
 
 def _print_frame(frame: pl.DataFrame, title: str | None = None) -> None:

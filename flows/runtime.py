@@ -1,79 +1,71 @@
 """The runtime gymforge needs: a Prefect server and a Dask cluster, started on demand or attached to.
 
-``Runtime`` starts a Prefect server on a free loopback port (SQLite and ``PREFECT_HOME`` under the data root,
-analytics off) and a Dask ``LocalCluster`` of single-threaded worker processes, and exports ``PREFECT_API_URL`` to
-itself and to every process it starts. Without a real API every Dask worker would start its own ephemeral server on
-one SQLite file: 28-40 s for a tiny flow and "database is locked" (STACK.md, Prefect). ``prefect_api_url`` and
-``dask_address`` attach to running ones instead, and then nothing is started or stopped.
+``Runtime`` takes a lease on the data root's Prefect server (``flows/prefect_server.py``: started on a free loopback
+port if none is live, shared by every process of the data root, stopped when the last lease goes, however its
+holder ended) and starts a Dask ``LocalCluster`` of single-threaded worker processes; it exports
+``PREFECT_API_URL`` to itself and to every process it starts. Without a real API every Dask worker would start its
+own ephemeral server on one SQLite file: 28-40 s for a tiny flow and "database is locked" (STACK.md, Prefect).
+``prefect_api_url`` and ``dask_address`` attach to running ones instead, and then nothing is started or stopped.
 
-Everything a Runtime started is stopped when the ``with`` block ends, also on Ctrl-C and SIGTERM: the server runs
-in its own process group, which is killed as a whole. A server started by a Runtime or by ``gymforge ui`` is
-recorded in ``<data>/prefect/server.json`` so a later run reuses it (and its runs show in the UI already open).
+Everything a Runtime started is stopped when the ``with`` block ends, also on Ctrl-C and SIGTERM; Dask's workers
+and the server's guardian also notice a SIGKILLed parent.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import errno
 import logging
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Self
 
-import httpx
-import psutil
+from flows.prefect_server import API_ENV, RuntimeStartError, ServerLease, healthy, prefect_env, ui_url
 
 if TYPE_CHECKING:
     from prefect_dask import DaskTaskRunner
 
 DATA_ENV = "GYMFORGE_DATA"
 DASK_ENV = "GYMFORGE_DASK_ADDRESS"
-API_ENV = "PREFECT_API_URL"
-SERVER_START_TIMEOUT_S = 180.0  # STACK.md measures 5-13 s healthy; a shared 2-core box can be much slower
 
 log = logging.getLogger(__name__)
 
-
-class RuntimeStartError(RuntimeError):
-    """The Prefect server or the Dask cluster could not be started; the message says where the log is."""
+class DataRootError(ValueError):
+    """The data root is not a directory gymforge can use; the message says why."""
 
 
 def data_root(data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The data root: ``data_dir``, else ``$GYMFORGE_DATA``, else ``./data`` (absolute, created)."""
+    """The data root: ``data_dir``, else ``$GYMFORGE_DATA``, else ``./data`` (absolute, created when missing)."""
     root = Path(data_dir or os.environ.get(DATA_ENV) or "data").expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise DataRootError(f"data root {root} is a file, not a directory; set --data-dir or GYMFORGE_DATA to a "
+                            "directory") from None
+    except NotADirectoryError:
+        raise DataRootError(f"data root {root} lies under a file, not a directory; set --data-dir or "
+                            "GYMFORGE_DATA to a directory") from None
+    except OSError as exc:
+        raise DataRootError(f"cannot create the data root {root}: {exc.strerror}") from None
     return root
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _healthy(api_url: str, timeout: float = 2.0) -> bool:
+def writable_data_root(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The data root, checked to be writable (a run writes artifacts, the catalog and the server's files there)."""
+    root = data_root(data_dir)
+    probe = root / f".write-test-{os.getpid()}"
     try:
-        return httpx.get(f"{api_url}/health", timeout=timeout).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def prefect_env(root: Path) -> dict[str, str]:
-    """Settings every Prefect process of this data root shares (server, flows, Dask workers, deployment runs)."""
-    return {
-        "PREFECT_HOME": str(root / "prefect"),
-        # Telemetry lookups fail offline and contend for SQLite (STACK.md).
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        DATA_ENV: str(root),
-    }
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        why = "is on a read-only filesystem" if exc.errno == errno.EROFS else f"is not writable ({exc.strerror})"
+        raise DataRootError(f"data root {root} {why}; runs need a writable data root (reading the catalog "
+                            "with `gymforge artifacts ls` works without)") from None
+    return root
 
 
 def cluster_kwargs(n_workers: int = 2) -> dict[str, Any]:
@@ -86,95 +78,6 @@ def cluster_kwargs(n_workers: int = 2) -> dict[str, Any]:
         "dashboard_address": ":0",
         "silence_logs": logging.WARNING,
     }
-
-
-def ui_url(api_url: str) -> str:
-    return api_url.removesuffix("/").removesuffix("/api")
-
-
-class PrefectServer:
-    """A ``prefect server start`` subprocess on a free loopback port, in its own process group."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.home = root / "prefect"
-        self.record = self.home / "server.json"
-        self.process: subprocess.Popen[bytes] | None = None
-        self.api_url = ""
-
-    def live_record(self) -> dict[str, Any] | None:
-        """``{pid, api_url}`` of a live server recorded for this data root, or None (a stale record is removed)."""
-        try:
-            info = json.loads(self.record.read_text())
-        except (OSError, ValueError):
-            return None
-        if psutil.pid_exists(int(info.get("pid", 0))) and _healthy(info["api_url"]):
-            return info
-        self.record.unlink(missing_ok=True)
-        return None
-
-    def recorded(self) -> str | None:
-        """The API URL of a live server recorded for this data root, or None."""
-        info = self.live_record()
-        return None if info is None else str(info["api_url"])
-
-    def start(self) -> str:
-        self.home.mkdir(parents=True, exist_ok=True)
-        logs = self.root / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
-        self.api_url = f"http://127.0.0.1:{port}/api"
-        env = {key: value for key, value in os.environ.items() if key != API_ENV}
-        env |= prefect_env(self.root)
-        env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{self.home / 'prefect.db'}"
-        log_path = logs / "prefect-server.log"
-        with log_path.open("ab") as log_file:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # own process group: stopped as a whole, and Ctrl-C reaches us first
-            )
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while not _healthy(self.api_url):
-            if self.process.poll() is not None:
-                raise RuntimeStartError(f"the Prefect server exited with code {self.process.returncode}; see {log_path}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeStartError(f"the Prefect server was not healthy after {SERVER_START_TIMEOUT_S:.0f} s; see {log_path}")
-            time.sleep(0.5)
-        self.record.write_text(json.dumps({"pid": self.process.pid, "api_url": self.api_url}))
-        return self.api_url
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(self.record.read_text()).get("pid") == self.process.pid:
-                self.record.unlink()
-        self.process = None
-
-
-def stop_recorded_server(data_dir: str | os.PathLike[str] | None = None) -> bool:
-    """Stop the server recorded for a data root (one left running by ``gymforge ui --detach``)."""
-    server = PrefectServer(data_root(data_dir))
-    info = server.live_record()
-    if info is None:
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(int(info["pid"]), signal.SIGTERM)
-    server.record.unlink(missing_ok=True)
-    return True
 
 
 class Runtime:
@@ -192,19 +95,19 @@ class Runtime:
         *,
         dask: bool = True,
     ) -> None:
-        self.root = data_root(data_dir)
+        self.root = writable_data_root(data_dir)
         self.prefect_api_url = prefect_api_url or os.environ.get(API_ENV) or None
         self.dask_address = dask_address or os.environ.get(DASK_ENV) or None
         self.n_workers = n_workers
         self.dask = dask  # False: only the Prefect API (``gymforge ui``, creating deployment runs)
-        self._server: PrefectServer | None = None
+        self._lease: ServerLease | None = None
         self._cluster: Any = None
         self._stack = contextlib.ExitStack()
 
     @property
     def started_server(self) -> bool:
-        """True when this runtime started the Prefect server (and stops it on exit)."""
-        return self._server is not None
+        """True when this runtime started the Prefect server (it stops once no process uses it)."""
+        return self._lease is not None and self._lease.started
 
     @property
     def ui_url(self) -> str:
@@ -234,13 +137,10 @@ class Runtime:
         self._stack.enter_context(_sigterm_raises())
         env = prefect_env(self.root)
         if self.prefect_api_url is None:
-            server = PrefectServer(self.root)
-            self.prefect_api_url = server.recorded()
-            if self.prefect_api_url is None:
-                self._stack.callback(server.stop)
-                self.prefect_api_url = server.start()
-                self._server = server
-        elif not _healthy(self.prefect_api_url, timeout=10):
+            self._lease = ServerLease(self.root)
+            self.prefect_api_url = self._lease.acquire()
+            self._stack.callback(self._lease.release)
+        elif not healthy(self.prefect_api_url, timeout=10):
             raise RuntimeStartError(
                 f"no Prefect API answers at {self.prefect_api_url} (from --prefect-api-url or PREFECT_API_URL); "
                 "start one, or unset it to let gymforge start its own"

@@ -1,9 +1,12 @@
 """The Runtime: data root resolution, attaching starts nothing, a recorded server is reused, SIGTERM stops
-everything the runtime started."""
+everything the runtime started, and a server outlives no run that started it, however the run ended."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,9 +14,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
+import psutil
 import pytest
 
-from flows.runtime import PrefectServer, Runtime, RuntimeStartError, data_root
+from flows.prefect_server import KEEP, ServerHome, ServerLease, stop_server
+from flows.runtime import DataRootError, Runtime, RuntimeStartError, data_root, writable_data_root
 
 
 @pytest.mark.parametrize(("arg", "env", "expected"), [("given", "from-env", "given"), (None, "from-env", "from-env"),
@@ -37,7 +43,7 @@ def test_attaching_starts_nothing(runtime) -> None:
 
 @pytest.mark.integration
 def test_a_recorded_server_is_reused(runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert PrefectServer(runtime.root).recorded() == runtime.prefect_api_url
+    assert ServerHome(runtime.root).live_record()["api_url"] == runtime.prefect_api_url
     monkeypatch.delenv("PREFECT_API_URL")  # so only server.json can lead the new Runtime to the running server
     with Runtime(runtime.root, dask=False) as rt:
         assert rt.prefect_api_url == runtime.prefect_api_url and not rt.started_server
@@ -74,10 +80,10 @@ def test_sigterm_stops_the_server_and_the_cluster(tmp_path: Path, monkeypatch: p
     try:
         assert proc.stdout is not None and proc.stdout.readline().startswith("tcp://")
         record = tmp_path / "data" / "prefect" / "server.json"
-        server_pid = json.loads(record.read_text())["pid"]
+        guardian = json.loads(record.read_text())["pid"]
         workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False)
-        children = [int(pid) for pid in workers.stdout.split()]
-        assert server_pid in children and len(children) >= 2, "a server and a Dask nanny/worker were started"
+        children = [int(pid) for pid in workers.stdout.split()] + [guardian]
+        assert len(children) >= 3, "a server and a Dask nanny/worker were started"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) != 0
     finally:
@@ -87,3 +93,88 @@ def test_sigterm_stops_the_server_and_the_cluster(tmp_path: Path, monkeypatch: p
         time.sleep(0.2)
     assert not [pid for pid in children if Path(f"/proc/{pid}").exists()], "every child process is gone"
     assert not record.exists(), "the server record is removed with its server"
+
+
+@pytest.mark.parametrize("setup", ["a file", "under a file"])
+def test_a_data_root_that_is_no_directory_is_a_clear_error(tmp_path: Path, setup: str) -> None:
+    (tmp_path / "f").write_text("x")
+    target = tmp_path / "f" if setup == "a file" else tmp_path / "f" / "sub"
+    with pytest.raises(DataRootError, match="not a directory"):
+        data_root(target)
+
+
+@pytest.mark.parametrize(("error", "message"), [(errno.EROFS, "read-only filesystem"), (errno.EACCES, "not writable")])
+def test_a_read_only_data_root_is_a_clear_error_for_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          error: int, message: str) -> None:
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(error, os.strerror(error), str(self))
+
+    monkeypatch.setattr(Path, "touch", refuse)  # permission bits do not stop root, so the refusal is simulated
+    with pytest.raises(DataRootError, match=message):
+        writable_data_root(tmp_path)
+
+
+def _processes(pids: list[int]) -> list[int]:
+    """The pids that are still running (a zombie only waits for its parent to reap it)."""
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+    return alive
+
+
+SERVER_UNTIL_KILLED = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from flows.prefect_server import ServerLease
+    lease = ServerLease(Path(sys.argv[1]))
+    print(lease.acquire(), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_server_stops_when_its_run_is_killed_and_a_detached_one_stays(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    root = tmp_path / "data"
+    script = tmp_path / "hold.py"
+    script.write_text(SERVER_UNTIL_KILLED)
+    run = subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None
+        api_url = run.stdout.readline().strip()
+        guardian = json.loads((root / "prefect" / "server.json").read_text())["pid"]
+        server = [int(p) for p in subprocess.run(["pgrep", "-P", str(guardian)], capture_output=True, text=True,
+                                                 check=False).stdout.split()]
+        assert server, "the guardian runs the server"
+        # the UI this server serves talks to this server's API, not Prefect's default port 4200
+        settings = httpx.get(api_url.removesuffix("/api") + "/ui-settings", timeout=10).json()
+        assert settings["api_url"] == "/api"
+
+        # a second process shares the server; the first one's kill -9 leaves it up for the second
+        shared = ServerLease(root)
+        assert shared.acquire() == api_url and not shared.started
+        run.kill()
+        run.wait(timeout=30)
+        time.sleep(2)
+        assert _processes([guardian, *server]), "the server stays while another process holds a lease"
+        shared.release()
+        deadline = time.monotonic() + 30
+        while _processes([guardian, *server]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _processes([guardian, *server]), "the last holder gone, the server stops"
+        assert ServerHome(root).live_record() is None
+    finally:
+        run.kill()
+
+    kept = ServerLease(root, holder=KEEP)
+    kept.acquire()
+    guardian = json.loads((root / "prefect" / "server.json").read_text())["pid"]
+    time.sleep(2)
+    assert _processes([guardian]), "a server left up on purpose (ui --detach) stays without a run"
+    assert stop_server(root) and not _processes([guardian])

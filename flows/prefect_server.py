@@ -1,0 +1,265 @@
+"""The Prefect server of a data root, alive exactly as long as a process uses it.
+
+A guardian process (``python -m flows.prefect_server ROOT``) runs ``prefect server start`` on a free loopback port
+and watches the leases in ``<data>/prefect/leases/``: one file per process using the server (a run, ``gymforge ui``,
+a worker), named after its pid, plus ``keep`` for a server left up on purpose (``gymforge ui --detach``). When no
+lease holder is alive any more (the runs ended, however they ended: kill -9 included) the guardian stops the server
+and exits; the server also dies with its guardian (``PR_SET_PDEATHSIG``). ``server.json`` names the guardian and the
+API URL, so every process of the data root shares one server, and its runs show in the UI already open.
+
+The UI the server serves talks to its own API (``PREFECT_UI_API_URL=/api``): by default Prefect points the UI at
+port 4200, which is not where our server listens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+API_ENV = "PREFECT_API_URL"
+SERVER_START_TIMEOUT_S = 180.0  # STACK.md measures 5-13 s healthy; a shared 2-core box can be much slower
+POLL_S = 0.5
+KEEP = "keep"
+
+
+class RuntimeStartError(RuntimeError):
+    """The Prefect server or the Dask cluster could not be started; the message says where the log is."""
+
+
+def prefect_env(root: Path) -> dict[str, str]:
+    """Settings every Prefect process of this data root shares (server, flows, Dask workers, deployment runs)."""
+    return {
+        "PREFECT_HOME": str(root / "prefect"),
+        # Telemetry lookups fail offline and contend for SQLite (STACK.md).
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "GYMFORGE_DATA": str(root),
+    }
+
+
+def healthy(api_url: str, timeout: float = 2.0) -> bool:
+    try:
+        return httpx.get(f"{api_url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def ui_url(api_url: str) -> str:
+    return api_url.removesuffix("/").removesuffix("/api")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _started_at(pid: int) -> float | None:
+    """When a live process started (None for a dead one or a zombie, which only waits to be reaped)."""
+    try:
+        process = psutil.Process(pid)
+        return None if process.status() == psutil.STATUS_ZOMBIE else process.create_time()
+    except psutil.Error:
+        return None
+
+
+class ServerHome:
+    """The files of a data root's server: ``server.json``, ``server.lock`` and ``leases/``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "prefect"
+        self.record = self.home / "server.json"
+        self.leases = self.home / "leases"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Serializes reading the record and taking a lease against the guardian's decision to stop."""
+        self.leases.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "server.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def live_record(self) -> dict[str, Any] | None:
+        """``{pid, api_url}`` of this data root's live server, or None (a stale record is removed)."""
+        try:
+            info = json.loads(self.record.read_text())
+        except (OSError, ValueError):
+            return None
+        if _started_at(int(info.get("pid", 0))) is not None and healthy(info["api_url"]):
+            return info
+        self.record.unlink(missing_ok=True)
+        return None
+
+    def lease_path(self, holder: int | str) -> Path:
+        return self.leases / (KEEP if holder == KEEP else f"pid-{holder}")
+
+    def take_lease(self, holder: int | str) -> None:
+        started = "" if holder == KEEP else str(_started_at(int(holder)))
+        self.lease_path(holder).write_text(started)
+
+    def live_leases(self) -> list[Path]:
+        """Leases whose holder is alive; the others (holders killed without releasing) are removed."""
+        live = []
+        for lease in self.leases.glob("*"):
+            if lease.name == KEEP:
+                live.append(lease)
+                continue
+            try:
+                pid, started = int(lease.name.removeprefix("pid-")), lease.read_text()
+            except (ValueError, OSError):
+                continue
+            if str(_started_at(pid)) == started:  # a reused pid is another process: not a holder
+                live.append(lease)
+            else:
+                lease.unlink(missing_ok=True)
+        return live
+
+
+class ServerLease:
+    """A process's use of the data root's server: ``acquire`` starts one if none is live, ``release`` lets the
+    guardian stop it once nobody else holds a lease."""
+
+    def __init__(self, root: Path, holder: int | str | None = None) -> None:
+        self.server = ServerHome(root)
+        self.holder = os.getpid() if holder is None else holder
+        self.api_url = ""
+        self.started = False  # this lease started the server (it stops when the last lease goes)
+
+    def acquire(self) -> str:
+        with self.server.locked():
+            self.server.take_lease(self.holder)
+            if (info := self.server.live_record()) is not None:
+                self.api_url = info["api_url"]
+                return self.api_url
+            try:
+                self.api_url = _start_guardian(self.server)
+            except BaseException:
+                self.release()
+                raise
+            self.started = True
+            return self.api_url
+
+    def release(self) -> None:
+        self.server.lease_path(self.holder).unlink(missing_ok=True)
+
+
+def stop_server(root: Path) -> bool:
+    """Stop the data root's server now (``gymforge ui --stop``), whoever holds a lease on it."""
+    server = ServerHome(root)
+    with server.locked():
+        server.lease_path(KEEP).unlink(missing_ok=True)
+        info = server.live_record()
+        if info is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(info["pid"]), signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while _started_at(int(info["pid"])) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return True
+
+
+def _start_guardian(server: ServerHome) -> str:
+    """Spawn the guardian and wait until its server answers; the caller holds the lock."""
+    logs = server.root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    server.record.unlink(missing_ok=True)
+    log_path = logs / "prefect-server.log"
+    env = {key: value for key, value in os.environ.items() if key != API_ENV}
+    with log_path.open("ab") as log_file:
+        guardian = subprocess.Popen(
+            [sys.executable, "-m", "flows.prefect_server", str(server.root)],
+            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,  # Ctrl-C in the terminal reaches the CLI, which releases its lease
+        )
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while True:
+        if guardian.poll() is not None:
+            raise RuntimeStartError(f"the Prefect server exited with code {guardian.returncode}; see {log_path}")
+        with contextlib.suppress(OSError, ValueError):
+            info = json.loads(server.record.read_text())
+            if healthy(info["api_url"]):
+                return str(info["api_url"])
+        if time.monotonic() > deadline:
+            guardian.terminate()
+            raise RuntimeStartError(f"the Prefect server was not healthy after {SERVER_START_TIMEOUT_S:.0f} s; "
+                                    f"see {log_path}")
+        time.sleep(POLL_S)
+
+
+# --- the guardian process ---------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In the server process: receive SIGTERM when the guardian dies, even by SIGKILL (Linux only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _drop_record(server: ServerHome) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(server.record.read_text()).get("pid") == os.getpid():
+            server.record.unlink()
+
+
+def _guard(root: Path) -> int:
+    server = ServerHome(root)
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = os.environ | prefect_env(root) | {
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{server.home / 'prefect.db'}",
+        "PREFECT_UI_API_URL": "/api",  # the UI talks to the server that served it, whatever host or port
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_API_PORT": str(port),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,  # noqa: PLW1509 - the guardian has no threads
+    )
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while not healthy(api_url):
+            if process.poll() is not None or stopping:
+                return 1
+            time.sleep(POLL_S)
+        server.record.write_text(json.dumps({"pid": os.getpid(), "api_url": api_url}))
+        while not stopping and process.poll() is None:
+            time.sleep(POLL_S)
+            with server.locked():
+                if not server.live_leases():
+                    _drop_record(server)  # under the lock: nobody takes a lease on a server about to stop
+                    break
+    finally:
+        _drop_record(server)
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_guard(Path(sys.argv[1])))
