@@ -45,7 +45,7 @@ app.add_typer(artifacts_app, name="artifacts")
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs and pipes get whole tables, not 80 columns
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
 
 for room in (cli_data, cli_envgen, cli_noise, cli_inference):
     room.register(app)
@@ -380,5 +380,8 @@ def artifacts_query(sql: Annotated[str, typer.Argument(help="Read-only SQL over 
 
 
 def main() -> None:
-    with _clean_errors():  # room commands too: a user error prints its message, not a traceback
-        app()
+    try:
+        with _clean_errors():  # room commands and the global options too: a message, not a traceback
+            app()
+    except typer.Exit as exit_:  # raised outside click's own handling, which would turn it into the exit code
+        sys.exit(exit_.exit_code)

@@ -3,7 +3,12 @@ session's Prefect server and Dask cluster."""
 
 from __future__ import annotations
 
+import builtins
+import errno
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +53,7 @@ def test_artifacts_on_an_empty_data_root(cli, tmp_path: Path) -> None:
         (("run", "no_such_stage", "--profile", "{empty}"), "unknown stage 'no_such_stage'"),
         (("artifacts", "show", "feedbeef"), "no artifact with key 'feedbeef'"),
         (("artifacts", "query", "SELECT nope"), "nope"),
+        (("run", "[/x]", "--profile", "{empty}"), "unknown stage '[/x]'"),  # error text is not parsed as markup
     ],
 )
 def test_user_errors_print_a_message_not_a_traceback(cli, tmp_path: Path, args: tuple[str, ...], message: str) -> None:
@@ -70,3 +76,48 @@ def test_run_attached_to_a_running_runtime(cli, runtime, tmp_path: Path) -> None
 
     listed = cli(*attach, "artifacts", "ls", "--stage", "test_double_source")
     assert listed.exit_code == 0 and "cli" in listed.output
+
+
+def _gymforge(*args: str, data: Path) -> subprocess.CompletedProcess[str]:
+    """The installed command in a fresh process, as a user runs it: the data-root checks happen at start-up."""
+    env = {k: v for k, v in os.environ.items() if k not in EXPORTED} | {"GYMFORGE_DATA": str(data)}
+    return subprocess.run([str(Path(sys.executable).parent / "gymforge"), *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_a_data_root_that_is_a_file_is_one_line(tmp_path: Path, where: str) -> None:
+    (tmp_path / "f").write_text("x")
+    result = _gymforge("artifacts", "ls", data=tmp_path / "f" if where == "a file" else tmp_path / "f" / "d")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [f"error: data root {tmp_path / 'f'}"
+                                                  f"{'' if where == 'a file' else '/d'} "
+                                                  f"{'is a file' if where == 'a file' else 'lies under a file'}, not a "
+                                                  "directory; set --data-dir or GYMFORGE_DATA to a directory"]
+
+
+def test_the_catalog_reads_on_a_read_only_data_root(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli("--data-dir", tmp_path, "artifacts", "ls").exit_code == 0  # creates the catalog
+    (tmp_path / "catalog.lock").unlink()
+    real_open = builtins.open
+
+    def read_only(file, mode="r", *args, **kwargs):  # permission bits do not stop root: refuse as a RO mount does
+        if "r" not in mode or "+" in mode:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", read_only)
+    result = cli("--data-dir", tmp_path, "artifacts", "ls")
+    assert result.exit_code == 0 and "no artifacts yet" in result.output
+
+
+def test_fsck_reports_then_repairs(cli, tmp_path: Path) -> None:
+    assert cli("--data-dir", tmp_path, "artifacts", "fsck").exit_code == 0
+    leftover = tmp_path / "artifacts" / "some_stage" / ".tmp-abc-elsewhere-1-ffff"
+    leftover.mkdir(parents=True)
+    old = time.time() - 7 * 3600  # another host's writer, silent for longer than any write takes
+    os.utime(leftover, (old, old))
+    found = cli("--data-dir", tmp_path, "artifacts", "fsck")
+    assert found.exit_code == 1 and "leftover" in found.output and "--repair" in found.output
+    repaired = cli("--data-dir", tmp_path, "artifacts", "fsck", "--repair")
+    assert repaired.exit_code == 0 and not leftover.exists() and "agree" in repaired.output
