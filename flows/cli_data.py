@@ -76,14 +76,24 @@ def atomic_dir(out: Path) -> Iterator[Path]:
 
 def trl_frame(frame: pl.DataFrame) -> pl.DataFrame:
     """Prompt columns as lists of ``{role, content}`` messages: what ``datasets`` loads and GRPOTrainer reads as a
-    conversational prompt; the other columns reach the reward functions as keyword arguments."""
+    conversational prompt; the other columns reach the reward functions as keyword arguments. An artifact without
+    a prompt gets the one rl_mix gives the same item: a QA seed (question, docs) on its own documents, a math
+    problem (question) on its own."""
     import polars as pl
 
+    from tasks.mixture import question_prompt, seed_prompt
+
+    if "prompt" not in frame.columns:
+        if {"question", "docs"} <= set(frame.columns):
+            prompts = [seed_prompt(q, d) for q, d in frame.select("question", "docs").iter_rows()]
+        elif "question" in frame.columns:
+            prompts = [question_prompt(q) for q in frame["question"]]
+        else:
+            raise typer.BadParameter(f"the artifact has no prompt column and no question to build one from "
+                                     f"(columns: {', '.join(frame.columns)})")
+        frame = frame.with_columns(pl.Series("prompt", prompts, pl.String))
     messages = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
-    present = [c for c in MESSAGE_COLUMNS if c in frame.columns]
-    if not present:
-        raise typer.BadParameter(f"the artifact has no prompt column (columns: {', '.join(frame.columns)})")
-    return frame.with_columns(pl.col(c).str.json_decode(messages) for c in present)
+    return frame.with_columns(pl.col(c).str.json_decode(messages) for c in MESSAGE_COLUMNS)
 
 
 def jsonl_records(frame: pl.DataFrame) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ The curriculum is rows, one per (item, stage), marked by ``curriculum_stage``:
 
 Each row carries the chat ``prompt`` (JSON messages), the ``answer`` (and ``aliases``) and ``reward_fn``, the name
 of its reward in ``tasks.rewards.REWARDS``: what TRL's GRPOTrainer reads (``gymforge export`` writes the prompt as a
-list of messages).
+list of messages; ``tasks.rewards.route_by_reward_fn`` scores each row with its reward). ``seed_prompt`` and
+``question_prompt`` build the prompts, also for an exported artifact that has none.
 """
 
 from __future__ import annotations
@@ -87,8 +88,17 @@ class MixParams(Params):
         return v
 
 
-def _messages(text: str) -> str:
-    return json.dumps([{"role": "user", "content": text}], ensure_ascii=False)
+def seed_prompt(question: str, docs: str) -> str:
+    """A QA seed asked on its own documents (``docs`` as JSON), with the ``qa_prompt`` the difficulty filter also
+    uses: chat messages as JSON."""
+    from inference.agent import qa_prompt
+
+    return json.dumps(qa_prompt(question, json.loads(docs)), ensure_ascii=False)
+
+
+def question_prompt(question: str) -> str:
+    """A question asked on its own (math), the answer in ``\\boxed{}``: chat messages as JSON."""
+    return json.dumps([{"role": "user", "content": f"{question}\n{BOXED}"}], ensure_ascii=False)
 
 
 def keychain_items(frame: pl.DataFrame, category: str) -> pl.DataFrame:
@@ -99,13 +109,10 @@ def keychain_items(frame: pl.DataFrame, category: str) -> pl.DataFrame:
 
 
 def qa_items(seeds: pl.DataFrame, exclude: pl.Series) -> pl.DataFrame:
-    """Regular multi-hop QA on the seed's own documents (the ``qa_prompt`` the difficulty filter also uses); seeds
-    already turned into KeyChain examples are left out so no question appears in both forms."""
-    from inference.agent import qa_prompt
-
+    """Regular multi-hop QA on the seed's own documents (``seed_prompt``); seeds already turned into KeyChain
+    examples are left out so no question appears in both forms."""
     seeds = seeds.filter(~pl.col("id").is_in(exclude.implode()))
-    prompts = [json.dumps(qa_prompt(q, json.loads(d)), ensure_ascii=False)
-               for q, d in seeds.select("question", "docs").iter_rows()]
+    prompts = [seed_prompt(q, d) for q, d in seeds.select("question", "docs").iter_rows()]
     return seeds.select(
         pl.format("qa-{}", "id").alias("id"), pl.lit("qa").alias("category"), pl.Series("prompt", prompts),
         "answer", "aliases", pl.lit(QA_REWARD).alias("reward_fn"), pl.col("id").alias("source_id"),
@@ -123,7 +130,7 @@ def needle_items(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def math_items(problems: pl.DataFrame) -> pl.DataFrame:
-    prompts = [_messages(f"{q}\n{BOXED}") for q in problems["question"]]
+    prompts = [question_prompt(q) for q in problems["question"]]
     return problems.select(
         pl.format("math-{}", "id").alias("id"),
         pl.when(pl.col("kind") == "hard").then(pl.lit("math_hard")).otherwise(pl.lit("math_easy")).alias("category"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from functools import cache
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -47,6 +49,51 @@ def test_export_jsonl_decodes_nested_columns(mix_file, tmp_path):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in records] == [r["id"] for r in ROWS]
     assert records[0]["prompt"][0]["role"] == "user" and records[0]["distractor_chains"] == []
+
+
+@cache
+def rl_ready() -> dict[str, pl.DataFrame]:
+    """The main output of every artifact GRPO trains on: the rl_mix inputs, the mix itself, and QA seeds."""
+    from longctx_fixtures import qa_filtered
+    from mix_inputs import mix_inputs
+
+    from data_contracts.stage import get_stage
+    from tasks.seeds import load_seed_file
+
+    inputs = mix_inputs()
+    mix = get_stage("rl_mix")
+    return {
+        "math_seeds": inputs["math_seeds"].read("problems"),
+        "needles": inputs["needles"].read("needles"),
+        "keychain": inputs["keychain"].read("keychain"),
+        "rl_mix": mix.run(inputs, mix.parse_params({}), "p0")["mix"],
+        "qa_filtered": qa_filtered().read("seeds"),
+        "qa_seeds": load_seed_file("hotpotqa", Path(__file__).parent / "fixtures" / "qa" / "hotpotqa.json")[0],
+    }
+
+
+@pytest.mark.parametrize("stage", ["math_seeds", "needles", "keychain", "rl_mix", "qa_filtered", "qa_seeds"])
+def test_every_rl_ready_artifact_exports_for_trl(stage: str, tmp_path) -> None:
+    """Artifacts without a prompt column get the prompt rl_mix gives the same item."""
+    from datasets import load_dataset
+
+    from tasks import mixture
+
+    frame = rl_ready()[stage]
+    artifact, out = tmp_path / f"{stage}.parquet", tmp_path / "train.parquet"
+    frame.write_parquet(artifact)
+    result = CliRunner().invoke(app, ["export", "--artifact", str(artifact), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = load_dataset("parquet", data_files=str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    assert len(data) == frame.height > 0 and data["answer"] == frame["answer"].to_list()
+    if "prompt" in frame.columns:
+        expected = [json.loads(p) for p in frame["prompt"]]
+    elif "docs" in frame.columns:
+        expected = [json.loads(p) for p in mixture.qa_items(frame, pl.Series([], dtype=pl.String))["prompt"]]
+    else:
+        expected = [json.loads(p) for p in mixture.math_items(frame)["prompt"]]
+    assert data["prompt"] == expected
+    assert all(m[-1]["role"] == "user" and "\\boxed{}" in m[-1]["content"] for m in data["prompt"])
 
 
 @pytest.mark.parametrize("args", [["--format", "csv", "--out", "x.jsonl"], ["--format", "trl", "--out", "x.txt"]])

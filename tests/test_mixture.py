@@ -8,10 +8,9 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from longctx_fixtures import qa_filtered, tokenizer_artifact, world_documents
+from mix_inputs import mix_inputs
 
 from data_contracts.stage import FrameArtifact, StageError, get_stage
-from tasks import keychain, math, needles  # noqa: F401  (registers the upstream stages)
 from tasks import mixture as M
 from tasks.rewards import REWARDS
 
@@ -20,19 +19,7 @@ AVAILABLE = {"keychain": 6, "qa": 5, "needle_multikey": 2, "needle_multivalue": 
 
 @pytest.fixture(scope="module")
 def inputs() -> dict[str, FrameArtifact]:
-    def out(name: str, params: dict, stage_inputs: dict) -> FrameArtifact:
-        stage = get_stage(name)
-        return FrameArtifact(stage.run(stage_inputs, stage.parse_params(params), "p0"))
-
-    world = FrameArtifact({"documents": world_documents()})
-    return {
-        "keychain": out("keychain", {"n": 6, "n_regular": 5, "target_tokens": 1536},
-                        {"qa_filtered": qa_filtered(), "tokenizer": tokenizer_artifact()}),
-        "needles": out("needles", {"n_multikey": 2, "n_multivalue": 2, "target_tokens": 1536},
-                       {"world": world, "tokenizer": tokenizer_artifact()}),
-        "math_seeds": out("math_seeds", {"n_hard": 10, "n_easy": 10}, {}),
-        "qa_filtered": qa_filtered(),
-    }
+    return mix_inputs()
 
 
 def mix(inputs, **params) -> dict[str, pl.DataFrame]:
