@@ -12,6 +12,10 @@ import os
 # Before torch loads, here and in every Dask worker this process spawns: OpenMP's default active wait made the tiny
 # model 6-50x slower on a shared 2-core machine (bench/RESULTS.md). An explicit setting is left alone.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Likewise glibc's allocator: CPU torch steps re-fault their large tensors otherwise (inference/cpu.py).
+from inference.cpu import tune_allocator
+
+tune_allocator()
 # Per-file download/load bars of transformers interleave across workers; the stage tables say what ran.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
@@ -30,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from flows import cli_data, cli_envgen, cli_inference, cli_noise
+from flows import cli_data, cli_deploy, cli_envgen, cli_inference, cli_noise
 
 if TYPE_CHECKING:
     import polars as pl
@@ -47,7 +51,7 @@ console = Console(width=None if sys.stdout.isatty() else 120)  # logs and pipes 
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
 
-for room in (cli_data, cli_envgen, cli_noise, cli_inference):
+for room in (cli_data, cli_envgen, cli_noise, cli_inference, cli_deploy):
     room.register(app)
 
 
@@ -215,7 +219,8 @@ def run(
 def backfill(
     stage: Annotated[str, typer.Option(help="Stage to backfill (its upstream runs too).")],
     partitions: Annotated[str, typer.Option(help="Comma-separated partitions, e.g. p0,p1,p2.")],
-    force: Annotated[bool, typer.Option(help="Re-run even when cached.")] = False,
+    force: Annotated[bool, typer.Option(help="Re-run even when cached; once per code version, since a repeated "
+                                             "backfill returns the runs of its idempotency key.")] = False,
     profile: Annotated[str, typer.Option(help="Profile of params.")] = "tiny",
     serve: Annotated[
         bool,
