@@ -107,8 +107,9 @@ def _global_options(
 def _quiet_console_logs() -> None:
     """Keep run logs in the Prefect UI but out of the console, where the progress bar and summary go.
 
-    Worker processes read the environment override; this process configured its handlers at import already."""
-    os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "WARNING"
+    Worker processes read the environment override (there every console line is a task run's, which the summary
+    table and the one error message already say); this process configured its handlers at import already."""
+    os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "CRITICAL"
     # tqdm bars of libraries used inside stages (transformers loading weights) would interleave from every worker
     os.environ.setdefault("TQDM_DISABLE", "1")
     from prefect.logging.handlers import PrefectConsoleHandler

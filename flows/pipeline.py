@@ -296,12 +296,26 @@ def _run_dag(
 
     failed = [row for row in summary if row["status"] == "failed"]
     if failed:
-        blocked = [row["stage"] for row in summary if row["status"] == "blocked"]
         message = "\n".join(row["error"] for row in failed)
-        if blocked:
-            message += f"\nblocked downstream: {', '.join(blocked)}"
+        if blocked := _blocked_by(planned, rows):
+            message += "\n" + "\n".join(blocked)
         raise PipelineFailed(message, summary)
     return summary
+
+
+def _blocked_by(planned: Sequence[PlannedStage], rows: Mapping[str, dict[str, Any]]) -> list[str]:
+    """One line per failed stage that blocked others: "blocked by quarantined qa_seeds: qa_filtered, keychain"."""
+    upstream: dict[str, set[str]] = {}
+    for stage in planned:  # topological order: a stage's inputs are already resolved
+        upstream[stage.name] = set(stage.inputs).union(*(upstream[name] for name in stage.inputs))
+    lines = []
+    for cause in (row for row in rows.values() if row["status"] == "failed"):
+        blocked = [stage.name for stage in planned
+                   if rows[stage.name]["status"] == "blocked" and cause["stage"] in upstream[stage.name]]
+        if blocked:
+            how = "quarantined" if cause["contract"] == "failed" else "failed"
+            lines.append(f"blocked by {how} {cause['stage']}: {', '.join(blocked)}")
+    return lines
 
 
 def task_runner_from_env() -> Any:

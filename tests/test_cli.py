@@ -121,3 +121,16 @@ def test_fsck_reports_then_repairs(cli, tmp_path: Path) -> None:
     assert found.exit_code == 1 and "leftover" in found.output and "--repair" in found.output
     repaired = cli("--data-dir", tmp_path, "artifacts", "fsck", "--repair")
     assert repaired.exit_code == 0 and not leftover.exists() and "agree" in repaired.output
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_quarantined_stage_is_said_once_with_what_it_blocked(tmp_path: Path) -> None:
+    profile = tmp_path / "bad.yaml"
+    profile.write_text("test_double_source: {n: 3, bad_row: true}\n")
+    result = _gymforge("run", "test_double_square", "--profile", str(profile), data=tmp_path / "data")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "blocked by quarantined test_double_source: test_double_square" in output
+    for noise in ("NotReady", "Finished in state", "Traceback"):
+        assert noise not in output
