@@ -23,7 +23,12 @@ DataDirOpt = Annotated[Path | None, typer.Option(help="Data root (default: GYMFO
 
 
 def seed_source(spec: str) -> str:
-    """``world`` or ``KIND:PATH`` with PATH made absolute (the artifact key then names the same file anywhere)."""
+    """``world`` or ``KIND:PATH`` with PATH made absolute (the artifact key then names the same file anywhere).
+
+    The file is read up to its first usable seed, so a missing, corrupt, empty or wholly rejected file fails here
+    with a ``SeedFileError`` naming it, before any server or cluster starts; the stage reads the rest."""
+    from tasks.seeds import load_seed_file
+
     kind, _, path = spec.partition(":")
     if kind not in SEED_KINDS or (kind == "world") != (not path):
         raise typer.BadParameter(f"--seeds {spec!r}: use world, hotpotqa:PATH, musique:PATH or 2wiki:PATH")
@@ -31,9 +36,25 @@ def seed_source(spec: str) -> str:
         return "world"
     file, at, split = path.rpartition("@") if "@" in path else (path, "", "")
     resolved = Path(file).expanduser().resolve()
-    if not resolved.is_file():
-        raise typer.BadParameter(f"--seeds {spec!r}: no such file {resolved}")
+    load_seed_file(kind, resolved, limit=1)
     return f"{kind}:{resolved}{at}{split}"
+
+
+def check_options(overrides: dict[str, dict[str, Any]]) -> None:
+    """Each stage's settings from the command line against its params model, before any server or cluster starts;
+    a bad value fails on one line naming its option (the settings are named like the options)."""
+    from pydantic import ValidationError
+
+    from data_contracts.stage import StageError
+    from flows.registry import stage_named
+
+    for name, section in overrides.items():
+        try:
+            stage_named(name).params.model_validate(section)
+        except ValidationError as exc:
+            raise StageError("; ".join(
+                f"--{str(err['loc'][0]).replace('_', '-')} {err['input']!r}: {err['msg'].removeprefix('Value error, ')}"
+                for err in exc.errors())) from None
 
 
 def write_frame(frame: pl.DataFrame | list[dict[str, Any]], out: Path) -> Path:
@@ -158,25 +179,29 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build KeyChain examples (LoongRL section 3.1) through the store, and write them to OUT."""
         from rich.console import Console
+        from rich.text import Text
+
+        from flows.pipeline import plan_dag
 
         if tokenizer != "default":
             tokenizer = str(Path(tokenizer).expanduser().resolve())
-        overrides: dict[str, dict[str, Any]] = {
-            "qa_seeds": {"source": seed_source(seeds)},
-            "keychain": {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer,
-                         "key_format": key_format, "hops": hops, "placement": placement},
-        }
+        keychain_options = {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer,
+                            "key_format": key_format, "hops": hops, "placement": placement}
+        check_options({"keychain": keychain_options})
+        overrides: dict[str, dict[str, Any]] = {"qa_seeds": {"source": seed_source(seeds)},
+                                                "keychain": keychain_options}
+        plan_dag(["keychain"], profile, "default", overrides=overrides)  # with the profile, still before any start
         artifact = keychain_artifact(overrides, profile, data_dir)
         frame, rejected = artifact.read("keychain"), artifact.read("rejected")
         write_frame(frame, out)
-        console = Console()
-        console.print(f"[green]{frame.height}[/] KeyChain examples -> {out} (artifact {artifact.key}); "
-                      f"{rejected.height} rejected")
+        console = Console(highlight=False)  # paths and reasons are text, never markup
+        console.print(Text.assemble((str(frame.height), "green"), f" KeyChain examples -> {out} "
+                                    f"(artifact {artifact.key}); {rejected.height} rejected"))
         if frame.height:
             console.print(f"tokens: min {frame['tokens'].min()}, max {frame['tokens'].max()} "
-                          f"(window [{target_tokens * 0.98:.0f}, {target_tokens}])")
+                          f"(window [{target_tokens * 0.98:.0f}, {target_tokens}])", markup=False)
         for reason, count in rejected.group_by("reason").len().sort("len", descending=True).iter_rows():
-            console.print(f"  rejected {count}: {reason}")
+            console.print(f"  rejected {count}: {reason}", markup=False)
 
     @app.command("export")
     def export(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from typer.testing import CliRunner
 from flows import cli_data
 from flows.cli import app
 
+FIXTURES = Path(__file__).parent / "fixtures" / "qa"
 ROWS = [
     {"id": f"kc-{i}", "category": "keychain", "curriculum_stage": stage,
      "prompt": json.dumps([{"role": "user", "content": f"Passage {i}. Starting from key ABC, ... \\boxed{{}}"}]),
@@ -68,7 +72,7 @@ def rl_ready() -> dict[str, pl.DataFrame]:
         "keychain": inputs["keychain"].read("keychain"),
         "rl_mix": mix.run(inputs, mix.parse_params({}), "p0")["mix"],
         "qa_filtered": qa_filtered().read("seeds"),
-        "qa_seeds": load_seed_file("hotpotqa", Path(__file__).parent / "fixtures" / "qa" / "hotpotqa.json")[0],
+        "qa_seeds": load_seed_file("hotpotqa", FIXTURES / "hotpotqa.json")[0],
     }
 
 
@@ -105,13 +109,64 @@ def test_export_refuses_bad_formats(mix_file, tmp_path, args):
 
 def test_seed_sources(tmp_path):
     data = tmp_path / "hotpot.json"
-    data.write_text("[]")
+    data.write_bytes((FIXTURES / "hotpotqa.json").read_bytes())
     assert cli_data.seed_source("world") == "world"
     assert cli_data.seed_source(f"hotpotqa:{data}") == f"hotpotqa:{data.resolve()}"
-    assert cli_data.seed_source(f"musique:{data}@eval") == f"musique:{data.resolve()}@eval"
-    for bad in ("wiki:x", "hotpotqa:/no/such.json", "world:x"):
+    assert cli_data.seed_source(f"musique:{FIXTURES / 'musique.jsonl'}@eval") == \
+        f"musique:{(FIXTURES / 'musique.jsonl').resolve()}@eval"
+    for bad in ("wiki:x", "world:x"):
         with pytest.raises(typer.BadParameter):
             cli_data.seed_source(bad)
+
+
+def gymforge(cwd: Path, *args: str) -> tuple[int, str]:
+    """Run the installed command as a user does; (exit code, stdout and stderr)."""
+    command = Path(sys.executable).with_name("gymforge")
+    env = {**os.environ, "GYMFORGE_DATA": str(cwd / "data"), "COLUMNS": "80"}
+    done = subprocess.run([str(command), *args], check=False, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+SEED_FILES = {  # name -> (content, the problem the error names)
+    "empty.jsonl": ("\n\n", "no records"),
+    "corrupt.json": ('[{"_id": 1,', "line 1: invalid JSON"),
+    "[target - 2%, target].json": ("", "empty file"),  # rich markup would eat the bracketed part of the name
+    "unanswerable.jsonl": ('{"id": "1", "question": "q", "paragraphs": [], "answerable": false}\n',
+                           "all 1 records were rejected"),
+}
+
+
+@pytest.mark.parametrize("case", ["--n -5", "missing", "profile", *SEED_FILES])
+def test_keychain_user_errors_are_one_line_before_anything_starts(case: str, tmp_path: Path) -> None:
+    """A bad option, profile or seed file: one `error:` line naming it, exit code 1, no traceback, and neither a
+    Prefect server nor a Dask cluster started (nothing under the data root)."""
+    args = ["keychain", "--out", "kc.parquet"]
+    if case == "--n -5":
+        args += ["--n", "-5"]
+        expected = "error: --n -5: Input should be greater than or equal to 0"
+    elif case == "missing":
+        args += ["--seeds", "musique:/nonexistent.jsonl"]
+        expected = "error: /nonexistent.jsonl: no such musique file"
+    elif case == "profile":
+        (tmp_path / "bad.yaml").write_text("keychain: {max_draws_per_item: 1}\n")  # no option overrides it
+        args += ["--profile", "bad.yaml"]
+        expected = "max_draws_per_item: Input should be greater than or equal to 10"
+    else:
+        text, problem = SEED_FILES[case]
+        (tmp_path / case).write_text(text)
+        kind = "musique" if case.endswith(".jsonl") else "hotpotqa"
+        args += ["--seeds", f"{kind}:{case}"]
+        expected = f"error: {tmp_path / case}"
+    code, output = gymforge(tmp_path, *args)
+    assert code == 1, output
+    assert "Traceback" not in output and output.startswith("error: ") and expected in output
+    if case in SEED_FILES:
+        assert output.count("\n") == 1 and problem in output
+    if case == "profile":
+        assert "the prompt lands in [target - 2%, target]" in output
+    assert not (tmp_path / "data" / "prefect").exists() and not (tmp_path / "data" / "dask").exists()
+    assert not (tmp_path / "kc.parquet").exists()
 
 
 @pytest.mark.integration
