@@ -682,7 +682,14 @@ def parse_spec(text: str, source: str = "<string>") -> DomainSpec:
 
 def load_spec(path: str | Path) -> DomainSpec:
     path = Path(path)
-    spec = parse_spec(path.read_text(), str(path))
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        problem = f"line {line}: not UTF-8 text ({exc.reason} at byte {exc.start + 1}); save it as UTF-8"
+        raise SpecError(str(path), [problem]) from None
+    spec = parse_spec(text, str(path))
     if spec.name != path.stem:
         raise SpecError(str(path), [f"line 1: name: {spec.name!r} must equal the file stem {path.stem!r}"])
     return spec

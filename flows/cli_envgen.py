@@ -155,7 +155,8 @@ def register(app: typer.Typer) -> None:
                 domain = compile_domain(load_spec(path))
             except (SpecError, CompileError, OSError) as exc:
                 typer.echo(str(exc), err=True)
-                rows.append({"domain": path.stem, "tools": 0, "executability": 0.0, "kept": 0, "problems": 1})
+                listed = len(exc.problems) if isinstance(exc, SpecError) else 1
+                rows.append({"domain": path.stem, "tools": 0, "executability": 0.0, "kept": 0, "problems": listed})
                 failed = True
                 continue
             rate, broken = executability(domain, 0)

@@ -100,3 +100,27 @@ def test_check_specs(tmp_path: Path) -> None:
     bad.write_text("name: broken\nnow: 1\n")
     result = runner.invoke(app, ["envgen", "check", str(bad)])
     assert result.exit_code == 1 and "ISO date-time" in flat(result.output)
+
+
+def test_check_names_a_file_that_is_not_utf8_and_counts_every_listed_problem(tmp_path: Path) -> None:
+    import copy
+
+    import yaml
+    from test_envgen_spec import MINIMAL
+
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("name: latin\ndescription: caf\xe9\n".encode("latin-1"))
+    result = runner.invoke(app, ["envgen", "check", str(latin), "--json"])
+    assert result.exit_code == 1, result.output
+    assert f"{latin}: 1 problem(s) in domain spec" in result.stderr and "line 2: not UTF-8 text" in result.stderr
+    spec = copy.deepcopy(MINIMAL)
+    spec["name"] = "dup"
+    spec["actions"].append({**copy.deepcopy(spec["actions"][0]),
+                            "params": [{"name": "box_id", "type": "string", "description": "d"}]})
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = runner.invoke(app, ["envgen", "check", str(dup), "--json"])
+    listed = [line for line in result.stderr.splitlines() if line.startswith("  - ")]
+    assert result.exit_code == 1 and len(listed) == 2, result.output
+    assert "duplicate action 'shut_box'" in listed[0] and "duplicate parameter names" in listed[1]
+    assert json.loads(result.stdout)[0]["problems"] == len(listed)

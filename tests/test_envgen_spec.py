@@ -170,3 +170,13 @@ def test_tool_name_clashes_are_listed_with_their_lines() -> None:
     clash = next(p for p in problems if "'get_box_owner'" in p)
     assert clash.startswith("line ") and f"(line {relation_line})" in clash and "clashes with" in clash
     assert any("over 64 characters" in p and "lookup_crate_xxx" in p for p in problems)
+
+
+def test_a_spec_that_is_not_utf8_is_a_spec_error_naming_file_and_line(tmp_path) -> None:
+    path = tmp_path / "mini.yaml"
+    path.write_bytes(dump(MINIMAL).replace("A tiny shop.", "A tiny caf\xe9.").encode("latin-1"))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.source == str(path)
+    byte = dump(MINIMAL).index("A tiny shop.") + len("A tiny caf") + 1
+    assert info.value.problems == [f"line 2: not UTF-8 text (invalid continuation byte at byte {byte}); save it as UTF-8"]
