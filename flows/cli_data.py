@@ -40,21 +40,22 @@ def seed_source(spec: str) -> str:
     return f"{kind}:{resolved}{at}{split}"
 
 
-def check_options(overrides: dict[str, dict[str, Any]]) -> None:
-    """Each stage's settings from the command line against its params model, before any server or cluster starts;
-    a bad value fails on one line naming its option (the settings are named like the options)."""
+def check_options(stage_name: str, options: dict[str, Any]) -> None:
+    """A stage's settings from the command line against its params model, before any server or cluster starts; a
+    bad value fails on one line naming its option (the settings are named like the options)."""
     from pydantic import ValidationError
 
     from data_contracts.stage import StageError
     from flows.registry import stage_named
 
-    for name, section in overrides.items():
-        try:
-            stage_named(name).params.model_validate(section)
-        except ValidationError as exc:
-            raise StageError("; ".join(
-                f"--{str(err['loc'][0]).replace('_', '-')} {err['input']!r}: {err['msg'].removeprefix('Value error, ')}"
-                for err in exc.errors())) from None
+    try:
+        stage_named(stage_name).params.model_validate(options)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            option = "--" + str(err["loc"][0]).replace("_", "-")
+            problems.append(f"{option} {err['input']!r}: {err['msg'].removeprefix('Value error, ')}")
+        raise StageError("; ".join(problems)) from None
 
 
 def write_frame(frame: pl.DataFrame | list[dict[str, Any]], out: Path) -> Path:
@@ -187,7 +188,7 @@ def register(app: typer.Typer) -> None:
             tokenizer = str(Path(tokenizer).expanduser().resolve())
         keychain_options = {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer,
                             "key_format": key_format, "hops": hops, "placement": placement}
-        check_options({"keychain": keychain_options})
+        check_options("keychain", keychain_options)
         overrides: dict[str, dict[str, Any]] = {"qa_seeds": {"source": seed_source(seeds)},
                                                 "keychain": keychain_options}
         plan_dag(["keychain"], profile, "default", overrides=overrides)  # with the profile, still before any start
