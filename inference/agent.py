@@ -188,16 +188,22 @@ def rollout_prompts(engine: Engine, items: Sequence[PromptItem], k: int, reward_
 
 
 def rollout_mix(engine: Engine, frame: Any, k: int, config: AgentConfig, source: str = "mix",
-                batch_size: int = 64) -> list[list[Trajectory]]:
+                batch_size: int = 64, reward: str | None = None) -> list[list[Trajectory]]:
     """``k`` samples of every row of a prompt frame (``rl_mix`` / ``keychain`` columns: id, prompt as JSON chat
-    messages, answer, aliases, and ``reward_fn`` naming a ``tasks.rewards`` reward; default ``two_way``), scored
-    by each row's reward; one group per row, in row order."""
+    messages, answer, aliases), scored by the reward its ``reward_fn`` column names, or by ``reward`` for a frame
+    without that column (a ``keychain`` output: ``two_way``); one group per row, in row order. A row naming no
+    reward is an error, never a silent default."""
     from tasks.rewards import get_reward
 
     rows = list(frame.iter_rows(named=True))
+    if "reward_fn" not in frame.columns and reward is None:
+        raise ValueError("the frame has no reward_fn column: name the reward of its rows (reward='two_way')")
     by_reward: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
-        by_reward.setdefault(row.get("reward_fn") or "two_way", []).append(i)
+        name = row["reward_fn"] if "reward_fn" in frame.columns else reward
+        if not name:
+            raise ValueError(f"row {row['id']!r} names no reward in its reward_fn column")
+        by_reward.setdefault(name, []).append(i)
     groups: list[list[Trajectory]] = [[] for _ in rows]
     for name, indices in by_reward.items():
         items = [

@@ -250,7 +250,7 @@ def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> di
 
 @stage(
     name="qa_filtered",
-    version="1",
+    version="2",  # 2: the two-way reward refuses candidate lists, padding and name fragments
     inputs=("qa_seeds", "tiny_policy"),
     params=QAFilterParams,
     outputs={

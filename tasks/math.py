@@ -251,6 +251,9 @@ class MathParams(Params):
     easy_file: str | None = Field(None, description="local JSONL for the easy problems; records without choices "
                                                     "get four numeric choices when the answer is a number")
 
+    def local_inputs(self) -> list[str]:
+        return [path for path in (self.hard_file, self.easy_file) if path]
+
 
 def _hard_rows(p: MathParams, partition: str) -> tuple[list[dict], list[dict]]:
     rows, rejected, kinds = [], [], sorted(HARD)

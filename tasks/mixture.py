@@ -87,6 +87,9 @@ class MixParams(Params):
             raise ValueError(f"pass_table={v!r}: set the path of a parquet file with id, pass_count, k")
         return v
 
+    def local_inputs(self) -> list[str]:
+        return [self.pass_table] if self.pass_table else []
+
 
 def seed_prompt(question: str, docs: str) -> str:
     """A QA seed asked on its own documents (``docs`` as JSON), with the ``qa_prompt`` the difficulty filter also
@@ -164,6 +167,8 @@ def solved_in_all(items: pl.DataFrame, pass_table: str | None) -> pl.Series:
         missing = {"id", "pass_count", "k"} - set(table.columns)
         if missing:
             raise ValueError(f"pass_table {pass_table} lacks columns {sorted(missing)} (needs id, pass_count, k)")
+        if table.is_empty():  # Stage II would silently mine nothing
+            raise ValueError(f"pass_table {pass_table} holds no rows; give the pass counts of a filter run")
         table = table.select("id", pl.col("pass_count").cast(pl.Int64), pl.col("k").cast(pl.Int64))
         counts = counts.update(table, on="id", how="left")
     return ((counts["pass_count"] >= counts["k"]) & (counts["k"] > 0)).fill_null(False)

@@ -387,6 +387,10 @@ class QASeedsParams(Params):
             parse_source(spec)
         return value
 
+    def local_inputs(self) -> list[str]:
+        specs = (self.source,) if isinstance(self.source, str) else self.source
+        return [path for path in (parse_source(spec)[1] for spec in specs) if path]
+
 
 @stage(
     name="qa_seeds",

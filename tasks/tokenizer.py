@@ -58,8 +58,14 @@ def corpus_texts(corpus: str, inputs: Mapping[str, Artifact]) -> Iterator[str]:
     files = text_files(corpus)
     if not files:
         raise ValueError(f"corpus directory {corpus} holds no {'/'.join(TEXT_SUFFIXES)} files")
+    texts = 0
     for path in files:
-        yield path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if text.strip():
+            texts += 1
+            yield text
+    if not texts:
+        raise ValueError(f"corpus directory {corpus}: every {'/'.join(TEXT_SUFFIXES)} file is empty")
 
 
 def _sha_matches(frame: pl.DataFrame) -> list[bool]:

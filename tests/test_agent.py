@@ -176,6 +176,13 @@ def test_mix_rows_are_scored_by_their_own_reward():
     groups = rollout_mix(engine, frame, 2, AgentConfig())
     assert [[t.reward for t in group] for group in groups] == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
     assert [group[0].item_id for group in groups] == ["qa-1", "needle-1", "qa-2"]
+    with pytest.raises(ValueError, match="row 'needle-1' names no reward"):
+        rollout_mix(engine, frame.with_columns(pl.Series("reward_fn", ["two_way", None, "two_way"])), 2,
+                    AgentConfig())
+    with pytest.raises(ValueError, match="no reward_fn column"):
+        rollout_mix(engine, frame.drop("reward_fn"), 2, AgentConfig())
+    keychain_like = rollout_mix(engine, frame.drop("reward_fn"), 2, AgentConfig(), reward="two_way")
+    assert [[t.reward for t in group] for group in keychain_like] == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
 
 
 def test_run_episodes_works_inside_a_running_event_loop():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -102,3 +103,13 @@ def test_rows_are_ready_for_grpo(inputs, qa_source, n_qa):
 def test_bad_params_name_the_field(raw, field):
     with pytest.raises(StageError, match=field):
         get_stage("rl_mix").parse_params(raw)
+
+
+def test_an_empty_pass_table_is_refused(tmp_path: Path) -> None:
+    from tasks.mixture import solved_in_all
+
+    table = tmp_path / "pass.parquet"
+    pl.DataFrame(schema={"id": pl.String, "pass_count": pl.Int64, "k": pl.Int64}).write_parquet(table)
+    items = pl.DataFrame({"id": ["a"], "pass_count": [8], "pass_k": [8]})
+    with pytest.raises(ValueError, match="holds no rows"):
+        solved_in_all(items, str(table))

@@ -236,3 +236,19 @@ def test_a_file_that_is_not_utf8_is_named(kind: str, tmp_path: Path) -> None:
     bad.write_bytes((FIXTURES / FILES[kind]).read_bytes().replace(b'"question": "', b'"question": "\xe9', 1))
     with pytest.raises(SeedFileError, match=rf"{bad.name}.*not UTF-8"):
         load_seed_file(kind, bad)
+
+
+def test_a_seed_file_cut_in_place_changes_the_artifact_key(tmp_path: Path) -> None:
+    """Edited in place (3 records cut to 1), the file must not be served from the cache of its old content."""
+    from data_contracts.stage import get_stage
+    from data_contracts.store import ArtifactStore
+
+    path = tmp_path / "musique.jsonl"
+    lines = (FIXTURES / "musique.jsonl").read_text().splitlines(keepends=True)
+    path.write_text("".join(lines))
+    stage = get_stage("qa_seeds")
+    params = stage.parse_params({"source": f"musique:{path}"})
+    before = ArtifactStore.artifact_key(stage, params, {"world": "w" * 20}, "p0")
+    path.write_text("".join(lines[:1]))
+    assert ArtifactStore.artifact_key(stage, params, {"world": "w" * 20}, "p0") != before
+    assert params.local_inputs() == [str(path)]

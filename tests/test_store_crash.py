@@ -64,7 +64,7 @@ _WRITER = textwrap.dedent(
 def _write(root: Path, step: int, value: int, use_exchange: bool) -> int | None:
     """Run the writer; the number of steps it took when it finished, None when it was killed."""
     proc = subprocess.run([sys.executable, "-c", _WRITER, str(root), str(step), str(value), str(int(use_exchange))],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode == -9:
         return None
     assert proc.returncode == 0, proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -209,3 +210,12 @@ def test_bad_params_name_the_field(raw, message):
 def test_parse_tool_calls_never_raises_and_returns_well_formed_calls(text):
     for call in T.parse_tool_calls(text):
         assert isinstance(call["name"], str) and isinstance(call["arguments"], dict)
+
+
+def test_a_corpus_of_empty_files_is_refused(tmp_path: Path) -> None:
+    from tasks.tokenizer import corpus_texts
+
+    (tmp_path / "a.txt").write_text("\n\n")
+    (tmp_path / "b.md").write_text("")
+    with pytest.raises(ValueError, match="every .txt/.md file is empty"):
+        list(corpus_texts(str(tmp_path), {}))
