@@ -135,3 +135,18 @@ def test_run_killed_mid_write_leaves_no_artifact_and_rerun_completes(runtime, pr
     assert partial[0].startswith(f".tmp-{key}-"), "the rerun publishes the key the killed run was writing"
     assert rerun[0]["status"] == "published" and store.get("test_double_source", key) is not None
     assert not list(stage_dir.glob(".tmp-*")), "the rerun removed the partial directory"
+
+
+def test_a_run_reconciles_the_catalog_with_what_is_on_disk(runtime, profile: str) -> None:
+    """A run killed between its rename and its catalog write left an artifact without a row; the next run, a
+    Prefect cache hit that never reaches the runner, puts the row back."""
+    first = refresh(runtime, profile=profile, partition="reconcile", stages=["test_double_square"])
+    catalog = Catalog(runtime.root)
+    key = first[-1]["key"]
+    with catalog._connect(write=True) as con:
+        con.execute("DELETE FROM artifacts WHERE key = ?", [key])
+    assert catalog.query("SELECT key FROM artifacts WHERE key = ?", [key]).is_empty()
+    again = refresh(runtime, profile=profile, partition="reconcile", stages=["test_double_square"])
+    assert again[-1]["status"] == "cached"
+    rows = catalog.query("SELECT status, path FROM artifacts WHERE key = ?", [key]).rows()
+    assert rows == [("published", f"artifacts/test_double_square/{key}")]
