@@ -263,7 +263,7 @@ def ui(
 ) -> None:
     """Start (or reuse) the Prefect server of this data root and print the UI URL; it stops with this command
     (Ctrl-C) unless --detach, and runs started meanwhile share it."""
-    from flows.prefect_server import KEEP, ServerLease, stop_server, ui_url
+    from flows.prefect_server import ServerLease, stop_server, ui_url
     from flows.runtime import writable_data_root
 
     with _clean_errors():
@@ -274,7 +274,7 @@ def ui(
         if url := os.environ.get("PREFECT_API_URL"):
             console.print(f"Prefect UI (PREFECT_API_URL): {ui_url(url)}")
             return
-        lease = ServerLease(root, holder=KEEP if detach else None)
+        lease = ServerLease(root, keep=detach)
         url = ui_url(lease.acquire())
     if detach:
         console.print(f"Prefect UI: {url}  (it stays up until `gymforge ui --stop`)")

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,11 +105,11 @@ class ServerHome:
         self.record.unlink(missing_ok=True)
         return None
 
-    def lease_path(self, holder: int | str) -> Path:
-        return self.leases / (KEEP if holder == KEEP else f"pid-{holder}")
+    def lease_path(self, holder: str) -> Path:
+        return self.leases / holder
 
-    def take_lease(self, holder: int | str) -> None:
-        started = "" if holder == KEEP else str(_started_at(int(holder)))
+    def take_lease(self, holder: str) -> None:
+        started = "" if holder == KEEP else str(_started_at(int(holder.split("-")[1])))
         self.lease_path(holder).write_text(started)
 
     def live_leases(self) -> list[Path]:
@@ -119,8 +120,8 @@ class ServerHome:
                 live.append(lease)
                 continue
             try:
-                pid, started = int(lease.name.removeprefix("pid-")), lease.read_text()
-            except (ValueError, OSError):
+                pid, started = int(lease.name.split("-")[1]), lease.read_text()
+            except (ValueError, IndexError, OSError):
                 continue
             if str(_started_at(pid)) == started:  # a reused pid is another process: not a holder
                 live.append(lease)
@@ -133,9 +134,10 @@ class ServerLease:
     """A process's use of the data root's server: ``acquire`` starts one if none is live, ``release`` lets the
     guardian stop it once nobody else holds a lease."""
 
-    def __init__(self, root: Path, holder: int | str | None = None) -> None:
+    def __init__(self, root: Path, *, keep: bool = False) -> None:
         self.server = ServerHome(root)
-        self.holder = os.getpid() if holder is None else holder
+        # one file per lease, so two leases of one process (a Runtime inside another) are released separately
+        self.holder = KEEP if keep else f"pid-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.api_url = ""
         self.started = False  # this lease started the server (it stops when the last lease goes)
 

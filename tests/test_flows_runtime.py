@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from flows.prefect_server import KEEP, ServerHome, ServerLease, stop_server
+from flows.prefect_server import ServerHome, ServerLease, healthy, stop_server
 from flows.runtime import DataRootError, Runtime, RuntimeStartError, data_root, writable_data_root
 
 
@@ -47,6 +47,8 @@ def test_a_recorded_server_is_reused(runtime, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("PREFECT_API_URL")  # so only server.json can lead the new Runtime to the running server
     with Runtime(runtime.root, dask=False) as rt:
         assert rt.prefect_api_url == runtime.prefect_api_url and not rt.started_server
+    time.sleep(1.5)  # the guardian looks at the leases every 0.5 s
+    assert healthy(runtime.prefect_api_url), "the inner runtime's release leaves the session's lease standing"
 
 
 def test_attaching_to_a_dead_api_says_so(tmp_path: Path) -> None:
@@ -172,7 +174,7 @@ def test_a_server_stops_when_its_run_is_killed_and_a_detached_one_stays(tmp_path
     finally:
         run.kill()
 
-    kept = ServerLease(root, holder=KEEP)
+    kept = ServerLease(root, keep=True)
     kept.acquire()
     guardian = json.loads((root / "prefect" / "server.json").read_text())["pid"]
     time.sleep(2)
