@@ -1,0 +1,14 @@
+"""The local search environment: a BM25 index over a local corpus and question-answering episodes on it,
+behind the same interface as the tool environments of ``envgen.runtime``.
+
+``corpus`` loads documents (the world's, a directory of text/Markdown/JSONL files, HotpotQA/2Wiki/MuSiQue
+paragraphs); ``index`` builds a ``SearchIndex`` into a directory and opens it; ``environment`` holds the tools
+(search, open, read) and ``SearchEnvironment``.
+"""
+
+from envgen.search.corpus import Corpus, CorpusError, Document, Section, load_corpus
+from envgen.search.environment import TOOL_SCHEMAS, SearchConfig, SearchEnvironment
+from envgen.search.index import Hit, SearchIndex
+
+__all__ = ["TOOL_SCHEMAS", "Corpus", "CorpusError", "Document", "Hit", "SearchConfig", "SearchEnvironment",
+           "SearchIndex", "Section", "load_corpus"]
