@@ -28,7 +28,7 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.states import State
 
 from data_contracts.catalog import Catalog
-from data_contracts.gate import build_data_docs
+from data_contracts.data_docs import build_data_docs
 from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact

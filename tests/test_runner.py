@@ -13,7 +13,7 @@ import pytest
 from pydantic import Field
 
 from data_contracts.catalog import Catalog
-from data_contracts.gate import build_data_docs
+from data_contracts.data_docs import build_data_docs
 from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, materialize, plan
 from data_contracts.stage import (
     REJECTED,
