@@ -2,13 +2,14 @@
 
 Engine: ``bm25s`` (BM25 as a sparse document-term score matrix in numpy), kept after measuring it against
 ``tantivy``'s Python bindings on 100,000 world documents with the same analysis (bench/bench_search.py,
-figures in bench/RESULTS.md): the same recall@10, the same build time (about 5 s), 1.5 ms per query against
-tantivy's 1.1 ms; tantivy needs less memory (8 MB serving against 55 MB, 66 MB building against 172 MB) and
-disk (7 MB against 16 MB). bm25s wins on what the project relies on: the same corpus gives byte-identical
-index files (plain ``.npy`` and JSON in corpus order; tantivy names its segments with random UUIDs), as
-content-addressed directory artifacts and idempotent backfills need, and a query is a bag of words, with no
-query language to escape against hostile input. Revisit for corpora of millions of documents: its build holds
-every token in memory and each query scores into an array over all documents.
+figures in bench/RESULTS.md): the same recall@10; builds of 5-8 s for both; 1-2 ms per query for both on a
+shared 2-core machine (tantivy 0.8-1.8 ms, bm25s 1.5 ms over three runs: the load decided more than the
+engine); tantivy needs less memory (7 MB serving against 55 MB, 67 MB building against 173 MB) and disk (7 MB
+against 16 MB). bm25s wins on what the project relies on: the same corpus gives byte-identical index files
+(plain ``.npy`` and JSON in corpus order; tantivy names its segments with random UUIDs), as content-addressed
+directory artifacts and idempotent backfills need, and a query is a bag of words, with no query language to
+escape against hostile input. Revisit for corpora of millions of documents: its build holds every token in
+memory and each query scores into an array over all documents.
 
 Directory layout: ``index.json`` (format, engine and version, analysis, corpus source and fingerprint,
 document count), ``documents.parquet`` (doc_id, title, text in corpus order) and ``bm25s/`` (the engine's
