@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inference.cpu import tune_allocator
 from inference.engine import Completion, Request, SamplingParams
 from inference.engines import make_completion, render_prompt, stop_token_ids, validate_request
 
@@ -78,6 +79,7 @@ class HFEngine:
         dtype: str = "float32",
         max_batch_size: int = 16,
     ) -> None:
+        tune_allocator()  # before the model loads: decode steps reuse their buffers (inference/cpu.py)
         import torch
         from transformers import AutoModelForCausalLM
 

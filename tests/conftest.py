@@ -13,6 +13,10 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 # As the CLI does (flows/cli.py): passive OpenMP waiting before torch loads, here and in spawned workers.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# And its allocator settings (inference/cpu.py), for the same processes.
+from inference.cpu import tune_allocator
+
+tune_allocator()
 
 # Dask worker processes and deployment runs import the test-double stages by module name: put this directory on
 # their import path and name the module for stage discovery, before any of them starts.

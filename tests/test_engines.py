@@ -151,6 +151,17 @@ def test_update_weights_swaps_the_policy_and_its_version(hf) -> None:
     assert restored.token_ids == before.token_ids and restored.policy_version == 0
 
 
+def test_decoding_computes_the_last_position_logits_only(hf) -> None:
+    """Prefill included: sampling needs the next token's distribution, never the vocabulary at every position."""
+    widths: list[int] = []
+    hook = hf.model.get_output_embeddings().register_forward_hook(lambda _m, _i, out: widths.append(out.shape[1]))
+    try:
+        hf.generate([req(temperature=0, max_tokens=3), req(messages=[{"role": "user", "content": "a"}], max_tokens=3)])
+    finally:
+        hook.remove()
+    assert widths == [1, 1, 1]
+
+
 def test_prompt_longer_than_the_model_is_rejected(hf) -> None:
     with pytest.raises(ValueError, match="exceeds the model's"):
         hf.generate([req(max_tokens=hf.max_positions)])

@@ -12,6 +12,7 @@ from inference.tokenizer import to_row, tokenizer_from_row, train_tokenizer
 from tests.test_difficulty import seeds_frame
 from training.tiny_policy import (
     TinyPolicyParams,
+    label_loss,
     loss_curve,
     materialize_checkpoint,
     tiny_policy,
@@ -46,6 +47,25 @@ def test_labels_cover_exactly_the_boxed_answer(tokenizer_row):
         assert tokenizer.decode(trained_ids) == f"\\boxed{{{answer}}}<|im_end|>"
         start = next(i for i, t in enumerate(labels) if t != -100)
         assert labels[start:start + len(trained_ids)] == ids[start:start + len(trained_ids)]  # one contiguous span
+
+
+def test_label_loss_equals_the_full_logits_loss(tokenizer_row):
+    import torch
+
+    from training.tiny_model import build_model
+
+    model = build_model("tiny", tokenizer_from_row(tokenizer_row), seed=0)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (3, 24), generator=generator)
+    attention = torch.ones_like(ids)
+    attention[1, 17:] = 0  # a right-padded row, as _pad makes them
+    labels = torch.where(torch.rand(ids.shape, generator=generator) < 0.3, ids, -100).masked_fill(attention == 0, -100)
+    full = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+    full_grads = torch.autograd.grad(full, list(model.parameters()))
+    ours = label_loss(model, ids, attention, labels)
+    our_grads = torch.autograd.grad(ours, list(model.parameters()))
+    assert torch.allclose(ours, full)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(our_grads, full_grads, strict=True))
 
 
 def test_training_lowers_the_loss_and_records_the_curve(trained):

@@ -25,8 +25,10 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from data_contracts.stage import Artifact, Contract, Expect, Params, rng_for, stage
+from inference.cpu import tune_allocator
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerBase
 
 STAGE = "tiny_policy"
@@ -99,7 +101,7 @@ def train(model: Any, examples: list[tuple[list[int], list[int]]], params: TinyP
                     epoch += 1
                 batch.append(examples[order.pop()])
             input_ids, labels, attention = _pad(batch, pad_id)
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            loss = label_loss(model, input_ids, attention, labels)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -109,6 +111,21 @@ def train(model: Any, examples: list[tuple[list[int], list[int]]], params: TinyP
             progress.advance(task)
     model.eval()
     return losses
+
+
+def label_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               labels: torch.Tensor) -> torch.Tensor:
+    """``model(..., labels=labels).loss`` (mean next-token cross-entropy over the labelled positions) with the output
+    head applied at those positions only: the answer is a few tokens of a 128-512 token prompt, and the
+    full-vocabulary logits of every position were most of a step's memory (16 x 512 x 8192 floats, and as much
+    again for their gradient)."""
+    import torch.nn.functional as F
+
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    targets = labels[:, 1:]
+    labelled = targets != -100
+    logits = model.get_output_embeddings()(hidden[:, :-1][labelled])
+    return F.cross_entropy(logits.float(), targets[labelled])
 
 
 def _pad(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
@@ -147,10 +164,12 @@ CHECKPOINT_CONTRACT = Contract(
 )
 
 
-@stage(name=STAGE, version="1", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams,
+# 2: the loss at labelled positions only; the same loss, rounded differently, so other weight bytes
+@stage(name=STAGE, version="2", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams,
        outputs={"checkpoint": CHECKPOINT_CONTRACT})
 def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partition: str) -> dict[str, pl.DataFrame]:
     """Initialise the tiny model and train it briefly on the QA seeds (boxed answers, assistant-only loss)."""
+    tune_allocator()  # before torch allocates: the steps' large tensors stay mapped (inference/cpu.py)
     import torch
 
     from inference.tokenizer import tokenizer_from_row
