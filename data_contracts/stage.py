@@ -40,16 +40,49 @@ class Params(BaseModel):
         return []
 
 
+# The Great Expectations 1.x expectations contracts may use: kind -> (required arguments, optional arguments).
+# An Expect is checked against this table where it is declared, so a misspelt kind or argument fails at import
+# rather than after a stage has run; the gate builds the GX objects (importing GX costs seconds and 300 MB, too much
+# for every process that only declares stages), and tests/test_gate.py checks the table against GX itself.
+_MOSTLY = frozenset({"mostly"})
+EXPECTATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "ExpectColumnValuesToNotBeNull": (frozenset({"column"}), _MOSTLY),
+    "ExpectColumnValuesToBeUnique": (frozenset({"column"}), _MOSTLY),
+    "ExpectColumnValuesToBeBetween": (frozenset({"column"}),
+                                      frozenset({"min_value", "max_value", "strict_min", "strict_max", "mostly"})),
+    "ExpectColumnValuesToBeInSet": (frozenset({"column", "value_set"}), _MOSTLY),
+    "ExpectColumnValuesToMatchRegex": (frozenset({"column", "regex"}), _MOSTLY),
+    "ExpectColumnValueLengthsToBeBetween": (frozenset({"column"}), frozenset({"min_value", "max_value", "mostly"})),
+    "ExpectColumnValuesToBeJsonParseable": (frozenset({"column"}), _MOSTLY),
+    "ExpectColumnPairValuesAToBeGreaterThanB": (frozenset({"column_A", "column_B"}), frozenset({"or_equal", "mostly"})),
+    "ExpectCompoundColumnsToBeUnique": (frozenset({"column_list"}), frozenset()),
+    "ExpectTableRowCountToEqual": (frozenset({"value"}), frozenset()),
+    "ExpectTableRowCountToBeBetween": (frozenset(), frozenset({"min_value", "max_value"})),
+}
+
+
 @dataclass(frozen=True)
 class Expect:
-    """One Great Expectations 1.x expectation, named by its class (``"ExpectColumnValuesToNotBeNull"``) and built
-    lazily by the gate, so declaring a contract does not import GX (about 3 s)."""
+    """One Great Expectations 1.x expectation, named by its class (``"ExpectColumnValuesToNotBeNull"``); its kind
+    and arguments are checked here against ``EXPECTATIONS``, the GX object is built by the gate."""
 
     kind: str
     severity: Severity = "critical"
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __init__(self, kind: str, severity: Severity = "critical", **kwargs: Any) -> None:
+        if kind not in EXPECTATIONS:
+            raise StageError(f"unknown Great Expectations expectation kind {kind!r}; contracts use: "
+                             f"{', '.join(sorted(EXPECTATIONS))}")
+        required, optional = EXPECTATIONS[kind]
+        unknown, missing = sorted(set(kwargs) - required - optional - {"meta"}), sorted(required - set(kwargs))
+        if unknown or missing:
+            raise StageError(f"{kind}: " + "; ".join(
+                [*([f"unknown argument(s) {unknown}"] if unknown else []),
+                 *([f"missing argument(s) {missing}"] if missing else [])])
+                + f" (takes {sorted(required | optional)})")
+        if severity not in ("critical", "warning"):
+            raise StageError(f"{kind}: severity {severity!r}; use 'critical' or 'warning'")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "severity", severity)
         object.__setattr__(self, "kwargs", kwargs)
