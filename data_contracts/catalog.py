@@ -45,8 +45,10 @@ CREATE TABLE IF NOT EXISTS artifacts (
     timings JSON,
     status VARCHAR NOT NULL,
     flow_run_id VARCHAR,
-    path VARCHAR
+    path VARCHAR,
+    kind VARCHAR DEFAULT 'data'
 );
+ALTER TABLE artifacts ADD COLUMN IF NOT EXISTS kind VARCHAR DEFAULT 'data';
 CREATE TABLE IF NOT EXISTS lineage (
     key VARCHAR NOT NULL,
     input_stage VARCHAR NOT NULL,
@@ -54,6 +56,9 @@ CREATE TABLE IF NOT EXISTS lineage (
     PRIMARY KEY (key, input_stage)
 );
 """
+
+_COLUMNS = ("key, stage, version, partition, params, input_keys, code_version, code_dirty, rows, bytes, outputs, "
+            "contract, timings, status, flow_run_id, path, kind")
 
 _UPSTREAM = """
 WITH RECURSIVE up(key, input_stage, input_key, depth) AS (
@@ -143,10 +148,12 @@ class Catalog:
             json.dumps(manifest.get("timings", {}), sort_keys=True),
             status, manifest.get("flow_run_id"),
             ArtifactStore.relative_location(manifest["stage"], manifest["key"], status),
+            manifest.get("kind", "data"),
         )
 
     def _upsert(self, con: duckdb.DuckDBPyConnection, manifest: Mapping[str, Any], status: str) -> None:
-        con.execute("INSERT OR REPLACE INTO artifacts VALUES (" + ", ".join("?" * 16) + ")", self._row(manifest, status))
+        con.execute(f"INSERT OR REPLACE INTO artifacts ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})",
+                    self._row(manifest, status))
         con.execute("DELETE FROM lineage WHERE key = ?", [manifest["key"]])
         lineage = [(manifest["key"], stage, key) for stage, key in sorted(manifest.get("input_keys", {}).items())]
         if lineage:

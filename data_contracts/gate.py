@@ -14,12 +14,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, Field
 
-from data_contracts.stage import Check, Contract, Expect, Severity, StageError
+from data_contracts.stage import Check, Contract, DirectoryContract, Expect, Severity, StageError
 
 # Keyword arguments of GX expectations that name columns: only these columns are converted to pandas.
 _COLUMN_KWARGS = ("column", "column_A", "column_B")
@@ -273,3 +274,22 @@ def validate(stage: str, output: str, frame: pl.DataFrame, contract: Contract, p
         rows=frame.height, results=results, failing_rows=sorted(failing),
         seconds=time.perf_counter() - start,
     )
+
+
+def validate_directory(stage: str, path: Path, contract: DirectoryContract, partition: str) -> GateReport:
+    """Run a directory output's checks (a checkpoint loads and generates, an index answers); every check is
+    critical, and one that raises fails with what it raised."""
+    start = time.perf_counter()
+    results = []
+    for check in contract.checks:
+        try:
+            problem = check.fn(path)
+        except Exception as exc:  # noqa: BLE001 - a check that cannot evaluate the directory fails it
+            problem = f"raised {type(exc).__name__}: {exc}"[:500]
+        message = "" if problem is None else (f"{check.description}: {problem}" if check.description else problem)
+        results.append(ExpectationResult(name=check.name, kind="check", severity="critical", success=problem is None,
+                                         unexpected_count=int(problem is not None), message=message))
+    files = sum(1 for p in path.rglob("*") if p.is_file())
+    return GateReport(stage=stage, output=contract.name, partition=partition,
+                      passed=all(r.success for r in results), rows=files, results=results, failing_rows=[],
+                      seconds=time.perf_counter() - start)

@@ -7,6 +7,7 @@ task, and :func:`materialize` runs a DAG serially in-process for notebooks and t
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from data_contracts.catalog import Catalog
-from data_contracts.gate import GateReport, validate
+from data_contracts.gate import GateReport, validate, validate_directory
 from data_contracts.stage import (
     REJECTED,
     REJECTED_CONTRACT,
@@ -154,13 +155,43 @@ def execute_stage(
         catalog.record(hit.manifest, "published")  # idempotent; heals a catalog rebuilt without it
         return StageRun.from_artifact(hit, cached=True)
     inputs = _resolve_inputs(store, stage, input_keys)
+    scratch = store.scratch(stage.name, key) if stage.directory is not None else None
+    try:
+        return _run_gate_publish(store, catalog, stage, params, key, inputs, input_keys, partition, force,
+                                 flow_run_id, scratch)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
+
+def _run_gate_publish(
+    store: ArtifactStore,
+    catalog: Catalog,
+    stage: Stage,
+    params: Params,
+    key: str,
+    inputs: Mapping[str, PublishedArtifact],
+    input_keys: Mapping[str, str],
+    partition: str,
+    force: bool,
+    flow_run_id: str | None,
+    scratch: Path | None,
+) -> StageRun:
     contracts = output_contracts(stage)
+    directory = None
     start = time.perf_counter()
-    frames = _check_outputs(stage, stage.run(inputs, params, partition), contracts)
+    if scratch is None:
+        returned = stage.run(inputs, params, partition)
+    else:  # a model or index stage writes its directory into the scratch space
+        directory = scratch / stage.directory.name
+        directory.mkdir()
+        returned = stage.run(inputs, params, partition, directory)
+    frames = _check_outputs(stage, returned, contracts)
     run_s = time.perf_counter() - start
 
     reports = {name: validate(stage.name, name, frame, contracts[name], partition) for name, frame in frames.items()}
+    if directory is not None:
+        reports[stage.directory.name] = validate_directory(stage.name, directory, stage.directory, partition)
     gate_s = time.perf_counter() - start - run_s
 
     manifest = store.manifest(
@@ -169,11 +200,11 @@ def execute_stage(
         contract={name: report.summary() for name, report in reports.items()},
     )
     if not all(report.passed for report in reports.values()):
-        quarantine = store.quarantine(manifest, frames, reports)
+        quarantine = store.quarantine(manifest, frames, reports, directory=directory)
         catalog.record(json.loads((quarantine / MANIFEST).read_text(encoding="utf-8")), "quarantined")
         raise ContractViolation(stage.name, partition, key, reports, quarantine)
 
-    published = store.publish(manifest, frames, reports=reports, replace=force)
+    published = store.publish(manifest, frames, reports=reports, replace=force, directory=directory)
     store.remove_quarantine(stage.name, key)
     catalog.record(published.manifest, "published")
     publish_s = time.perf_counter() - start - run_s - gate_s

@@ -11,13 +11,11 @@ import hashlib
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 Severity = Literal["critical", "warning"]
 
@@ -113,6 +111,32 @@ class Contract:
 
 REJECTED_CONTRACT = Contract(columns={"reason": pl.String})
 
+Resources = Literal["cpu", "gpu"]
+"""What a stage needs: ``cpu`` stages run on the Dask cluster of ``data_refresh``; ``gpu`` stages (training,
+evaluation with large models) run in their own flow on the ``gpu`` work pool, never inside a Dask worker."""
+
+ArtifactKind = Literal["data", "model", "index"]
+"""What a stage publishes: ``data`` is Parquet outputs only; ``model`` (a checkpoint) and ``index`` (a search index)
+are directory artifacts: a directory the stage writes, published with the same atomic rename, manifest and catalog
+row, plus any Parquet outputs (metrics, a loss curve)."""
+
+
+@dataclass(frozen=True)
+class DirectoryCheck:
+    """A Python check of a directory output: ``fn(path)`` returns what is wrong, or None when it passes."""
+
+    name: str
+    fn: Callable[[Path], str | None]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DirectoryContract:
+    """The directory output of a ``model`` or ``index`` stage: its name inside the artifact and its checks."""
+
+    name: str
+    checks: tuple[DirectoryCheck, ...] = ()
+
 
 class Artifact(Protocol):
     """A published artifact as a stage sees its inputs."""
@@ -126,7 +150,9 @@ class Artifact(Protocol):
     def scan(self, output: str) -> pl.LazyFrame: ...
 
 
-RunFn = Callable[[Mapping[str, Artifact], Any, str], dict[str, pl.DataFrame]]
+RunFn = Callable[..., dict[str, pl.DataFrame]]
+"""``run(inputs, params, partition)``, and for a directory artifact ``run(inputs, params, partition, out_dir)``
+writing its directory into ``out_dir``; returns the Parquet outputs by name."""
 
 
 @dataclass(frozen=True)
@@ -138,16 +164,24 @@ class Stage:
     outputs: Mapping[str, Contract]
     run: RunFn
     description: str = ""
+    resources: Resources = "cpu"
+    kind: ArtifactKind = "data"
+    directory: DirectoryContract | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise StageError(f"stage name {self.name!r} must be a Python identifier")
         if not issubclass(self.params, Params):
             raise StageError(f"stage {self.name!r}: params must subclass data_contracts.stage.Params")
-        if not self.outputs:
+        if not self.outputs and self.directory is None:
             raise StageError(f"stage {self.name!r} declares no outputs; declare at least one with its Contract")
         if self.name in self.inputs:
             raise StageError(f"stage {self.name!r} lists itself as an input")
+        if self.resources not in ("cpu", "gpu"):
+            raise StageError(f"stage {self.name!r}: resources {self.resources!r}; declare 'cpu' or 'gpu'")
+        if (self.kind == "data") != (self.directory is None):
+            raise StageError(f"stage {self.name!r} of kind {self.kind!r}: a 'model' or 'index' stage declares its "
+                             "directory=DirectoryContract(...), a 'data' stage none")
 
     def parse_params(self, raw: Mapping[str, Any] | None) -> Params:
         """Validate raw params; the error names the stage, the field and what is allowed."""
@@ -173,13 +207,17 @@ def stage(
     params: type[Params],
     outputs: Mapping[str, Contract],
     inputs: tuple[str, ...] = (),
+    resources: Resources = "cpu",
+    kind: ArtifactKind = "data",
+    directory: DirectoryContract | None = None,
 ) -> Callable[[RunFn], Stage]:
     """Declare and register a stage: ``@stage(name=..., ...) def run(inputs, params, partition) -> {...}``."""
 
     def register(fn: RunFn) -> Stage:
         if name in STAGES:
             raise StageError(f"stage {name!r} is declared twice ({STAGES[name].run.__module__} and {fn.__module__})")
-        declared = Stage(name, version, inputs, params, dict(outputs), fn, (fn.__doc__ or "").strip())
+        declared = Stage(name, version, inputs, params, dict(outputs), fn, (fn.__doc__ or "").strip(), resources,
+                         kind, directory)
         STAGES[name] = declared
         return declared
 

@@ -104,12 +104,20 @@ class PublishedArtifact:
         return pl.scan_parquet(self.file(output))
 
     @property
+    def directory(self) -> Path:
+        """The directory output of a ``model`` or ``index`` artifact (a transformers checkpoint, a search index)."""
+        if not self.manifest.get("directory"):
+            raise StageError(f"artifact {self.stage}/{self.key} is a data artifact: it has no directory output")
+        return self.path / self.manifest["directory"]["name"]
+
+    @property
     def rows(self) -> dict[str, int]:
         return {name: out["rows"] for name, out in self.manifest["outputs"].items()}
 
     @property
     def bytes(self) -> int:
-        return sum(out["bytes"] for out in self.manifest["outputs"].values())
+        return (sum(out["bytes"] for out in self.manifest["outputs"].values())
+                + (self.manifest.get("directory") or {}).get("bytes", 0))
 
 
 def _fsync_path(path: Path) -> None:
@@ -148,7 +156,21 @@ def _validation_json(reports: Mapping[str, GateReport]) -> dict[str, Any]:
 
 def _complete(path: Path, manifest: Mapping[str, Any]) -> bool:
     """Every file the manifest lists exists (a published directory someone has since emptied by hand is not)."""
-    return all((path / out["file"]).is_file() for out in manifest.get("outputs", {}).values())
+    directory = manifest.get("directory") or {"name": "", "files": {}}
+    return (all((path / out["file"]).is_file() for out in manifest.get("outputs", {}).values())
+            and all((path / directory["name"] / file).is_file() for file in directory["files"]))
+
+
+def _move_directory(directory: Path, into: Path) -> dict[str, Any]:
+    """Move a stage's directory output into an artifact being written (a rename: same filesystem), fsync its
+    files, and describe it for the manifest: its name, every file's size, the total."""
+    target = into / directory.name
+    os.rename(directory, target)
+    files = {}
+    for file in sorted(p for p in target.rglob("*") if p.is_file()):
+        _fsync_path(file)
+        files[file.relative_to(target).as_posix()] = file.stat().st_size
+    return {"name": directory.name, "files": files, "bytes": sum(files.values())}
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -289,6 +311,8 @@ class ArtifactStore:
         return {
             "stage": stage.name,
             "version": stage.version,
+            "kind": stage.kind,
+            "resources": stage.resources,
             "key": key,
             "partition": partition,
             "params": params.model_dump(mode="json"),
@@ -377,9 +401,11 @@ class ArtifactStore:
         reports: Mapping[str, GateReport] | None,
         *,
         replace: bool,
+        directory: Path | None = None,
     ) -> None:
         """Write each output's (file, rows to write, manifest entry), ``validation.json`` unless ``reports`` is
-        None, and the manifest into a temp sibling of ``final``; fsync, rename into place."""
+        None, the directory output if any, and the manifest into a temp sibling of ``final``; fsync, rename into
+        place."""
         tmp = self._temp_dir(final.parent, manifest["key"])
         try:
             entries = {}
@@ -388,7 +414,8 @@ class ArtifactStore:
                 entries[name] = {**entry, "bytes": _write_parquet(rows, tmp / file), "file": file}
             if reports is not None:
                 _write_json(tmp / VALIDATION, _validation_json(reports))
-            _write_json(tmp / MANIFEST, {**manifest, "outputs": entries})
+            described = None if directory is None else _move_directory(directory, tmp)
+            _write_json(tmp / MANIFEST, {**manifest, "outputs": entries, "directory": described})
             self._move_into_place(tmp, final, replace=replace)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -401,8 +428,10 @@ class ArtifactStore:
         *,
         reports: Mapping[str, GateReport] | None = None,
         replace: bool = False,
+        directory: Path | None = None,
     ) -> PublishedArtifact:
-        """Write every output, the gate reports (``validation.json``, read by the Data Docs) and the manifest.
+        """Write every output, the gate reports (``validation.json``, read by the Data Docs), the ``directory``
+        output of a model or index stage (moved in) and the manifest.
 
         A concurrent publisher of the same key that loses the rename drops its copy and returns the winner's,
         whose data files are byte-identical (stages are deterministic). ``replace`` overwrites an existing one.
@@ -410,7 +439,7 @@ class ArtifactStore:
         stage, key = manifest["stage"], manifest["key"]
         final = self.path(stage, key)
         outputs = {name: (f"{name}.parquet", frame, _describe(frame)) for name, frame in frames.items()}
-        self._write(final, manifest, outputs, reports or None, replace=replace)
+        self._write(final, manifest, outputs, reports or None, replace=replace, directory=directory)
         published = self.get(stage, key)
         if published is None:  # pragma: no cover - only if someone deletes files between rename and read
             raise RuntimeError(f"artifact {stage}/{key} vanished right after publishing at {final}")
@@ -421,9 +450,11 @@ class ArtifactStore:
         manifest: Mapping[str, Any],
         frames: Mapping[str, pl.DataFrame],
         reports: Mapping[str, GateReport],
+        directory: Path | None = None,
     ) -> Path:
-        """Keep a failed artifact out of ``artifacts/``: its validation result and, per output, the failing rows
-        (with their row index in ``_row``). A later quarantine of the same key replaces the earlier one."""
+        """Keep a failed artifact out of ``artifacts/``: its validation result, per output the failing rows (with
+        their row index in ``_row``) and the directory output, for inspection. A later quarantine of the same key
+        replaces the earlier one."""
         final = self.quarantine_path(manifest["stage"], manifest["key"])
         outputs = {}
         for name, frame in frames.items():
@@ -431,8 +462,13 @@ class ArtifactStore:
             indexed = frame.with_row_index("_row")
             outputs[name] = (f"{name}.failing.parquet", indexed[failing] if failing else indexed.head(0),
                              {**_describe(frame), "failing_rows": len(failing)})
-        self._write(final, manifest, outputs, reports, replace=True)
+        self._write(final, manifest, outputs, reports, replace=True, directory=directory)
         return final
+
+    def scratch(self, stage: str, key: str) -> Path:
+        """A fresh temp directory beside the artifact's place, for a directory output to be written into before it
+        is gated and published; a killed writer's scratch is cleaned like any ``.tmp-`` directory."""
+        return self._temp_dir(self.artifacts_dir / stage, _checked(stage, key).split("/")[1])
 
     def remove_quarantine(self, stage: str, key: str) -> None:
         """Drop a quarantined copy once the same key has been published (e.g. after a forced re-run)."""

@@ -306,13 +306,15 @@ def _catalog() -> Any:
 def artifacts_ls(
     stage: Annotated[str | None, typer.Option(help="Only this stage.")] = None,
     status: Annotated[str | None, typer.Option(help="published | quarantined")] = None,
+    kind: Annotated[str | None, typer.Option(help="data | model | index")] = None,
 ) -> None:
-    """List artifacts: stage, partition, key, status, rows, bytes (`show KEY` for the rest)."""
+    """List artifacts: stage, kind, partition, key, status, rows, bytes (`show KEY` for the rest)."""
     with _clean_errors():
         frame = _catalog().query(
-            "SELECT stage, partition, key, status, rows, bytes FROM artifacts "
-            "WHERE (? IS NULL OR stage = ?) AND (? IS NULL OR status = ?) ORDER BY stage, partition, key",
-            [stage, stage, status, status],
+            "SELECT stage, kind, partition, key, status, rows, bytes FROM artifacts "
+            "WHERE (? IS NULL OR stage = ?) AND (? IS NULL OR status = ?) AND (? IS NULL OR kind = ?) "
+            "ORDER BY stage, partition, key",
+            [stage, stage, status, status, kind, kind],
         )
     if frame.is_empty():
         console.print("no artifacts yet: run `gymforge demo` or `gymforge run STAGE`")

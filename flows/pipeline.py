@@ -214,9 +214,12 @@ def plan_dag(
     """The targets (default: every registered stage) and their upstream closure in topological order, each with
     its params and artifact key; ``force`` applies to the targets only."""
     params = stage_params(profile, overrides)
-    names = list(targets) if targets else sorted(params)
+    names = list(targets) if targets else sorted(n for n in params if stage_named(n).resources == "cpu")
     planned: dict[str, PlannedStage] = {}
     for stage in plan(names):
+        if stage.resources != "cpu":  # a Dask worker is a daemonic process: no torch workers, no vLLM (DESIGN.md 4)
+            raise StageError(f"stage {stage.name!r} needs a GPU worker, not the data DAG: run it with its flow "
+                             "(`gymforge train ...`) or its deployment on the gpu pool")
         params_json = json.dumps(params[stage.name], sort_keys=True)
         input_keys = {name: planned[name].key for name in stage.inputs}
         key = _stage_key(stage.name, params_json, input_keys, partition)

@@ -292,3 +292,57 @@ def test_cache_hit_does_not_need_its_inputs_anymore(doubles, env) -> None:
     with pytest.raises(UpstreamMissing):
         execute_stage(store, catalog, sink, {}, {"_test_double_source": runs["_test_double_source"].key}, "p0",
                       force=True)
+
+
+class _TestDoubleIndexParams(Params):
+    words: int = Field(3, description="Words in the index file.")
+    broken: bool = Field(False, description="Write nothing, which the directory contract rejects.")
+
+
+def _index_stage() -> Stage:
+    from data_contracts.stage import DirectoryCheck, DirectoryContract
+
+    def has_words(path: Path) -> str | None:
+        return None if (path / "words.txt").is_file() else "no words.txt"
+
+    def build(inputs, params, partition, out_dir: Path) -> dict[str, pl.DataFrame]:
+        if not params.broken:
+            (out_dir / "words.txt").write_text(" ".join(f"w{i}" for i in range(params.words)))
+            (out_dir / "nested").mkdir()
+            (out_dir / "nested" / "meta.json").write_text("{}")
+        return {"stats": pl.DataFrame({"words": [params.words]})}
+
+    return Stage("_test_double_index", "1", (), _TestDoubleIndexParams, {"stats": Contract()}, build,
+                 kind="index", directory=DirectoryContract("index", (DirectoryCheck("has_words", has_words),)))
+
+
+def test_a_directory_artifact_is_published_gated_and_catalogued(tmp_path: Path) -> None:
+    store, catalog = ArtifactStore(tmp_path), Catalog(tmp_path)
+    index = _index_stage()
+    run = execute_stage(store, catalog, index, {}, {}, "p0")
+    artifact = store.get(index.name, run.key)
+    assert artifact is not None and artifact.directory == artifact.path / "index"
+    assert (artifact.directory / "words.txt").read_text() == "w0 w1 w2"
+    assert artifact.manifest["directory"]["files"] == {"nested/meta.json": 2, "words.txt": 8}
+    assert artifact.manifest["kind"] == "index" and artifact.read("stats")["words"].to_list() == [3]
+    assert catalog.query("SELECT kind FROM artifacts WHERE key = ?", [run.key])["kind"].to_list() == ["index"]
+    assert store.leftovers() == []  # the scratch space is gone
+    assert execute_stage(store, catalog, index, {}, {}, "p0").cached
+
+    (artifact.directory / "words.txt").unlink()  # a published directory missing a file is not published
+    assert store.get(index.name, run.key) is None
+
+    with pytest.raises(ContractViolation, match="has_words: no words.txt"):
+        execute_stage(store, catalog, index, {"broken": True}, {}, "p0")
+    assert store.leftovers() == []
+
+
+def test_a_directory_stage_must_declare_its_directory() -> None:
+    from data_contracts.stage import DirectoryContract
+
+    with pytest.raises(StageError, match="declares its directory"):
+        Stage("_test_double_bad", "1", (), Params, {"x": Contract()}, lambda *a: {}, kind="model")
+    with pytest.raises(StageError, match="a 'data' stage none"):
+        Stage("_test_double_bad", "1", (), Params, {"x": Contract()}, lambda *a: {}, directory=DirectoryContract("d"))
+    with pytest.raises(StageError, match="resources 'tpu'"):
+        Stage("_test_double_bad", "1", (), Params, {"x": Contract()}, lambda *a: {}, resources="tpu")
