@@ -26,7 +26,7 @@ def seed_source(spec: str) -> str:
     """``world`` or ``KIND:PATH`` with PATH made absolute (the artifact key then names the same file anywhere).
 
     The file is read up to its first usable seed, so a missing, corrupt, empty or wholly rejected file fails here
-    with a ``SeedFileError`` naming it, before any server or cluster starts; the stage reads the rest."""
+    with a ``InputFileError`` naming it, before any server or cluster starts; the stage reads the rest."""
     from tasks.seeds import load_seed_file
 
     kind, _, path = spec.partition(":")

@@ -1,7 +1,7 @@
 """The agent loop: rollouts of a policy (any ``Engine``) on QA/KeyChain prompts and in tool environments.
 
 - QA and KeyChain prompts are single-turn: prompt messages -> ``k`` samples -> a reward function of
-  ``tasks/rewards.py`` (``reward(completions, **columns) -> list[float]``).
+  ``envgen/rewards.py`` (``reward(completions, **columns) -> list[float]``).
 - Tool environments are multi-turn: the completion becomes an assistant message, ``env.step`` answers with tool
   results (or the user), until the episode is done or the turn budget is spent. A malformed tool call (bad JSON,
   unknown tool, missing arguments) is answered with a tool error the agent sees, never an exception.
@@ -193,7 +193,7 @@ def rollout_mix(engine: Engine, frame: Any, k: int, config: AgentConfig, source:
     messages, answer, aliases), scored by the reward its ``reward_fn`` column names, or by ``reward`` for a frame
     without that column (a ``keychain`` output: ``two_way``); one group per row, in row order. A row naming no
     reward is an error, never a silent default."""
-    from tasks.rewards import get_reward
+    from envgen.rewards import get_reward
 
     rows = list(frame.iter_rows(named=True))
     if "reward_fn" not in frame.columns and reward is None:

@@ -80,7 +80,7 @@ class FilterParams(Params):
 
 class QAFilterParams(FilterParams):
     batch_size: int = Field(32, gt=0, description="items per engine call (each item asks for k samples)")
-    reward: str = Field("two_way", description="reward function of tasks/rewards.py REWARDS scoring an answer")
+    reward: str = Field("two_way", description="reward function of envgen/rewards.py REWARDS scoring an answer")
     max_prompt_tokens: int = Field(
         512, gt=0, description="documents are cut (by characters, ~4 per token) so the prompt stays short"
     )
@@ -238,8 +238,8 @@ def _aliases(value: Any) -> list[str]:
 
 def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> dict[str, pl.DataFrame]:
     """Score every seed with ``k`` samples of ``engine`` and split by the pass-count window."""
+    from envgen.rewards import get_reward
     from inference.agent import AgentConfig, rollout_prompts
-    from tasks.rewards import get_reward
 
     config = AgentConfig(sampling=params.sampling(), seed=params.seed)
     groups = rollout_prompts(engine, qa_items(seeds, params.max_prompt_tokens), params.k, get_reward(params.reward),

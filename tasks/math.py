@@ -21,9 +21,9 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
+from data_contracts.readers import InputFileError, all_rejected, iter_jsonl
 from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Contract, Expect, Params, seed_for, stage
-from tasks.rewards import extract_boxed, parse_number
-from tasks.seeds import SeedFileError, all_rejected, iter_jsonl
+from envgen.rewards import extract_boxed, parse_number
 
 STAGE = "math_seeds"
 LETTERS = "ABCD"
@@ -222,16 +222,16 @@ def load_math_jsonl(path: Path | str) -> list[dict[str, Any]]:
     without a record is one."""
     path = Path(path)
     if not path.is_file():
-        raise SeedFileError(path, None, "no such math JSONL file")
+        raise InputFileError(path, None, "no such math JSONL file")
     rows = []
     for line, record in iter_jsonl(path):
         if not isinstance(record, dict):
-            raise SeedFileError(path, line, f"expected a JSON object, got {type(record).__name__}")
+            raise InputFileError(path, line, f"expected a JSON object, got {type(record).__name__}")
         question, answer = _text_field(record), _answer_field(record)
         if question is None:
-            raise SeedFileError(path, line, "no question: expected a non-empty 'problem', 'question' or 'prompt'")
+            raise InputFileError(path, line, "no question: expected a non-empty 'problem', 'question' or 'prompt'")
         if answer is None:
-            raise SeedFileError(path, line, "no answer: expected 'answer', a \\boxed{} in 'solution', or "
+            raise InputFileError(path, line, "no answer: expected 'answer', a \\boxed{} in 'solution', or "
                                             "reward_model.ground_truth")
         choices = record.get("choices") or record.get("options")
         rows.append({"line": line, "question": question, "answer": answer,
@@ -300,7 +300,7 @@ def _easy_rows(p: MathParams, partition: str) -> tuple[list[dict], list[dict]]:
             rows.append({"id": row_id, "kind": "easy_mc", "question": question, "answer": letter,
                          "choices": choices, "source": f"file:{name.name}", "reward_fn": "choice"})
         if rejected and not rows:
-            raise SeedFileError(name, None, all_rejected(len(rejected), Counter(r["reason"] for r in rejected)))
+            raise InputFileError(name, None, all_rejected(len(rejected), Counter(r["reason"] for r in rejected)))
         return rows, rejected
     for i in range(p.n_easy):
         rng = random.Random(seed_for(p.seed, STAGE, f"{partition}/easy", i))

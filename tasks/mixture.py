@@ -15,8 +15,8 @@ The curriculum is rows, one per (item, stage), marked by ``curriculum_stage``:
   it lists. An item without a count is kept: unknown is not solved.
 
 Each row carries the chat ``prompt`` (JSON messages), the ``answer`` (and ``aliases``) and ``reward_fn``, the name
-of its reward in ``tasks.rewards.REWARDS``: what TRL's GRPOTrainer reads (``gymforge export`` writes the prompt as a
-list of messages; ``tasks.rewards.route_by_reward_fn`` scores each row with its reward). ``seed_prompt`` and
+of its reward in ``envgen.rewards.REWARDS``: what TRL's GRPOTrainer reads (``gymforge export`` writes the prompt as a
+list of messages; ``envgen.rewards.route_by_reward_fn`` scores each row with its reward). ``seed_prompt`` and
 ``question_prompt`` build the prompts, also for an exported artifact that has none.
 """
 
@@ -37,7 +37,7 @@ STAGE = "rl_mix"
 CURRICULUM = ("warmup", "stage1", "stage2")
 TABLE_1 = {"keychain": 7500, "qa": 7500, "needle_multikey": 512, "needle_multivalue": 512, "math_hard": 2500,
            "math_easy": 2500}
-QA_REWARD = "two_way"  # LoongRL's two-way substring exact match, hardened (tasks/rewards.py)
+QA_REWARD = "two_way"  # LoongRL's two-way substring exact match, hardened (envgen/rewards.py)
 BOXED = "Put the final answer in \\boxed{}."
 
 MIX_COLUMNS: dict[str, Any] = {
@@ -189,7 +189,7 @@ def curriculum_rows(items: pl.DataFrame, params: MixParams) -> pl.DataFrame:
 
 
 def _unknown_reward(frame: pl.DataFrame) -> pl.Series:
-    from tasks.rewards import REWARDS
+    from envgen.rewards import REWARDS
 
     return ~frame["reward_fn"].is_in(list(REWARDS))
 
@@ -216,7 +216,7 @@ MIX_CONTRACT = Contract(
         Expect("ExpectColumnValuesToNotBeNull", column="answer"),
     ),
     checks=(
-        Check("reward_fn_registered", _unknown_reward, description="reward_fn names a reward in tasks.rewards"),
+        Check("reward_fn_registered", _unknown_reward, description="reward_fn names a reward in envgen.rewards"),
         Check("prompt_is_chat", _bad_prompt, description="prompt is a JSON list of system/user messages"),
         Check("no_keychain_in_warmup",
               lambda f: (f["curriculum_stage"] == "warmup") & (f["category"] == "keychain"),

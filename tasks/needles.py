@@ -5,7 +5,7 @@ LoongRL keeps retrieval alive with 1,024 needle examples built as RULER builds t
 them asked for; 512 examples). The haystack here is the `world` documents (or any local text directory) read as
 consecutive paragraphs from a random starting point; needles go to sentence boundaries at uniformly random depths.
 Length follows the KeyChain rules (``tasks/token_budget.py``): the final prompt, chat template applied, lands in
-[target - 2%, target]. ``answers`` lists every value the reward requires (``needle_all`` in ``tasks/rewards.py``);
+[target - 2%, target]. ``answers`` lists every value the reward requires (``needle_all`` in ``envgen/rewards.py``);
 ``answer`` holds the same list as a JSON string, the form the mixture's shared ``answer`` column carries.
 """
 

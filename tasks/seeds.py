@@ -4,7 +4,7 @@
 LoongRL builds KeyChain from HotpotQA, MuSiQue and 2WikiMultiHopQA (LoongRL report, KeyChain "Stage 1: Seed dataset
 curation"); the synthetic ``world`` (tasks/world.py) is the embedded default. Every source is normalized to the
 ``qa_seed`` record of DESIGN.md section 6. A corrupt, truncated or empty file, or one whose every record is rejected,
-raises ``SeedFileError`` naming the file (and the line where there is one), and nothing of it is returned.
+raises ``InputFileError`` naming the file (and the line where there is one), and nothing of it is returned.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
+from data_contracts.readers import InputFileError, all_rejected, iter_json_array, iter_jsonl
 from data_contracts.schemas import QA_SEED_COLUMNS, QA_SEED_CONTRACT, SPLITS, between, extend
 from data_contracts.stage import (
     REJECTED,
@@ -29,21 +30,11 @@ from data_contracts.stage import (
     Expect,
     Params,
     Severity,
-    StageError,
     stage,
 )
-from tasks.rewards import normalize
+from envgen.rewards import normalize
 
 REJECTED_SEED_COLUMNS: dict[str, pl.DataType] = {"id": pl.String(), "source": pl.String(), "reason": pl.String()}
-
-
-class SeedFileError(StageError):
-    """A seed file is missing, unreadable, corrupt, truncated, empty or holds no usable record; the message names the
-    file and line. A StageError: the stage was given an input it cannot use, which the user fixes, not the code."""
-
-    def __init__(self, path: Path | str, line: int | None, problem: str) -> None:
-        where = f"{path}, line {line}" if line is not None else str(path)
-        super().__init__(f"{where}: {problem}")
 
 
 # --------------------------------------------------------------------------- contract
@@ -131,100 +122,6 @@ def eval_split(question: str, eval_fraction: float) -> str:
 # --------------------------------------------------------------------------- streaming readers
 
 
-def iter_json_array(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[int, Any]]:
-    """Stream the elements of a top-level JSON array as ``(line, element)``, reading ``chunk_size`` characters at a
-    time; errors carry the file and the line of the decode position. (The stdlib has no incremental array parser
-    and ijson is not a dependency: this is ``raw_decode`` over a sliding buffer.)"""
-    decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8-sig") as fh:  # a byte-order mark is not data
-        buf, pos, eof = "", 0, False
-        mark, mark_line = 0, 1  # buf[mark] is on line mark_line; positions only move forward, so counting is linear
-
-        def line_at(p: int) -> int:
-            nonlocal mark, mark_line
-            if p < mark:
-                return mark_line - buf.count("\n", p, mark)
-            mark_line += buf.count("\n", mark, p)
-            mark = p
-            return mark_line
-
-        def refill(size: int) -> bool:
-            nonlocal buf, eof
-            data = fh.read(size)
-            eof = not data
-            buf += data
-            return not eof
-
-        def peek() -> str:
-            nonlocal pos
-            while True:
-                while pos < len(buf) and buf[pos].isspace():
-                    pos += 1
-                if pos < len(buf) or not refill(chunk_size):
-                    return buf[pos] if pos < len(buf) else ""
-
-        try:
-            if (first_char := peek()) != "[":
-                problem = "empty file" if not first_char else "expected a JSON list ('[' at the start of the file)"
-                raise SeedFileError(path, line_at(pos), problem)
-            pos += 1
-            first = True
-            while True:
-                c = peek()
-                if c == "]":
-                    if first:
-                        raise SeedFileError(path, line_at(pos), "no records: the JSON list is empty")
-                    pos += 1
-                    if peek():
-                        raise SeedFileError(path, line_at(pos), "unexpected data after the end of the JSON list")
-                    return
-                if not c:
-                    raise SeedFileError(path, line_at(pos), "truncated file: the JSON list is never closed")
-                if not first:
-                    if c != ",":
-                        raise SeedFileError(path, line_at(pos), f"expected ',' or ']' between elements, got {c!r}")
-                    pos += 1
-                    peek()
-                first, size = False, chunk_size
-                while True:
-                    try:
-                        value, end = decoder.raw_decode(buf, pos)
-                        break
-                    except json.JSONDecodeError as exc:
-                        if eof or not refill(size):
-                            raise SeedFileError(path, line_at(exc.pos), f"invalid JSON: {exc.msg}") from None
-                        size *= 2  # a long element: grow reads so re-decoding stays linear overall
-                yield line_at(pos), value
-                pos = end
-                if pos > chunk_size:  # drop the consumed prefix so memory stays bounded by the largest element
-                    line_at(pos)
-                    buf, pos, mark = buf[pos:], 0, 0
-        except UnicodeDecodeError as exc:
-            raise SeedFileError(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start} of a read)") from None
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line, record)`` for every non-blank line of a JSON Lines file; a file without one is an error."""
-    records = 0
-    with open(path, "rb") as fh:  # decoded line by line, so a bad byte is reported with its line
-        for number, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a byte-order mark is not data
-            except UnicodeDecodeError as exc:
-                raise SeedFileError(path, number, f"not UTF-8 text ({exc.reason} at byte {exc.start + 1})") from None
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                truncated = " (truncated last line?)" if not text.endswith("\n") else ""
-                raise SeedFileError(path, number, f"invalid JSON: {exc.msg}{truncated}") from None
-            records += 1
-            yield number, record
-    if not records:
-        raise SeedFileError(path, None, "no records: the file is empty or holds only blank lines")
-
-
 # --------------------------------------------------------------------------- record converters
 
 
@@ -234,13 +131,13 @@ class Rejected(Exception):
 
 def _field(record: Mapping[str, Any], name: str, kind: type | tuple[type, ...], path: Path, line: int) -> Any:
     if not isinstance(record, Mapping):
-        raise SeedFileError(path, line, f"expected a JSON object, got {type(record).__name__}")
+        raise InputFileError(path, line, f"expected a JSON object, got {type(record).__name__}")
     if name not in record:
         have = ", ".join(sorted(record)) or "(none)"
-        raise SeedFileError(path, line, f"record has no field {name!r} (fields present: {have})")
+        raise InputFileError(path, line, f"record has no field {name!r} (fields present: {have})")
     value = record[name]
     if not isinstance(value, kind):
-        raise SeedFileError(path, line, f"field {name!r} must be {getattr(kind, '__name__', kind)}, "
+        raise InputFileError(path, line, f"field {name!r} must be {getattr(kind, '__name__', kind)}, "
                                         f"got {type(value).__name__}")
     return value
 
@@ -262,7 +159,7 @@ def _hotpot_like(source: str) -> Callable[[Mapping[str, Any], Path, int], dict[s
             docs = [{"title": str(title), "text": " ".join(s.strip() for s in sentences if s.strip()),
                      "is_supporting": str(title) in support} for title, sentences in context]
         except (TypeError, ValueError):
-            raise SeedFileError(path, line, "context must be [[title, [sentences]]] and supporting_facts "
+            raise InputFileError(path, line, "context must be [[title, [sentences]]] and supporting_facts "
                                             "[[title, sentence_id]]") from None
         if not support or not support <= {d["title"] for d in docs}:
             raise Rejected("supporting-fact titles missing from the context")
@@ -286,7 +183,7 @@ def _musique(record: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]
         docs = [{"title": str(p["title"]), "text": str(p["paragraph_text"]).strip(),
                  "is_supporting": bool(p.get("is_supporting", False))} for p in paragraphs]
     except (TypeError, KeyError) as exc:
-        raise SeedFileError(path, line, f"paragraphs must be objects with title and paragraph_text ({exc!r})") from None
+        raise InputFileError(path, line, f"paragraphs must be objects with title and paragraph_text ({exc!r})") from None
     n_support = sum(d["is_supporting"] for d in docs)
     if not n_support:
         raise Rejected("no supporting paragraph")
@@ -308,13 +205,13 @@ def load_seed_file(
     batch: int = 4096,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read one local dataset file into ``(seeds, rejected)`` frames. ``split`` names the file's split; without
-    it each seed's split comes from a hash of its question (``eval_fraction``). Raises ``SeedFileError``, also when
+    it each seed's split comes from a hash of its question (``eval_fraction``). Raises ``InputFileError``, also when
     every record is rejected: a 0-seed artifact is never useful, and the file is the thing to fix."""
     if source not in LOADERS:
         raise ValueError(f"unknown seed source {source!r}; loaders exist for {', '.join(LOADERS)}")
     path = Path(path)
     if not path.is_file():
-        raise SeedFileError(path, None, f"no such {source} file")
+        raise InputFileError(path, None, f"no such {source} file")
     reader, convert = LOADERS[source]
     rows: list[dict[str, Any]] = []
     batches: list[pl.DataFrame] = []  # rows move to Arrow every ``batch`` records, so Python objects stay few
@@ -343,14 +240,8 @@ def load_seed_file(
         if limit is not None and kept >= limit:
             break
     if not kept:
-        raise SeedFileError(path, None, all_rejected(len(rejected), reasons))
+        raise InputFileError(path, None, all_rejected(len(rejected), reasons))
     return pl.concat([*batches, seed_frame(rows)]), rejected_frame(rejected)
-
-
-def all_rejected(n: int, reasons: Counter[str]) -> str:
-    """The message for a file whose every record was rejected, with its most common reasons."""
-    common = "; ".join(f"{count} {reason}" for reason, count in reasons.most_common(3))
-    return f"all {n} records were rejected ({common}); nothing of the file is usable"
 
 
 # --------------------------------------------------------------------------- the stage

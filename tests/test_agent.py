@@ -111,7 +111,7 @@ def test_single_turn_prompts_get_k_samples_and_rewards():
 
     items = [PromptItem(id=f"q{i}", messages=[{"role": "user", "content": f"capital {i}?"}],
                         columns={"answer": "Paris", "aliases": []}) for i in range(3)]
-    from tasks.rewards import get_reward
+    from envgen.rewards import get_reward
 
     groups = rollout_prompts(ScriptedEngine(policy), items, 4, get_reward("two_way"), AgentConfig(), "qa")
     assert [[t.reward for t in g] for g in groups] == [[1.0, 0.0, 1.0, 0.0]] * 3

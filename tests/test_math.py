@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_contracts.gate import validate
+from data_contracts.readers import InputFileError
+from envgen.rewards import REWARDS
 from tasks.math import LETTERS, load_math_jsonl, math_seeds
-from tasks.rewards import REWARDS
-from tasks.seeds import SeedFileError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "qa"
 
@@ -120,7 +120,7 @@ def test_stage_with_local_files() -> None:
 def test_loader_errors_name_file_and_line(line: str, message: str, tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"problem": "1+1?", "answer": "2"}\n' + line + "\n")
-    with pytest.raises(SeedFileError, match=rf"bad.jsonl, {message}"):
+    with pytest.raises(InputFileError, match=rf"bad.jsonl, {message}"):
         load_math_jsonl(path)
 
 
@@ -129,7 +129,7 @@ def test_loader_errors_name_file_and_line(line: str, message: str, tmp_path: Pat
 def test_an_empty_file_is_an_error_naming_it(field: str, text: str, tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl"
     path.write_text(text)
-    with pytest.raises(SeedFileError, match=r"empty.jsonl.*no records"):
+    with pytest.raises(InputFileError, match=r"empty.jsonl.*no records"):
         run(n_hard=5, n_easy=5, **{field: str(path)})
 
 
@@ -137,5 +137,5 @@ def test_an_easy_file_whose_records_are_all_rejected_is_an_error_naming_it(tmp_p
     path = tmp_path / "words.jsonl"
     path.write_text('{"problem": "Which shape has three sides?", "answer": "triangle"}\n'
                     '{"question": "Pick one", "choices": ["x", "y"], "answer": "Q"}\n')
-    with pytest.raises(SeedFileError, match="words.jsonl: all 2 records were rejected"):
+    with pytest.raises(InputFileError, match="words.jsonl: all 2 records were rejected"):
         run(n_hard=0, n_easy=5, easy_file=str(path))

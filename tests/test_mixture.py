@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from mix_inputs import mix_inputs
 
 from data_contracts.stage import FrameArtifact, StageError, get_stage
+from envgen.rewards import REWARDS
 from tasks import mixture as M
-from tasks.rewards import REWARDS
 
 AVAILABLE = {"keychain": 6, "qa": 5, "needle_multikey": 2, "needle_multivalue": 2, "math_hard": 10, "math_easy": 10}
 

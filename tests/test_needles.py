@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from longctx_fixtures import tokenizer, tokenizer_artifact, world_documents
 
 from data_contracts.stage import FrameArtifact, StageError, get_stage
+from envgen.rewards import get_reward
 from tasks import needles as N
-from tasks.rewards import get_reward
 
 SMALL = {"n_multikey": 3, "n_multivalue": 3, "target_tokens": 1536}
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasks.rewards import (
+from envgen.rewards import (
     NAME_GLUE,
     REWARDS,
     YES_NO,
@@ -246,7 +246,7 @@ def test_needle_reward_is_order_free_and_needs_every_value(values: list[str]) ->
 
 
 def test_configured_rewards_change_one_option() -> None:
-    from tasks.rewards import configure
+    from envgen.rewards import configure
 
     long_answer = boxed("as far as we can tell from these documents it is Paris")
     assert two_way([long_answer], answer=["Paris"]) == [0.0]

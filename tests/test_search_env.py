@@ -15,12 +15,12 @@ from agent_fixtures import n_calls_made
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from data_contracts.readers import InputFileError
 from envgen.search import CorpusError, SearchConfig, SearchEnvironment, SearchIndex, load_corpus
 from envgen.search.environment import MAX_K, TOOL_SCHEMAS
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Request
 from inference.testing import ScriptedEngine, ScriptedReply
-from tasks.seeds import SeedFileError
 
 QA_FIXTURES = Path(__file__).parent / "fixtures" / "qa"
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +150,7 @@ def test_empty_corpus_is_an_error_naming_the_source(make: str, tmp_path: Path) -
 ])
 def test_malformed_jsonl_names_file_and_line(content: str, problem: str, tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text(content)
-    with pytest.raises(SeedFileError, match=problem):
+    with pytest.raises(InputFileError, match=problem):
         load_corpus(tmp_path)
 
 
@@ -159,7 +159,7 @@ def test_duplicate_ids_and_bad_qa_records(tmp_path: Path) -> None:
     with pytest.raises(CorpusError, match="'x' occurs twice"):
         load_corpus(tmp_path)
     (tmp_path / "h.json").write_text('[{"_id": "1", "question": "q"}]')
-    with pytest.raises(SeedFileError, match="line 1: a hotpotqa record needs 'context'"):
+    with pytest.raises(InputFileError, match="line 1: a hotpotqa record needs 'context'"):
         load_corpus(f"hotpotqa:{tmp_path / 'h.json'}")
 
 

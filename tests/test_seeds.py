@@ -12,12 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_contracts.gate import validate
+from data_contracts.readers import InputFileError, iter_json_array
 from data_contracts.stage import FrameArtifact, StageError
 from tasks.seeds import (
     QA_SEED_COLUMNS,
     SEED_CONTRACT,
-    SeedFileError,
-    iter_json_array,
     load_seed_file,
     parse_docs,
     qa_seeds,
@@ -64,7 +63,7 @@ def test_corrupt_file_names_file_and_line(kind: str, tmp_path: Path) -> None:
     target = '"question"'  # a key: "@@" before it is outside any string
     bad = tmp_path / FILES[kind]
     bad.write_text(text.replace(target, "@@" + target, 1))
-    with pytest.raises(SeedFileError, match=rf"{bad.name}, line {_line_of(text, target)}: invalid JSON"):
+    with pytest.raises(InputFileError, match=rf"{bad.name}, line {_line_of(text, target)}: invalid JSON"):
         load_seed_file(kind, bad)
 
 
@@ -74,7 +73,7 @@ def test_truncated_file_names_file_and_line(kind: str, tmp_path: Path) -> None:
     cut = text[: int(len(text) * 0.8)]
     bad = tmp_path / FILES[kind]
     bad.write_text(cut)
-    with pytest.raises(SeedFileError, match=rf"{bad.name}, line \d+") as err:
+    with pytest.raises(InputFileError, match=rf"{bad.name}, line \d+") as err:
         load_seed_file(kind, bad)
     line = int(str(err.value).split("line ")[1].split(":")[0])
     assert 1 <= line <= cut.count("\n") + 1
@@ -89,7 +88,7 @@ def test_truncated_file_names_file_and_line(kind: str, tmp_path: Path) -> None:
 def test_json_list_shape_errors(text: str, message: str, tmp_path: Path) -> None:
     path = tmp_path / "shape.json"
     path.write_text(text)
-    with pytest.raises(SeedFileError, match=rf"shape.json, {message}"):
+    with pytest.raises(InputFileError, match=rf"shape.json, {message}"):
         list(iter_json_array(path))
 
 
@@ -105,7 +104,7 @@ def test_malformed_record_names_the_field(kind: str, mutate, message: str, tmp_p
     mutate(records[1])
     bad = tmp_path / FILES[kind]
     bad.write_text(json.dumps(records, indent=1) if kind != "musique" else "\n".join(map(json.dumps, records)))
-    with pytest.raises(SeedFileError, match=message):
+    with pytest.raises(InputFileError, match=message):
         load_seed_file(kind, bad)
 
 
@@ -122,7 +121,7 @@ def test_streaming_reader_round_trips_and_rejects_every_truncation(records, inde
     path.write_text(text, encoding="utf-8")
     assert [r for _, r in iter_json_array(path, chunk_size=chunk)] == records
     path.write_text(text[: cut % len(text)], encoding="utf-8")  # any proper prefix lacks the closing bracket
-    with pytest.raises(SeedFileError, match="list.json"):
+    with pytest.raises(InputFileError, match="list.json"):
         list(iter_json_array(path, chunk_size=chunk))
 
 
@@ -181,7 +180,7 @@ def test_bad_source_params(source: str, message: str) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(SeedFileError, match="no such musique file"):
+    with pytest.raises(InputFileError, match="no such musique file"):
         qa_seeds.run({"world": _world_seeds()}, qa_seeds.parse_params({"source": f"musique:{tmp_path}/x.jsonl"}), "p0")
 
 
@@ -208,9 +207,9 @@ def test_an_empty_file_is_an_error_naming_it(kind: str, space: str, as_list: boo
     """No records at all (nothing, blank lines, an empty JSON list) is never a 0-seed artifact."""
     path = tmp_path / FILES[kind]
     path.write_text(f"[{space}]{space}" if as_list and kind != "musique" else space)
-    with pytest.raises(SeedFileError, match=rf"{path.name}.*(empty|no records)"):
+    with pytest.raises(InputFileError, match=rf"{path.name}.*(empty|no records)"):
         load_seed_file(kind, path)
-    with pytest.raises(SeedFileError, match=path.name):
+    with pytest.raises(InputFileError, match=path.name):
         qa_seeds.run({"world": _world_seeds()}, qa_seeds.parse_params({"source": f"{kind}:{path}"}), "p0")
 
 
@@ -226,7 +225,7 @@ def test_a_file_whose_records_are_all_rejected_is_an_error_naming_it(kind: str, 
         unusable(r)
     bad = tmp_path / FILES[kind]
     bad.write_text(json.dumps(records) if kind != "musique" else "\n".join(map(json.dumps, records)))
-    with pytest.raises(SeedFileError, match=rf"{bad.name}: all {len(records)} records were rejected"):
+    with pytest.raises(InputFileError, match=rf"{bad.name}: all {len(records)} records were rejected"):
         load_seed_file(kind, bad)
 
 
@@ -234,7 +233,7 @@ def test_a_file_whose_records_are_all_rejected_is_an_error_naming_it(kind: str, 
 def test_a_file_that_is_not_utf8_is_named(kind: str, tmp_path: Path) -> None:
     bad = tmp_path / FILES[kind]
     bad.write_bytes((FIXTURES / FILES[kind]).read_bytes().replace(b'"question": "', b'"question": "\xe9', 1))
-    with pytest.raises(SeedFileError, match=rf"{bad.name}.*not UTF-8"):
+    with pytest.raises(InputFileError, match=rf"{bad.name}.*not UTF-8"):
         load_seed_file(kind, bad)
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from data_contracts.gate import validate
 from data_contracts.stage import StageError
-from tasks.rewards import normalize
+from envgen.rewards import normalize
 from tasks.seeds import answer_in_support, parse_docs
 from tasks.world import build_world, world_stage
 

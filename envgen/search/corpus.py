@@ -10,7 +10,7 @@ Sources (``load_corpus``):
   distinct paragraphs in first-seen order, as in the Wikipedia articles they were cut from.
 
 A document's sections are cut at Markdown headings when it has any, else at blank-line paragraphs
-("Paragraph 1", ...). A corrupt file raises ``SeedFileError`` naming the file and line; a source that yields
+("Paragraph 1", ...). A corrupt file raises ``InputFileError`` naming the file and line; a source that yields
 no document raises ``CorpusError`` naming the source.
 """
 
@@ -27,10 +27,9 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.stage import StageError
-
 # The project's streaming readers. envgen sits below tasks: this import moves if they move to data_contracts.
-from tasks.seeds import SeedFileError, iter_json_array, iter_jsonl
+from data_contracts.readers import InputFileError, iter_json_array, iter_jsonl
+from data_contracts.stage import StageError
 
 QA_FORMATS = ("hotpotqa", "2wiki", "musique")
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
@@ -148,7 +147,7 @@ def directory_documents(root: Path) -> Iterator[Document]:
                 text = path.read_text(encoding="utf-8-sig")
             except UnicodeDecodeError as exc:
                 problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-                raise SeedFileError(path, None, problem) from None
+                raise InputFileError(path, None, problem) from None
             if text.strip():
                 yield Document(rel, _markdown_title(text) or path.stem, text)
 
@@ -167,19 +166,19 @@ def _markdown_title(text: str) -> str | None:
 def _jsonl_document(record: Any, path: Path, line: int) -> Document:
     if not isinstance(record, dict):
         got = type(record).__name__
-        raise SeedFileError(path, line, f"expected a JSON object with id, title and text, got {got}")
+        raise InputFileError(path, line, f"expected a JSON object with id, title and text, got {got}")
     doc_id, text = record.get("id"), record.get("text")
     if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool) or not str(doc_id):
-        raise SeedFileError(path, line, "record needs an 'id' (a non-empty string or an integer)")
+        raise InputFileError(path, line, "record needs an 'id' (a non-empty string or an integer)")
     if not isinstance(text, str):
-        raise SeedFileError(path, line, "record needs a 'text' string")
+        raise InputFileError(path, line, "record needs a 'text' string")
     title = record.get("title")
     return Document(str(doc_id), str(title) if title else str(doc_id), text)
 
 
 def qa_documents(kind: str, path: Path) -> Iterator[Document]:
     if not path.is_file():
-        raise SeedFileError(path, None, f"no such {kind} file")
+        raise InputFileError(path, None, f"no such {kind} file")
     paragraphs: dict[str, dict[str, None]] = {}  # title -> distinct paragraphs, both in first-seen order
     reader = iter_jsonl if kind == "musique" else iter_json_array
     for line, record in reader(path):
@@ -199,4 +198,4 @@ def _paragraphs(kind: str, record: Any, path: Path, line: int) -> list[tuple[str
     except (TypeError, KeyError, ValueError, AttributeError):
         shape = ("'paragraphs' [{title, paragraph_text}]" if kind == "musique"
                  else "'context' [[title, [sentences]]]")
-        raise SeedFileError(path, line, f"a {kind} record needs {shape}") from None
+        raise InputFileError(path, line, f"a {kind} record needs {shape}") from None

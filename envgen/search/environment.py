@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from data_contracts.stage import Params
+from envgen.rewards import extract_boxed, score_two_way
 from envgen.runtime import Episode, Observation, json_field
 from envgen.search.corpus import Document, Section
 from envgen.search.index import SearchIndex, clip
@@ -230,7 +231,6 @@ class SearchEnvironment:
     def score(self) -> Episode:
         """Score the episode as it stands (also used when an episode is cut off: no answer scores 0)."""
         # Imported here: the reward functions may move to inference/, and envgen sits below it.
-        from tasks.rewards import extract_boxed, score_two_way
 
         self.done = True
         answer = extract_boxed(self.final_text) if self.final_text is not None else None

@@ -10,6 +10,10 @@ The main QA reward is LoongRL's two-way substring exact match on the last ``\\bo
 Reward Design", Eq. 3), hardened against the hacks of DESIGN.md section 7: a plain substring test accepts
 ``\\boxed{the}`` (normalizes to "", inside everything), "no" for "North Korea", "19" for "1984", and a list of
 every candidate. The plain variants stay available for ablations (LoongRL report, Table 5).
+
+They live in ``envgen``, the lowest room above the data contracts, because they are the verifiers of the
+single-turn and search environments and everything above scores with them: the agent loop (``inference``), the
+difficulty filters (``tasks``) and RL (``training``).
 """
 
 from __future__ import annotations
