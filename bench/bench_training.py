@@ -1,11 +1,15 @@
 """CPU training and generation of the tiny model, before and after the allocator settings of inference/cpu.py and
 the label-position loss of training/tiny_policy.py.
 
-"before" is glibc's default allocator and the full-logits loss (``model(..., labels=labels).loss``); "after" is
-``tune_allocator()`` and ``label_loss``. Each arm runs in a fresh process (mallopt cannot be undone, and glibc reads
-its variables only at start); the arms alternate for ``--repeats`` rounds and the best round of each is kept.
-Figures come from ``resource.getrusage`` around the timed steps: steps/s (new tokens/s for generation), the
-system-time share of the process's CPU time, and minor page faults.
+"before" is glibc's default allocator and the full-logits loss (``model(..., labels=labels).loss``); "before, Dask
+worker" the same in the environment a Dask nanny gives the workers it spawns (``MALLOC_TRIM_THRESHOLD_=65536``,
+``OMP_NUM_THREADS=1``: the tiny_policy stage of ``gymforge keychain`` and ``make demo`` ran so); "after" is
+``tune_allocator()`` and ``label_loss``, and two arms have one change each. Each arm runs in a fresh process
+(mallopt cannot be undone, and glibc reads its variables only at start); the arms alternate for ``--repeats``
+rounds and the best round of each is kept.
+Figures come from ``resource.getrusage`` around the timed steps: steps/s (new tokens/s for generation) of wall
+time and of the process's CPU time (steadier on a shared machine), the system-time share of that CPU time, and minor
+page faults.
 
 - training loop: the tiny model's shape (training/tiny_model.py) with ``--vocab``, a batch of ``--batch`` x
   ``--tokens`` whose last ``--answer-tokens`` are labelled (a boxed answer), AdamW, ``--threads`` torch threads;
@@ -14,8 +18,8 @@ system-time share of the process's CPU time, and minor page faults.
 - with ``--stages``: the first-run path ``world -> qa_seeds, tokenizer -> tiny_policy -> qa_filtered`` through the
   runner with the tiny profile in a fresh data root, for ``--baseline`` (a git revision, exported with
   ``git archive``) and this tree one after the other, then for each ``--variant`` (tiny_policy params over the
-  profile's, this tree, its data root reused): tiny_policy wall time and loss, qa_filtered's time and pass-count
-  histogram, and the system share and minor faults of the whole process.
+  profile's, this tree, its data root reused), in a Dask worker's environment: wall and CPU time, system share
+  and minor faults of tiny_policy and qa_filtered, tiny_policy's loss, qa_filtered's pass-count histogram.
 
     .venv/bin/python -m bench.bench_training [--repeats 2] [--stages --baseline REV [--variant JSON ...]] [--no-record]
 """
@@ -39,13 +43,19 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
-# arm -> (allocator tuned, label-position loss); the two middle arms split the gain between the changes.
-ARMS = {"before": (False, False), "allocator": (True, False), "label-loss": (False, True), "after": (True, True)}
+# arm -> (allocator tuned, label-position loss, Dask worker environment)
+ARMS = {
+    "before": (False, False, False),
+    "before-dask": (False, False, True),
+    "allocator": (True, False, False),
+    "label-loss": (False, True, False),
+    "after": (True, True, False),
+}
 GENERATION_BATCHES = (1, 8)
 
 # The first-run path in one process: run by ``python -c`` in the tree under test, so the baseline runs its own code.
 STAGES_SCRIPT = """
-import json, os, resource, sys
+import json, os, resource, sys, time
 from pathlib import Path
 from data_contracts.catalog import Catalog
 from data_contracts.runner import materialize
@@ -55,14 +65,22 @@ root = Path(sys.argv[1])
 os.environ["GYMFORGE_CACHE"] = str(root / "cache")
 params = stage_params("tiny", {"tiny_policy": json.loads(sys.argv[2])})
 store = ArtifactStore(root)
-runs = materialize(store, Catalog(root), ["qa_filtered"], params, "p0", progress=False)
-row = store.get("tiny_policy", runs["tiny_policy"].key).read("checkpoint").row(0, named=True)
-usage = resource.getrusage(resource.RUSAGE_SELF)
+def run(target):
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    runs = materialize(store, Catalog(root), [target], params, "p0", progress=False)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    usage = {"wall": wall, "cpu": user + system, "sys_share": system / (user + system),
+             "faults": after.ru_minflt - before.ru_minflt}
+    return store.get(target, runs[target].key), usage
+run("qa_seeds"), run("tokenizer")
+policy, policy_usage = run("tiny_policy")
+filtered, filter_usage = run("qa_filtered")
+row = policy.read("checkpoint").row(0, named=True)
 print(json.dumps({
-    "params": params["tiny_policy"], "seconds": {n: r.timings.get("run_s") for n, r in runs.items()},
+    "params": params["tiny_policy"], "tiny_policy": policy_usage, "qa_filtered": filter_usage,
     "final_loss": row["final_loss"], "last_window": json.loads(row["loss_curve"])[-1]["loss"],
-    "histogram": store.get("qa_filtered", runs["qa_filtered"].key).read("histogram")["n"].to_list(),
-    "sys_share": usage.ru_stime / (usage.ru_utime + usage.ru_stime), "faults": usage.ru_minflt,
+    "histogram": filtered.read("histogram")["n"].to_list(),
 }))
 """
 
@@ -75,7 +93,7 @@ def measure(work: Callable[[], int], rounds: int) -> dict[str, float]:
     units = sum(work() for _ in range(rounds))
     seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-    return {"per_s": units / seconds, "sys_share": system / (user + system),
+    return {"per_s": units / seconds, "per_cpu_s": units / (user + system), "sys_share": system / (user + system),
             "faults_per_unit": (after.ru_minflt - before.ru_minflt) / units}
 
 
@@ -127,9 +145,22 @@ def generation_arm(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     return {str(batch): measure(lambda b=batch: generate(b), args.generation_rounds) for batch in GENERATION_BATCHES}
 
 
-def run_arm(arm: str, args: argparse.Namespace, checkpoint: Path) -> dict:
-    """Both measurements of one arm in a fresh process, started with glibc's defaults."""
+def start_environ(dask_worker: bool) -> dict[str, str]:
+    """This environment without allocator settings, as a fresh process has it, or as a Dask nanny gives it to the
+    workers it spawns: the nanny exports ``distributed.nanny.pre-spawn-environ`` (``MALLOC_TRIM_THRESHOLD_``,
+    ``OMP_NUM_THREADS``, ...) where the parent's environment lacks them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    if dask_worker:
+        import dask.config
+        import distributed  # noqa: F401  (loads distributed's configuration defaults)
+
+        env |= {k: str(v) for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items() if v is not None}
+    return env
+
+
+def run_arm(arm: str, args: argparse.Namespace, checkpoint: Path) -> dict:
+    """Both measurements of one arm in a fresh process."""
+    env = start_environ(ARMS[arm][2])
     passed = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
               ("steps", "tokens", "vocab", "batch", "answer_tokens", "threads", "new_tokens", "generation_rounds")]
     done = subprocess.run([sys.executable, "-m", "bench.bench_training", "--arm", arm, "--checkpoint", str(checkpoint),
@@ -141,7 +172,7 @@ def child(args: argparse.Namespace) -> None:
     """One arm's figures as a JSON line; generation (which has no loss) only in the before and after arms."""
     import inference.cpu
 
-    tuned, label_positions = ARMS[args.arm]
+    tuned, label_positions, _ = ARMS[args.arm]
     if not tuned:
         inference.cpu.SETTINGS = ()  # glibc's defaults: the engine's constructor applies nothing either
     inference.cpu.tune_allocator()
@@ -152,8 +183,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 def stages(tree: Path, root: Path, tiny_policy: str) -> dict:
-    """The first-run path of ``tree`` in a fresh process (glibc's defaults at start, as the CLI's would have)."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, "PYTHONPATH": str(tree)}
+    """The first-run path of ``tree`` in a fresh process with a Dask worker's environment, where these stages run."""
+    env = {**start_environ(dask_worker=True), "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, "-c", STAGES_SCRIPT, str(root), tiny_policy], env=env, cwd=tree,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -169,11 +200,13 @@ def stage_rows(args: argparse.Namespace, tmp: Path) -> list[str]:
     lines = [
         "",
         ("First-run path, `world -> qa_seeds, tokenizer -> tiny_policy -> qa_filtered` through the runner, tiny "
-         "profile, one process per row; variants reuse this tree's data root (their upstream is cached). Loss: "
-         "last step / mean of the last logged window. Kept: 0 < pass count < k."),
+         "profile, one process per row in a Dask worker's environment (one torch thread, Dask's 64 KiB trim "
+         "threshold); variants reuse this tree's data root (their upstream is cached). Per stage: wall s / CPU s, "
+         "system share of the CPU time, minor faults. Loss: last step / mean of the last logged window. Kept: "
+         "0 < pass count < k."),
         "",
-        ("| tree | tiny_policy params | tiny_policy s | loss | qa_filtered s | pass-count histogram (0..k) | kept | "
-         "system share | minor faults |"),
+        ("| tree | tiny_policy params | tiny_policy s | sys, faults | loss | qa_filtered s | sys, faults | "
+         "pass-count histogram (0..k) | kept |"),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     runs = [(f"baseline {sha}", baseline, "data-baseline", "{}"), ("this tree", ROOT, "data", "{}"),
@@ -181,11 +214,12 @@ def stage_rows(args: argparse.Namespace, tmp: Path) -> list[str]:
     for name, tree, data, tiny_policy in runs:
         f = stages(tree, tmp / data, tiny_policy)
         print(name, json.dumps(f), flush=True)
-        hist = f["histogram"]
+        hist, policy, filtered = f["histogram"], f["tiny_policy"], f["qa_filtered"]
         lines.append(
-            f"| {name} | {json.dumps(f['params'])} | {f['seconds']['tiny_policy']:.0f} | {f['final_loss']:.3f} / "
-            f"{f['last_window']:.3f} | {f['seconds']['qa_filtered']:.0f} | {hist} | {sum(hist[1:-1])} of {sum(hist)} "
-            f"| {f['sys_share']:.1%} | {f['faults']:,} |"
+            f"| {name} | {json.dumps(f['params'])} | {policy['wall']:.0f} / {policy['cpu']:.0f} | "
+            f"{policy['sys_share']:.1%}, {policy['faults']:,} | {f['final_loss']:.3f} / {f['last_window']:.3f} | "
+            f"{filtered['wall']:.0f} / {filtered['cpu']:.0f} | {filtered['sys_share']:.1%}, {filtered['faults']:,} | "
+            f"{hist} | {sum(hist[1:-1])} of {sum(hist)} |"
         )
     return lines
 
@@ -228,7 +262,7 @@ def main() -> None:
 
     train = {arm: max((r["training"] for r in rounds[arm]), key=lambda f: f["per_s"]) for arm in ARMS}
     gen = {(arm, b): max((r["generation"][str(b)] for r in rounds[arm]), key=lambda f: f["per_s"])
-           for arm in ("before", "after") for b in GENERATION_BATCHES}
+           for arm in ARMS if "generation" in rounds[arm][0] for b in GENERATION_BATCHES}
     machine = (f"{platform.machine()}, {os.cpu_count()} cores (shared, load {os.getloadavg()[0]:.1f}), "
                f"{platform.libc_ver()[0]} {platform.libc_ver()[1]}, torch {torch.__version__}, {args.threads} torch "
                f"thread(s), OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
@@ -236,30 +270,34 @@ def main() -> None:
         "",
         "## CPU training and generation (bench_training.py)",
         "",
-        (f"Machine: {machine}. before = glibc's default allocator + full-logits loss; after = inference/cpu.py's "
-         f"tune_allocator + label-position loss. One process per arm, arms alternating, best of {args.repeats} "
-         "rounds."),
+        (f"Machine: {machine}. before = glibc's default allocator + full-logits loss; before-dask = the same in the "
+         "environment a Dask nanny gives its workers (MALLOC_TRIM_THRESHOLD_=65536, OMP_NUM_THREADS=1); after = "
+         "inference/cpu.py's tune_allocator + label-position loss; allocator, label-loss = one change each. One "
+         f"process per arm, arms alternating, best of {args.repeats} rounds."),
         "",
         (f"Training loop: tiny model (hidden 128, 4 layers), vocab {args.vocab:,}, batch {args.batch} x "
          f"{args.tokens} tokens, {args.answer_tokens} labelled per row, AdamW, {args.steps} timed steps."),
         "",
-        "| arm | steps/s | system share of CPU time | minor faults/step |",
-        "| --- | --- | --- | --- |",
-        *(f"| {arm} | {f['per_s']:.2f} | {f['sys_share']:.1%} | {f['faults_per_unit']:,.0f} |"
+        "| arm | steps/s | steps per CPU s | system share of CPU time | minor faults/step |",
+        "| --- | --- | --- | --- | --- |",
+        *(f"| {arm} | {f['per_s']:.2f} | {f['per_cpu_s']:.2f} | {f['sys_share']:.1%} | {f['faults_per_unit']:,.0f} |"
           for arm, f in train.items()),
         "",
-        f"Training: after / before = {train['after']['per_s'] / train['before']['per_s']:.2f}x steps/s",
+        *(f"Training: after / {base} = {train['after']['per_s'] / train[base]['per_s']:.2f}x steps/s, "
+          f"{train['after']['per_cpu_s'] / train[base]['per_cpu_s']:.2f}x steps per CPU s"
+          for base in ("before", "before-dask")),
         "",
         (f"Generation: transformers engine, fresh tiny checkpoint (vocab 4096), {args.new_tokens} new tokens per "
          f"sample, temperature 1, {args.generation_rounds} timed calls."),
         "",
-        "| arm | batch | new tokens/s | system share of CPU time | minor faults/token |",
-        "| --- | --- | --- | --- | --- |",
-        *(f"| {arm} | {b} | {f['per_s']:.0f} | {f['sys_share']:.1%} | {f['faults_per_unit']:,.1f} |"
-          for (arm, b), f in gen.items()),
+        "| arm | batch | new tokens/s | tokens per CPU s | system share of CPU time | minor faults/token |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *(f"| {arm} | {b} | {f['per_s']:.0f} | {f['per_cpu_s']:.0f} | {f['sys_share']:.1%} | "
+          f"{f['faults_per_unit']:,.1f} |" for (arm, b), f in gen.items()),
         "",
-        *(f"Generation at batch {b}: after / before = {gen['after', b]['per_s'] / gen['before', b]['per_s']:.2f}x"
-          for b in GENERATION_BATCHES),
+        *(f"Generation at batch {b}: after / {base} = {gen['after', b]['per_s'] / gen[base, b]['per_s']:.2f}x "
+          f"tokens/s, {gen['after', b]['per_cpu_s'] / gen[base, b]['per_cpu_s']:.2f}x tokens per CPU s"
+          for base in ("before", "before-dask") for b in GENERATION_BATCHES),
         *stage_lines,
     ]
     text = "\n".join(lines) + "\n"

@@ -30,8 +30,9 @@ def tune_allocator() -> None:
 
     glibc reads the variables only at process start: a child started after this call (a Dask worker, a deployment
     run) gets them from its environment, this process needs ``mallopt``. Both are applied on every call, whatever
-    the environment held: a Dask nanny exports its own ``MALLOC_TRIM_THRESHOLD_`` (64 KiB) to the workers it
-    spawns, and the torch stages running there call this again. Calling it twice changes nothing."""
+    the environment held: a Dask nanny whose environment lacks ``MALLOC_TRIM_THRESHOLD_`` exports 64 KiB to its
+    workers (a cluster gymforge attaches to, ``--dask-address``), where the 64 KiB trim also pins the mmap
+    threshold at 128 KiB; the torch stages running there call this again. Calling it twice changes nothing."""
     os.environ.update({name: text for name, _, _, text in SETTINGS})
     mallopt = _glibc_mallopt()
     if mallopt is not None:
