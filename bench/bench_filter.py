@@ -37,7 +37,7 @@ def tiny_inputs(steps: int | None) -> tuple[object, object, float]:
     """(qa_seeds frame, tiny_policy artifact, training seconds), built in-process by the stages themselves with the
     tiny profile."""
     from data_contracts.stage import FrameArtifact, get_stage
-    from tasks import seeds, tokenizer, world  # noqa: F401  (registers the stages)
+    from tasks import qa_seeds, tokenizer, world  # noqa: F401  (registers the stages)
     from training import tiny_policy  # noqa: F401
 
     profile = tiny_profile()

@@ -58,7 +58,7 @@ STAGES_SCRIPT = """
 import json, os, resource, sys, time
 from pathlib import Path
 from data_contracts.catalog import Catalog
-from data_contracts.runner import materialize
+from data_contracts.runner import run_serially
 from data_contracts.store import ArtifactStore
 from flows.profiles import stage_params
 root = Path(sys.argv[1])
@@ -67,7 +67,7 @@ params = stage_params("tiny", {"tiny_policy": json.loads(sys.argv[2])})
 store = ArtifactStore(root)
 def run(target):
     before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    runs = materialize(store, Catalog(root), [target], params, "p0", progress=False)
+    runs = run_serially(store, Catalog(root), [target], params, "p0", progress=False)
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     usage = {"wall": wall, "cpu": user + system, "sys_share": system / (user + system),

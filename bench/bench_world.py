@@ -90,7 +90,7 @@ def hotpot_file(path: Path, records: int) -> None:
 def measure_loader(path: str, streaming: bool) -> dict[str, Any]:
     start = time.perf_counter()
     if streaming:
-        from tasks.seeds import load_seed_file
+        from tasks.qa_seeds import load_seed_file
 
         rows = load_seed_file("hotpotqa", path)[0].height
     else:

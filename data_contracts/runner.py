@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -213,41 +213,45 @@ def _run_gate_publish(
     )
 
 
-def stage_graph(targets: Sequence[str] | None = None) -> nx.DiGraph:
-    """Registered stages with an edge from each input to the stage that reads it: all of them, or only the
-    upstream closure of ``targets`` (so an unrelated misdeclared stage does not block a run)."""
+Lookup = Callable[[str], Stage]
+"""Finds a stage by name: ``get_stage`` (already registered) or ``flows.registry.stage_named`` (imports its module)."""
+
+
+def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage) -> nx.DiGraph:
+    """The upstream closure of ``targets``, with an edge from each input to the stage that reads it (an unrelated
+    misdeclared stage does not block a run)."""
     graph = nx.DiGraph()
-    todo, seen = list(targets) if targets is not None else list(STAGES), set()
+    todo, seen = list(targets), set()
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
         graph.add_node(name)
-        for input_name in get_stage(name).inputs:
-            if input_name not in STAGES:
-                raise StageError(
-                    f"stage {name!r} reads {input_name!r}, which is not a registered stage; "
-                    f"known stages: {', '.join(sorted(STAGES))}"
-                )
+        for input_name in lookup(name).inputs:
+            try:
+                lookup(input_name)
+            except StageError:
+                raise StageError(f"stage {name!r} reads {input_name!r}, which is not a registered stage; "
+                                 f"known stages: {', '.join(sorted(STAGES))}") from None
             graph.add_edge(input_name, name)
             todo.append(input_name)
     return graph
 
 
-def plan(targets: Sequence[str]) -> list[Stage]:
+def plan(targets: Sequence[str], lookup: Lookup = get_stage) -> list[Stage]:
     """The targets and everything upstream of them, in a deterministic topological order."""
-    graph = stage_graph(targets)  # an unknown target raises StageError listing the known stages
+    graph = stage_graph(targets, lookup)  # an unknown target raises StageError listing the known stages
     try:
         order = list(nx.lexicographical_topological_sort(graph))
     except nx.NetworkXUnfeasible:
         edges = nx.find_cycle(graph)
         cycle = " -> ".join([edge[0] for edge in edges] + [edges[0][0]])
         raise StageError(f"the stage graph has a cycle: {cycle}; a stage cannot depend on its own output") from None
-    return [STAGES[name] for name in order]
+    return [lookup(name) for name in order]
 
 
-def materialize(
+def run_serially(
     store: ArtifactStore,
     catalog: Catalog,
     targets: Sequence[str],
@@ -258,8 +262,9 @@ def materialize(
     progress: bool = True,
     flow_run_id: str | None = None,
 ) -> dict[str, StageRun]:
-    """Run ``targets`` and their upstream closure serially in this process; ``force`` re-runs the targets only
-    (upstream artifacts are reused when cached)."""
+    """Run ``targets`` and their upstream closure serially in this process, without Prefect or Dask (a notebook,
+    a test); ``force`` re-runs the targets only (upstream artifacts are reused when cached). The stages must be
+    registered (their modules imported)."""
     unknown = sorted(set(params_by_stage) - set(STAGES))
     if unknown:
         raise StageError(f"params given for unknown stage(s) {unknown}; known stages: {', '.join(sorted(STAGES))}")
@@ -269,7 +274,7 @@ def materialize(
     from rich.progress import Progress
 
     with Progress(disable=not progress, transient=False) as bar:
-        task = bar.add_task("materialize", total=len(order))
+        task = bar.add_task("run", total=len(order))
         for declared in order:
             bar.update(task, description=f"{declared.name} [{partition}]")
             runs[declared.name] = execute_stage(

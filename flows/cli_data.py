@@ -27,7 +27,7 @@ def seed_source(spec: str) -> str:
 
     The file is read up to its first usable seed, so a missing, corrupt, empty or wholly rejected file fails here
     with a ``InputFileError`` naming it, before any server or cluster starts; the stage reads the rest."""
-    from tasks.seeds import load_seed_file
+    from tasks.qa_seeds import load_seed_file
 
     kind, _, path = spec.partition(":")
     if kind not in SEED_KINDS or (kind == "world") != (not path):
@@ -103,7 +103,7 @@ def trl_frame(frame: pl.DataFrame) -> pl.DataFrame:
     problem (question) on its own."""
     import polars as pl
 
-    from tasks.mixture import question_prompt, seed_prompt
+    from tasks.rl_mix import question_prompt, seed_prompt
 
     if "prompt" not in frame.columns:
         if {"question", "docs"} <= set(frame.columns):

@@ -34,7 +34,7 @@ from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import draw_figure, figure_markdown
 from flows.profiles import Overrides, parse, stage_params
-from flows.registry import stage_named
+from flows.registry import discover, stage_named
 from flows.runtime import DASK_ENV, Runtime, cluster_kwargs, data_root
 
 # Transient failures (a flaky filesystem, a timeout) are retried; a contract violation or a bad stage is not:
@@ -214,13 +214,13 @@ def plan_dag(
     """The targets (default: every registered stage) and their upstream closure in topological order, each with
     its params and artifact key; ``force`` applies to the targets only."""
     params = stage_params(profile, overrides)
-    names = list(targets) if targets else sorted(n for n in params if stage_named(n).resources == "cpu")
+    names = list(targets) if targets else sorted(n for n, s in discover().items() if s.resources == "cpu")
     planned: dict[str, PlannedStage] = {}
-    for stage in plan(names):
+    for stage in plan(names, stage_named):
         if stage.resources != "cpu":  # a Dask worker is a daemonic process: no torch workers, no vLLM (DESIGN.md 4)
             raise StageError(f"stage {stage.name!r} needs a GPU worker, not the data DAG: run it with its flow "
                              "(`gymforge train ...`) or its deployment on the gpu pool")
-        params_json = json.dumps(params[stage.name], sort_keys=True)
+        params_json = json.dumps(params.get(stage.name, {}), sort_keys=True)
         input_keys = {name: planned[name].key for name in stage.inputs}
         key = _stage_key(stage.name, params_json, input_keys, partition)
         planned[stage.name] = PlannedStage(stage.name, key, params_json, stage.inputs, force and stage.name in names)

@@ -64,21 +64,22 @@ def _merge(base: Overrides, extra: Overrides | None) -> dict[str, dict[str, Any]
 
 
 def stage_params(profile: str, overrides: Overrides | None = None) -> dict[str, dict[str, Any]]:
-    """The validated raw params of every registered stage under ``profile`` plus ``overrides``.
+    """The validated raw params of the stages ``profile`` plus ``overrides`` name (a stage not named runs with its
+    params model's defaults).
 
     Returns stage name -> the raw dict (the fields set by the profile or the overrides; the runner parses it and
     records every knob in the manifest). Raises ``ProfileError`` naming the stage, the field and what is allowed.
     """
     sections = _merge(load_profile(profile), overrides)
-    stages = discover()
-    unknown = sorted(set(sections) - set(stages))
-    if unknown:
-        raise ProfileError(
-            f"profile {profile!r} names unknown stage(s) {', '.join(unknown)}; known stages: {', '.join(sorted(stages))}"
-        )
+    for name in sections:
+        try:
+            stage_named(name)
+        except StageError:
+            raise ProfileError(f"profile {profile!r} names unknown stage {name!r}; known stages: "
+                               f"{', '.join(sorted(discover()))}") from None
     for name, section in sections.items():
         parse(name, section)
-    return {name: sections.get(name, {}) for name in stages}
+    return sections
 
 
 def parse(stage_name: str, raw: Mapping[str, Any]) -> Params:

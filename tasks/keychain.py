@@ -45,7 +45,7 @@ from data_contracts.stage import (
     stage,
 )
 from inference.tokenizer import identity as tokenizer_identity
-from tasks.seeds import answer_in_support
+from tasks.qa_seeds import answer_in_support
 from tasks.token_budget import (
     LENGTH_CHECK,
     Block,
@@ -529,7 +529,7 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
     params=KeyChainParams,
     outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: REJECTED_KEYCHAIN},
 )
-def run(inputs: Mapping[str, Artifact], params: KeyChainParams, partition: str) -> dict[str, pl.DataFrame]:
+def keychain(inputs: Mapping[str, Artifact], params: KeyChainParams, partition: str) -> dict[str, pl.DataFrame]:
     """KeyChain long-context QA (LoongRL section 3.1): hidden question behind UUID chains among distractors."""
     items, pool, questions = prepare(inputs, params)
     if len(pool) == 0:

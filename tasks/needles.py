@@ -212,7 +212,7 @@ NEEDLE_CONTRACT = Contract(
     params=NeedleParams,
     outputs={STAGE: NEEDLE_CONTRACT, REJECTED: Contract(columns={"id": pl.String, "reason": pl.String})},
 )
-def run(inputs: Mapping[str, Artifact], params: NeedleParams, partition: str) -> dict[str, pl.DataFrame]:
+def needles(inputs: Mapping[str, Artifact], params: NeedleParams, partition: str) -> dict[str, pl.DataFrame]:
     """RULER multi-key and multi-value needles at the KeyChain target length."""
     builder = NeedleBuilder(params, resolve_tokenizer(params.tokenizer, inputs), base_pool(params.base, inputs),
                             partition)

@@ -103,7 +103,7 @@ TOKENIZER_CONTRACT = Contract(
     params=TokenizerParams,
     outputs={"tokenizer": TOKENIZER_CONTRACT},
 )
-def run(inputs: Mapping[str, Artifact], params: TokenizerParams, partition: str) -> dict[str, pl.DataFrame]:
+def tokenizer(inputs: Mapping[str, Artifact], params: TokenizerParams, partition: str) -> dict[str, pl.DataFrame]:
     """Train the byte-level BPE with the ChatML + tool-calling chat template; one row."""
     from inference.tokenizer import to_row, train_tokenizer
 

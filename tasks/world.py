@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 from data_contracts.schemas import extend, in_set, not_null, record_contract, unique
 from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Contract, Expect, Params, seed_for, stage
 from envgen.rewards import normalize
-from tasks.seeds import QA_SEED_COLUMNS, eval_split, qa_seed_contract, rejected_frame
+from tasks.qa_seeds import QA_SEED_COLUMNS, eval_split, qa_seed_contract, rejected_frame
 
 STAGE = "world"
 SEASONS = ("winter", "spring", "summer", "autumn")

@@ -1,5 +1,5 @@
 """Small, deterministic inputs for the long-context data stages (keychain, needles, rl_mix): a qa_seed frame in the
-schema of ``tasks/seeds.py`` plus pass counts, world-like documents, and a tokenizer artifact trained on them."""
+schema of ``tasks/qa_seeds.py`` plus pass counts, world-like documents, and a tokenizer artifact trained on them."""
 
 from __future__ import annotations
 

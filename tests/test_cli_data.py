@@ -62,7 +62,7 @@ def rl_ready() -> dict[str, pl.DataFrame]:
     from mix_inputs import mix_inputs
 
     from data_contracts.stage import get_stage
-    from tasks.seeds import load_seed_file
+    from tasks.qa_seeds import load_seed_file
 
     inputs = mix_inputs()
     mix = get_stage("rl_mix")
@@ -81,7 +81,7 @@ def test_every_rl_ready_artifact_exports_for_trl(stage: str, tmp_path) -> None:
     """Artifacts without a prompt column get the prompt rl_mix gives the same item."""
     from datasets import load_dataset
 
-    from tasks import mixture
+    from tasks import rl_mix
 
     frame = rl_ready()[stage]
     artifact, out = tmp_path / f"{stage}.parquet", tmp_path / "train.parquet"
@@ -93,9 +93,9 @@ def test_every_rl_ready_artifact_exports_for_trl(stage: str, tmp_path) -> None:
     if "prompt" in frame.columns:
         expected = [json.loads(p) for p in frame["prompt"]]
     elif "docs" in frame.columns:
-        expected = [json.loads(p) for p in mixture.qa_items(frame, pl.Series([], dtype=pl.String))["prompt"]]
+        expected = [json.loads(p) for p in rl_mix.qa_items(frame, pl.Series([], dtype=pl.String))["prompt"]]
     else:
-        expected = [json.loads(p) for p in mixture.math_items(frame)["prompt"]]
+        expected = [json.loads(p) for p in rl_mix.math_items(frame)["prompt"]]
     assert data["prompt"] == expected
     assert all(m[-1]["role"] == "user" and "\\boxed{}" in m[-1]["content"] for m in data["prompt"])
 
@@ -196,7 +196,7 @@ def test_keychain_command_passes_its_settings_and_writes_the_file(monkeypatch, t
     def through_store_double(overrides, profile, data_dir, runtime=None):  # test double for the store round trip
         seen.update(overrides=overrides, profile=profile)
         params = keychain.KeyChainParams(**overrides["keychain"])
-        frames = keychain.run.run({"qa_filtered": qa_filtered(), "tokenizer": tokenizer_artifact()}, params, "p0")
+        frames = keychain.keychain.run({"qa_filtered": qa_filtered(), "tokenizer": tokenizer_artifact()}, params, "p0")
         return FrameArtifact(frames, key="double")
 
     monkeypatch.setattr(cli_data, "keychain_artifact", through_store_double)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from data_contracts.gate import validate
 from data_contracts.readers import InputFileError
 from envgen.rewards import REWARDS
-from tasks.math import LETTERS, load_math_jsonl, math_seeds
+from tasks.math_seeds import LETTERS, load_math_jsonl, math_seeds
 
 FIXTURES = Path(__file__).parent / "fixtures" / "qa"
 

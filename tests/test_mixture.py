@@ -13,7 +13,7 @@ from mix_inputs import mix_inputs
 
 from data_contracts.stage import FrameArtifact, StageError, get_stage
 from envgen.rewards import REWARDS
-from tasks import mixture as M
+from tasks import rl_mix as M
 
 AVAILABLE = {"keychain": 6, "qa": 5, "needle_multikey": 2, "needle_multivalue": 2, "math_hard": 10, "math_easy": 10}
 
@@ -106,7 +106,7 @@ def test_bad_params_name_the_field(raw, field):
 
 
 def test_an_empty_pass_table_is_refused(tmp_path: Path) -> None:
-    from tasks.mixture import solved_in_all
+    from tasks.rl_mix import solved_in_all
 
     table = tmp_path / "pass.parquet"
     pl.DataFrame(schema={"id": pl.String, "pass_count": pl.Int64, "k": pl.Int64}).write_parquet(table)

@@ -208,7 +208,7 @@ def test_cli_names_the_bad_input_and_writes_nothing(tmp_path, setup, message: st
 def test_stages_publish_through_the_store_from_the_environment_stages(tmp_path) -> None:
     import tasks.environments  # noqa: F401 - registers the upstream stages
     from data_contracts.catalog import Catalog
-    from data_contracts.runner import materialize
+    from data_contracts.runner import run_serially
     from data_contracts.store import ArtifactStore
 
     # Two shipped domains keep the upstream stages small (and this test about the noise stages).
@@ -216,7 +216,7 @@ def test_stages_publish_through_the_store_from_the_environment_stages(tmp_path) 
               "environments": {"envs_per_domain": 1, "heldout": []},
               "eval_random_envs": {"runs": 1, "tasks_per_run": 4, "min_domains": 2, "heldout": []},
               "noisy_tasks": {"levels": [1, 4]}, "noisy_eval": {}}
-    runs = materialize(ArtifactStore(tmp_path), Catalog(tmp_path), ["noisy_tasks", "noisy_eval"], params, "p0",
+    runs = run_serially(ArtifactStore(tmp_path), Catalog(tmp_path), ["noisy_tasks", "noisy_eval"], params, "p0",
                        progress=False)
     for name in ("noisy_tasks", "noisy_eval"):
         assert all(runs[name].contract.values()), runs[name]

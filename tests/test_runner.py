@@ -14,7 +14,7 @@ from pydantic import Field
 
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
-from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, materialize, plan
+from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, plan, run_serially
 from data_contracts.stage import (
     REJECTED,
     STAGES,
@@ -130,7 +130,7 @@ def test_bad_row_quarantines_and_blocks_downstream(doubles, env) -> None:
 
 def test_downstream_reads_published_input(doubles, env) -> None:
     store, catalog = env
-    runs = materialize(store, catalog, ["_test_double_sink"], {"_test_double_source": {"n": 2}}, "p0", progress=False)
+    runs = run_serially(store, catalog, ["_test_double_sink"], {"_test_double_source": {"n": 2}}, "p0", progress=False)
     assert list(runs) == ["_test_double_source", "_test_double_sink"]
     upper = store.get("_test_double_sink", runs["_test_double_sink"].key).read("upper")
     assert upper["id"].to_list() == ["R0", "R1"]
@@ -138,7 +138,7 @@ def test_downstream_reads_published_input(doubles, env) -> None:
     assert lineage.select("input_stage", "input_key", "depth").rows() == [
         ("_test_double_source", runs["_test_double_source"].key, 1)
     ]
-    rerun = materialize(store, catalog, ["_test_double_sink"], {"_test_double_source": {"n": 2}}, "p0",
+    rerun = run_serially(store, catalog, ["_test_double_sink"], {"_test_double_source": {"n": 2}}, "p0",
                         force=True, progress=False)
     assert not rerun["_test_double_sink"].cached and rerun["_test_double_source"].cached
 
@@ -220,15 +220,15 @@ def test_input_keys_must_match_inputs(doubles, env) -> None:
         execute_stage(store, catalog, doubles["_test_double_sink"], {}, {"_test_double_source": "0" * 20}, "p0")
 
 
-def test_materialize_rejects_params_for_unknown_stage(doubles, env) -> None:
+def test_run_serially_rejects_params_for_unknown_stage(doubles, env) -> None:
     store, catalog = env
     with pytest.raises(StageError, match=r"unknown stage\(s\) \['_test_double_nope'\]"):
-        materialize(store, catalog, ["_test_double_sink"], {"_test_double_nope": {}}, "p0", progress=False)
+        run_serially(store, catalog, ["_test_double_sink"], {"_test_double_nope": {}}, "p0", progress=False)
 
 
 def test_data_docs_list_every_validation(doubles, env) -> None:
     store, catalog = env
-    materialize(store, catalog, ["_test_double_sink"], {}, "p0", progress=False)
+    run_serially(store, catalog, ["_test_double_sink"], {}, "p0", progress=False)
     with pytest.raises(ContractViolation):
         execute_stage(store, catalog, doubles["_test_double_source"], {"plant_bad_row": True}, {}, "p1")
     index = build_data_docs(store.root)
@@ -284,7 +284,7 @@ def test_plan_ignores_unrelated_misdeclared_stages(doubles) -> None:
 
 def test_cache_hit_does_not_need_its_inputs_anymore(doubles, env) -> None:
     store, catalog = env
-    runs = materialize(store, catalog, ["_test_double_sink"], {}, "p0", progress=False)
+    runs = run_serially(store, catalog, ["_test_double_sink"], {}, "p0", progress=False)
     shutil.rmtree(store.path("_test_double_source", runs["_test_double_source"].key))
     sink = doubles["_test_double_sink"]
     again = execute_stage(store, catalog, sink, {}, {"_test_double_source": runs["_test_double_source"].key}, "p0")

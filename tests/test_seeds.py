@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from data_contracts.gate import validate
 from data_contracts.readers import InputFileError, iter_json_array
 from data_contracts.stage import FrameArtifact, StageError
-from tasks.seeds import (
+from tasks.qa_seeds import (
     QA_SEED_COLUMNS,
     SEED_CONTRACT,
     load_seed_file,
@@ -187,14 +187,14 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_world_to_qa_seeds_through_the_store(tmp_path: Path) -> None:
     """Published through the artifact store (Parquet round trip, gate, cache): a re-run hits the cache."""
     from data_contracts.catalog import Catalog
-    from data_contracts.runner import materialize
+    from data_contracts.runner import run_serially
     from data_contracts.store import ArtifactStore
     from tasks import world  # noqa: F401  (registers the upstream stage)
 
     params = {"world": {"n_entities": 300, "n_questions": 40, "n_distractors": 1}}
-    first = materialize(ArtifactStore(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
+    first = run_serially(ArtifactStore(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
     assert first["qa_seeds"].outputs["seeds"] == first["world"].outputs["seeds"] > 30
-    again = materialize(ArtifactStore(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
+    again = run_serially(ArtifactStore(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
     assert again["qa_seeds"].cached and again["qa_seeds"].key == first["qa_seeds"].key
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from data_contracts.gate import validate
 from data_contracts.stage import StageError
 from envgen.rewards import normalize
-from tasks.seeds import answer_in_support, parse_docs
+from tasks.qa_seeds import answer_in_support, parse_docs
 from tasks.world import build_world, world_stage
 
 PARAMS = {"seed": 7, "n_entities": 900, "n_questions": 160, "n_distractors": 2}

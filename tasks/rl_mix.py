@@ -233,7 +233,7 @@ SUMMARY_CONTRACT = Contract(columns=SUMMARY_COLUMNS)
     params=MixParams,
     outputs={"mix": MIX_CONTRACT, "summary": SUMMARY_CONTRACT},
 )
-def run(inputs: Mapping[str, Artifact], params: MixParams, partition: str) -> dict[str, pl.DataFrame]:
+def rl_mix(inputs: Mapping[str, Artifact], params: MixParams, partition: str) -> dict[str, pl.DataFrame]:
     """LoongRL Table 1 mixture with warm-up / Stage I / Stage II (hard-mined) curriculum rows."""
     keychain = inputs["keychain"].read("keychain")
     if params.qa_source == "long":

@@ -1,0 +1,51 @@
+"""The house's one rule of imports (DESIGN.md section 1): ``flows -> tasks, training -> inference -> envgen ->
+data_contracts``. Every import statement counts, module-level or inside a function, so a lazy import cannot hide
+a wrong-way edge. Run it alone with ``make architecture``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# A room may import the rooms of lower rank; tasks and training share a rank and import neither each other.
+RANK = {"data_contracts": 0, "envgen": 1, "inference": 2, "tasks": 3, "training": 3, "flows": 4}
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every import statement of a file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def wrong_way_edges() -> list[str]:
+    edges = []
+    for room, rank in RANK.items():
+        for path in sorted((ROOT / room).rglob("*.py")):
+            for line, module in imports(path):
+                target = module.split(".")[0]
+                if target in RANK and target != room and RANK[target] >= rank:
+                    edges.append(f"{path.relative_to(ROOT)}:{line} imports {module} ({room} -> {target})")
+    return edges
+
+
+def test_imports_go_one_way() -> None:
+    assert wrong_way_edges() == []
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("import tasks.rewards\n", ["tasks.rewards"]),
+    ("def f():\n    from training.tiny_policy import x\n", ["training.tiny_policy"]),
+    ("from . import sibling\n", []),
+])
+def test_the_walk_sees_every_import(tmp_path: Path, source: str, expected: list[str]) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert [module for _, module in imports(path)] == expected
