@@ -25,7 +25,8 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
 def measure(n_seeds: int, entities_per_seed: float) -> dict[str, Any]:
-    from tasks.world import WorldParams, build_world, entity_frame, generate_seeds, world_stage
+    from tasks.world import WorldParams, build_world, entity_frame, generate_seeds
+    from tasks.world import world as world_stage
 
     params = WorldParams(n_entities=max(60, int(n_seeds * entities_per_seed)), n_questions=n_seeds)
     t0 = time.perf_counter()

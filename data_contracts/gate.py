@@ -225,6 +225,9 @@ def _schema_result(frame: pl.DataFrame, contract: Contract) -> ExpectationResult
             problems.append(f"missing column {column!r} ({dtype})")
         elif frame.schema[column] != dtype:
             problems.append(f"column {column!r} is {frame.schema[column]}, expected {dtype}")
+    if contract.record is not None:  # an output holds its record's columns exactly: no undeclared drift
+        problems += [f"column {column!r} is not in record {contract.record!r}"
+                     for column in frame.columns if column not in contract.columns]
     return ExpectationResult(
         name="columns", kind="schema", severity="critical", success=not problems,
         unexpected_count=len(problems), message="; ".join(problems),

@@ -1,18 +1,19 @@
-"""Record formats of DESIGN.md section 6 as polars column maps, and the building blocks of their contracts.
+"""Record formats: the one source of every column an artifact holds, each documented where it is declared.
 
-A room imports the column map of the record it emits and extends the base contract with its own rules::
+A stage's output contract is built from the record it emits plus the rules of its own procedure::
 
-    from data_contracts.schemas import KEYCHAIN_COLUMNS, KEYCHAIN_CONTRACT, extend, in_set
-    CONTRACT = extend(KEYCHAIN_CONTRACT, expectations=(in_set("key_format", ["uuid", "hex32"]),))
+    OUTPUTS = {"keychain": KEYCHAIN.contract(expectations=(matches("first_key", KEY_REGEX),), checks=(...))}
 
-Nested values are JSON strings (``JSON``); a list of strings is a polars ``List(String)`` where that is natural.
+and the gate holds every output to its record exactly: a missing column, a column of another dtype or a column the
+record does not declare fails the contract (so an output never drifts from its schema unnoticed). Nested values are
+JSON strings (``JSON``); lists of scalars are polars lists. ``gymforge artifacts schema`` prints them all.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import polars as pl
@@ -25,7 +26,17 @@ JSON = pl.String()
 JsonKind = Literal["list", "object", "any"]
 
 
-# --- building blocks --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    dtype: pl.DataType
+    doc: str
+
+
+def col(dtype: pl.DataType | type[pl.DataType], doc: str) -> Column:
+    return Column(dtype() if isinstance(dtype, type) else dtype, doc)
+
+
+# --- building blocks of contracts --------------------------------------------------------------------------------
 
 
 def not_null(*columns: str, severity: Severity = "critical") -> tuple[Expect, ...]:
@@ -51,6 +62,15 @@ def between(column: str, min_value: float | None = None, max_value: float | None
 
 def matches(column: str, regex: str, severity: Severity = "critical") -> Expect:
     return Expect("ExpectColumnValuesToMatchRegex", severity=severity, column=column, regex=regex)
+
+
+def at_most(column: str, bound: str) -> Expect:
+    """``column <= bound`` row by row (a prompt's tokens within its target)."""
+    return Expect("ExpectColumnPairValuesAToBeGreaterThanB", column_A=bound, column_B=column, or_equal=True)
+
+
+def min_length(column: str, chars: int) -> Expect:
+    return Expect("ExpectColumnValueLengthsToBeBetween", column=column, min_value=chars)
 
 
 def json_check(column: str, kind: JsonKind = "any", *, required_keys: Sequence[str] = (), nullable: bool = False,
@@ -81,148 +101,354 @@ def json_check(column: str, kind: JsonKind = "any", *, required_keys: Sequence[s
     return Check(f"{column}_json", fn, severity=severity, description=description)
 
 
-def extend(
-    base: Contract,
-    *,
-    columns: Mapping[str, pl.DataType | type[pl.DataType]] | None = None,
-    expectations: Sequence[Expect] = (),
-    checks: Sequence[Check] = (),
-    min_rows: int | None = None,
-) -> Contract:
-    """``base`` plus more columns, expectations and checks (a stage adding pass counts to a record, say)."""
-    return replace(
-        base,
-        columns={**base.columns, **(columns or {})},
-        expectations=(*base.expectations, *expectations),
-        checks=(*base.checks, *checks),
-        min_rows=base.min_rows if min_rows is None else min_rows,
-    )
+# --- records -----------------------------------------------------------------------------------------------------
 
 
-def record_contract(
-    columns: Mapping[str, pl.DataType | type[pl.DataType]],
-    *,
-    key: str | Sequence[str],
-    required: Sequence[str] = (),
-    json_columns: Mapping[str, JsonKind] | None = None,
-) -> Contract:
-    """Columns and dtypes, a unique non-null key, non-null ``required`` columns, parseable JSON columns."""
-    key_columns = (key,) if isinstance(key, str) else tuple(key)
-    return Contract(
-        columns=dict(columns),
-        expectations=(*not_null(*key_columns, *required), unique(*key_columns)),
-        checks=tuple(json_check(c, kind) for c, kind in (json_columns or {}).items()),
-    )
+@dataclass(frozen=True)
+class Record:
+    """A record format: documented columns, the key that identifies a row, and the rules every output of it obeys
+    (the key unique and not null, ``required`` columns not null, ``json`` columns parseable)."""
+
+    name: str
+    doc: str
+    columns: Mapping[str, Column]
+    key: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()
+    json: Mapping[str, JsonKind] = field(default_factory=dict)
+
+    @property
+    def schema(self) -> dict[str, pl.DataType]:
+        return {name: column.dtype for name, column in self.columns.items()}
+
+    def contract(self, *, expectations: Iterable[Expect] = (), checks: Iterable[Check] = (),
+                 min_rows: int = 0) -> Contract:
+        base = [*not_null(*self.key, *self.required)] + ([unique(*self.key)] if self.key else [])
+        return Contract(
+            columns=self.schema, record=self.name, min_rows=min_rows,
+            expectations=(*base, *expectations),
+            checks=(*(json_check(c, kind) for c, kind in self.json.items()), *checks),
+        )
+
+    def extend(self, name: str, doc: str, columns: Mapping[str, Column], *, key: tuple[str, ...] | None = None,
+               json: Mapping[str, JsonKind] | None = None) -> Record:
+        """This record plus ``columns`` (a filter adding pass counts, an evaluation set adding its run)."""
+        return Record(name, doc, {**self.columns, **columns}, self.key if key is None else key, self.required,
+                      {**self.json, **(json or {})})
+
+    def rejected(self, reason: str = "why the row was dropped") -> Record:
+        """The record of rows a stage dropped on purpose: every column of this one plus ``reason``."""
+        return self.extend(f"{self.name}_rejected", f"{self.doc} Dropped rows, each with its reason.",
+                           {"reason": col(pl.String, reason)}, key=())
+
+    def frame(self, rows: Sequence[Mapping[str, Any]] = ()) -> pl.DataFrame:
+        """A frame of this record from row dicts (an empty one keeps every column and dtype)."""
+        return pl.DataFrame(list(rows), schema=self.schema, orient="row") if rows else pl.DataFrame(schema=self.schema)
 
 
-# --- DESIGN.md section 6 ----------------------------------------------------------------------------------------
+def _cols(**columns: tuple[pl.DataType | type[pl.DataType], str] | Column) -> dict[str, Column]:
+    return {name: c if isinstance(c, Column) else col(*c) for name, c in columns.items()}
+
+
+STRINGS = pl.List(pl.String)
+
+# --- long-context QA (LoongRL) -----------------------------------------------------------------------------------
 
 QA_SOURCES = ("hotpotqa", "musique", "2wiki", "world")
 SPLITS = ("train", "eval")
 
-QA_SEED_COLUMNS: dict[str, pl.DataType] = {
-    "id": pl.String(),
-    "source": pl.String(),
-    "question": pl.String(),
-    "answer": pl.String(),
-    "aliases": pl.List(pl.String()),
-    "docs": JSON,  # list of {title, text, is_supporting}
-    "hops": pl.Int64(),
-    "type": pl.String(),
-    "split": pl.String(),
-}
-QA_SEED_CONTRACT = extend(
-    record_contract(QA_SEED_COLUMNS, key="id", required=("question", "answer", "docs")),
-    expectations=(in_set("source", QA_SOURCES), in_set("split", SPLITS)),
-    checks=(json_check("docs", "list", required_keys=("title", "text", "is_supporting")),),
+QA_SEED = Record("qa_seed", "A multi-hop question with its documents, from a QA dataset or the synthetic world.", _cols(
+    id=(pl.String, "source-prefixed id, unique across sources (hotpotqa:<_id>, world:<partition>:<i>)"),
+    source=(pl.String, "hotpotqa | musique | 2wiki | world"),
+    question=(pl.String, "the question as asked"),
+    answer=(pl.String, "the gold answer"),
+    aliases=(STRINGS, "other accepted forms of the answer"),
+    docs=(JSON, "list of {title, text, is_supporting}: the supporting documents and the dataset's distractors"),
+    hops=(pl.Int64, "reasoning hops (supporting documents, or the question decomposition's length)"),
+    type=(pl.String, "bridge | comparison | compositional (the dataset's question type)"),
+    split=(pl.String, "train | eval; no evaluation question reaches training"),
+), key=("id",), required=("question", "answer", "docs"), json={"docs": "list"})
+
+SEED_REJECTED = Record("seed_rejected", "A source record the seeds do not keep.", _cols(
+    id=(pl.String, "the record's id in its source"),
+    source=(pl.String, "its source"),
+    reason=(pl.String, "why (unanswerable, no supporting document, duplicate, leaked into eval...)"),
+))
+
+ITEM_REJECTED = Record("item_rejected", "A generated item a stage dropped.", _cols(
+    id=(pl.String, "the item's id"),
+    reason=(pl.String, "why"),
+))
+
+WORLD_SEED = QA_SEED.extend("world_seed", "A question of the synthetic world, with the program that answers it.", _cols(
+    program=(JSON, "the graph walk that defines the answer (relations and attribute filters), re-run for uniqueness"),
+))
+
+PASS_COLUMNS = _cols(
+    pass_count=(pl.Int64, "samples of the reference policy that scored 1 (of pass_k)"),
+    pass_k=(pl.Int64, "samples drawn per item by the difficulty filter"),
 )
+FILTER_COLUMNS = {**PASS_COLUMNS, **_cols(pass_window=(pl.String, "the kept window lo..hi of pass counts"))}
 
-PASS_COLUMNS: dict[str, pl.DataType] = {"pass_count": pl.Int64(), "pass_k": pl.Int64()}
+FILTERED_SEED = QA_SEED.extend("filtered_seed", "A QA seed with its difficulty-filter pass count.", FILTER_COLUMNS)
 
-KEYCHAIN_COLUMNS: dict[str, pl.DataType] = {
-    "id": pl.String(),
-    "seed_id": pl.String(),
-    "prompt": JSON,  # chat messages
-    "answer": pl.String(),
-    "aliases": pl.List(pl.String()),
-    "hidden_question": pl.String(),
-    "chain": pl.List(pl.String()),  # ordered keys, start key first
-    "distractor_chains": JSON,  # list of key lists
-    "key_format": pl.String(),
-    "hops": pl.Int64(),
-    "n_distractor_chains": pl.Int64(),
-    "target_tokens": pl.Int64(),
-    "tokens": pl.Int64(),
-    "tokenizer": pl.String(),
-    "gold_doc_positions": pl.List(pl.Int64()),
+PASS_HISTOGRAM = Record("pass_histogram", "How many items reached each pass count.", _cols(
+    pass_count=(pl.Int64, "a pass count, 0..k"),
+    n=(pl.Int64, "items with that pass count"),
+), key=("pass_count",))
+
+LENGTH_COLUMNS = _cols(
+    target_tokens=(pl.Int64, "the prompt length asked for; the prompt lands in [target - 2%, target]"),
+    tokens=(pl.Int64, "the final chat-templated prompt's length, counted with `tokenizer`"),
+    tokenizer=(pl.String, "name and sha256 of the tokenizer the length was measured with"),
+)
+LONG_QA_COLUMNS = _cols(
+    id=(pl.String, "unique id of the example"),
+    seed_id=(pl.String, "the qa_seed it was built from"),
+    source=(pl.String, "the seed's source"),
+    prompt=(JSON, "chat messages: the passages, then the question; the answer goes in \\boxed{}"),
+    answer=(pl.String, "the gold answer"),
+    aliases=(STRINGS, "other accepted forms of the answer"),
+    placement=(pl.String, "uniform | centred: where the gold documents were placed"),
+    **LENGTH_COLUMNS,
+    gold_doc_positions=(pl.List(pl.Int64), "passage indices of the seed's own documents"),
+    n_docs=(pl.Int64, "passages in the prompt"),
+    distractor_source=(pl.String, "where the distractor passages came from (filtered-out seeds, or kept ones)"),
     **PASS_COLUMNS,
-    "curriculum_stage": pl.Int64(),
-}
-KEYCHAIN_CONTRACT = record_contract(
-    KEYCHAIN_COLUMNS, key="id", required=("seed_id", "prompt", "answer", "hidden_question", "chain", "tokens"),
-    json_columns={"prompt": "list", "distractor_chains": "list"},
 )
 
-ENVIRONMENT_COLUMNS: dict[str, pl.DataType] = {
-    "env_id": pl.String(),
-    "domain": pl.String(),
-    "tools": JSON,  # OpenAI function schemas
-    "edges": JSON,  # tool dependency graph edges
-    "golden_chains": JSON,
-    "nodes": pl.Int64(),
-    "density": pl.Float64(),
-    "chains": pl.Int64(),
-    "fallback_used": pl.Boolean(),
-    "db_path": pl.String(),
-    "seed": pl.Int64(),
-}
-ENVIRONMENT_CONTRACT = record_contract(
-    ENVIRONMENT_COLUMNS, key="env_id", required=("domain", "tools", "db_path"),
-    json_columns={"tools": "list", "edges": "list", "golden_chains": "list"},
-)
+KEYCHAIN = Record("keychain", "A KeyChain example (LoongRL 3.1): a long context with UUID chains, only the first key "
+                  "in the question.", {**LONG_QA_COLUMNS, **_cols(
+                      hidden_question=(pl.String, "the seed's question, stated only as the target chain's last value"),
+                      first_key=(pl.String, "the key the surface question names"),
+                      chain=(STRINGS, "the target chain's keys, first key first"),
+                      distractor_chains=(JSON, "list of key lists of the distractor chains"),
+                      key_format=(pl.String, "uuid32 | hex8"),
+                      hops=(pl.Int64, "keys in the target chain"),
+                      n_distractor_chains=(pl.Int64, "distractor chains in the context"),
+                      chains_per_1k=(pl.Float64, "the setting the distractor count came from"),
+                      curriculum_stage=(pl.String, "where the example enters the curriculum (set by rl_mix)"),
+                  )}, key=("id",), required=("seed_id", "prompt", "answer", "hidden_question", "chain", "tokens"),
+                  json={"prompt": "list", "distractor_chains": "list"})
 
-TASK_COLUMNS: dict[str, pl.DataType] = {
-    "task_id": pl.String(),
-    "env_id": pl.String(),
-    "description": pl.String(),
-    "user_profile": JSON,
-    "rubric": JSON,  # expected canonical DB diff + required outputs
-    "golden_actions": JSON,
-    "difficulty": JSON,  # difficulty features
-    "noise": JSON,  # level, transforms applied (envgen/noise/records.py); null for a clean task
-}
-TASK_CONTRACT = extend(
-    record_contract(
-        TASK_COLUMNS, key="task_id", required=("env_id", "description", "rubric", "golden_actions"),
-        json_columns={"user_profile": "object", "rubric": "object", "golden_actions": "list"},
-    ),
-    checks=(json_check("noise", "object", nullable=True),),
+PROMPT_REJECTED = Record("prompt_rejected", "A seed a long-context builder could not turn into a prompt.", _cols(
+    seed_id=(pl.String, "the seed"),
+    kind=(pl.String, "keychain | regular"),
+    reason=(pl.String, "why (no length fit within the bounded corrections, too few distractors...)"),
+))
+
+REGULAR_QA = Record("regular_qa", "The same long-context extension as KeyChain with the question asked directly (LoongRL "
+                    "Table 1's standard multi-hop QA).", {**LONG_QA_COLUMNS, **_cols(
+                        question=(pl.String, "the question asked"),
+                    )}, key=("id",), required=("prompt", "answer"), json={"prompt": "list"})
+
+NEEDLE = Record("needle", "A RULER needle-in-a-haystack example (multi-key or multi-value).", _cols(
+    id=(pl.String, "unique id"),
+    task=(pl.String, "multikey | multivalue"),
+    prompt=(JSON, "chat messages: the haystack with the needles, then the query"),
+    query_key=(pl.String, "the key asked for"),
+    answer=(pl.String, "the required values, comma-separated (what needle_all compares)"),
+    answers=(STRINGS, "the required values"),
+    needles=(STRINGS, "every key hidden in the haystack"),
+    n_needles=(pl.Int64, "needles hidden"),
+    key_type=(pl.String, "words | numbers"),
+    **LENGTH_COLUMNS,
+    base=(pl.String, "the haystack's source: world, or the local directory"),
+), key=("id",), required=("prompt",), json={"prompt": "list"})
+
+MATH_PROBLEM = Record("math_problem", "A short math problem with a verifiable answer.", _cols(
+    id=(pl.String, "unique id"),
+    kind=(pl.String, "hard (open-ended) | easy_mc (four choices)"),
+    question=(pl.String, "the problem statement"),
+    answer=(pl.String, "the answer (a choice letter for easy_mc)"),
+    choices=(STRINGS, "the four choices of an easy_mc problem, empty otherwise"),
+    source=(pl.String, "synthetic:<generator> or file:<name>"),
+    reward_fn=(pl.String, "math | choice: the reward that scores it"),
+), key=("id",), required=("question", "answer"))
+
+RL_MIX = Record("rl_mix", "One row of the RL mixture (LoongRL Table 1) in one curriculum stage.", _cols(
+    id=(pl.String, "the item's id; an item has one row per curriculum stage it enters"),
+    category=(pl.String, "keychain | qa | needle_multikey | needle_multivalue | math_hard | math_easy"),
+    curriculum_stage=(pl.String, "warmup | stage1 | stage2"),
+    prompt=(JSON, "chat messages"),
+    answer=(pl.String, "the gold answer"),
+    aliases=(STRINGS, "other accepted forms of the answer"),
+    reward_fn=(pl.String, "the reward of envgen.rewards.REWARDS that scores the row"),
+    source_id=(pl.String, "the id of the item in its source artifact"),
+    tokens=(pl.Int64, "prompt tokens, when the source counted them"),
+    **PASS_COLUMNS,
+), key=("curriculum_stage", "id"), required=("prompt", "answer", "reward_fn"), json={"prompt": "list"})
+
+MIX_SUMMARY = Record("mix_summary", "What the mixture took per category.", _cols(
+    category=(pl.String, "a mixture category"),
+    requested=(pl.Int64, "items asked for (Table 1 count times scale)"),
+    available=(pl.Int64, "items the inputs offered"),
+    taken=(pl.Int64, "items taken"),
+), key=("category",))
+
+# --- the synthetic world -----------------------------------------------------------------------------------------
+
+WORLD_RELATIONS = ("located_in", "born_in", "works_for", "married_to", "founded_by", "headquartered_in",
+                   "created_by", "published_by", "organized_by", "held_in")
+
+ENTITY = Record("entity", "An entity of the synthetic world's knowledge graph.", {**_cols(
+    entity_id=(pl.String, "E<index>"),
+    type=(pl.String, "person | organisation | city | country | work | event"),
+    name=(pl.String, "the entity's name, unique"),
+    aliases=(STRINGS, "other names"),
+    category=(pl.String, "the kind within its type (an organisation's industry, a work's medium)"),
+    born=(pl.Date, "a person's birth date"),
+    founded=(pl.Int64, "an organisation's founding year"),
+    released=(pl.Date, "a work's release date"),
+    held=(pl.Date, "an event's date"),
+    population=(pl.Int64, "a city's or country's population"),
+    employees=(pl.Int64, "an organisation's employees"),
+    budget=(pl.Int64, "a work's or event's budget"),
+    attendance=(pl.Int64, "an event's attendance"),
+), **{r: col(pl.String, f"entity_id of the {r.replace('_', ' ')} relation's object, if any")
+      for r in WORLD_RELATIONS}}, key=("entity_id",), required=("name", "type"))
+
+DOCUMENT = Record("document", "An encyclopedia-style document of one world entity.", _cols(
+    doc_id=(pl.String, "D<index>"),
+    title=(pl.String, "the entity's name"),
+    text=(pl.String, "the document"),
+    entity_id=(pl.String, "the entity it describes"),
+), key=("doc_id",), required=("title", "text"))
+
+RELATION = Record("relation", "One edge of the world's knowledge graph.", _cols(
+    subject=(pl.String, "entity_id"),
+    relation=(pl.String, "one of the world's relations"),
+    object=(pl.String, "entity_id"),
+), required=("subject", "object"))
+
+TOKENIZER = Record("tokenizer", "gymforge's byte-level BPE with its chat template.", _cols(
+    name=(pl.String, "the tokenizer's name"),
+    tokenizer_json=(JSON, "the tokenizers library's serialization"),
+    chat_template=(pl.String, "ChatML with tool calls and {% generation %} markers"),
+    special_tokens=(STRINGS, "the special tokens"),
+    vocab_size=(pl.Int64, "vocabulary size, special tokens included"),
+    sha256=(pl.String, "hash of tokenizer_json and chat_template"),
+    eos_token=(pl.String, "end of turn"),
+    pad_token=(pl.String, "padding"),
+))
+
+# --- tool environments (LongCat-Flash-Thinking-2601 3.1.1) -------------------------------------------------------
+
+DOMAIN_GRAPH = Record("domain_graph", "A domain spec compiled: its tools and their dependency graph.", _cols(
+    domain=(pl.String, "the domain's name"),
+    spec_json=(JSON, "the parsed DomainSpec"),
+    spec_hash=(pl.String, "stable hash of the spec"),
+    n_entities=(pl.Int64, "entities (tables) of the domain"),
+    n_tools=(pl.Int64, "tools compiled (the report asks 60+)"),
+    n_read_tools=(pl.Int64, "tools that only read"),
+    n_write_tools=(pl.Int64, "tools that write"),
+    tools=(JSON, "OpenAI function schemas"),
+    read_write_map=(JSON, "tool -> tables it reads and writes"),
+    edges=(JSON, "[[u, v], ...]: an output of u supplies a required parameter of v"),
+    n_edges=(pl.Int64, "edges of the graph"),
+    density=(pl.Float64, "edges / (n (n - 1))"),
+    executability=(pl.Float64, "share of tools that ran on a seeded database"),
+    failed_tools=(STRINGS, "tools that did not run"),
+), key=("domain",))
+
+ENVIRONMENT = Record("environment", "A verified environment: a seeded database, the tools of its chains, and the task "
+                     "it was built for.", _cols(
+                         env_id=(pl.String, "<domain>-<partition>-<index>"),
+                         domain=(pl.String, "the domain"),
+                         spec_json=(JSON, "the DomainSpec (a renamed variant carries its own)"),
+                         spec_hash=(pl.String, "hash of spec_json"),
+                         seed=(pl.Int64, "seed of the database and the chain sampling"),
+                         now=(pl.String, "the database's time, also in its _clock table"),
+                         tool_names=(STRINGS, "the environment's tools"),
+                         tools=(JSON, "their OpenAI schemas"),
+                         edges=(JSON, "[[u, v], ...] among the environment's tools"),
+                         chains=(JSON, "the seed chains, lists of tool names; the task uses them all"),
+                         fallback_chains=(JSON, "chains added by the fallback to reach the minimum size"),
+                         n_tools=(pl.Int64, "tools"),
+                         n_edges=(pl.Int64, "edges"),
+                         density=(pl.Float64, "edges / (n (n - 1))"),
+                         n_chains=(pl.Int64, "seed chains"),
+                         fallback_used=(pl.Boolean, "whether the fallback added tools"),
+                         expansion=(JSON, "p = f(c, g, |D|) and g per multi-chain decision"),
+                         db=(pl.Binary, "the SQLite database"),
+                         db_sha256=(pl.String, "hash of db"),
+                         task_json=(JSON, "the verified task, so the row replays on its own"),
+                     ), key=("env_id",), required=("domain", "tools", "db"),
+                     json={"tools": "list", "edges": "list", "chains": "list"})
+
+TASK = Record("task", "A task of an environment with its user profile and its rubric.", _cols(
+    task_id=(pl.String, "unique id"),
+    env_id=(pl.String, "the environment"),
+    domain=(pl.String, "the domain"),
+    system_prompt=(pl.String, "agent instructions and policy texts"),
+    description=(pl.String, "the user's first message"),
+    user_profile=(JSON, "{persona, facts: [{name, label, value}]}: what the user knows and tells when asked"),
+    rubric=(JSON, "{expected_diff, required_outputs, tables, components}"),
+    golden_actions=(JSON, "[{name, arguments}] in order"),
+    difficulty=(JSON, "difficulty features"),
+    noise=(JSON, "{level, transforms}; level 0 for a clean task"),
+), key=("task_id",), required=("env_id", "description", "rubric", "golden_actions"),
+    json={"user_profile": "object", "rubric": "object", "golden_actions": "list"})
+
+RUN = _cols(run=(pl.Int64, "the evaluation run (the report averages 3)"))
+EVAL_ENVIRONMENT = ENVIRONMENT.extend("eval_environment", "An environment of Random Complex Tasks.", RUN)
+EVAL_TASK = TASK.extend("eval_task", "A task of Random Complex Tasks.", RUN)
+FILTERED_TASK = TASK.extend("filtered_task", "A task with its difficulty-filter pass count.", FILTER_COLUMNS)
+
+ENVIRONMENT_REJECTED = Record("environment_rejected", "An environment or task construction gave up on.", _cols(
+    env_id=(pl.String, "the environment's id"),
+    domain=(pl.String, "the domain"),
+    stage_step=(pl.String, "construction | task: the step that failed"),
+    reason=(pl.String, "why"),
+))
+
+NOISE_COLUMNS = _cols(
+    clean_task_id=(pl.String, "the clean task this is the twin of"),
+    noise_level=(pl.Int64, "curriculum level 1..L"),
+    transforms=(STRINGS, "instruction transforms and tool faults applied"),
+    robust_success=(pl.Boolean, "the robust reference agent solved the twin"),
+    naive_success=(pl.Boolean, "the naive reference agent solved the twin"),
+    robust_clean_success=(pl.Boolean, "the robust agent solved the clean task"),
+    naive_clean_success=(pl.Boolean, "the naive agent solved the clean task"),
+    naive_by_transform=(JSON, "naive success with each transform alone"),
+    scored=(pl.Boolean, "whether the solvability check ran"),
 )
+NOISY_TASK = TASK.extend("noisy_task", "A noisy twin of a clean task (LongCat-Flash-Thinking-2601 noise curricula).",
+                         NOISE_COLUMNS)
+NOISY_EVAL_TASK = NOISY_TASK.extend("noisy_eval_task", "A noisy twin of a Random Complex Task.", RUN)
+NOISE_REJECTED = Record("noise_rejected", "A twin the solvability check refused.", {
+    "task_id": TASK.columns["task_id"], "env_id": TASK.columns["env_id"], "noise": TASK.columns["noise"],
+    **NOISE_COLUMNS, "reason": col(pl.String, "why the twin is unsolvable or unscored")})
+
+# --- rollouts ----------------------------------------------------------------------------------------------------
 
 FAILURE_LABELS = ("agent", "user", "tool")
-TRAJECTORY_COLUMNS: dict[str, pl.DataType] = {
-    "id": pl.String(),
-    "source": pl.String(),
-    "env_id": pl.String(),
-    "task_id": pl.String(),
-    "example_id": pl.String(),
-    "messages": JSON,  # OpenAI format with tool_calls
-    "segments": JSON,  # token ids, logprobs, policy version, loss mask per segment
-    "reward_components": JSON,
-    "verified": pl.Boolean(),
-    "failure_label": pl.String(),  # agent | user | tool, null when the episode succeeded
-}
-TRAJECTORY_CONTRACT = extend(
-    record_contract(TRAJECTORY_COLUMNS, key="id", required=("source", "messages", "segments"),
-                    json_columns={"messages": "list", "segments": "list", "reward_components": "object"}),
-    expectations=(in_set("failure_label", FAILURE_LABELS),),  # GX's in-set ignores nulls
-)
+STOP_REASONS = ("done", "max_turns", "length", "context_overflow")
 
-RECORDS: dict[str, Contract] = {
-    "qa_seed": QA_SEED_CONTRACT,
-    "keychain": KEYCHAIN_CONTRACT,
-    "environment": ENVIRONMENT_CONTRACT,
-    "task": TASK_CONTRACT,
-    "trajectory": TRAJECTORY_CONTRACT,
-}
-"""Every section-6 record's base contract by name."""
+ROLLOUT = Record("rollout", "A policy's rollout, stored as tokens (DESIGN.md section 5).", _cols(
+    id=(pl.String, "<item>#<sample>"),
+    group_id=(pl.String, "the item: samples of one group share it"),
+    source=(pl.String, "the stage or run that sampled it"),
+    item_id=(pl.String, "the prompt or task id"),
+    env_id=(pl.String, "the environment, for tool tasks"),
+    task_id=(pl.String, "the task, for tool tasks"),
+    sample_index=(pl.Int64, "index within the group"),
+    messages=(JSON, "the conversation in OpenAI format, tool calls and results included"),
+    segments=(JSON, "per context segment: turns of prompt ids, output ids, logprobs, policy version, loss mask"),
+    n_segments=(pl.Int64, "segments (context management starts a new one on summary or reset)"),
+    n_turns=(pl.Int64, "agent turns"),
+    n_output_tokens=(pl.Int64, "sampled tokens"),
+    min_policy_version=(pl.Int64, "oldest policy version among the tokens"),
+    max_policy_version=(pl.Int64, "newest policy version among the tokens"),
+    reward=(pl.Float64, "the product of reward_components"),
+    reward_components=(JSON, "named reward components"),
+    verified=(pl.Boolean, "reward 1"),
+    failure=(pl.String, "agent | user | tool; null when verified"),
+    stop_reason=(pl.String, "done | max_turns | length | context_overflow"),
+), key=("id",), required=("segments",), json={"messages": "list", "segments": "list", "reward_components": "object"})
+
+RECORDS: dict[str, Record] = {record.name: record for record in (
+    QA_SEED, SEED_REJECTED, ITEM_REJECTED, PROMPT_REJECTED, WORLD_SEED, FILTERED_SEED, PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX,
+    MIX_SUMMARY, ENTITY, DOCUMENT, RELATION, TOKENIZER, DOMAIN_GRAPH, ENVIRONMENT, TASK, EVAL_ENVIRONMENT,
+    EVAL_TASK, FILTERED_TASK, ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT,
+)}
+"""Every record by name."""

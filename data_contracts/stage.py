@@ -101,12 +101,14 @@ class Check:
 
 @dataclass(frozen=True)
 class Contract:
-    """What an output must satisfy: required columns with polars dtypes, GX expectations, Python checks."""
+    """What an output must satisfy: columns with polars dtypes, GX expectations, Python checks. A contract built
+    from a record (``data_contracts.schemas``) names it, and then the output holds exactly the record's columns."""
 
     columns: Mapping[str, type[pl.DataType] | pl.DataType] = field(default_factory=dict)
     expectations: tuple[Expect, ...] = ()
     checks: tuple[Check, ...] = ()
     min_rows: int = 0
+    record: str | None = None
 
 
 REJECTED_CONTRACT = Contract(columns={"reason": pl.String})

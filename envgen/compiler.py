@@ -16,6 +16,7 @@ from functools import cached_property, lru_cache
 from typing import Annotated, Any, Literal
 
 import networkx as nx
+import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
 from sqlalchemy import Boolean, Column, Engine, Float, ForeignKey, Integer, MetaData, String, Table
 from sqlalchemy.orm import DeclarativeBase
@@ -317,3 +318,9 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
 def compiled(name: str) -> CompiledDomain:
     """The compiled shipped domain ``name`` (cached per process)."""
     return compile_domain(load_domain(name))
+
+
+def compiled_domains(frame: pl.DataFrame) -> dict[str, CompiledDomain]:
+    """Every domain of a ``domain_graphs`` output, compiled again from its recorded spec."""
+    return {row["domain"]: compile_domain(DomainSpec.model_validate_json(row["spec_json"]))
+            for row in frame.iter_rows(named=True)}

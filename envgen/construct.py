@@ -25,13 +25,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import Field
 from sqlalchemy import Connection, select
 
+from data_contracts.stage import Params
 from envgen.canonical import canonical_state
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool, sem_type
 from envgen.seeding import field_value, seeded_memory_engine, sqlite_bytes
 from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows, faker_for
 from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time
+
+PATCH_ROUNDS = 3  # a patched row can break another condition; three rounds settle every shipped domain
 
 CHAIN_KINDS = frozenset({"get", "lookup", "find", "list_by", "parent_of"})
 
@@ -160,7 +164,7 @@ class Grounder:
 
     def patch(self, ctx: ActionContext, conds: list[Condition]) -> None:
         """Patch rows until every condition holds (bounded rounds)."""
-        for _ in range(3):
+        for _ in range(PATCH_ROUNDS):
             failing = [c for c in conds if not ctx.holds(c)]
             if not failing:
                 return
@@ -425,14 +429,22 @@ class BuiltEnvironment:
     db: bytes
 
 
-@dataclass(frozen=True)
-class ConstructionSettings:
-    max_reads: int = 3  # read tools before the write in a sampled chain
-    max_chains: int = 3  # seed chains per environment (s_1 .. s_n)
-    solver_attempts: int = 8  # budget of the solver that measures g(D_n)
-    tau: float = 0.3  # threshold on p for adding a chain
-    min_tools: int = 20  # the report's minimum environment size
-    fallback_attempts: int = 30
+MIN_TOOLS = 20  # the report's fallback floor: at least 20 tools per environment
+MIN_DOMAIN_TOOLS = 60  # the report's domains compile to 60+ tools each
+
+
+class ConstructionSettings(Params):
+    """How one environment is built (LongCat-Flash-Thinking-2601 3.1.1); the environment stages take these as
+    params, so every one can be set from a profile."""
+
+    max_reads: int = Field(3, ge=0, le=8, description="Most read tools before the write in a sampled chain.")
+    max_chains: int = Field(3, ge=1, le=8, description="Most seed chains per environment (multi-chain growth).")
+    solver_attempts: int = Field(8, ge=1, le=64, description="Budget of the solver whose attempt count is g(D).")
+    tau: float = Field(0.3, ge=0.0, lt=1.0, description="A chain is added only while p = f(c, g, |D|) > tau.")
+    min_tools: int = Field(MIN_TOOLS, ge=1, description="Fallback floor on tools per environment (report: 20).")
+    seed_chain_attempts: int = Field(20, ge=1, description="Chains tried for the first grounded chain before the "
+                                                           "environment is given up.")
+    fallback_attempts: int = Field(30, ge=1, description="Chains tried by the fallback to reach min_tools.")
 
 
 def _try_ground(g: Grounder, chain: list[str] | None) -> GroundedChain | None:
@@ -460,12 +472,13 @@ def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionS
     fallbacks: list[GroundedChain] = []
     with engine.begin() as conn:
         g = Grounder(domain, conn, rng)
-        for _ in range(20):
+        for _ in range(settings.seed_chain_attempts):
             first = _try_ground(g, sample_chain(domain, rng, everything, settings.max_reads))
             if first is not None:
                 break
         else:
-            raise ConstructionFailed(f"{domain.name}: no seed chain could be grounded in 20 attempts")
+            raise ConstructionFailed(f"{domain.name}: no seed chain could be grounded in "
+                                     f"{settings.seed_chain_attempts} attempts")
         chains.append(first)
         env = bfs_expand(domain, set(), first.tools)
         while len(chains) < settings.max_chains:

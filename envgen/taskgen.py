@@ -16,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
 from sqlalchemy.engine import Engine
 
+from data_contracts.stage import Params
 from envgen.canonical import State, canonical_json, canonical_state, diff_states
 from envgen.compiler import CompiledDomain
 from envgen.construct import (
@@ -41,9 +42,9 @@ MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
 _OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
 
 
-@dataclass(frozen=True)
-class TaskSettings:
-    inline_fact_prob: float = 0.5  # chance a profile fact is also stated in the text (else the agent must ask)
+class TaskSettings(Params):
+    inline_fact_prob: float = Field(0.5, ge=0.0, le=1.0, description="Chance a profile fact is also written in "
+                                                                      "the task text (else the agent must ask).")
 
 
 def system_prompt(domain: CompiledDomain) -> str:

@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         from data_contracts.stage import REJECTED, FrameArtifact, StageError
         from envgen.noise.plot import plot_noise_success
         from envgen.noise.solvability import summary_frame
-        from tasks.noise import OUTPUTS, noisy_tasks
+        from tasks.noisy_tasks import noisy_tasks
 
         require_new_dir(out)
         try:
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
             for bundle, env, tasks in load_bundles(envs):
                 artifact = FrameArtifact({"environments": pl.DataFrame([env]), "tasks": pl.DataFrame(tasks)})
                 result = noisy_tasks.run({"environments": artifact}, params, bundle.name)
-                for name, contract in OUTPUTS.items():
+                for name, contract in noisy_tasks.outputs.items():
                     report = validate("noisy_tasks", name, result[name], contract, bundle.name)
                     if not report.passed:
                         raise typer.BadParameter(f"bundle {bundle}: noisy {name} failed its contract: {report}")

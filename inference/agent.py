@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import polars as pl
 from pydantic import Field
 
 from data_contracts.stage import Params, seed_for
@@ -159,6 +160,39 @@ class PromptItem:
     id: str
     messages: Sequence[Message]
     columns: Mapping[str, Any]
+
+
+def qa_prompt_items(seeds: pl.DataFrame, max_prompt_tokens: int) -> list[PromptItem]:
+    """One prompt per QA seed (the difficulty filter's and the tiny policy's): the question and its documents,
+    supporting ones first, kept short."""
+    items = []
+    for row in seeds.iter_rows(named=True):
+        items.append(PromptItem(
+            id=str(row["id"]),
+            messages=qa_prompt(row["question"], prompt_docs(row["docs"], max_prompt_tokens * 4)),
+            columns={"answer": row["answer"], "aliases": _aliases(row.get("aliases"))},
+        ))
+    return items
+
+
+def prompt_docs(docs_json: str, max_chars: int) -> list[dict[str, str]]:
+    """The documents for a short prompt: supporting ones first, texts cut to fit ``max_chars`` in total."""
+    docs = sorted(json.loads(docs_json), key=lambda d: not d.get("is_supporting", False))
+    kept, budget = [], max_chars
+    for doc in docs:
+        if budget <= 0:
+            break
+        text = str(doc["text"])[:budget]
+        kept.append({"title": str(doc["title"]), "text": text})
+        budget -= len(text) + len(str(doc["title"]))
+    return kept
+
+
+def _aliases(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return json.loads(value) if isinstance(value, str) else list(value)
+
 
 
 def rollout_prompts(engine: Engine, items: Sequence[PromptItem], k: int, reward_fn: RewardFn,

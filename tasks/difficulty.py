@@ -12,12 +12,11 @@ The reference engine is the `tiny_policy` artifact (``engine: tiny``) or any eng
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 from pydantic import Field, field_validator, model_validator
@@ -26,7 +25,7 @@ from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Contract
 from inference.trajectory import TRAJECTORY_CONTRACT
 
 if TYPE_CHECKING:
-    from inference.agent import PromptItem, SamplingConfig
+    from inference.agent import SamplingConfig
     from inference.engine import Engine
 
 TINY = "tiny"
@@ -203,46 +202,13 @@ def _with_engine(params: FilterParams, inputs: Mapping[str, Artifact],
 # QA seeds
 
 
-def qa_items(seeds: pl.DataFrame, max_prompt_tokens: int) -> list[PromptItem]:
-    """One prompt per seed: the question and its documents (supporting ones first), kept short."""
-    from inference.agent import PromptItem, qa_prompt
-
-    items = []
-    for row in seeds.iter_rows(named=True):
-        items.append(PromptItem(
-            id=str(row["id"]),
-            messages=qa_prompt(row["question"], prompt_docs(row["docs"], max_prompt_tokens * 4)),
-            columns={"answer": row["answer"], "aliases": _aliases(row.get("aliases"))},
-        ))
-    return items
-
-
-def prompt_docs(docs_json: str, max_chars: int) -> list[dict[str, str]]:
-    """The documents for a short prompt: supporting ones first, texts cut to fit ``max_chars`` in total."""
-    docs = sorted(json.loads(docs_json), key=lambda d: not d.get("is_supporting", False))
-    kept, budget = [], max_chars
-    for doc in docs:
-        if budget <= 0:
-            break
-        text = str(doc["text"])[:budget]
-        kept.append({"title": str(doc["title"]), "text": text})
-        budget -= len(text) + len(str(doc["title"]))
-    return kept
-
-
-def _aliases(value: Any) -> list[str]:
-    if value is None:
-        return []
-    return json.loads(value) if isinstance(value, str) else list(value)
-
-
 def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> dict[str, pl.DataFrame]:
     """Score every seed with ``k`` samples of ``engine`` and split by the pass-count window."""
     from envgen.rewards import get_reward
-    from inference.agent import AgentConfig, rollout_prompts
+    from inference.agent import AgentConfig, qa_prompt_items, rollout_prompts
 
     config = AgentConfig(sampling=params.sampling(), seed=params.seed)
-    groups = rollout_prompts(engine, qa_items(seeds, params.max_prompt_tokens), params.k, get_reward(params.reward),
+    groups = rollout_prompts(engine, qa_prompt_items(seeds, params.max_prompt_tokens), params.k, get_reward(params.reward),
                              config, source="qa_filtered", batch_size=params.batch_size)
     pass_counts = [sum(t.verified for t in group) for group in groups]
     return split_by_window(seeds, pass_counts, params, kept="seeds")

@@ -34,16 +34,16 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.stage import (
-    REJECTED,
-    Artifact,
-    Check,
-    Contract,
-    Expect,
-    rng_for,
-    seed_for,
-    stage,
+from data_contracts.schemas import (
+    KEYCHAIN,
+    PROMPT_REJECTED,
+    REGULAR_QA,
+    at_most,
+    between,
+    in_set,
+    matches,
 )
+from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from inference.tokenizer import identity as tokenizer_identity
 from tasks.qa_seeds import answer_in_support
 from tasks.token_budget import (
@@ -411,43 +411,13 @@ def _answer_absent(frame: pl.DataFrame) -> list[bool]:
     return bad
 
 
-KEYCHAIN_COLUMNS: dict[str, Any] = {
-    "id": pl.String,
-    "seed_id": pl.String,
-    "source": pl.String,
-    "prompt": pl.String,
-    "answer": pl.String,
-    "aliases": pl.List(pl.String),
-    "hidden_question": pl.String,
-    "first_key": pl.String,
-    "chain": pl.List(pl.String),
-    "distractor_chains": pl.String,
-    "key_format": pl.String,
-    "hops": pl.Int64,
-    "n_distractor_chains": pl.Int64,
-    "chains_per_1k": pl.Float64,
-    "placement": pl.String,
-    "target_tokens": pl.Int64,
-    "tokens": pl.Int64,
-    "tokenizer": pl.String,
-    "gold_doc_positions": pl.List(pl.Int64),
-    "n_docs": pl.Int64,
-    "distractor_source": pl.String,
-    "pass_count": pl.Int64,
-    "pass_k": pl.Int64,
-    "curriculum_stage": pl.String,
-}
-
-KEYCHAIN_CONTRACT = Contract(
-    columns=KEYCHAIN_COLUMNS,
+KEYCHAIN_CONTRACT = KEYCHAIN.contract(
     expectations=(
-        Expect("ExpectColumnValuesToBeUnique", column="id"),
-        *(Expect("ExpectColumnValuesToNotBeNull", column=c) for c in ("prompt", "answer", "hidden_question", "tokens")),
-        Expect("ExpectColumnValuesToMatchRegex", column="first_key", regex=KEY_REGEX),
-        Expect("ExpectColumnValuesToBeInSet", column="key_format", value_set=list(KEY_FORMATS)),
-        Expect("ExpectColumnValuesToBeInSet", column="placement", value_set=["uniform", "centred"]),
-        Expect("ExpectColumnPairValuesAToBeGreaterThanB", column_A="target_tokens", column_B="tokens", or_equal=True),
-        Expect("ExpectColumnValuesToBeBetween", column="hops", min_value=1),
+        matches("first_key", KEY_REGEX),
+        in_set("key_format", list(KEY_FORMATS)),
+        in_set("placement", ["uniform", "centred"]),
+        at_most("tokens", "target_tokens"),
+        between("hops", min_value=1),
     ),
     checks=(
         Check("chains_resolve", _chains_unresolved, description="every link of every chain is stated in the prompt"),
@@ -461,19 +431,10 @@ KEYCHAIN_CONTRACT = Contract(
 )
 
 REGULAR = "regular"
-_SHARED = ("seed_id", "source", "prompt", "answer", "aliases", "placement", "target_tokens", "tokens", "tokenizer",
-           "gold_doc_positions", "n_docs", "distractor_source", "pass_count", "pass_k")
-REGULAR_COLUMNS: dict[str, Any] = {"id": pl.String, **{c: KEYCHAIN_COLUMNS[c] for c in _SHARED}, "question": pl.String}
-REGULAR_CONTRACT = Contract(
-    columns=REGULAR_COLUMNS,
-    expectations=(
-        Expect("ExpectColumnValuesToBeUnique", column="id"),
-        Expect("ExpectColumnPairValuesAToBeGreaterThanB", column_A="target_tokens", column_B="tokens", or_equal=True),
-    ),
+REGULAR_CONTRACT = REGULAR_QA.contract(
+    expectations=(at_most("tokens", "target_tokens"),),
     checks=tuple(c for c in KEYCHAIN_CONTRACT.checks if c.name in ("answer_in_context", "length_within_window")),
 )
-REJECTED_COLUMNS = {"seed_id": pl.String, "kind": pl.String, "reason": pl.String}
-REJECTED_KEYCHAIN = Contract(columns=REJECTED_COLUMNS)
 
 
 # --------------------------------------------------------------------------- the stage
@@ -516,9 +477,9 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
         except Reject as reason:
             rejected.append({"seed_id": seed["id"], "kind": kind, "reason": str(reason)})
     return {
-        STAGE: pl.DataFrame(built["keychain"], schema=KEYCHAIN_COLUMNS, orient="row"),
-        REGULAR: pl.DataFrame(built["regular"], schema=REGULAR_COLUMNS, orient="row"),
-        REJECTED: pl.DataFrame(rejected, schema=REJECTED_COLUMNS),
+        STAGE: KEYCHAIN.frame(built["keychain"]),
+        REGULAR: REGULAR_QA.frame(built["regular"]),
+        REJECTED: PROMPT_REJECTED.frame(rejected),
     }
 
 
@@ -527,7 +488,7 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
     version="1",
     inputs=("qa_filtered", "tokenizer"),
     params=KeyChainParams,
-    outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: REJECTED_KEYCHAIN},
+    outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: PROMPT_REJECTED.contract()},
 )
 def keychain(inputs: Mapping[str, Artifact], params: KeyChainParams, partition: str) -> dict[str, pl.DataFrame]:
     """KeyChain long-context QA (LoongRL section 3.1): hidden question behind UUID chains among distractors."""

@@ -22,25 +22,14 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.readers import InputFileError, all_rejected, iter_jsonl
-from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Contract, Expect, Params, seed_for, stage
+from data_contracts.schemas import ITEM_REJECTED, MATH_PROBLEM, in_set, min_length
+from data_contracts.stage import REJECTED, Params, seed_for, stage
 from envgen.rewards import extract_boxed, parse_number
 
 STAGE = "math_seeds"
 LETTERS = "ABCD"
-PROBLEM_COLUMNS: dict[str, pl.DataType] = {
-    "id": pl.String(), "kind": pl.String(), "question": pl.String(), "answer": pl.String(),
-    "choices": pl.List(pl.String()), "source": pl.String(), "reward_fn": pl.String(),
-}
-PROBLEMS_CONTRACT = Contract(
-    columns=PROBLEM_COLUMNS,
-    expectations=(
-        Expect("ExpectColumnValuesToBeUnique", column="id"),
-        Expect("ExpectColumnValuesToBeInSet", column="kind", value_set=["hard", "easy_mc"]),
-        Expect("ExpectColumnValuesToBeInSet", column="reward_fn", value_set=["math", "choice"]),
-        Expect("ExpectColumnValueLengthsToBeBetween", column="answer", min_value=1),
-        Expect("ExpectColumnValuesToNotBeNull", column="question"),
-    ),
-)
+PROBLEMS_CONTRACT = MATH_PROBLEM.contract(expectations=(
+    in_set("kind", ["hard", "easy_mc"]), in_set("reward_fn", ["math", "choice"]), min_length("answer", 1)))
 Problem = tuple[str, Fraction, Callable[[], Fraction]]  # question, answer, independent recomputation
 
 
@@ -316,7 +305,7 @@ def _easy_rows(p: MathParams, partition: str) -> tuple[list[dict], list[dict]]:
 
 
 @stage(name=STAGE, version="1", params=MathParams,
-       outputs={"problems": PROBLEMS_CONTRACT, REJECTED: REJECTED_CONTRACT})
+       outputs={"problems": PROBLEMS_CONTRACT, REJECTED: ITEM_REJECTED.contract()})
 def math_seeds(inputs: Mapping[str, Any], params: MathParams, partition: str) -> dict[str, pl.DataFrame]:
     """Hard open-ended and easy multiple-choice math with verified answers (synthetic or local JSONL)."""
     hard, hard_rejected = _hard_rows(params, partition)
@@ -331,7 +320,6 @@ def math_seeds(inputs: Mapping[str, Any], params: MathParams, partition: str) ->
         seen.add(row["question"])
         kept.append(row)
     return {
-        "problems": pl.DataFrame(kept, schema=PROBLEM_COLUMNS, orient="row") if kept
-        else pl.DataFrame(schema=PROBLEM_COLUMNS),
-        REJECTED: pl.DataFrame(dropped, schema={"id": pl.String(), "reason": pl.String()}, orient="row"),
+        "problems": MATH_PROBLEM.frame(kept),
+        REJECTED: ITEM_REJECTED.frame(dropped),
     }

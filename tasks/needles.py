@@ -18,7 +18,8 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.stage import REJECTED, Artifact, Check, Contract, Expect, rng_for, seed_for, stage
+from data_contracts.schemas import ITEM_REJECTED, NEEDLE, at_most, in_set
+from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from inference.tokenizer import identity
 from tasks.token_budget import (
     LENGTH_CHECK,
@@ -37,7 +38,7 @@ TASKS = ("multikey", "multivalue")
 # RULER's needle and query templates (Hsieh et al., 2024), with LoongRL's \boxed{} answer format.
 INTRO = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. I will quiz "
          "you about the numbers afterwards.")
-NEEDLE = "One of the special magic numbers for {key} is: {value}."
+NEEDLE_SENTENCE = "One of the special magic numbers for {key} is: {value}."
 QUERY = {
     "multikey": "What is the special magic number for {key} mentioned in the provided text? Put the number in "
                 "\\boxed{{}}.",
@@ -124,7 +125,7 @@ class NeedleBuilder:
             query = self._keys(rng, 1)[0]
             answers = [str(v) for v in rng.sample(range(1_000_000, 10_000_000), self.p.n_values)]
             pairs = [(query, v) for v in answers]
-        needles = [NEEDLE.format(key=k, value=v) for k, v in pairs]
+        needles = [NEEDLE_SENTENCE.format(key=k, value=v) for k, v in pairs]
         tail = "\n\n" + QUERY[task].format(key=query) + self.suffix
         fixed = self.head_tokens + self.counter.many([tail])[0] + insert_cost(self.counter, needles)
 
@@ -168,18 +169,11 @@ class NeedleBuilder:
         }
 
 
-NEEDLE_COLUMNS: dict[str, Any] = {
-    "id": pl.String, "task": pl.String, "prompt": pl.String, "query_key": pl.String, "answer": pl.String,
-    "answers": pl.List(pl.String), "needles": pl.List(pl.String), "n_needles": pl.Int64, "key_type": pl.String,
-    "target_tokens": pl.Int64, "tokens": pl.Int64, "tokenizer": pl.String, "base": pl.String,
-}
-
-
 def needles_stated(text: str, task: str, query: str, answers: list[str], keys: list[str]) -> bool:
     """Every required value is stated exactly once, in its needle sentence for the queried key, and nowhere else;
     a multi-key example states each key once."""
     ok = bool(answers) and all(
-        text.count(NEEDLE.format(key=query, value=v)) == 1 and text.count(v) == 1 for v in answers)
+        text.count(NEEDLE_SENTENCE.format(key=query, value=v)) == 1 and text.count(v) == 1 for v in answers)
     if task == "multikey":
         ok = ok and all(text.count(f"for {k} is: ") == 1 for k in keys)
     return ok
@@ -190,14 +184,8 @@ def _needles_missing(frame: pl.DataFrame) -> list[bool]:
                                r["needles"]) for r in frame.iter_rows(named=True)]
 
 
-NEEDLE_CONTRACT = Contract(
-    columns=NEEDLE_COLUMNS,
-    expectations=(
-        Expect("ExpectColumnValuesToBeUnique", column="id"),
-        Expect("ExpectColumnValuesToBeInSet", column="task", value_set=list(TASKS)),
-        Expect("ExpectColumnValuesToNotBeNull", column="prompt"),
-        Expect("ExpectColumnPairValuesAToBeGreaterThanB", column_A="target_tokens", column_B="tokens", or_equal=True),
-    ),
+NEEDLE_CONTRACT = NEEDLE.contract(
+    expectations=(in_set("task", list(TASKS)), at_most("tokens", "target_tokens")),
     checks=(
         Check("needles_present", _needles_missing, description="each required value appears once, as stated"),
         LENGTH_CHECK,
@@ -210,7 +198,7 @@ NEEDLE_CONTRACT = Contract(
     version="1",
     inputs=("world", "tokenizer"),
     params=NeedleParams,
-    outputs={STAGE: NEEDLE_CONTRACT, REJECTED: Contract(columns={"id": pl.String, "reason": pl.String})},
+    outputs={STAGE: NEEDLE_CONTRACT, REJECTED: ITEM_REJECTED.contract()},
 )
 def needles(inputs: Mapping[str, Artifact], params: NeedleParams, partition: str) -> dict[str, pl.DataFrame]:
     """RULER multi-key and multi-value needles at the KeyChain target length."""
@@ -224,6 +212,6 @@ def needles(inputs: Mapping[str, Artifact], params: NeedleParams, partition: str
         except Reject as reason:
             rejected.append({"id": f"needle-{task}-{index:06d}", "reason": str(reason)})
     return {
-        STAGE: pl.DataFrame(rows, schema=NEEDLE_COLUMNS, orient="row") if rows else pl.DataFrame(schema=NEEDLE_COLUMNS),
-        REJECTED: pl.DataFrame(rejected, schema={"id": pl.String, "reason": pl.String}),
+        STAGE: NEEDLE.frame(rows),
+        REJECTED: ITEM_REJECTED.frame(rejected),
     }

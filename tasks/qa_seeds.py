@@ -2,7 +2,7 @@
 ``qa_seeds`` stage.
 
 LoongRL builds KeyChain from HotpotQA, MuSiQue and 2WikiMultiHopQA (LoongRL report, KeyChain "Stage 1: Seed dataset
-curation"); the synthetic ``world`` (tasks/world.py) is the embedded default. Every source is normalized to the
+curation"); the synthetic ``world`` (tasks/world/) is the embedded default. Every source is normalized to the
 ``qa_seed`` record of DESIGN.md section 6. A corrupt, truncated or empty file, or one whose every record is rejected,
 raises ``InputFileError`` naming the file (and the line where there is one), and nothing of it is returned.
 """
@@ -21,21 +21,9 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.readers import InputFileError, all_rejected, iter_json_array, iter_jsonl
-from data_contracts.schemas import QA_SEED_COLUMNS, QA_SEED_CONTRACT, SPLITS, between, extend
-from data_contracts.stage import (
-    REJECTED,
-    REJECTED_CONTRACT,
-    Check,
-    Contract,
-    Expect,
-    Params,
-    Severity,
-    stage,
-)
+from data_contracts.schemas import QA_SEED, SEED_REJECTED, SPLITS, Record, between, min_length
+from data_contracts.stage import REJECTED, Check, Contract, Params, Severity, stage
 from envgen.rewards import normalize
-
-REJECTED_SEED_COLUMNS: dict[str, pl.DataType] = {"id": pl.String(), "source": pl.String(), "reason": pl.String()}
-
 
 # --------------------------------------------------------------------------- contract
 
@@ -80,17 +68,13 @@ def _answer_missing(frame: pl.DataFrame) -> list[bool]:
     return [not answer_in_support(a, al, d) for a, al, d in frame.select("answer", "aliases", "docs").iter_rows()]
 
 
-def qa_seed_contract(answer_in_support_severity: Severity = "warning", hops: tuple[int, int] = (1, 20)) -> Contract:
-    """The base ``qa_seed`` contract of data_contracts.schemas plus what seeds must hold for KeyChain. Real datasets
-    phrase answers differently from their paragraphs (dates, numbers), so "answer in a supporting document" is a
-    warning for them and critical for the synthetic world."""
-    return extend(
-        QA_SEED_CONTRACT,
-        expectations=(
-            between("hops", *hops),
-            Expect("ExpectColumnValueLengthsToBeBetween", column="answer", min_value=1),
-            Expect("ExpectColumnValueLengthsToBeBetween", column="question", min_value=1),
-        ),
+def seed_contract(record: Record = QA_SEED, answer_in_support_severity: Severity = "warning",
+                  hops: tuple[int, int] = (1, 20)) -> Contract:
+    """The contract of a seeds output: its record plus what seeds must hold for KeyChain. Real datasets phrase
+    answers differently from their paragraphs (dates, numbers), so "answer in a supporting document" is a warning
+    for them and critical for the synthetic world."""
+    return record.contract(
+        expectations=(between("hops", *hops), min_length("answer", 1), min_length("question", 1)),
         checks=(
             Check("has_supporting_doc", _no_supporting_doc, description="at least one document is supporting"),
             Check("no_eval_seed_in_train", _split_leaks,
@@ -99,18 +83,6 @@ def qa_seed_contract(answer_in_support_severity: Severity = "warning", hops: tup
                   description="the answer or an alias occurs in a supporting document"),
         ),
     )
-
-
-SEED_CONTRACT = qa_seed_contract()
-
-
-def seed_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=QA_SEED_COLUMNS, orient="row") if rows else pl.DataFrame(schema=QA_SEED_COLUMNS)
-
-
-def rejected_frame(rows: list[dict[str, Any]], extra: Mapping[str, pl.DataType] | None = None) -> pl.DataFrame:
-    schema = {**REJECTED_SEED_COLUMNS, **(extra or {})}
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
 def eval_split(question: str, eval_fraction: float) -> str:
@@ -235,13 +207,13 @@ def load_seed_file(
         rows.append(row)
         kept += 1
         if len(rows) == batch:
-            batches.append(seed_frame(rows))
+            batches.append(QA_SEED.frame(rows))
             rows = []
         if limit is not None and kept >= limit:
             break
     if not kept:
         raise InputFileError(path, None, all_rejected(len(rejected), reasons))
-    return pl.concat([*batches, seed_frame(rows)]), rejected_frame(rejected)
+    return pl.concat([*batches, QA_SEED.frame(rows)]), SEED_REJECTED.frame(rejected)
 
 
 # --------------------------------------------------------------------------- the stage
@@ -288,7 +260,7 @@ class QASeedsParams(Params):
     version="1",
     inputs=("world",),
     params=QASeedsParams,
-    outputs={"seeds": SEED_CONTRACT, REJECTED: REJECTED_CONTRACT},
+    outputs={"seeds": seed_contract(), REJECTED: SEED_REJECTED.contract()},
 )
 def qa_seeds(inputs: Mapping[str, Any], params: QASeedsParams, partition: str) -> dict[str, pl.DataFrame]:
     """Multi-hop QA seeds in the qa_seed record: the synthetic world's, or local HotpotQA / 2Wiki / MuSiQue files."""
@@ -297,14 +269,14 @@ def qa_seeds(inputs: Mapping[str, Any], params: QASeedsParams, partition: str) -
     for spec in specs:
         kind, path, split = parse_source(spec)
         if kind == "world":
-            frame = inputs["world"].read("seeds").select(list(QA_SEED_COLUMNS))
+            frame = inputs["world"].read("seeds").select(list(QA_SEED.columns))
             seeds.append(frame.head(params.limit) if params.limit else frame)
             continue
         frame, dropped = load_seed_file(kind, path, split=split, eval_fraction=params.eval_fraction,
                                         limit=params.limit)
         seeds.append(frame)
         rejected.append(dropped)
-    all_seeds = pl.concat(seeds) if seeds else seed_frame([])
+    all_seeds = pl.concat(seeds) if seeds else QA_SEED.frame()
     # Sources may overlap (one question in a train file and an eval file): the eval copy wins, the train copy is
     # rejected, so no evaluation seed reaches training.
     qnorm = all_seeds["question"].map_elements(normalize, return_dtype=pl.String)
@@ -316,6 +288,6 @@ def qa_seeds(inputs: Mapping[str, Any], params: QASeedsParams, partition: str) -
         all_seeds.filter(drop)
         .with_columns(reason=pl.when(leaked.filter(drop)).then(pl.lit("question also in the eval split"))
                       .otherwise(pl.lit("duplicate id across sources")))
-        .select(list(REJECTED_SEED_COLUMNS))
+        .select(list(SEED_REJECTED.columns))
     )
     return {"seeds": all_seeds.filter(~drop), REJECTED: pl.concat(rejected)}

@@ -26,12 +26,13 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.stage import Artifact, Check, Contract, Expect, Params, stage
+from data_contracts.schemas import MIX_SUMMARY, RL_MIX, in_set
+from data_contracts.stage import Artifact, Check, Params, stage
 
 STAGE = "rl_mix"
 CURRICULUM = ("warmup", "stage1", "stage2")
@@ -40,12 +41,6 @@ TABLE_1 = {"keychain": 7500, "qa": 7500, "needle_multikey": 512, "needle_multiva
 QA_REWARD = "two_way"  # LoongRL's two-way substring exact match, hardened (envgen/rewards.py)
 BOXED = "Put the final answer in \\boxed{}."
 
-MIX_COLUMNS: dict[str, Any] = {
-    "id": pl.String, "category": pl.String, "curriculum_stage": pl.String, "prompt": pl.String, "answer": pl.String,
-    "aliases": pl.List(pl.String), "reward_fn": pl.String, "source_id": pl.String, "tokens": pl.Int64,
-    "pass_count": pl.Int64, "pass_k": pl.Int64,
-}
-SUMMARY_COLUMNS = {"category": pl.String, "requested": pl.Int64, "available": pl.Int64, "taken": pl.Int64}
 
 
 class MixParams(Params):
@@ -156,7 +151,7 @@ def sample_categories(pool: pl.DataFrame, params: MixParams) -> tuple[pl.DataFra
         taken = items.with_columns(_order(params.seed, items["id"], category).alias("_o")).sort("_o").head(want)
         parts.append(taken.drop("_o"))
         summary.append({"category": category, "requested": want, "available": items.height, "taken": taken.height})
-    return pl.concat(parts), pl.DataFrame(summary, schema=SUMMARY_COLUMNS)
+    return pl.concat(parts), MIX_SUMMARY.frame(summary)
 
 
 def solved_in_all(items: pl.DataFrame, pass_table: str | None) -> pl.Series:
@@ -185,7 +180,7 @@ def curriculum_rows(items: pl.DataFrame, params: MixParams) -> pl.DataFrame:
     for name in params.curriculum:
         frame = chosen[name].with_columns(pl.lit(name).alias("curriculum_stage"))
         frames.append(frame.with_columns(_order(params.seed, frame["id"], name).alias("_o")).sort("_o").drop("_o"))
-    return pl.concat(frames).select(list(MIX_COLUMNS))
+    return pl.concat(frames).select(list(RL_MIX.columns))
 
 
 def _unknown_reward(frame: pl.DataFrame) -> pl.Series:
@@ -207,14 +202,8 @@ def _bad_prompt(frame: pl.DataFrame) -> list[bool]:
     return [bad(p) for p in frame["prompt"]]
 
 
-MIX_CONTRACT = Contract(
-    columns=MIX_COLUMNS,
-    expectations=(
-        Expect("ExpectCompoundColumnsToBeUnique", column_list=["curriculum_stage", "id"]),
-        Expect("ExpectColumnValuesToBeInSet", column="curriculum_stage", value_set=list(CURRICULUM)),
-        Expect("ExpectColumnValuesToBeInSet", column="category", value_set=list(TABLE_1)),
-        Expect("ExpectColumnValuesToNotBeNull", column="answer"),
-    ),
+MIX_CONTRACT = RL_MIX.contract(
+    expectations=(in_set("curriculum_stage", list(CURRICULUM)), in_set("category", list(TABLE_1))),
     checks=(
         Check("reward_fn_registered", _unknown_reward, description="reward_fn names a reward in envgen.rewards"),
         Check("prompt_is_chat", _bad_prompt, description="prompt is a JSON list of system/user messages"),
@@ -223,7 +212,6 @@ MIX_CONTRACT = Contract(
               description="the warm-up stage holds no KeyChain data"),
     ),
 )
-SUMMARY_CONTRACT = Contract(columns=SUMMARY_COLUMNS)
 
 
 @stage(
@@ -231,7 +219,7 @@ SUMMARY_CONTRACT = Contract(columns=SUMMARY_COLUMNS)
     version="1",
     inputs=("keychain", "needles", "math_seeds", "qa_filtered"),
     params=MixParams,
-    outputs={"mix": MIX_CONTRACT, "summary": SUMMARY_CONTRACT},
+    outputs={"mix": MIX_CONTRACT, "summary": MIX_SUMMARY.contract()},
 )
 def rl_mix(inputs: Mapping[str, Artifact], params: MixParams, partition: str) -> dict[str, pl.DataFrame]:
     """LoongRL Table 1 mixture with warm-up / Stage I / Stage II (hard-mined) curriculum rows."""

@@ -12,7 +12,8 @@ from pathlib import Path
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.stage import Artifact, Check, Contract, Expect, Params, stage
+from data_contracts.schemas import TOKENIZER, between, matches
+from data_contracts.stage import Artifact, Check, Expect, Params, stage
 
 TEXT_SUFFIXES = (".txt", ".md")
 
@@ -76,20 +77,12 @@ def _sha_matches(frame: pl.DataFrame) -> list[bool]:
     ]
 
 
-TOKENIZER_CONTRACT = Contract(
-    columns={
-        "name": pl.String,
-        "tokenizer_json": pl.String,
-        "chat_template": pl.String,
-        "special_tokens": pl.List(pl.String),
-        "vocab_size": pl.Int64,
-        "sha256": pl.String,
-    },
+TOKENIZER_CONTRACT = TOKENIZER.contract(
     expectations=(
         Expect("ExpectTableRowCountToEqual", value=1),
-        Expect("ExpectColumnValuesToMatchRegex", column="sha256", regex=r"^[0-9a-f]{64}$"),
-        Expect("ExpectColumnValuesToMatchRegex", column="chat_template", regex=r"\{%-?\s*generation\s*-?%\}"),
-        Expect("ExpectColumnValuesToBeBetween", column="vocab_size", min_value=263),
+        matches("sha256", r"^[0-9a-f]{64}$"),
+        matches("chat_template", r"\{%-?\s*generation\s*-?%\}"),
+        between("vocab_size", min_value=263),
     ),
     checks=(Check("sha256_matches_contents", _sha_matches, description="sha256 recomputed from json + template"),),
     min_rows=1,

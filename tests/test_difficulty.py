@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference.agent import qa_prompt
+from inference.agent import prompt_docs, qa_prompt
 from inference.testing import BernoulliTestEngine
 from tasks.difficulty import (
     QAFilterParams,
     filter_qa,
     plot_pass_histogram,
-    prompt_docs,
     split_by_window,
     verdict,
 )
@@ -40,9 +39,9 @@ def seeds_frame(n: int) -> pl.DataFrame:
 
 def engine_for(seeds: pl.DataFrame, successes: list[int], params: QAFilterParams) -> BernoulliTestEngine:
     """Item i succeeds on exactly successes[i] of k samples."""
-    from tasks.difficulty import qa_items
+    from inference.agent import qa_prompt_items
 
-    items = qa_items(seeds, params.max_prompt_tokens)
+    items = qa_prompt_items(seeds, params.max_prompt_tokens)
     table = {
         item.messages[-1]["content"]: (s / params.k, answer)
         for item, s, answer in zip(items, successes, seeds["answer"], strict=True)

@@ -10,13 +10,9 @@ import pytest
 from data_contracts.gate import validate
 from data_contracts.stage import REJECTED, FrameArtifact, StageError, get_stage
 from envgen.spec import DomainSpec, load_domain
-from tasks.environments import (
-    DomainGraphsParams,
-    EnvironmentsParams,
-    EvalRandomParams,
-    domain_graphs,
-    environments,
-)
+from tasks.domain_graphs import DomainGraphsParams, domain_graphs
+from tasks.environments import EnvironmentsParams, environments
+from tasks.eval_random_envs import EvalRandomParams
 
 THREE = "airline,retail,telecom"
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from longctx_fixtures import qa_filtered, seed_frame, tokenizer, tokenizer_artifact
 
+from data_contracts.schemas import KEYCHAIN
 from data_contracts.stage import FrameArtifact, StageError, get_stage
 from tasks import keychain as K
 
@@ -212,7 +213,7 @@ def test_a_local_tokenizer_directory_measures_the_same(tmp_path, default_run):
 )
 def test_checks_catch_broken_rows(default_run, tamper, check):
     row = default_run["keychain"].row(0, named=True)
-    broken = pl.DataFrame([tamper(row)], schema=K.KEYCHAIN_COLUMNS)
+    broken = KEYCHAIN.frame([tamper(row)])
     assert check in failing_checks(broken)
 
 

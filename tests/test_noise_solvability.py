@@ -18,9 +18,11 @@ from envgen.noise.environment import NoisyEnvironment, scored_for_agent
 from envgen.noise.plot import plot_noise_success
 from envgen.noise.records import NoiseRecord, Transform
 from envgen.noise.solvability import make_noisy_task, noisy_twins, summary_frame, survey, verify, writes_of
+from envgen.noise.twins import NoiseParams
 from envgen.taskgen import TaskSettings, environment_record, make_task
 from envgen.tools import ToolResult
-from tasks.noise import OUTPUTS, NoiseEvalParams, NoiseParams, noisy_eval, noisy_tasks
+from tasks.noisy_eval import NoiseEvalParams, noisy_eval
+from tasks.noisy_tasks import noisy_tasks
 
 SEEDS = range(8)
 
@@ -77,7 +79,7 @@ def test_naive_success_falls_as_the_level_rises(staged) -> None:
 
 
 def test_outputs_pass_their_contracts(staged) -> None:
-    for name, contract in OUTPUTS.items():
+    for name, contract in noisy_tasks.outputs.items():
         report = validate("noisy_tasks", name, staged[name], contract, "p0")
         assert report.passed, report
 
@@ -206,7 +208,9 @@ def test_cli_names_the_bad_input_and_writes_nothing(tmp_path, setup, message: st
 
 @pytest.mark.slow
 def test_stages_publish_through_the_store_from_the_environment_stages(tmp_path) -> None:
-    import tasks.environments  # noqa: F401 - registers the upstream stages
+    from flows.registry import discover
+
+    discover()  # registers the upstream stages
     from data_contracts.catalog import Catalog
     from data_contracts.runner import run_serially
     from data_contracts.store import ArtifactStore
@@ -230,7 +234,8 @@ from data_contracts.stage import FrameArtifact
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
 from envgen.taskgen import TaskSettings, environment_record, make_task
-from tasks.noise import NoiseParams, noisy_tasks
+from envgen.noise.twins import NoiseParams
+from tasks.noisy_tasks import noisy_tasks
 domain, envs, tasks = compiled("airline"), [], []
 for seed in range(3):
     built = build_environment(domain, seed, ConstructionSettings())

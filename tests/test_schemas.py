@@ -1,5 +1,9 @@
+"""Record formats are the one source of every output's columns: each column documented, each stage output built from
+a record, and an output that drifts from its record (a column missing, retyped or undeclared) fails its contract."""
+
 from __future__ import annotations
 
+import datetime
 import json
 
 import polars as pl
@@ -8,49 +12,68 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_contracts.gate import check_contract, validate
-from data_contracts.schemas import RECORDS, extend, in_set, json_check
+from data_contracts.schemas import RECORDS, json_check
+from data_contracts.stage import REJECTED
+from flows.registry import discover
+
+_PLAIN = {pl.String: "x", pl.Int64: 1, pl.Float64: 0.5, pl.Boolean: True, pl.Binary: b"x",
+          pl.Date: datetime.date(2000, 1, 1)}
+_JSON = {"list": "[]", "object": "{}", "any": "null"}
 
 
-def _frame(contract, overrides: dict) -> pl.DataFrame:
-    """One row of plain values for every column of the contract, then ``overrides``."""
-    values = {pl.String: "x", pl.Int64: 1, pl.Float64: 0.5, pl.Boolean: True}
+def _row(record) -> dict:
+    """One row of plain values for every column of the record, valid JSON where the record parses it."""
     row = {}
-    for column, dtype in contract.columns.items():
-        if isinstance(dtype, pl.List):
-            row[column] = [values[dtype.inner.base_type()]]
-        else:
-            row[column] = values[dtype.base_type()]
-    row |= overrides
-    return pl.DataFrame([row], schema=contract.columns)
+    for name, column in record.columns.items():
+        dtype = column.dtype
+        row[name] = [_PLAIN[dtype.inner.base_type()]] if isinstance(dtype, pl.List) else _PLAIN[dtype.base_type()]
+    return row | {name: _JSON[kind] for name, kind in record.json.items()}
 
 
-_VALID = {
-    "qa_seed": {"source": "world", "split": "train", "docs": '[{"title": "t", "text": "x", "is_supporting": true}]'},
-    "keychain": {"prompt": '[{"role": "user", "content": "x"}]', "distractor_chains": "[]"},
-    "environment": {"tools": "[]", "edges": "[]", "golden_chains": "[]"},
-    "task": {"user_profile": "{}", "rubric": "{}", "golden_actions": "[]", "difficulty": "{}", "noise": None},
-    "trajectory": {"messages": "[]", "segments": "[]", "reward_components": "{}", "failure_label": None},
-}
-_SPOILED = {"qa_seed": "docs", "keychain": "prompt", "environment": "tools", "task": "rubric", "trajectory": "messages"}
-
-
-@pytest.mark.parametrize("record", sorted(RECORDS))
-def test_record_contracts(record: str) -> None:
-    contract = RECORDS[record]
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_every_record_documents_its_columns_and_holds_outputs_to_them(name: str) -> None:
+    record = RECORDS[name]
+    assert record.doc and all(column.doc for column in record.columns.values())
+    contract = record.contract()
     check_contract(contract)
-    good = _frame(contract, _VALID[record])
-    assert validate(record, "o", good, contract, "p0").passed
-    spoiled = validate(record, "o", good.with_columns(pl.lit("{oops").alias(_SPOILED[record])), contract, "p0")
-    assert not spoiled.passed and spoiled.failures()[0].name == f"{_SPOILED[record]}_json"
-    doubled = validate(record, "o", pl.concat([good, good]), contract, "p0")
-    assert not doubled.passed and "Unique" in doubled.failures()[0].name
+    good = pl.DataFrame([_row(record)], schema=record.schema)
+    assert validate(name, "o", good, contract, "p0").passed
+
+    def schema_failure(frame: pl.DataFrame) -> str:
+        report = validate(name, "o", frame, contract, "p0")
+        assert not report.passed
+        return report.failures()[0].message
+
+    first = next(iter(record.columns))
+    assert "not in record" in schema_failure(good.with_columns(pl.lit(1).alias("undeclared")))
+    assert "missing column" in schema_failure(good.drop(first))
+    retyped = pl.Int8 if record.schema[first] != pl.Int8 else pl.String
+    assert "expected" in schema_failure(good.with_columns(pl.col(first).cast(pl.String).cast(retyped, strict=False)))
+    if record.key:
+        doubled = validate(name, "o", pl.concat([good, good]), contract, "p0")
+        assert not doubled.passed and any("Unique" in f.name for f in doubled.failures())
+    for column in record.json:
+        spoiled = validate(name, "o", good.with_columns(pl.lit("{oops").alias(column)), contract, "p0")
+        assert not spoiled.passed and f"{column}_json" in [f.name for f in spoiled.failures()]
 
 
-def test_extend_adds_rules() -> None:
-    base = RECORDS["qa_seed"]
-    more = extend(base, columns={"pass_k": pl.Int64}, expectations=(in_set("type", ["bridge"]),), min_rows=2)
-    assert set(more.columns) == set(base.columns) | {"pass_k"} and more.min_rows == 2
-    assert more.expectations[:-1] == base.expectations and more.checks == base.checks
+def test_every_stage_output_is_built_from_a_record() -> None:
+    for stage in discover().values():
+        if stage.name.startswith("test_double_"):
+            continue
+        for output, contract in stage.outputs.items():
+            assert contract.record in RECORDS, f"{stage.name}.{output} declares no record of data_contracts.schemas"
+            assert dict(contract.columns) == RECORDS[contract.record].schema
+        assert REJECTED not in stage.outputs or stage.outputs[REJECTED].record is not None
+
+
+def test_rejected_and_extended_records_keep_their_columns() -> None:
+    seed = RECORDS["qa_seed"]
+    rejected = seed.rejected()
+    assert list(rejected.columns) == [*seed.columns, "reason"] and rejected.key == ()
+    filtered = RECORDS["filtered_seed"]
+    assert set(filtered.columns) == set(seed.columns) | {"pass_count", "pass_k", "pass_window"}
+    assert filtered.key == seed.key and filtered.frame().schema == filtered.schema
 
 
 _json_values = st.recursive(

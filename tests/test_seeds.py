@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from data_contracts.gate import validate
 from data_contracts.readers import InputFileError, iter_json_array
+from data_contracts.schemas import QA_SEED
 from data_contracts.stage import FrameArtifact, StageError
 from tasks.qa_seeds import (
-    QA_SEED_COLUMNS,
-    SEED_CONTRACT,
     load_seed_file,
     parse_docs,
     qa_seeds,
+    seed_contract,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "qa"
@@ -31,14 +31,14 @@ EXPECTED = {"hotpotqa": (3, 0), "2wiki": (2, 0), "musique": (2, 1)}  # (kept, re
 def test_fixture_loads_into_the_qa_seed_record(kind: str) -> None:
     seeds, rejected = load_seed_file(kind, FIXTURES / FILES[kind], split="train")
     assert (seeds.height, rejected.height) == EXPECTED[kind]
-    assert dict(seeds.schema) == QA_SEED_COLUMNS
+    assert dict(seeds.schema) == QA_SEED.schema
     assert seeds["source"].unique().to_list() == [kind]
     assert seeds["id"].str.starts_with(f"{kind}:").all()
     for row in seeds.iter_rows(named=True):
         docs = parse_docs(row["docs"])
         assert any(d["is_supporting"] for d in docs)
         assert row["hops"] == sum(d["is_supporting"] for d in docs)
-    assert validate("qa_seeds", "seeds", seeds, SEED_CONTRACT, "p0").passed
+    assert validate("qa_seeds", "seeds", seeds, seed_contract(), "p0").passed
 
 
 def test_fields_are_mapped() -> None:
@@ -153,7 +153,7 @@ def test_stage_mixes_sources_and_keeps_eval_out_of_training() -> None:
                                                "world"]})
     out = qa_seeds.run({"world": _world_seeds()}, params, "p0")
     seeds, rejected = out["seeds"], out["rejected"]
-    assert list(seeds.columns) == list(QA_SEED_COLUMNS)
+    assert list(seeds.columns) == list(QA_SEED.columns)
     # The world copies repeat the HotpotQA questions, which are in the eval split: they are rejected.
     assert seeds.group_by("source").len().sort("source").rows() == [("hotpotqa", 3), ("musique", 2)]
     assert sorted(rejected["reason"].to_list()) == ["question also in the eval split"] * 3 + [
@@ -165,7 +165,7 @@ def test_stage_mixes_sources_and_keeps_eval_out_of_training() -> None:
 def test_contract_catches_an_eval_question_in_training() -> None:
     seeds, _ = load_seed_file("hotpotqa", FIXTURES / "hotpotqa.json", split="train")
     leaked = pl.concat([seeds, seeds.head(1).with_columns(id=pl.lit("copy"), split=pl.lit("eval"))])
-    report = validate("qa_seeds", "seeds", leaked, SEED_CONTRACT, "p0")
+    report = validate("qa_seeds", "seeds", leaked, seed_contract(), "p0")
     assert not report.passed and "no_eval_seed_in_train" in str(report.failures())
 
 

@@ -91,15 +91,15 @@ def test_checkpoint_passes_its_contract(trained):
 
 
 def test_materialized_checkpoint_serves_the_qa_prompt(trained, tmp_path):
+    from inference.agent import qa_prompt_items
     from inference.engine import Request, SamplingParams
     from inference.engines import load_engine
-    from tasks.difficulty import qa_items
 
     artifact = FrameArtifact({"checkpoint": trained}, key="k1")
     path = materialize_checkpoint(artifact, tmp_path)
     assert materialize_checkpoint(artifact, tmp_path) == path and path.name.startswith("k1-")
     engine = load_engine(f"hf:{path}")
-    item = qa_items(SEEDS.head(1), 512)[0]
+    item = qa_prompt_items(SEEDS.head(1), 512)[0]
     [[completion]] = engine.generate([Request(item.messages, sampling=SamplingParams(max_tokens=8, seed=0))])
     assert 0 < len(completion.token_ids) == len(completion.logprobs) <= 8
     engine.close()

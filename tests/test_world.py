@@ -18,7 +18,8 @@ from data_contracts.gate import validate
 from data_contracts.stage import StageError
 from envgen.rewards import normalize
 from tasks.qa_seeds import answer_in_support, parse_docs
-from tasks.world import build_world, world_stage
+from tasks.world import build_world
+from tasks.world import world as world_stage
 
 PARAMS = {"seed": 7, "n_entities": 900, "n_questions": 160, "n_distractors": 2}
 

@@ -60,10 +60,10 @@ def training_examples(seeds: pl.DataFrame, tokenizer: PreTrainedTokenizerBase,
                       max_prompt_tokens: int) -> list[tuple[list[int], list[int]]]:
     """``(input_ids, labels)`` per seed: the filter's QA prompt and ``\\boxed{answer}``, labels -100 outside the
     assistant turn (the chat template's generation markers give the mask)."""
-    from tasks.difficulty import qa_items
+    from inference.agent import qa_prompt_items
 
     examples = []
-    for item in qa_items(seeds, max_prompt_tokens):
+    for item in qa_prompt_items(seeds, max_prompt_tokens):
         messages = [*item.messages, {"role": "assistant", "content": f"\\boxed{{{item.columns['answer']}}}"}]
         encoded = tokenizer.apply_chat_template(
             messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True

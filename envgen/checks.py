@@ -1,0 +1,60 @@
+"""The contracts of environment and task outputs: the record's rules plus Python checks that execute every row
+through the runtime (the golden trajectory replays to reward 1, each mutation of it scores 0), which GX cannot say."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import polars as pl
+
+from data_contracts.schemas import Record, between, min_length, unique
+from data_contracts.stage import Check, Contract
+from envgen.construct import MIN_TOOLS
+from envgen.runtime import Environment, domain_for, replay
+from envgen.taskgen import MUTATIONS, mutate
+
+
+def golden_fails(frame: pl.DataFrame) -> list[bool]:
+    """True where the environment's golden trajectory does NOT replay to reward 1 through the runtime."""
+    bad = []
+    for row in frame.iter_rows(named=True):
+        env = Environment(row)
+        bad.append(replay(env, json.loads(row["task_json"])).reward != 1.0)
+        env.close()
+    return bad
+
+
+def mutation_passes(frame: pl.DataFrame) -> list[bool]:
+    """True where some mutated trajectory (drop-write, wrong-arg, wrong-row, extra-write) does NOT score 0."""
+    bad = []
+    for row in frame.iter_rows(named=True):
+        env, task, domain = Environment(row), json.loads(row["task_json"]), domain_for(row)
+        rng = random.Random(row["seed"])
+        scores = [replay(env, task, m).reward if (m := mutate(domain, row, task, k, rng)) is not None else 1.0
+                  for k in MUTATIONS]
+        bad.append(any(s != 0.0 for s in scores))
+        env.close()
+    return bad
+
+
+def _task_of_another_env(frame: pl.DataFrame) -> list[bool]:
+    return [json.loads(r["task_json"])["env_id"] != r["env_id"] for r in frame.iter_rows(named=True)]
+
+
+def environment_contract(record: Record) -> Contract:
+    return record.contract(
+        expectations=(unique("db_sha256", severity="warning"), between("density", 0.0, 1.0)),
+        checks=(
+            Check("min_tools", lambda f: f["n_tools"] < MIN_TOOLS,
+                  description=f"every environment has at least {MIN_TOOLS} tools"),
+            Check("task_belongs_to_env", _task_of_another_env, description="task_json names this environment"),
+            Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),
+            Check("mutations_score_zero", mutation_passes, description="each mutated trajectory scores 0"),
+        ),
+    )
+
+
+def task_contract(record: Record) -> Contract:
+    return record.contract(expectations=(min_length("description", 10),))
+
