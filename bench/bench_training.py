@@ -16,10 +16,10 @@ page faults.
 - generation: the transformers engine (inference/hf_engine.py) on a freshly initialised tiny checkpoint, batch 1
   and 8, ``--new-tokens`` per sample at temperature 1;
 - with ``--stages``: the first-run path ``world -> qa_seeds, tokenizer -> tiny_policy -> qa_filtered`` through the
-  runner with the tiny profile in a fresh data root, for ``--baseline`` (a git revision, exported with
-  ``git archive``) and this tree one after the other, then for each ``--variant`` (tiny_policy params over the
-  profile's, this tree, its data root reused), in a Dask worker's environment: wall and CPU time, system share
-  and minor faults of tiny_policy and qa_filtered, tiny_policy's loss, qa_filtered's pass-count histogram.
+  runner with the tiny profile in a fresh data root, for ``--baseline`` and ``--candidate`` (git revisions, exported
+  with ``git archive``) one after the other, then for each ``--variant`` (tiny_policy params over the profile's, the
+  candidate's code and data root), in a Dask worker's environment: wall and CPU time, system share and minor
+  faults of tiny_policy and qa_filtered, tiny_policy's loss, qa_filtered's pass-count histogram.
 
     .venv/bin/python -m bench.bench_training [--repeats 2] [--stages --baseline REV [--variant JSON ...]] [--no-record]
 """
@@ -70,16 +70,15 @@ def run(target):
     runs = run_serially(store, Catalog(root), [target], params, "p0", progress=False)
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-    usage = {"wall": wall, "cpu": user + system, "sys_share": system / (user + system),
+    usage = {"wall": wall, "cpu": user + system, "sys_share": system / max(user + system, 1e-9),
              "faults": after.ru_minflt - before.ru_minflt}
     return store.get(target, runs[target].key), usage
 run("qa_seeds"), run("tokenizer")
 policy, policy_usage = run("tiny_policy")
 filtered, filter_usage = run("qa_filtered")
-row = policy.read("checkpoint").row(0, named=True)
 print(json.dumps({
     "params": params["tiny_policy"], "tiny_policy": policy_usage, "qa_filtered": filter_usage,
-    "final_loss": row["final_loss"], "last_window": json.loads(row["loss_curve"])[-1]["loss"],
+    "final_loss": policy.read("summary")["final_loss"][0], "last_window": policy.read("loss_curve")["loss"][-1],
     "histogram": filtered.read("histogram")["n"].to_list(),
 }))
 """
@@ -186,22 +185,29 @@ def stages(tree: Path, root: Path, tiny_policy: str) -> dict:
     """The first-run path of ``tree`` in a fresh process with a Dask worker's environment, where these stages run."""
     env = {**start_environ(dask_worker=True), "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, "-c", STAGES_SCRIPT, str(root), tiny_policy], env=env, cwd=tree,
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"first-run path of {tree} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def export(revision: str, into: Path) -> tuple[str, Path]:
+    """(short sha, directory) of ``revision``'s tree exported with git archive, free of uncommitted edits."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", revision], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    return sha, into
+
+
 def stage_rows(args: argparse.Namespace, tmp: Path) -> list[str]:
-    baseline = tmp / "baseline"
-    baseline.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive.stdout, check=True)
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline], capture_output=True,
-                         text=True, check=True).stdout.strip()
+    (base_sha, baseline), (sha, candidate) = export(args.baseline, tmp / "baseline"), export(args.candidate, tmp / "tree")
     lines = [
         "",
         ("First-run path, `world -> qa_seeds, tokenizer -> tiny_policy -> qa_filtered` through the runner, tiny "
          "profile, one process per row in a Dask worker's environment (one torch thread, Dask's 64 KiB trim "
-         "threshold); variants reuse this tree's data root (their upstream is cached). Per stage: wall s / CPU s, "
+         "threshold); variants reuse the candidate's data root (their upstream is cached). Per stage: wall s / CPU s, "
          "system share of the CPU time, minor faults. Loss: last step / mean of the last logged window. Kept: "
          "0 < pass count < k."),
         "",
@@ -209,8 +215,8 @@ def stage_rows(args: argparse.Namespace, tmp: Path) -> list[str]:
          "pass-count histogram (0..k) | kept |"),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    runs = [(f"baseline {sha}", baseline, "data-baseline", "{}"), ("this tree", ROOT, "data", "{}"),
-            *(("this tree, variant", ROOT, "data", variant) for variant in args.variant)]
+    runs = [(f"baseline {base_sha}", baseline, "data-baseline", "{}"), (sha, candidate, "data", "{}"),
+            *((f"{sha}, variant", candidate, "data", variant) for variant in args.variant)]
     for name, tree, data, tiny_policy in runs:
         f = stages(tree, tmp / data, tiny_policy)
         print(name, json.dumps(f), flush=True)
@@ -236,7 +242,8 @@ def main() -> None:
     parser.add_argument("--generation-rounds", type=int, default=3, help="timed generate calls per batch size")
     parser.add_argument("--repeats", type=int, default=2, help="alternating rounds of the two arms")
     parser.add_argument("--stages", action="store_true", help="also run the first-run path against --baseline")
-    parser.add_argument("--baseline", default="HEAD", help="git revision of the baseline tree for --stages")
+    parser.add_argument("--baseline", default="HEAD~1", help="git revision of the baseline tree for --stages")
+    parser.add_argument("--candidate", default="HEAD", help="git revision compared with it")
     parser.add_argument("--variant", action="append", default=[],
                         help='tiny_policy params for one more --stages row, e.g. \'{"steps": 200}\'')
     parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
