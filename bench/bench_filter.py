@@ -33,34 +33,28 @@ def tiny_profile() -> dict:
     return yaml.safe_load(PROFILE.read_text(encoding="utf-8")) or {}
 
 
-def tiny_inputs(steps: int | None) -> tuple[object, object, float]:
-    """(qa_seeds frame, tiny_policy artifact, training seconds), built in-process by the stages themselves with the
-    tiny profile."""
-    from data_contracts.stage import FrameArtifact, get_stage
-    from tasks import qa_seeds, tokenizer, world  # noqa: F401  (registers the stages)
-    from training import tiny_policy  # noqa: F401
+def tiny_inputs(steps: int | None, root: Path) -> tuple[object, object, float]:
+    """(qa_seeds frame, tiny_policy model artifact, training seconds), published under ``root`` by the stages
+    themselves with the tiny profile."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.runner import run_serially
+    from data_contracts.store import ArtifactStore
+    from flows.profiles import stage_params
 
-    profile = tiny_profile()
-
-    def run(name: str, inputs: dict, **override: object) -> FrameArtifact:
-        declared = get_stage(name)
-        params = declared.parse_params({**(profile.get(name) or {}), **override})
-        return FrameArtifact(declared.run(inputs, params, "bench"), key=f"bench-{name}")
-
-    world_artifact = run("world", {})
-    qa = run("qa_seeds", {"world": world_artifact})
-    tok = run("tokenizer", {"world": world_artifact})
+    params = stage_params("tiny", {"tiny_policy": {"steps": steps}} if steps else None)
+    store = ArtifactStore(root)
+    runs = run_serially(store, Catalog(root), ["qa_seeds", "tokenizer"], params, "bench", progress=False)
     start = time.perf_counter()
-    policy = run("tiny_policy", {"tokenizer": tok, "qa_seeds": qa}, **({"steps": steps} if steps else {}))
-    row = policy.read("checkpoint").row(0, named=True)
+    policy = run_serially(store, Catalog(root), ["tiny_policy"], params, "bench", progress=False)["tiny_policy"]
     seconds = time.perf_counter() - start
-    print(f"tiny_policy: {row['steps']} steps in {seconds:.0f} s, loss curve {row['loss_curve']}")
-    return qa.read("seeds"), policy, seconds
+    policy = store.get("tiny_policy", policy.key)
+    print(f"tiny_policy: {policy.read('summary').to_dicts()} in {seconds:.0f} s")
+    return store.get("qa_seeds", runs["qa_seeds"].key).read("seeds"), policy, seconds
 
 
 def timed_filter(seeds, engine) -> tuple[float, list[int]]:
     """Seconds to filter ``seeds`` with the tiny profile's qa_filtered params, and the pass-count histogram."""
-    from tasks.difficulty import QAFilterParams, filter_qa
+    from tasks.qa_filtered import QAFilterParams, filter_qa
 
     raw = {key: value for key, value in (tiny_profile().get("qa_filtered") or {}).items() if key != "engine"}
     params = QAFilterParams(**{**raw, "k": 8})
@@ -80,14 +74,12 @@ def main() -> None:
 
     from inference.engines import load_engine
     from inference.server import create_app, serve_in_background
-    from training.tiny_policy import materialize_checkpoint
-
-    seeds, policy, train_seconds = tiny_inputs(args.steps)
-    checkpoint_row = policy.read("checkpoint").row(0, named=True)
-    steps = checkpoint_row["steps"]
-    seeds = seeds.sort("id").head(args.items)
     with tempfile.TemporaryDirectory(prefix="bench-filter-") as tmp:
-        checkpoint = materialize_checkpoint(policy, tmp)
+        seeds, policy, train_seconds = tiny_inputs(args.steps, Path(tmp))
+        summary = policy.read("summary").row(0, named=True)
+        steps = summary["steps"]
+        seeds = seeds.sort("id").head(args.items)
+        checkpoint = policy.directory
         one = load_engine(f"hf:{checkpoint}", max_batch_size=1)
         timed_filter(seeds.head(2), one)  # warm-up
         figures = {"transformers engine, one sample at a time": timed_filter(seeds, one)}
@@ -115,7 +107,7 @@ def main() -> None:
         *(f"| {name} | {args.items / s:.2f} | {8 * args.items / s:.1f} | {hist} |"
           for name, (s, hist) in figures.items()),
     ]
-    lines.append(f"\ntiny_policy: {steps} steps in {train_seconds:.0f} s, final loss {checkpoint_row['final_loss']:.3f}")
+    lines.append(f"\ntiny_policy: {steps} steps in {train_seconds:.0f} s, final loss {summary['final_loss']:.3f}")
     single, batched = (figures[k][0] for k in list(figures)[:2])
     lines.append(f"\nBatching: batches of 16 / one sample at a time = {single / batched:.1f}x items/s")
     text = "\n".join(lines) + "\n"

@@ -190,6 +190,7 @@ PASS_COLUMNS = _cols(
 FILTER_COLUMNS = {**PASS_COLUMNS, **_cols(pass_window=(pl.String, "the kept window lo..hi of pass counts"))}
 
 FILTERED_SEED = QA_SEED.extend("filtered_seed", "A QA seed with its difficulty-filter pass count.", FILTER_COLUMNS)
+FILTERED_SEED_REJECTED = FILTERED_SEED.rejected("too_hard | too_easy | prompt_too_long")
 
 PASS_HISTOGRAM = Record("pass_histogram", "How many items reached each pass count.", _cols(
     pass_count=(pl.Int64, "a pass count, 0..k"),
@@ -393,6 +394,7 @@ RUN = _cols(run=(pl.Int64, "the evaluation run (the report averages 3)"))
 EVAL_ENVIRONMENT = ENVIRONMENT.extend("eval_environment", "An environment of Random Complex Tasks.", RUN)
 EVAL_TASK = TASK.extend("eval_task", "A task of Random Complex Tasks.", RUN)
 FILTERED_TASK = TASK.extend("filtered_task", "A task with its difficulty-filter pass count.", FILTER_COLUMNS)
+FILTERED_TASK_REJECTED = FILTERED_TASK.rejected("too_hard | too_easy | prompt_too_long")
 
 ENVIRONMENT_REJECTED = Record("environment_rejected", "An environment or task construction gave up on.", _cols(
     env_id=(pl.String, "the environment's id"),
@@ -446,9 +448,26 @@ ROLLOUT = Record("rollout", "A policy's rollout, stored as tokens (DESIGN.md sec
     stop_reason=(pl.String, "done | max_turns | length | context_overflow"),
 ), key=("id",), required=("segments",), json={"messages": "list", "segments": "list", "reward_components": "object"})
 
+# --- training ------------------------------------------------------------------------------------------------
+
+LOSS_CURVE = Record("loss_curve", "Mean training loss per window of steps.", _cols(
+    step=(pl.Int64, "the window's last step"),
+    loss=(pl.Float64, "mean loss over the window"),
+), key=("step",))
+
+TRAINING_SUMMARY = Record("training_summary", "What a training stage did to its model.", _cols(
+    base=(pl.String, "the base model: an embedded size, a local directory or a model artifact key"),
+    steps=(pl.Int64, "optimizer steps taken"),
+    examples=(pl.Int64, "training examples"),
+    final_loss=(pl.Float64, "loss of the last step"),
+    parameters=(pl.Int64, "parameters of the model"),
+    dtype=(pl.String, "dtype of the weights"),
+))
+
 RECORDS: dict[str, Record] = {record.name: record for record in (
-    QA_SEED, SEED_REJECTED, ITEM_REJECTED, PROMPT_REJECTED, WORLD_SEED, FILTERED_SEED, PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX,
-    MIX_SUMMARY, ENTITY, DOCUMENT, RELATION, TOKENIZER, DOMAIN_GRAPH, ENVIRONMENT, TASK, EVAL_ENVIRONMENT,
-    EVAL_TASK, FILTERED_TASK, ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT,
+    QA_SEED, SEED_REJECTED, ITEM_REJECTED, PROMPT_REJECTED, WORLD_SEED, FILTERED_SEED, FILTERED_SEED_REJECTED,
+    PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX, MIX_SUMMARY, ENTITY, DOCUMENT, RELATION,
+    TOKENIZER, DOMAIN_GRAPH, ENVIRONMENT, TASK, EVAL_ENVIRONMENT, EVAL_TASK, FILTERED_TASK, FILTERED_TASK_REJECTED,
+    ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, LOSS_CURVE, TRAINING_SUMMARY,
 )}
 """Every record by name."""

@@ -147,6 +147,11 @@ class Artifact(Protocol):
     path: Path
     manifest: Mapping[str, Any]
 
+    @property
+    def directory(self) -> Path:
+        """The directory output of a model or index artifact."""
+        ...
+
     def read(self, output: str) -> pl.DataFrame: ...
 
     def scan(self, output: str) -> pl.LazyFrame: ...
@@ -247,12 +252,14 @@ def rng_for(seed: int, stage_name: str, partition: str, index: int) -> random.Ra
 
 @dataclass(frozen=True)
 class FrameArtifact:
-    """An artifact held in memory, for notebooks and tests that call a stage's ``run`` directly."""
+    """An artifact held in memory (with a directory output on disk, for a model or index), for notebooks and tests
+    that call a stage's ``run`` directly."""
 
     frames: Mapping[str, pl.DataFrame]
     key: str = "in-memory"
     manifest: Mapping[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    directory: Path | None = None
 
     def read(self, output: str) -> pl.DataFrame:
         return self.frames[output]

@@ -4,7 +4,6 @@ image as a markdown artifact in the Prefect UI (embedded, so it shows without a 
 from __future__ import annotations
 
 import base64
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,10 +31,10 @@ def _loss_curve(artifact: Artifact, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curve = json.loads(artifact.read("checkpoint")["loss_curve"][0])
+    curve = artifact.read("loss_curve")
     fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
     try:
-        ax.plot([p["step"] for p in curve], [p["loss"] for p in curve], color="#4477aa")
+        ax.plot(curve["step"].to_list(), curve["loss"].to_list(), color="#4477aa")
         ax.set_xlabel("step")
         ax.set_ylabel("training loss (assistant tokens)")
         ax.set_title("tiny_policy")

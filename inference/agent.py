@@ -8,7 +8,7 @@
 
 Episodes run concurrently on asyncio; a lock-step batcher sends one engine call per round holding the pending
 requests of every live episode in episode order, so batches — and with seeded sampling, results — are deterministic.
-Trajectories are recorded as tokens (``inference/trajectory.py``) and context management (``inference/context.py``)
+Trajectories are recorded as tokens (``inference/rollout.py``) and context management (``inference/context.py``)
 opens a new segment under the same rollout id on each summary or reset.
 """
 
@@ -28,7 +28,7 @@ from data_contracts.stage import Params, seed_for
 from inference import context as ctx
 from inference.engine import Completion, Engine, Message, Request, SamplingParams
 from inference.engines import assistant_message
-from inference.trajectory import Segment, Trajectory, Turn
+from inference.rollout import Rollout, Segment, Turn
 
 QA_INSTRUCTION = "Answer the question using the documents. Put the final answer in \\boxed{}."
 
@@ -196,12 +196,12 @@ def _aliases(value: Any) -> list[str]:
 
 
 def rollout_prompts(engine: Engine, items: Sequence[PromptItem], k: int, reward_fn: RewardFn,
-                    config: AgentConfig, source: str, batch_size: int = 64) -> list[list[Trajectory]]:
+                    config: AgentConfig, source: str, batch_size: int = 64) -> list[list[Rollout]]:
     """``k`` samples of every item (one request with ``n = k``, batched ``batch_size`` items per engine call);
-    one group of trajectories per item, in item order."""
+    one group of rollouts per item, in item order."""
     if k < 1:
         raise ValueError(f"k={k}: the number of samples per item must be at least 1")
-    groups: list[list[Trajectory]] = []
+    groups: list[list[Rollout]] = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         requests = [
@@ -222,7 +222,7 @@ def rollout_prompts(engine: Engine, items: Sequence[PromptItem], k: int, reward_
 
 
 def rollout_mix(engine: Engine, frame: Any, k: int, config: AgentConfig, source: str = "mix",
-                batch_size: int = 64, reward: str | None = None) -> list[list[Trajectory]]:
+                batch_size: int = 64, reward: str | None = None) -> list[list[Rollout]]:
     """``k`` samples of every row of a prompt frame (``rl_mix`` / ``keychain`` columns: id, prompt as JSON chat
     messages, answer, aliases), scored by the reward its ``reward_fn`` column names, or by ``reward`` for a frame
     without that column (a ``keychain`` output: ``two_way``); one group per row, in row order. A row naming no
@@ -238,7 +238,7 @@ def rollout_mix(engine: Engine, frame: Any, k: int, config: AgentConfig, source:
         if not name:
             raise ValueError(f"row {row['id']!r} names no reward in its reward_fn column")
         by_reward.setdefault(name, []).append(i)
-    groups: list[list[Trajectory]] = [[] for _ in rows]
+    groups: list[list[Rollout]] = [[] for _ in rows]
     for name, indices in by_reward.items():
         items = [
             PromptItem(id=str(rows[i]["id"]), messages=_messages(rows[i]["prompt"]),
@@ -259,10 +259,10 @@ def _messages(prompt: Any) -> list[Message]:
 
 
 def _single_turn_trajectory(item: PromptItem, index: int, completion: Completion, reward: float | None,
-                            source: str) -> Trajectory:
+                            source: str) -> Rollout:
     value = float(reward or 0.0)
     # A pass is full credit; partial-credit rewards (token F1, needle recall) do not count as solved.
-    return Trajectory(
+    return Rollout(
         id=f"{item.id}#{index}", group_id=item.id, source=source, item_id=item.id,
         messages=[*item.messages, assistant_message(completion)],
         segments=[Segment("initial", [Turn.from_completion(completion)])],
@@ -304,7 +304,7 @@ class Episode:
 
 
 def run_episodes(engine: Engine, episodes: Sequence[Episode], config: AgentConfig,
-                 source: str = "env") -> list[Trajectory]:
+                 source: str = "env") -> list[Rollout]:
     """Run every episode to completion (or its turn budget), ``config.concurrency`` at a time, in episode order."""
     try:
         asyncio.get_running_loop()
@@ -318,8 +318,8 @@ def run_episodes(engine: Engine, episodes: Sequence[Episode], config: AgentConfi
 
 
 async def arun_episodes(engine: Engine, episodes: Sequence[Episode], config: AgentConfig,
-                        source: str = "env") -> list[Trajectory]:
-    results: list[Trajectory] = []
+                        source: str = "env") -> list[Rollout]:
+    results: list[Rollout] = []
     for start in range(0, len(episodes), config.concurrency):
         wave = episodes[start:start + config.concurrency]
         batcher = LockstepBatcher(engine, live=len(wave))
@@ -328,7 +328,7 @@ async def arun_episodes(engine: Engine, episodes: Sequence[Episode], config: Age
 
 
 async def _episode(batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
-                   source: str) -> Trajectory:
+                   source: str) -> Rollout:
     env = None
     try:
         env = episode.make_env()
@@ -340,7 +340,7 @@ async def _episode(batcher: LockstepBatcher, index: int, episode: Episode, confi
 
 
 async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
-                source: str) -> Trajectory:
+                source: str) -> Rollout:
     observation = await env.areset(episode.task)
     initial = [dict(m) for m in observation.messages]
     tools = list(observation.tools)
@@ -380,7 +380,7 @@ async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, epi
         scored = env.score()
         reward, info = scored.reward, scored.info
     components = dict(info.get("reward_components") or {"reward": float(reward)})
-    return Trajectory(
+    return Rollout(
         id=episode.id, group_id=episode.group_id, source=source, item_id=episode.task_id or episode.id,
         messages=transcript, segments=segments, reward=float(reward), reward_components=components,
         verified=reward >= 1.0, failure=None if reward >= 1.0 else (info.get("failure") or "agent"),

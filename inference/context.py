@@ -9,7 +9,7 @@ Agentic Training").
   that maximum after each reset;
 - hybrid: summary whenever the token threshold is passed, discard-all when the turn limit is passed.
 
-Each summary or reset starts a new trajectory segment under the same rollout and group id.
+Each summary or reset starts a new rollout segment under the same rollout and group id.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 
 from data_contracts.stage import Params
 from inference.engine import Message, Request, SamplingParams
-from inference.trajectory import Segment
+from inference.rollout import Segment
 
 Strategy = Literal["none", "summary", "discard", "hybrid"]
 Action = Literal["keep", "summarize", "reset"]

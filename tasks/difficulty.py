@@ -1,4 +1,5 @@
-"""Stages `qa_filtered` and `task_filtered`: keep the items a reference policy sometimes solves.
+"""Difficulty filtering, shared by the stages `qa_filtered` and `task_filtered`: keep the items a reference policy
+sometimes solves.
 
 Difficulty filtering (LoongRL section 3.1, stage 2; LongCat-Flash-Thinking-2601 section 3.3): every item is
 attempted ``k`` times (8 in both reports) by a reference engine; GRPO learns nothing from groups whose rewards are
@@ -12,8 +13,6 @@ The reference engine is the `tiny_policy` artifact (``engine: tiny``) or any eng
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,8 +20,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.stage import REJECTED, REJECTED_CONTRACT, Artifact, Contract, Expect, Params, stage
-from inference.trajectory import TRAJECTORY_CONTRACT
+from data_contracts.schemas import PASS_HISTOGRAM, Record, at_most, between, in_set, not_null
+from data_contracts.stage import REJECTED, Artifact, Contract, Params
 
 if TYPE_CHECKING:
     from inference.agent import SamplingConfig
@@ -30,8 +29,7 @@ if TYPE_CHECKING:
 
 TINY = "tiny"
 PROMPT_TOO_LONG = "prompt_too_long"
-CACHE_ENV = "GYMFORGE_CACHE"
-"""Directory where engine checkpoints are materialised (default: the system temp dir)."""
+REASONS = ("too_hard", "too_easy", PROMPT_TOO_LONG)
 
 
 class FilterParams(Params):
@@ -77,19 +75,6 @@ class FilterParams(Params):
         return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens)
 
 
-class QAFilterParams(FilterParams):
-    batch_size: int = Field(32, gt=0, description="items per engine call (each item asks for k samples)")
-    reward: str = Field("two_way", description="reward function of envgen/rewards.py REWARDS scoring an answer")
-    max_prompt_tokens: int = Field(
-        512, gt=0, description="documents are cut (by characters, ~4 per token) so the prompt stays short"
-    )
-
-
-class TaskFilterParams(FilterParams):
-    max_turns: int = Field(8, gt=0, description="agent turns per rollout")
-    concurrency: int = Field(64, gt=0, description="rollouts in flight at once (one engine batch per round)")
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The keep decision, separate from scoring (STYLE.md guideline 3)
 
@@ -121,10 +106,7 @@ def split_by_window(frame: pl.DataFrame, pass_counts: Sequence[int], params: Fil
         pl.lit(f"{lo}..{hi}").alias("pass_window"),
         pl.Series("reason", reasons, dtype=pl.String),
     )
-    histogram = pl.DataFrame(
-        {"pass_count": range(params.k + 1), "n": [list(pass_counts).count(p) for p in range(params.k + 1)]},
-        schema={"pass_count": pl.Int64, "n": pl.Int64},
-    )
+    histogram = PASS_HISTOGRAM.frame([{"pass_count": p, "n": list(pass_counts).count(p)} for p in range(params.k + 1)])
     return {
         kept: scored.filter(pl.col("reason").is_null()).drop("reason"),
         REJECTED: scored.filter(pl.col("reason").is_not_null()),
@@ -132,19 +114,15 @@ def split_by_window(frame: pl.DataFrame, pass_counts: Sequence[int], params: Fil
     }
 
 
-PASS_COLUMNS = {"pass_count": pl.Int64, "pass_k": pl.Int64, "pass_window": pl.String}
-PASS_EXPECTATIONS = (
-    Expect("ExpectColumnValuesToNotBeNull", column="pass_count"),
-    Expect("ExpectColumnPairValuesAToBeGreaterThanB", column_A="pass_k", column_B="pass_count", or_equal=True),
-)
-HISTOGRAM_CONTRACT = Contract(
-    columns={"pass_count": pl.Int64, "n": pl.Int64},
-    expectations=(Expect("ExpectColumnValuesToBeBetween", column="n", min_value=0),),
-)
-REJECTED_PASS_CONTRACT = Contract(
-    columns={**REJECTED_CONTRACT.columns, **PASS_COLUMNS},
-    expectations=(Expect("ExpectColumnValuesToBeInSet", column="reason", value_set=["too_hard", "too_easy", PROMPT_TOO_LONG]),),
-)
+def filter_outputs(kept: str, record: Record, rejected: Record) -> dict[str, Contract]:
+    """The contracts of a filter's outputs: the kept rows (``record``: the items with their pass columns), the
+    ``rejected`` ones with their reason, the histogram."""
+    pass_rules = (*not_null("pass_count"), at_most("pass_count", "pass_k"))
+    return {
+        kept: record.contract(expectations=pass_rules),
+        REJECTED: rejected.contract(expectations=(in_set("reason", REASONS),)),
+        "histogram": PASS_HISTOGRAM.contract(expectations=(between("n", min_value=0),)),
+    }
 
 
 def plot_pass_histogram(histogram: pl.DataFrame, path: str | Path, title: str = "pass count per item") -> Path:
@@ -175,21 +153,18 @@ def plot_pass_histogram(histogram: pl.DataFrame, path: str | Path, title: str = 
 
 
 def open_engine(spec: str, policy: Artifact | None) -> Engine:
-    """The reference engine: ``tiny`` materialises the tiny_policy checkpoint into the cache (keyed by the
-    artifact key) and serves it with the transformers engine."""
+    """The reference engine: ``tiny`` serves the tiny_policy model artifact's checkpoint with the transformers
+    engine; any other spec names its engine."""
     from inference.engines import load_engine
 
     if spec == TINY:
-        from training.tiny_policy import materialize_checkpoint
-
         if policy is None:
             raise ValueError("engine='tiny' needs the tiny_policy input artifact")
-        cache = Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "gymforge-cache")
-        spec = f"hf:{materialize_checkpoint(policy, cache / 'checkpoints')}"
+        spec = f"hf:{policy.directory}"
     return load_engine(spec)
 
 
-def _with_engine(params: FilterParams, inputs: Mapping[str, Artifact],
+def with_engine(params: FilterParams, inputs: Mapping[str, Artifact],
                  fn: Callable[[Engine], dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     engine = open_engine(params.engine, inputs.get("tiny_policy"))
     try:
@@ -198,94 +173,4 @@ def _with_engine(params: FilterParams, inputs: Mapping[str, Artifact],
         engine.close()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# QA seeds
 
-
-def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> dict[str, pl.DataFrame]:
-    """Score every seed with ``k`` samples of ``engine`` and split by the pass-count window."""
-    from envgen.rewards import get_reward
-    from inference.agent import AgentConfig, qa_prompt_items, rollout_prompts
-
-    config = AgentConfig(sampling=params.sampling(), seed=params.seed)
-    groups = rollout_prompts(engine, qa_prompt_items(seeds, params.max_prompt_tokens), params.k, get_reward(params.reward),
-                             config, source="qa_filtered", batch_size=params.batch_size)
-    pass_counts = [sum(t.verified for t in group) for group in groups]
-    return split_by_window(seeds, pass_counts, params, kept="seeds")
-
-
-@stage(
-    name="qa_filtered",
-    version="2",  # 2: the two-way reward refuses candidate lists, padding and name fragments
-    inputs=("qa_seeds", "tiny_policy"),
-    params=QAFilterParams,
-    outputs={
-        "seeds": Contract(
-            columns={"id": pl.String, "question": pl.String, "answer": pl.String, "docs": pl.String, **PASS_COLUMNS},
-            expectations=(Expect("ExpectColumnValuesToBeUnique", column="id"), *PASS_EXPECTATIONS),
-        ),
-        REJECTED: REJECTED_PASS_CONTRACT,
-        "histogram": HISTOGRAM_CONTRACT,
-    },
-)
-def qa_filtered(inputs: Mapping[str, Artifact], params: QAFilterParams, partition: str) -> dict[str, pl.DataFrame]:
-    """QA seeds a reference policy answers correctly on some but not all of k samples (LoongRL section 3.1)."""
-    seeds = inputs["qa_seeds"].read("seeds")
-    return _with_engine(params, inputs, lambda engine: filter_qa(seeds, engine, params))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Environment tasks
-
-
-def filter_tasks(environments: pl.DataFrame, tasks: pl.DataFrame, engine: Engine,
-                 params: TaskFilterParams) -> dict[str, pl.DataFrame]:
-    """``k`` agent-loop rollouts of every task in its environment (a fresh database copy each), split by the
-    pass-count window; the rollouts are kept as ``trajectories``."""
-    from functools import partial
-
-    from envgen.runtime import Environment
-    from inference.agent import AgentConfig, Episode, run_episodes
-    from inference.trajectory import trajectories_frame
-
-    records = {row["env_id"]: row for row in environments.iter_rows(named=True)}
-    missing = sorted(set(tasks["env_id"]) - set(records))
-    if missing:
-        raise ValueError(f"tasks refer to environments missing from the environments output: {missing[:5]}")
-    episodes = [
-        Episode(id=f"{task['task_id']}#{j}", group_id=task["task_id"], task=task, env_id=task["env_id"],
-                make_env=partial(Environment, records[task["env_id"]]), task_id=task["task_id"], sample_index=j)
-        for task in tasks.iter_rows(named=True)
-        for j in range(params.k)
-    ]
-    config = AgentConfig(sampling=params.sampling(), max_turns=params.max_turns, concurrency=params.concurrency,
-                         seed=params.seed)
-    trajectories = run_episodes(engine, episodes, config, source="task_filtered")
-    groups = [trajectories[i:i + params.k] for i in range(0, len(trajectories), params.k)]
-    unscorable = [all(t.stop_reason == "context_overflow" and not t.turns() for t in group) for group in groups]
-    outputs = split_by_window(tasks, [sum(t.verified for t in group) for group in groups], params, kept="tasks",
-                              unscorable=unscorable)
-    outputs["trajectories"] = trajectories_frame(trajectories)
-    return outputs
-
-
-@stage(
-    name="task_filtered",
-    version="1",
-    inputs=("environments", "tiny_policy"),
-    params=TaskFilterParams,
-    outputs={
-        "tasks": Contract(
-            columns={"task_id": pl.String, "env_id": pl.String, **PASS_COLUMNS},
-            expectations=(Expect("ExpectColumnValuesToBeUnique", column="task_id"), *PASS_EXPECTATIONS),
-        ),
-        REJECTED: REJECTED_PASS_CONTRACT,
-        "histogram": HISTOGRAM_CONTRACT,
-        "trajectories": TRAJECTORY_CONTRACT,
-    },
-)
-def task_filtered(inputs: Mapping[str, Artifact], params: TaskFilterParams, partition: str) -> dict[str, pl.DataFrame]:
-    """Environment tasks a reference policy completes in some but not all of k agent-loop rollouts."""
-    environments = inputs["environments"].read("environments")
-    tasks = inputs["environments"].read("tasks")
-    return _with_engine(params, inputs, lambda engine: filter_tasks(environments, tasks, engine, params))

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from inference.agent import AgentConfig, Episode, PromptItem, rollout_prompts, run_episodes, tool_call_errors
+from inference.rollout import ROLLOUT_CONTRACT, rollouts_frame, segments_from_json
 from inference.testing import SCRIPTED_LOGPROB, ScriptedEngine, ScriptedReply, byte_ids, render_plain
-from inference.trajectory import TRAJECTORY_CONTRACT, segments_from_json, trajectories_frame
 from tests.agent_fixtures import airline_env_and_task, golden_policy, make_env, stall_policy
 
 
@@ -20,14 +20,14 @@ def episodes(n: int, group: str = "g0") -> list[Episode]:
 
 def test_golden_scripted_policy_solves_the_task_and_records_token_segments():
     engine = ScriptedEngine(golden_policy, policy_version=3)
-    [trajectory] = run_episodes(engine, episodes(1), AgentConfig(max_turns=12))
+    [rollout] = run_episodes(engine, episodes(1), AgentConfig(max_turns=12))
     _, task = airline_env_and_task()
     n_actions = len(json.loads(task["golden_actions"]))
 
-    assert trajectory.reward == 1.0 and trajectory.verified and trajectory.failure is None
-    assert trajectory.stop_reason == "done"
-    assert set(trajectory.reward_components) == {"db_state", "required_outputs", "policy"}
-    [segment] = trajectory.segments
+    assert rollout.reward == 1.0 and rollout.verified and rollout.failure is None
+    assert rollout.stop_reason == "done"
+    assert set(rollout.reward_components) == {"db_state", "required_outputs", "policy"}
+    [segment] = rollout.segments
     assert segment.start == "initial" and len(segment.turns) == n_actions + 1
     for turn, request in zip(segment.turns, engine.requests, strict=True):
         # The tokens are exactly what the engine saw and sampled, not a re-rendering.
@@ -35,25 +35,25 @@ def test_golden_scripted_policy_solves_the_task_and_records_token_segments():
         assert len(turn.output_ids) == len(turn.logprobs) == len(turn.loss_mask) > 0
         assert turn.logprobs == [SCRIPTED_LOGPROB] * len(turn.output_ids)
         assert set(turn.loss_mask) == {1} and turn.policy_version == 3
-    roles = [m["role"] for m in trajectory.messages]
+    roles = [m["role"] for m in rollout.messages]
     assert roles[:2] == ["system", "user"] and roles.count("tool") == n_actions
 
 
 def test_episodes_run_concurrently_in_one_batch_per_round():
     engine = ScriptedEngine(golden_policy)
-    trajectories = run_episodes(engine, episodes(5), AgentConfig(max_turns=12, concurrency=3))
-    assert [t.id for t in trajectories] == [f"g0#{i}" for i in range(5)]
-    assert all(t.verified for t in trajectories)
+    rollouts = run_episodes(engine, episodes(5), AgentConfig(max_turns=12, concurrency=3))
+    assert [t.id for t in rollouts] == [f"g0#{i}" for i in range(5)]
+    assert all(t.verified for t in rollouts)
     assert set(engine.batch_sizes) == {3, 2}  # a wave of 3 episodes, then a wave of 2
-    frame = trajectories_frame(trajectories)
+    frame = rollouts_frame(rollouts)
     assert frame.height == 5 and (frame["n_segments"] == 1).all()
-    assert segments_from_json(frame["segments"][0]) == trajectories[0].segments
-    assert not any(check.fn(frame)[0] for check in TRAJECTORY_CONTRACT.checks)
+    assert segments_from_json(frame["segments"][0]) == rollouts[0].segments
+    assert not any(check.fn(frame)[0] for check in ROLLOUT_CONTRACT.checks)
 
 
 def test_same_config_same_trajectories():
-    first = trajectories_frame(run_episodes(ScriptedEngine(golden_policy), episodes(2), AgentConfig(max_turns=12)))
-    again = trajectories_frame(run_episodes(ScriptedEngine(golden_policy), episodes(2), AgentConfig(max_turns=12)))
+    first = rollouts_frame(run_episodes(ScriptedEngine(golden_policy), episodes(2), AgentConfig(max_turns=12)))
+    again = rollouts_frame(run_episodes(ScriptedEngine(golden_policy), episodes(2), AgentConfig(max_turns=12)))
     assert first.equals(again)
 
 
@@ -76,11 +76,11 @@ def test_malformed_tool_call_becomes_a_tool_error_the_agent_sees(call, message):
         return ScriptedReply(tool_calls=(call,)) if len(request.messages) == 2 else "I am stuck."
 
     engine = ScriptedEngine(policy)
-    [trajectory] = run_episodes(engine, episodes(1), AgentConfig(max_turns=2))
+    [rollout] = run_episodes(engine, episodes(1), AgentConfig(max_turns=2))
     seen = engine.requests[1].messages  # the second turn's prompt
     assert seen[-1]["role"] == "tool" and seen[-1]["content"].startswith("Error:") and message in seen[-1]["content"]
     assert seen[-1]["tool_call_id"] == seen[-2]["tool_calls"][0]["id"]
-    assert trajectory.stop_reason == "max_turns" and not trajectory.verified and trajectory.failure == "agent"
+    assert rollout.stop_reason == "max_turns" and not rollout.verified and rollout.failure == "agent"
 
 
 def test_unparsed_tool_call_markup_is_an_error():
@@ -91,10 +91,10 @@ def test_unparsed_tool_call_markup_is_an_error():
 
 
 def test_turn_budget_cuts_off_and_scores_the_end_state():
-    [trajectory] = run_episodes(ScriptedEngine(stall_policy), episodes(1), AgentConfig(max_turns=3))
-    assert trajectory.stop_reason == "max_turns" and trajectory.segments[0].n_agent_turns() == 3
-    assert trajectory.reward == 0.0 and trajectory.failure == "agent"
-    assert "db_state" in trajectory.reward_components
+    [rollout] = run_episodes(ScriptedEngine(stall_policy), episodes(1), AgentConfig(max_turns=3))
+    assert rollout.stop_reason == "max_turns" and rollout.segments[0].n_agent_turns() == 3
+    assert rollout.reward == 0.0 and rollout.failure == "agent"
+    assert "db_state" in rollout.reward_components
 
 
 def test_engine_error_reaches_every_episode():
@@ -131,11 +131,11 @@ def test_tiny_model_completes_episodes_with_consistent_token_segments(tmp_path):
     model_dir = init_model("tiny", tmp_path / "tok", tmp_path / "model", seed=0)
     engine = load_engine(f"hf:{model_dir}", policy_version=1)
     config = AgentConfig(max_turns=2, sampling={"max_tokens": 12, "temperature": 1.0}, seed=1)
-    trajectories = run_episodes(engine, episodes(2), config)
-    for trajectory in trajectories:
-        turns = trajectory.segments[0].turns
-        assert len(turns) == 2 and trajectory.stop_reason == "max_turns"
-        first_prompt = render_prompt(engine.tokenizer, trajectory.messages[:2], json.loads(env["tools"]))
+    rollouts = run_episodes(engine, episodes(2), config)
+    for rollout in rollouts:
+        turns = rollout.segments[0].turns
+        assert len(turns) == 2 and rollout.stop_reason == "max_turns"
+        first_prompt = render_prompt(engine.tokenizer, rollout.messages[:2], json.loads(env["tools"]))
         assert turns[0].prompt_ids == first_prompt
         # Within a segment the context only grows: each prompt extends the previous one.
         assert turns[1].prompt_ids[: len(first_prompt) - 3] == first_prompt[:-3]
@@ -154,9 +154,9 @@ def test_prompt_past_the_context_window_stops_the_episode(window, turns):
         probe = ScriptedEngine(first_action_forever)
         run_episodes(probe, episodes(1), AgentConfig(max_turns=1))
         engine.max_positions = len(probe.render(probe.requests[0])) + 100
-    [trajectory] = run_episodes(engine, episodes(1), AgentConfig(max_turns=4, sampling={"max_tokens": 50}))
-    assert trajectory.stop_reason == "context_overflow" and len(trajectory.turns()) == turns
-    assert "db_state" in trajectory.reward_components  # the end state is scored as it stands
+    [rollout] = run_episodes(engine, episodes(1), AgentConfig(max_turns=4, sampling={"max_tokens": 50}))
+    assert rollout.stop_reason == "context_overflow" and len(rollout.turns()) == turns
+    assert "db_state" in rollout.reward_components  # the end state is scored as it stands
 
 
 def test_mix_rows_are_scored_by_their_own_reward():
@@ -191,8 +191,8 @@ def test_run_episodes_works_inside_a_running_event_loop():
     async def from_a_notebook():
         return run_episodes(ScriptedEngine(golden_policy), episodes(1), AgentConfig(max_turns=12))
 
-    [trajectory] = asyncio.run(from_a_notebook())
-    assert trajectory.verified
+    [rollout] = asyncio.run(from_a_notebook())
+    assert rollout.verified
 
 
 def test_every_call_of_a_malformed_turn_is_answered():

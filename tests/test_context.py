@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from inference import context as ctx
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Request
+from inference.rollout import Segment, Turn
 from inference.testing import ScriptedEngine, ScriptedReply, byte_ids, render_plain
-from inference.trajectory import Segment, Turn
 from tests.agent_fixtures import airline_env_and_task, first_action_forever, make_env, stall_policy
 
 
@@ -23,8 +23,8 @@ def run(policy, max_turns: int, **context):
     episode = Episode(id="r0", group_id="g0", make_env=make_env, task=task, env_id=env["env_id"],
                       task_id=task["task_id"])
     config = AgentConfig(max_turns=max_turns, sampling={"max_tokens": 1024}, context=ctx.ContextConfig(**context))
-    [trajectory] = run_episodes(engine, [episode], config)
-    return trajectory, engine
+    [rollout] = run_episodes(engine, [episode], config)
+    return rollout, engine
 
 
 def agent_requests(engine: ScriptedEngine) -> list[Request]:
@@ -32,27 +32,27 @@ def agent_requests(engine: ScriptedEngine) -> list[Request]:
 
 
 def test_discard_resets_to_system_and_task_every_max_turns():
-    trajectory, engine = run(stall_policy, max_turns=5, strategy="discard", discard_after_turns=2)
-    assert [s.start for s in trajectory.segments] == ["initial", "reset", "reset"]
-    assert [s.n_agent_turns() for s in trajectory.segments] == [2, 2, 1]
+    rollout, engine = run(stall_policy, max_turns=5, strategy="discard", discard_after_turns=2)
+    assert [s.start for s in rollout.segments] == ["initial", "reset", "reset"]
+    assert [s.n_agent_turns() for s in rollout.segments] == [2, 2, 1]
     initial = engine.requests[0].messages
     assert [m["role"] for m in initial] == ["system", "user"]
     assert engine.requests[2].messages == initial and engine.requests[4].messages == initial
     assert len(engine.requests[1].messages) > len(initial)
     # The transcript keeps everything; the rollout id does not change.
-    assert sum(m["role"] == "assistant" for m in trajectory.messages) == 5 and trajectory.id == "r0"
+    assert sum(m["role"] == "assistant" for m in rollout.messages) == 5 and rollout.id == "r0"
 
 
 def test_progressive_discard_raises_the_limit_after_each_reset():
-    trajectory, _ = run(stall_policy, max_turns=9, strategy="discard", discard_after_turns=2, discard_growth=1,
+    rollout, _ = run(stall_policy, max_turns=9, strategy="discard", discard_after_turns=2, discard_growth=1,
                         max_resets=5)
-    assert [s.n_agent_turns() for s in trajectory.segments] == [2, 3, 4]
+    assert [s.n_agent_turns() for s in rollout.segments] == [2, 3, 4]
 
 
 def test_extractive_summary_restarts_from_task_plus_summary():
-    trajectory, engine = run(first_action_forever, max_turns=4, strategy="summary", summary_threshold_tokens=1500,
+    rollout, engine = run(first_action_forever, max_turns=4, strategy="summary", summary_threshold_tokens=1500,
                              summarizer="extractive", summary_max_tokens=64)
-    starts = [s.start for s in trajectory.segments]
+    starts = [s.start for s in rollout.segments]
     assert starts[0] == "initial" and "summary" in starts
     restarted = next(r for r in engine.requests[1:] if len(r.messages) == 3)
     summary = restarted.messages[-1]
@@ -60,7 +60,7 @@ def test_extractive_summary_restarts_from_task_plus_summary():
     _, task = airline_env_and_task()
     first_tool = json.loads(task["golden_actions"])[0]["name"]
     assert f"called {first_tool}(" in summary["content"] and f"{first_tool} returned:" in summary["content"]
-    assert all(t.kind == "agent" for s in trajectory.segments for t in s.turns)
+    assert all(t.kind == "agent" for s in rollout.segments for t in s.turns)
 
 
 def test_engine_summary_is_a_recorded_turn_of_the_old_segment():
@@ -69,9 +69,9 @@ def test_engine_summary_is_a_recorded_turn_of_the_old_segment():
             return "SUMMARY: payment method looked up."
         return first_action_forever(request, index)
 
-    trajectory, engine = run(policy, max_turns=3, strategy="summary", summary_threshold_tokens=1500,
+    rollout, engine = run(policy, max_turns=3, strategy="summary", summary_threshold_tokens=1500,
                              summary_max_tokens=64)
-    first, second = trajectory.segments[:2]
+    first, second = rollout.segments[:2]
     assert first.turns[-1].kind == "summary" and second.start == "summary"
     summary_request = next(r for r in engine.requests if r.messages[-1]["content"] == ctx.SUMMARY_INSTRUCTION)
     assert summary_request.sampling.max_tokens == 64 and summary_request.tools
@@ -88,21 +88,21 @@ def test_hybrid_summarizes_on_tokens_and_resets_on_turns():
     def verbose(request, index):  # every turn pushes the context past the threshold
         return ScriptedReply("x" * 600, first_action_forever(request, index).tool_calls)
 
-    trajectory, _ = run(verbose, max_turns=6, strategy="hybrid", summary_threshold_tokens=initial_tokens + 300,
+    rollout, _ = run(verbose, max_turns=6, strategy="hybrid", summary_threshold_tokens=initial_tokens + 300,
                         summarizer="extractive", summary_max_tokens=64, discard_after_turns=3, max_resets=5)
     # Summaries compress tokens without resetting the turn count; the third turn since the start triggers a reset.
-    assert [(s.start, s.n_agent_turns()) for s in trajectory.segments] == [
+    assert [(s.start, s.n_agent_turns()) for s in rollout.segments] == [
         ("initial", 1), ("summary", 1), ("summary", 1), ("reset", 1), ("summary", 1), ("summary", 1)]
 
 
 def test_no_management_keeps_one_segment():
-    trajectory, _ = run(first_action_forever, max_turns=4)
-    assert len(trajectory.segments) == 1 and trajectory.segments[0].n_agent_turns() == 4
+    rollout, _ = run(first_action_forever, max_turns=4)
+    assert len(rollout.segments) == 1 and rollout.segments[0].n_agent_turns() == 4
 
 
 def test_restarts_are_bounded():
-    trajectory, _ = run(stall_policy, max_turns=8, strategy="discard", discard_after_turns=1, max_resets=2)
-    assert [s.n_agent_turns() for s in trajectory.segments] == [1, 1, 6]
+    rollout, _ = run(stall_policy, max_turns=8, strategy="discard", discard_after_turns=1, max_resets=2)
+    assert [s.n_agent_turns() for s in rollout.segments] == [1, 1, 6]
 
 
 def test_summary_budget_must_fit_below_threshold():

@@ -10,15 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from data_contracts.schemas import QA_SEED
 from inference.agent import prompt_docs, qa_prompt
 from inference.testing import BernoulliTestEngine
-from tasks.difficulty import (
-    QAFilterParams,
-    filter_qa,
-    plot_pass_histogram,
-    split_by_window,
-    verdict,
-)
+from tasks.difficulty import plot_pass_histogram, split_by_window, verdict
+from tasks.qa_filtered import QAFilterParams, filter_qa
 
 K = 8
 
@@ -27,14 +23,11 @@ def seeds_frame(n: int) -> pl.DataFrame:
     docs = [json.dumps([{"title": f"Doc {i}", "text": f"Item {i} is kept in vault {i}.", "is_supporting": True},
                         {"title": "Other", "text": "Nothing relevant here.", "is_supporting": False}])
             for i in range(n)]
-    return pl.DataFrame({
-        "id": [f"s{i}" for i in range(n)],
-        "source": ["world"] * n,
-        "question": [f"Where is item {i} kept?" for i in range(n)],
-        "answer": [f"vault {i}" for i in range(n)],
-        "aliases": [json.dumps([f"vault number {i}"]) for i in range(n)],
-        "docs": docs,
-    })
+    return QA_SEED.frame([
+        {"id": f"s{i}", "source": "world", "question": f"Where is item {i} kept?", "answer": f"vault {i}",
+         "aliases": [f"vault number {i}"], "docs": docs[i], "hops": 1, "type": "bridge", "split": "train"}
+        for i in range(n)
+    ])
 
 
 def engine_for(seeds: pl.DataFrame, successes: list[int], params: QAFilterParams) -> BernoulliTestEngine:
@@ -132,7 +125,7 @@ def test_task_filter_keeps_exactly_the_window():
     from collections import Counter
 
     from inference.testing import ScriptedEngine
-    from tasks.difficulty import TaskFilterParams, filter_tasks
+    from tasks.task_filtered import TaskFilterParams, filter_tasks
     from tests.agent_fixtures import airline_env_and_task, golden_policy, stall_policy
 
     env, task = airline_env_and_task()
@@ -157,11 +150,11 @@ def test_task_filter_keeps_exactly_the_window():
     assert dict(zip(out["tasks"]["task_id"], out["tasks"]["pass_count"], strict=True)) == {"t1": 1, "t2": 3}
     assert dict(zip(out["rejected"]["task_id"], out["rejected"]["reason"], strict=True)) == {
         "t0": "too_hard", "t3": "too_easy"}
-    trajectories = out["trajectories"]
-    assert trajectories.height == 16 and trajectories["group_id"].to_list() == [f"t{i}" for i in range(4) for _ in range(4)]
-    assert trajectories.filter(pl.col("verified"))["failure"].null_count() == sum(successes)
+    rollouts = out["rollouts"]
+    assert rollouts.height == 16 and rollouts["group_id"].to_list() == [f"t{i}" for i in range(4) for _ in range(4)]
+    assert rollouts.filter(pl.col("verified"))["failure"].null_count() == sum(successes)
     from data_contracts.gate import validate
-    from tasks.difficulty import task_filtered
+    from tasks.task_filtered import task_filtered
 
     for name, frame in out.items():
         report = validate("task_filtered", name, frame, task_filtered.outputs[name], "p0")
@@ -170,7 +163,7 @@ def test_task_filter_keeps_exactly_the_window():
 
 def test_outputs_pass_their_contracts():
     from data_contracts.gate import validate
-    from tasks.difficulty import qa_filtered
+    from tasks.qa_filtered import qa_filtered
 
     successes = [0, 3, 8, 5]
     seeds = seeds_frame(len(successes))
@@ -184,7 +177,7 @@ def test_outputs_pass_their_contracts():
 
 def test_tasks_the_engine_cannot_read_are_rejected_as_prompt_too_long():
     from inference.testing import ScriptedEngine
-    from tasks.difficulty import TaskFilterParams, filter_tasks
+    from tasks.task_filtered import TaskFilterParams, filter_tasks
     from tests.agent_fixtures import airline_env_and_task, golden_policy
 
     env, task = airline_env_and_task()
@@ -192,4 +185,4 @@ def test_tasks_the_engine_cannot_read_are_rejected_as_prompt_too_long():
                        TaskFilterParams(k=2))
     assert out["tasks"].is_empty()
     assert out["rejected"].select("reason", "pass_count").row(0) == ("prompt_too_long", 0)
-    assert out["trajectories"]["stop_reason"].to_list() == ["context_overflow"] * 2
+    assert out["rollouts"]["stop_reason"].to_list() == ["context_overflow"] * 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
@@ -15,9 +14,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 OUTPUTS = {
     "qa_filtered": {"histogram": pl.DataFrame({"pass_count": list(range(9)), "n": [5, 3, 2, 2, 1, 1, 1, 0, 4]})},
-    "tiny_policy": {
-        "checkpoint": pl.DataFrame({"loss_curve": [json.dumps([{"step": 10, "loss": 6.0}, {"step": 20, "loss": 2.5}])]})
-    },
+    "tiny_policy": {"loss_curve": pl.DataFrame({"step": [10, 20], "loss": [6.0, 2.5]})},
 }
 
 

@@ -1,8 +1,9 @@
-"""The tiny_policy stage: a real, deterministic optimizer loop on QA seeds, and its checkpoint as an engine."""
+"""The tiny_policy stage: a real, deterministic optimizer loop on QA seeds, published as a model artifact (a
+transformers directory) that an engine serves."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -14,7 +15,6 @@ from training.tiny_policy import (
     TinyPolicyParams,
     label_loss,
     loss_curve,
-    materialize_checkpoint,
     tiny_policy,
     training_examples,
 )
@@ -34,9 +34,15 @@ def inputs(tokenizer_row: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def trained(tokenizer_row: dict) -> pl.DataFrame:
+def trained(tokenizer_row: dict, tmp_path_factory: pytest.TempPathFactory) -> FrameArtifact:
+    """The stage run once, as a model artifact would hold it: its frames and its checkpoint directory."""
+    return _train(tokenizer_row, tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _train(tokenizer_row: dict, out_dir: Path) -> FrameArtifact:
+    out_dir.mkdir()
     params = TinyPolicyParams(steps=6, batch_size=2, warmup_steps=1, log_every=2)
-    return tiny_policy.run(inputs(tokenizer_row), params, "p0")["checkpoint"]
+    return FrameArtifact(tiny_policy.run(inputs(tokenizer_row), params, "p0", out_dir), key="k1", directory=out_dir)
 
 
 def test_labels_cover_exactly_the_boxed_answer(tokenizer_row):
@@ -69,36 +75,50 @@ def test_label_loss_equals_the_full_logits_loss(tokenizer_row):
 
 
 def test_training_lowers_the_loss_and_records_the_curve(trained):
-    row = trained.row(0, named=True)
-    curve = json.loads(row["loss_curve"])
-    assert [point["step"] for point in curve] == [2, 4, 6]
-    assert curve[-1]["loss"] < curve[0]["loss"]
-    assert row["steps"] == 6 and row["n_train"] == len(SEEDS)
-    assert row["final_loss"] > 0 and row["safetensors"][:8] != b""
+    curve = trained.read("loss_curve")
+    assert curve["step"].to_list() == [2, 4, 6]
+    assert curve["loss"][-1] < curve["loss"][0]
+    summary = trained.read("summary").row(0, named=True)
+    assert summary["steps"] == 6 and summary["examples"] == len(SEEDS)
+    assert summary["final_loss"] > 0 and summary["parameters"] > 0 and summary["dtype"] == "float32"
 
 
-def test_same_params_same_bytes(tokenizer_row, trained):
-    params = TinyPolicyParams(steps=6, batch_size=2, warmup_steps=1, log_every=2)
-    again = tiny_policy.run(inputs(tokenizer_row), params, "p0")["checkpoint"]
-    assert again.equals(trained)
+def test_same_params_same_bytes(tokenizer_row, trained, tmp_path):
+    again = _train(tokenizer_row, tmp_path / "model")
+    assert again.read("loss_curve").equals(trained.read("loss_curve"))
+    assert (again.directory / "model.safetensors").read_bytes() == (trained.directory / "model.safetensors").read_bytes()
 
 
-def test_checkpoint_passes_its_contract(trained):
-    from data_contracts.gate import validate
+def test_the_model_artifact_passes_its_contracts(trained):
+    from data_contracts.gate import validate, validate_directory
 
-    report = validate("tiny_policy", "checkpoint", trained, tiny_policy.outputs["checkpoint"], "p0")
+    for name, contract in tiny_policy.outputs.items():
+        assert validate("tiny_policy", name, trained.read(name), contract, "p0").passed
+    report = validate_directory("tiny_policy", trained.directory, tiny_policy.directory, "p0")
     assert report.passed, report.summary()
 
 
-def test_materialized_checkpoint_serves_the_qa_prompt(trained, tmp_path):
+def test_a_checkpoint_that_differs_from_its_card_fails_its_contract(trained, tmp_path):
+    import json
+    import shutil
+
+    from data_contracts.gate import validate_directory
+    from inference.checkpoint import MODEL_CARD
+
+    copy = tmp_path / "model"
+    shutil.copytree(trained.directory, copy)
+    card = json.loads((copy / MODEL_CARD).read_text())
+    (copy / MODEL_CARD).write_text(json.dumps({**card, "parameters": card["parameters"] + 1}))
+    report = validate_directory("tiny_policy", copy, tiny_policy.directory, "p0")
+    assert not report.passed and "the card declares" in report.summary()["failed"][0]
+
+
+def test_the_checkpoint_serves_the_qa_prompt(trained):
     from inference.agent import qa_prompt_items
     from inference.engine import Request, SamplingParams
     from inference.engines import load_engine
 
-    artifact = FrameArtifact({"checkpoint": trained}, key="k1")
-    path = materialize_checkpoint(artifact, tmp_path)
-    assert materialize_checkpoint(artifact, tmp_path) == path and path.name.startswith("k1-")
-    engine = load_engine(f"hf:{path}")
+    engine = load_engine(f"hf:{trained.directory}")
     item = qa_prompt_items(SEEDS.head(1), 512)[0]
     [[completion]] = engine.generate([Request(item.messages, sampling=SamplingParams(max_tokens=8, seed=0))])
     assert 0 < len(completion.token_ids) == len(completion.logprobs) <= 8
@@ -116,15 +136,13 @@ def test_bad_params_are_clear_errors(raw, field):
         TinyPolicyParams(**raw)
 
 
-def test_qa_filtered_stage_runs_on_the_tiny_policy(trained, tmp_path, monkeypatch):
+def test_qa_filtered_stage_runs_on_the_tiny_policy(trained):
     from data_contracts.gate import validate
-    from tasks.difficulty import CACHE_ENV, qa_filtered
+    from tasks.qa_filtered import qa_filtered
 
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    inputs = {"qa_seeds": FrameArtifact({"seeds": SEEDS}), "tiny_policy": FrameArtifact({"checkpoint": trained})}
+    inputs = {"qa_seeds": FrameArtifact({"seeds": SEEDS}), "tiny_policy": trained}
     params = qa_filtered.parse_params({"k": 2, "max_tokens": 8, "window": [0, 2]})
     out = qa_filtered.run(inputs, params, "p0")
     assert out["seeds"].height == len(SEEDS) and out["histogram"]["n"].sum() == len(SEEDS)
-    assert list((tmp_path / "checkpoints").iterdir())  # the checkpoint was materialised into the cache
     for name, frame in out.items():
         assert validate("qa_filtered", name, frame, qa_filtered.outputs[name], "p0").passed

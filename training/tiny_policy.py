@@ -6,17 +6,13 @@ same prompt the filter sends) with the boxed answer as the assistant turn, loss 
 hundred steps teach the answer format and part of the answers, so the filter sees a policy that sometimes
 succeeds — LoongRL's filter needs exactly that spread (pass counts strictly between 0 and k).
 
-The artifact is one row: the model config, the safetensors bytes, the tokenizer it was trained with, the step count,
-the final loss and the loss curve. :func:`materialize_checkpoint` turns it into a transformers directory.
+The artifact is a model artifact (inference/checkpoint.py): the checkpoint directory, with the loss curve and a
+summary (steps, final loss, parameters) as Parquet outputs.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,7 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 from pydantic import Field, model_validator
 
-from data_contracts.stage import Artifact, Contract, Expect, Params, rng_for, stage
+from data_contracts.schemas import LOSS_CURVE, TRAINING_SUMMARY
+from data_contracts.stage import Artifact, Params, rng_for, stage
+from inference.checkpoint import MODEL_DIRECTORY, read_card, save_model
 from inference.cpu import tune_allocator
 
 if TYPE_CHECKING:
@@ -151,23 +149,12 @@ def loss_curve(losses: list[float], every: int) -> list[dict[str, float]]:
     ]
 
 
-CHECKPOINT_CONTRACT = Contract(
-    columns={
-        "size": pl.String, "config_json": pl.String, "safetensors": pl.Binary, "tokenizer_json": pl.String,
-        "chat_template": pl.String, "tokenizer_sha256": pl.String, "steps": pl.Int64, "final_loss": pl.Float64,
-        "loss_curve": pl.String, "n_train": pl.Int64,
-    },
-    expectations=(
-        Expect("ExpectTableRowCountToEqual", value=1),
-        Expect("ExpectColumnValuesToMatchRegex", column="tokenizer_sha256", regex=r"^[0-9a-f]{64}$"),
-    ),
-)
-
-
-# 2: the loss at labelled positions only; the same loss, rounded differently, so other weight bytes
-@stage(name=STAGE, version="2", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams,
-       outputs={"checkpoint": CHECKPOINT_CONTRACT})
-def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partition: str) -> dict[str, pl.DataFrame]:
+# 3: a model artifact (a transformers directory), no weights inside Parquet
+@stage(name=STAGE, version="3", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams, kind="model",
+       directory=MODEL_DIRECTORY,
+       outputs={"loss_curve": LOSS_CURVE.contract(), "summary": TRAINING_SUMMARY.contract(min_rows=1)})
+def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partition: str,
+                out_dir: Path) -> dict[str, pl.DataFrame]:
     """Initialise the tiny model and train it briefly on the QA seeds (boxed answers, assistant-only loss)."""
     tune_allocator()  # before torch allocates: the steps' large tensors stay mapped (inference/cpu.py)
     import torch
@@ -175,8 +162,7 @@ def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partit
     from inference.tokenizer import tokenizer_from_row
     from training.tiny_model import build_model
 
-    token_row = inputs["tokenizer"].read("tokenizer").row(0, named=True)
-    tokenizer = tokenizer_from_row(token_row)
+    tokenizer = tokenizer_from_row(inputs["tokenizer"].read("tokenizer").row(0, named=True))
     seeds = inputs["qa_seeds"].read("seeds").sort("id")
     if params.max_seeds is not None:
         seeds = seeds.head(params.max_seeds)
@@ -187,50 +173,9 @@ def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partit
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(params.seed)
         losses = train(model, examples, params, tokenizer.pad_token_id, partition)
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
-        weights = (Path(tmp) / "model.safetensors").read_bytes()
-    row = {
-        "size": params.size,
-        "config_json": model.config.to_json_string(use_diff=False),
-        "safetensors": weights,
-        "tokenizer_json": token_row["tokenizer_json"],
-        "chat_template": token_row["chat_template"],
-        "tokenizer_sha256": token_row["sha256"],
-        "steps": params.steps,
-        "final_loss": losses[-1] if losses else float("nan"),
-        "loss_curve": json.dumps(loss_curve(losses, params.log_every)),
-        "n_train": len(examples),
-    }
-    return {"checkpoint": pl.DataFrame([row], schema=CHECKPOINT_CONTRACT.columns)}
-
-
-def materialize_checkpoint(artifact: Artifact, cache_root: str | Path) -> Path:
-    """The checkpoint as a transformers directory under ``cache_root``, named by the artifact key and a hash of
-    the weights; written once (built in a temporary sibling, then renamed into place)."""
-    from transformers import GenerationConfig, Qwen2Config
-
-    from inference.tokenizer import tokenizer_from_row
-
-    row = artifact.read("checkpoint").row(0, named=True)
-    digest = hashlib.sha256(row["safetensors"]).hexdigest()[:16]
-    out = Path(cache_root) / f"{artifact.key}-{digest}"
-    if (out / "model.safetensors").is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        config = Qwen2Config.from_dict(json.loads(row["config_json"]))
-        config.save_pretrained(tmp)
-        GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id).save_pretrained(tmp)
-        (tmp / "model.safetensors").write_bytes(row["safetensors"])
-        tokenizer_row = {**row, "sha256": row["tokenizer_sha256"]}
-        tokenizer_from_row(tokenizer_row).save_pretrained(str(tmp))
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process materialised it first
-            if not (out / "model.safetensors").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    summary = {"base": params.size, "steps": params.steps, "examples": len(examples),
+               "final_loss": losses[-1] if losses else float("nan")}
+    save_model(model, tokenizer, out_dir, summary)
+    card = read_card(out_dir)
+    return {"loss_curve": LOSS_CURVE.frame(loss_curve(losses, params.log_every)),
+            "summary": TRAINING_SUMMARY.frame([{**summary, "parameters": card["parameters"], "dtype": card["dtype"]}])}

@@ -1,6 +1,7 @@
-"""The ``trajectory`` record (DESIGN.md section 6): what a rollout leaves behind for training and analysis.
+"""Rollouts: what a policy's sampled episode leaves behind for training and analysis (the ``rollout`` record of
+data_contracts.schemas).
 
-Trajectories are stored as tokens, not re-rendered text (DESIGN.md section 5): each engine call is a ``Turn`` holding
+Rollouts are stored as tokens, not re-rendered text (DESIGN.md section 5): each engine call is a ``Turn`` holding
 the exact prompt ids the engine saw, the sampled output ids, their behaviour log-probabilities and the policy version.
 A ``Segment`` is one continuous context; when context management summarizes or resets, a new segment starts under
 the same rollout id and group id.
@@ -15,7 +16,8 @@ from typing import Any, Literal
 
 import polars as pl
 
-from data_contracts.stage import Check, Contract, Expect
+from data_contracts.schemas import FAILURE_LABELS, ROLLOUT, STOP_REASONS, between, in_set
+from data_contracts.stage import Check
 from inference.engine import Completion, Message
 
 TurnKind = Literal["agent", "summary"]
@@ -70,8 +72,8 @@ class Segment:
 
 
 @dataclass
-class Trajectory:
-    """A finished (or cut-off) rollout; ``to_row`` gives one row of the ``trajectory`` frame."""
+class Rollout:
+    """A finished (or cut-off) rollout; ``to_row`` gives one row of the ``rollout`` frame."""
 
     id: str
     group_id: str
@@ -117,31 +119,8 @@ class Trajectory:
         }
 
 
-TRAJECTORY_SCHEMA: dict[str, pl.DataType] = {
-    "id": pl.String(),
-    "group_id": pl.String(),
-    "source": pl.String(),
-    "item_id": pl.String(),
-    "env_id": pl.String(),
-    "task_id": pl.String(),
-    "sample_index": pl.Int64(),
-    "messages": pl.String(),
-    "segments": pl.String(),
-    "n_segments": pl.Int64(),
-    "n_turns": pl.Int64(),
-    "n_output_tokens": pl.Int64(),
-    "min_policy_version": pl.Int64(),
-    "max_policy_version": pl.Int64(),
-    "reward": pl.Float64(),
-    "reward_components": pl.String(),
-    "verified": pl.Boolean(),
-    "failure": pl.String(),
-    "stop_reason": pl.String(),
-}
-
-
-def trajectories_frame(trajectories: Sequence[Trajectory]) -> pl.DataFrame:
-    return pl.DataFrame([t.to_row() for t in trajectories], schema=TRAJECTORY_SCHEMA)
+def rollouts_frame(rollouts: Sequence[Rollout]) -> pl.DataFrame:
+    return ROLLOUT.frame([t.to_row() for t in rollouts])
 
 
 def segments_from_json(text: str) -> list[Segment]:
@@ -162,16 +141,9 @@ def _misaligned_turns(frame: pl.DataFrame) -> list[bool]:
     return failing
 
 
-TRAJECTORY_CONTRACT = Contract(
-    columns={name: type(dtype) for name, dtype in TRAJECTORY_SCHEMA.items()},
-    expectations=(
-        Expect("ExpectColumnValuesToBeUnique", column="id"),
-        Expect("ExpectColumnValuesToNotBeNull", column="segments"),
-        Expect("ExpectColumnValuesToBeBetween", column="n_segments", min_value=1),
-        Expect("ExpectColumnValuesToBeInSet", column="failure", value_set=["agent", "user", "tool"]),
-        Expect("ExpectColumnValuesToBeInSet", column="stop_reason",
-               value_set=["done", "max_turns", "length", "context_overflow"]),
-    ),
+ROLLOUT_CONTRACT = ROLLOUT.contract(
+    expectations=(between("n_segments", min_value=1), in_set("failure", FAILURE_LABELS),
+                  in_set("stop_reason", STOP_REASONS)),
     checks=(
         Check(
             "turn_tokens_aligned",

@@ -1,0 +1,61 @@
+"""Model artifacts (DESIGN.md section 9): a checkpoint is a transformers directory (config, safetensors, tokenizer files,
+generation config, chat template) published atomically through the artifact store like any other artifact, under
+the kind ``model``. Beside the weights, ``gymforge_model.json`` declares what the stage made (base model, parameter
+count, dtype, steps); the directory contract loads the checkpoint, generates a few tokens and holds it to that card.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from data_contracts.stage import DirectoryCheck, DirectoryContract
+
+MODEL_CARD = "gymforge_model.json"
+GENERATED_TOKENS = 4
+
+
+def save_model(model: Any, tokenizer: Any, out_dir: Path, card: dict[str, Any]) -> None:
+    """Write a loadable checkpoint (weights, config, generation config, tokenizer and its chat template) and its card;
+    the card's ``parameters`` and ``dtype`` are measured here."""
+    model.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    measured = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": str(model.dtype).split(".")[-1]}
+    (out_dir / MODEL_CARD).write_text(json.dumps({**card, **measured}, indent=2, sort_keys=True) + "\n")
+
+
+def read_card(path: Path) -> dict[str, Any]:
+    return json.loads((path / MODEL_CARD).read_text(encoding="utf-8"))
+
+
+def _loads_and_generates(path: Path) -> str | None:
+    """The checkpoint loads with transformers, its parameters and dtype are as declared, and it generates."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from inference.engines import render_prompt
+    from inference.tokenizer import load
+
+    card = read_card(path)
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    tokenizer = load(path)
+    parameters, dtype = sum(p.numel() for p in model.parameters()), str(model.dtype).split(".")[-1]
+    if (parameters, dtype) != (card["parameters"], card["dtype"]):
+        return f"loads with {parameters} {dtype} parameters, the card declares {card['parameters']} {card['dtype']}"
+    prompt = torch.tensor([render_prompt(tokenizer, [{"role": "user", "content": "Hello"}])])
+    with torch.inference_mode():
+        out = model.generate(prompt, max_new_tokens=GENERATED_TOKENS, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    return None if out.shape[1] > prompt.shape[1] else "generates no token"
+
+
+def _has_card(path: Path) -> str | None:
+    return None if (path / MODEL_CARD).is_file() else f"no {MODEL_CARD}"
+
+
+MODEL_DIRECTORY = DirectoryContract("model", (
+    DirectoryCheck("model_card", _has_card, "the checkpoint declares what it is"),
+    DirectoryCheck("loads_and_generates", _loads_and_generates,
+                   f"loads with transformers as declared and generates {GENERATED_TOKENS} tokens"),
+))

@@ -1,0 +1,46 @@
+"""Stage `qa_filtered`: QA seeds a reference policy answers correctly on some but not all of k samples (LoongRL
+section 3.1, stage 2; the keep decision is tasks/difficulty.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+from pydantic import Field
+
+from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED
+from data_contracts.stage import Artifact, stage
+from envgen.rewards import get_reward
+from inference.agent import AgentConfig, qa_prompt_items, rollout_prompts
+from inference.engine import Engine
+from tasks.difficulty import FilterParams, filter_outputs, split_by_window, with_engine
+
+
+class QAFilterParams(FilterParams):
+    batch_size: int = Field(32, gt=0, description="items per engine call (each item asks for k samples)")
+    reward: str = Field("two_way", description="reward function of envgen/rewards.py REWARDS scoring an answer")
+    max_prompt_tokens: int = Field(
+        512, gt=0, description="documents are cut (by characters, ~4 per token) so the prompt stays short"
+    )
+
+
+def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> dict[str, pl.DataFrame]:
+    """Score every seed with ``k`` samples of ``engine`` and split by the pass-count window."""
+    config = AgentConfig(sampling=params.sampling(), seed=params.seed)
+    groups = rollout_prompts(engine, qa_prompt_items(seeds, params.max_prompt_tokens), params.k, get_reward(params.reward),
+                             config, source="qa_filtered", batch_size=params.batch_size)
+    pass_counts = [sum(t.verified for t in group) for group in groups]
+    return split_by_window(seeds, pass_counts, params, kept="seeds")
+
+
+@stage(
+    name="qa_filtered",
+    version="2",  # 2: the two-way reward refuses candidate lists, padding and name fragments
+    inputs=("qa_seeds", "tiny_policy"),
+    params=QAFilterParams,
+    outputs=filter_outputs("seeds", FILTERED_SEED, FILTERED_SEED_REJECTED),
+)
+def qa_filtered(inputs: Mapping[str, Artifact], params: QAFilterParams, partition: str) -> dict[str, pl.DataFrame]:
+    """QA seeds a reference policy answers correctly on some but not all of k samples (LoongRL section 3.1)."""
+    seeds = inputs["qa_seeds"].read("seeds")
+    return with_engine(params, inputs, lambda engine: filter_qa(seeds, engine, params))
