@@ -60,7 +60,7 @@ def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch
 
     scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     scaled = logits.float() / scale[:, None]
-    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    sorted_logits, order = scaled.sort(dim=-1, descending=True, stable=True)  # tied logits keep one order: deterministic
     sorted_probs = sorted_logits.softmax(dim=-1)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     drop_sorted = (mass_before >= top_p[:, None]) & (temperature > 0)[:, None]

@@ -114,6 +114,20 @@ def test_process_logits_keeps_the_smallest_nucleus(
     assert float(probs[kept].sum()) - smallest_kept < top_p + 1e-5
 
 
+@settings(max_examples=200, deadline=None)
+@given(logits=st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=2, max_size=30), top_p=st.floats(0.05, 1.0))
+def test_process_logits_is_deterministic_under_tied_logits(logits: list[float], top_p: float) -> None:
+    """Tied logits keep their index order in the nucleus: the first most likely token always stays."""
+    import torch
+
+    from inference.hf_engine import process_logits
+
+    out = process_logits(torch.tensor([logits]), torch.tensor([0.7]), torch.tensor([top_p]))[0]
+    assert torch.isfinite(out[torch.tensor(logits).argmax()])
+    again = process_logits(torch.tensor([logits]), torch.tensor([0.7]), torch.tensor([top_p]))[0]
+    assert torch.equal(torch.isfinite(out), torch.isfinite(again))
+
+
 def test_stop_string_cuts_the_text(hf) -> None:
     [[full]] = hf.generate([req(temperature=0)])
     stop = full.text[4:6]
