@@ -1,18 +1,23 @@
-"""The contracts of environment and task outputs: the record's rules plus Python checks that execute every row
-through the runtime (the golden trajectory replays to reward 1, each mutation of it scores 0), which GX cannot say."""
+"""Checks that execute what they check: the contracts of environment and task outputs (the record's rules plus
+Python checks that run every row through the runtime: the golden trajectory replays to reward 1, each mutation of
+it scores 0, which GX cannot say), and the check of a domain spec file a spec author runs."""
 
 from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
 from data_contracts.schemas import Record, between, min_length, unique
 from data_contracts.stage import Check, Contract
-from envgen.construct import MIN_TOOLS
+from envgen.compiler import CompileError, compile_domain
+from envgen.construct import MIN_DOMAIN_TOOLS, MIN_TOOLS, executability
 from envgen.runtime import Environment, domain_for, replay
-from envgen.taskgen import MUTATIONS, mutate
+from envgen.spec import SpecError, load_spec
+from envgen.taskgen import MUTATIONS, build_verified, mutate
 
 
 def golden_fails(frame: pl.DataFrame) -> list[bool]:
@@ -58,3 +63,36 @@ def environment_contract(record: Record) -> Contract:
 def task_contract(record: Record) -> Contract:
     return record.contract(expectations=(min_length("description", 10),))
 
+
+
+@dataclass(frozen=True)
+class SpecCheck:
+    """What ``gymforge envgen check`` reports of one spec file."""
+
+    domain: str
+    tools: int
+    executability: float
+    kept: int
+    problems: list[str]
+
+
+def check_spec(path: Path, envs: int) -> SpecCheck:
+    """A spec checked the way the stages use it: parsed (every problem listed), compiled (enough tools), every tool
+    executed, then ``envs`` environments constructed and verified (golden replay and four mutations)."""
+    try:
+        domain = compile_domain(load_spec(path))
+    except SpecError as exc:
+        return SpecCheck(path.stem, 0, 0.0, 0, list(exc.problems))
+    except (CompileError, OSError) as exc:
+        return SpecCheck(path.stem, 0, 0.0, 0, [str(exc)])
+    rate, broken = executability(domain, 0)
+    problems = [f"tool {tool} failed to execute on a seeded database" for tool in broken]
+    if len(domain.tools) < MIN_DOMAIN_TOOLS:
+        problems.append(f"only {len(domain.tools)} tools; add entities, relations or actions "
+                        f"({MIN_DOMAIN_TOOLS}+ needed)")
+    kept = 0
+    for seed in range(envs):
+        env, _, reason = build_verified(domain, f"{domain.name}-{seed}", seed)
+        kept += env is not None
+        problems += [reason] if reason else []
+    return SpecCheck(domain.name, len(domain.tools), rate, kept, problems)

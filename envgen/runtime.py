@@ -167,7 +167,7 @@ def required_outputs_met(required: list[str], texts: list[str]) -> bool:
 
 
 @dataclass
-class Episode:
+class EpisodeScore:
     reward: float
     components: dict[str, float]
     failure: str | None
@@ -308,7 +308,7 @@ class Environment:
                 _BEFORE.pop(next(iter(_BEFORE)))
         return _BEFORE[key]
 
-    def score(self) -> Episode:
+    def score(self) -> EpisodeScore:
         """Score the episode as it stands (also used when an episode is cut off)."""
         self.done = True
         tables = tuple(self.rubric["tables"])
@@ -334,11 +334,11 @@ class Environment:
         info = {"reward_components": components, "failure": failure, "diff": diff, "steps": self.steps,
                 "tool_calls": len(self.tool_log), "tool_errors": sum(not c["ok"] for c in self.tool_log),
                 "violations": sorted({v for c in self.tool_log for v in c["violations"]})}
-        return Episode(reward, components, failure, self.messages, info)
+        return EpisodeScore(reward, components, failure, self.messages, info)
 
 
 def replay(env: Environment | dict[str, Any], task: dict[str, Any], actions: list[dict[str, Any]] | None = None,
-           final_message: str | None = None) -> Episode:
+           final_message: str | None = None) -> EpisodeScore:
     """Run ``actions`` (default: the task's golden actions) as one tool call per assistant turn, then tell the user
     the required outputs, and score. Used by the verifier, ``gymforge envgen replay`` and the bench."""
     env = env if isinstance(env, Environment) else Environment(env)
@@ -355,5 +355,5 @@ def replay(env: Environment | dict[str, Any], task: dict[str, Any], actions: lis
     for turn in turns:
         _, reward, done, info = env.step(turn)
         if done:
-            return Episode(reward, info["reward_components"], info["failure"], env.messages, info)
+            return EpisodeScore(reward, info["reward_components"], info["failure"], env.messages, info)
     return env.score()

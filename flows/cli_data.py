@@ -19,6 +19,9 @@ SEED_KINDS = ("world", "hotpotqa", "musique", "2wiki")
 MESSAGE_COLUMNS = ("prompt",)  # JSON-string chat messages in the artifacts, lists of messages in an export
 JSON_COLUMNS = ("distractor_chains",)
 
+from data_contracts.stage import Params
+from tasks.keychain import KeyChainParams
+
 DataDirOpt = Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")]
 
 
@@ -38,6 +41,17 @@ def seed_source(spec: str) -> str:
     resolved = Path(file).expanduser().resolve()
     load_seed_file(kind, resolved, limit=1)
     return f"{kind}:{resolved}{at}{split}"
+
+
+def param_option(model: type[Params], name: str) -> Any:
+    """A command-line option setting one field of a stage's params: its help is the field's description, and left out
+    it falls to the profile, then to the field's default; the params model is the one source of both."""
+    from rich.markup import escape
+
+    field = model.model_fields[name]
+    # help is rich markup: "[target - 2%, target]" in a description is text
+    return typer.Option(None, help=escape(f"{field.description} (default: the profile's, else {field.default})"),
+                        show_default=False)
 
 
 def check_options(stage_name: str, options: dict[str, Any]) -> None:
@@ -168,14 +182,14 @@ def register(app: typer.Typer) -> None:
     def keychain(
         out: Annotated[Path, typer.Option(help="Where to write the examples (.parquet, or JSON lines).")],
         seeds: Annotated[str, typer.Option(help="world, hotpotqa:PATH, musique:PATH or 2wiki:PATH.")] = "world",
-        n: Annotated[int, typer.Option(help="KeyChain examples to build.")] = 100,
-        n_regular: Annotated[int, typer.Option(help="Regular long-context QA examples too (output `regular`).")] = 0,
-        target_tokens: Annotated[int, typer.Option(help="Prompt length in tokens; a prompt lands at most 2% below it.")] = 16384,
-        tokenizer: Annotated[str, typer.Option(help="'default' (gymforge's BPE) or a local tokenizer dir.")] = "default",
-        key_format: Annotated[str, typer.Option(help="uuid32 (the report) or hex8 (the authors' code).")] = "uuid32",
-        hops: Annotated[int, typer.Option(help="Keys per chain.")] = 2,
-        placement: Annotated[str, typer.Option(help="uniform or centred gold documents.")] = "uniform",
-        profile: Annotated[str, typer.Option(help="Params profile for the upstream stages.")] = "tiny",
+        n: int | None = param_option(KeyChainParams, "n"),
+        n_regular: int | None = param_option(KeyChainParams, "n_regular"),
+        target_tokens: int | None = param_option(KeyChainParams, "target_tokens"),
+        tokenizer: str | None = param_option(KeyChainParams, "tokenizer"),
+        key_format: str | None = param_option(KeyChainParams, "key_format"),
+        hops: int | None = param_option(KeyChainParams, "hops"),
+        placement: str | None = param_option(KeyChainParams, "placement"),
+        profile: Annotated[str, typer.Option(help="Params profile of every stage.")] = "tiny",
         data_dir: DataDirOpt = None,
     ) -> None:
         """Build KeyChain examples (LoongRL section 3.1) through the store, and write them to OUT."""
@@ -184,10 +198,11 @@ def register(app: typer.Typer) -> None:
 
         from flows.pipeline import plan_dag
 
-        if tokenizer != "default":
+        if tokenizer not in (None, "default"):
             tokenizer = str(Path(tokenizer).expanduser().resolve())
-        keychain_options = {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer,
-                            "key_format": key_format, "hops": hops, "placement": placement}
+        given = {"n": n, "n_regular": n_regular, "target_tokens": target_tokens, "tokenizer": tokenizer,
+                 "key_format": key_format, "hops": hops, "placement": placement}
+        keychain_options = {name: value for name, value in given.items() if value is not None}
         check_options("keychain", keychain_options)
         overrides: dict[str, dict[str, Any]] = {"qa_seeds": {"source": seed_source(seeds)},
                                                 "keychain": keychain_options}
@@ -199,8 +214,9 @@ def register(app: typer.Typer) -> None:
         console.print(Text.assemble((str(frame.height), "green"), f" KeyChain examples -> {out} "
                                     f"(artifact {artifact.key}); {rejected.height} rejected"))
         if frame.height:
+            target = frame["target_tokens"][0]
             console.print(f"tokens: min {frame['tokens'].min()}, max {frame['tokens'].max()} "
-                          f"(window [{target_tokens * 0.98:.0f}, {target_tokens}])", markup=False)
+                          f"(window [{target * 0.98:.0f}, {target}])", markup=False)
         for reason, count in rejected.group_by("reason").len().sort("len", descending=True).iter_rows():
             console.print(f"  rejected {count}: {reason}", markup=False)
 

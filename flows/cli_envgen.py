@@ -12,9 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from envgen.taskgen import MUTATIONS
 from flows.cli_data import DataDirOpt, atomic_dir, require_new_dir
-
-MUTATION_KINDS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
 
 DomainsOpt = Annotated[str, typer.Option(help="'all' or a comma-separated list of domains.")]
 EnvsOpt = Annotated[int, typer.Option(help="Verified environments per domain.")]
@@ -75,147 +74,119 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
     _print(rows, f"{envs.height} environments, {rejected.height} rejected -> {out} (artifact {artifact.key})", as_json)
 
 
+envgen = typer.Typer(help="Tool-graph environment synthesis: domains, environments, replay.")
+
+
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the main app."""
-    envgen = typer.Typer(help="Tool-graph environment synthesis: domains, environments, replay.")
     app.add_typer(envgen, name="envgen")
 
-    @envgen.callback(invoke_without_command=True)
-    def main(
-        ctx: typer.Context,
-        domains: DomainsOpt = "all",
-        envs_per_domain: EnvsOpt = 2,
-        out: Annotated[Path | None, typer.Option(help="Output directory; given without a subcommand, generates.")] = None,
-        profile: ProfileOpt = "tiny",
-        seed: SeedOpt = None,
-        data_dir: DataDirOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Generate environment bundles when given --out (same as `generate`), else show the subcommands."""
-        if ctx.invoked_subcommand is not None:
-            return
-        if out is None:
-            typer.echo(ctx.get_help())
-            raise typer.Exit(0)
-        generate_bundles(domains, envs_per_domain, out, profile, seed, data_dir, as_json)
 
-    @envgen.command("generate")
-    def generate(
-        out: Annotated[Path, typer.Option(help="New directory: one bundle per environment, plus rejected.jsonl.")],
-        domains: DomainsOpt = "all",
-        envs_per_domain: EnvsOpt = 2,
-        profile: ProfileOpt = "tiny",
-        seed: SeedOpt = None,
-        data_dir: DataDirOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Build verified environments through the store (domain_graphs -> environments) and write bundles."""
-        generate_bundles(domains, envs_per_domain, out, profile, seed, data_dir, as_json)
+@envgen.callback(invoke_without_command=True)
+def main(
+    ctx: typer.Context,
+    domains: DomainsOpt = "all",
+    envs_per_domain: EnvsOpt = 2,
+    out: Annotated[Path | None, typer.Option(help="Output directory; given without a subcommand, generates.")] = None,
+    profile: ProfileOpt = "tiny",
+    seed: SeedOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate environment bundles when given --out (same as `generate`), else show the subcommands."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if out is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    generate_bundles(domains, envs_per_domain, out, profile, seed, data_dir, as_json)
 
-    @envgen.command("list-domains")
-    def list_domains(domains: DomainsOpt = "all", as_json: JsonOpt = False) -> None:
-        """Shipped domains with their entity, tool and edge counts and graph density."""
-        from envgen.compiler import compiled
-        from envgen.spec import SpecError, resolve_domains
+@envgen.command("generate")
+def generate(
+    out: Annotated[Path, typer.Option(help="New directory: one bundle per environment, plus rejected.jsonl.")],
+    domains: DomainsOpt = "all",
+    envs_per_domain: EnvsOpt = 2,
+    profile: ProfileOpt = "tiny",
+    seed: SeedOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build verified environments through the store (domain_graphs -> environments) and write bundles."""
+    generate_bundles(domains, envs_per_domain, out, profile, seed, data_dir, as_json)
 
-        rows = []
-        try:
-            for name in resolve_domains(domains):
-                d = compiled(name)
-                rows.append({"domain": name, "entities": len(d.spec.entities), "tools": len(d.tools),
-                             "writes": len(d.writes()), "edges": d.graph.number_of_edges(),
-                             "density": round(d.density, 4)})
-        except (SpecError, ValueError) as exc:
-            raise typer.BadParameter(str(exc)) from None
-        _print(rows, f"{len(rows)} domains", as_json)
+@envgen.command("list-domains")
+def list_domains(domains: DomainsOpt = "all", as_json: JsonOpt = False) -> None:
+    """Shipped domains with their entity, tool and edge counts and graph density."""
+    from envgen.compiler import compiled
+    from envgen.spec import SpecError, resolve_domains
 
-    @envgen.command("check")
-    def check(
-        specs: Annotated[list[Path], typer.Argument(help="Domain YAML files to check (e.g. envgen/domains/*.yaml).")],
-        envs: Annotated[int, typer.Option(help="Environments to construct and verify per spec.")] = 3,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Check specs the way the stages will: parse (every problem listed), compile (60+ tools), execute every
-        tool, then construct and verify ENVS environments (golden replay, four mutations)."""
-        import random
+    rows = []
+    try:
+        for name in resolve_domains(domains):
+            d = compiled(name)
+            rows.append({"domain": name, "entities": len(d.spec.entities), "tools": len(d.tools),
+                         "writes": len(d.writes()), "edges": d.graph.number_of_edges(),
+                         "density": round(d.density, 4)})
+    except (SpecError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    _print(rows, f"{len(rows)} domains", as_json)
 
-        from envgen.compiler import CompileError, compile_domain
-        from envgen.construct import (
-            ConstructionFailed,
-            ConstructionSettings,
-            build_environment,
-            executability,
-        )
-        from envgen.spec import SpecError, load_spec
-        from envgen.taskgen import TaskSettings, environment_record, make_task
+@envgen.command("check")
+def check(
+    specs: Annotated[list[Path], typer.Argument(help="Domain YAML files to check (e.g. envgen/domains/*.yaml).")],
+    envs: Annotated[int, typer.Option(help="Environments to construct and verify per spec.")] = 3,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check specs the way the stages will: parse (every problem listed), compile (enough tools), execute every
+    tool, then construct and verify ENVS environments (golden replay, four mutations)."""
+    from envgen.checks import check_spec
 
-        rows, failed = [], False
-        for path in specs:
-            try:
-                domain = compile_domain(load_spec(path))
-            except (SpecError, CompileError, OSError) as exc:
-                typer.echo(str(exc), err=True)
-                listed = len(exc.problems) if isinstance(exc, SpecError) else 1
-                rows.append({"domain": path.stem, "tools": 0, "executability": 0.0, "kept": 0, "problems": listed})
-                failed = True
-                continue
-            rate, broken = executability(domain, 0)
-            kept, reasons = 0, []
-            for seed in range(envs):
-                try:
-                    built = build_environment(domain, seed, ConstructionSettings())
-                except ConstructionFailed as exc:
-                    reasons.append(str(exc))
-                    continue
-                env = environment_record(domain, built, f"{domain.name}-{seed}", seed)
-                task, reason = make_task(domain, env, built, random.Random(seed), TaskSettings())
-                kept += task is not None
-                reasons += [reason] if reason else []
-            for problem in ([f"tools that failed to execute: {broken}"] if broken else []) + reasons + (
-                    [f"only {len(domain.tools)} tools; add entities, relations or actions (60+ needed)"]
-                    if len(domain.tools) < 60 else []):
-                typer.echo(f"{path}: {problem}", err=True)
-            problems = len(broken) + len(reasons) + (len(domain.tools) < 60)
-            failed |= problems > 0
-            rows.append({"domain": domain.name, "tools": len(domain.tools), "executability": rate, "kept": kept,
-                         "problems": problems})
-        _print(rows, f"{len(rows)} specs checked", as_json)
-        if failed:
-            raise typer.Exit(1)
+    rows = []
+    for path in specs:
+        result = check_spec(path, envs)
+        if result.problems:
+            typer.echo(f"{path}: {len(result.problems)} problem(s) in domain spec:\n"
+                       + "\n".join(f"  - {problem}" for problem in result.problems), err=True)
+        rows.append({"domain": result.domain, "tools": result.tools, "executability": result.executability,
+                     "kept": result.kept, "problems": len(result.problems)})
+    _print(rows, f"{len(rows)} specs checked", as_json)
+    if any(row["problems"] for row in rows):
+        raise typer.Exit(1)
 
-    @envgen.command("replay")
-    def replay_cmd(
-        env_dir: Annotated[Path, typer.Argument(help="A bundle directory, or a directory of bundles.")],
-        mutate: Annotated[str | None, typer.Option(help=f"Replay a mutated trajectory: {', '.join(MUTATION_KINDS)}.")]
-        = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Replay each task's golden trajectory (or a mutated one) through the runtime and print the rewards."""
-        import random
 
-        from envgen.bundle import BundleError, bundle_dirs, read_bundle
-        from envgen.runtime import Environment, domain_for, replay
-        from envgen.taskgen import mutate as make_mutation
+@envgen.command("replay")
+def replay_cmd(
+    env_dir: Annotated[Path, typer.Argument(help="A bundle directory, or a directory of bundles.")],
+    mutate: Annotated[str | None, typer.Option(help=f"Replay a mutated trajectory: {', '.join(MUTATIONS)}.")]
+    = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay each task's golden trajectory (or a mutated one) through the runtime and print the rewards."""
+    import random
 
-        if mutate is not None and mutate not in MUTATION_KINDS:
-            raise typer.BadParameter(f"--mutate {mutate!r}: use one of {', '.join(MUTATION_KINDS)}")
-        rows = []
-        try:
-            for path in bundle_dirs(env_dir):
-                env_rec, tasks = read_bundle(path)
-                env = Environment(env_rec)
-                for task in tasks:
-                    actions = None
-                    if mutate is not None:
-                        actions = make_mutation(domain_for(env_rec), env_rec, task, mutate, random.Random(env_rec["seed"]))
-                        if actions is None:
-                            rows.append({"task_id": task["task_id"], "reward": None, "components": "n/a"})
-                            continue
-                    ep = replay(env, task, actions)
-                    rows.append({"task_id": task["task_id"], "reward": ep.reward, "components": ep.components,
-                                 "failure": ep.failure})
-                env.close()
-        except (BundleError, OSError, KeyError, json.JSONDecodeError) as exc:
-            raise typer.BadParameter(f"{env_dir}: {exc}") from None
-        title = f"{len(rows)} tasks replayed" + (f" with mutation {mutate}" if mutate else " (golden)")
-        _print(rows, title, as_json)
+    from envgen.bundle import BundleError, bundle_dirs, read_bundle
+    from envgen.runtime import Environment, domain_for, replay
+    from envgen.taskgen import mutate as make_mutation
+
+    if mutate is not None and mutate not in MUTATIONS:
+        raise typer.BadParameter(f"--mutate {mutate!r}: use one of {', '.join(MUTATIONS)}")
+    rows = []
+    try:
+        for path in bundle_dirs(env_dir):
+            env_rec, tasks = read_bundle(path)
+            env = Environment(env_rec)
+            for task in tasks:
+                actions = None
+                if mutate is not None:
+                    actions = make_mutation(domain_for(env_rec), env_rec, task, mutate, random.Random(env_rec["seed"]))
+                    if actions is None:
+                        rows.append({"task_id": task["task_id"], "reward": None, "components": "n/a"})
+                        continue
+                ep = replay(env, task, actions)
+                rows.append({"task_id": task["task_id"], "reward": ep.reward, "components": ep.components,
+                             "failure": ep.failure})
+            env.close()
+    except (BundleError, OSError, KeyError, json.JSONDecodeError) as exc:
+        raise typer.BadParameter(f"{env_dir}: {exc}") from None
+    title = f"{len(rows)} tasks replayed" + (f" with mutation {mutate}" if mutate else " (golden)")
+    _print(rows, title, as_json)

@@ -12,9 +12,8 @@ from typer.testing import CliRunner
 from envgen.bundle import read_bundle, write_bundle
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
-from envgen.taskgen import TaskSettings, environment_record, make_task
+from envgen.taskgen import MUTATIONS, TaskSettings, environment_record, make_task
 from flows.cli import app
-from flows.cli_envgen import MUTATION_KINDS
 
 runner = CliRunner()
 
@@ -53,7 +52,7 @@ def test_replay_golden(bundles: Path) -> None:
     assert len(rows) == 2 and all(r["reward"] == 1.0 for r in rows)
 
 
-@pytest.mark.parametrize("kind", MUTATION_KINDS)
+@pytest.mark.parametrize("kind", MUTATIONS)
 def test_replay_mutated_scores_zero(bundles: Path, kind: str) -> None:
     result = runner.invoke(app, ["envgen", "replay", str(bundles / "telecom-2"), "--mutate", kind, "--json"])
     assert result.exit_code == 0, result.output

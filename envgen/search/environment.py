@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from data_contracts.stage import Params
 from envgen.rewards import extract_boxed, score_two_way
-from envgen.runtime import Episode, Observation, json_field
+from envgen.runtime import EpisodeScore, Observation, json_field
 from envgen.search.corpus import Document, Section
 from envgen.search.index import SearchIndex, clip
 from envgen.tools import ToolError, ToolResult, parse_arguments
@@ -228,7 +228,7 @@ class SearchEnvironment:
     async def astep(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
         return self.step(message)
 
-    def score(self) -> Episode:
+    def score(self) -> EpisodeScore:
         """Score the episode as it stands (also used when an episode is cut off: no answer scores 0)."""
         # Imported here: the reward functions may move to inference/, and envgen sits below it.
 
@@ -241,7 +241,7 @@ class SearchEnvironment:
             failure = "tool" if any(c["internal_error"] for c in self.tool_log) else "agent"
         info = {"reward_components": components, "failure": failure, "answer": answer, "steps": self.steps,
                 "tool_calls": len(self.tool_log), "tool_errors": sum(not c["ok"] for c in self.tool_log)}
-        return Episode(reward, components, failure, self.messages, info)
+        return EpisodeScore(reward, components, failure, self.messages, info)
 
     def close(self) -> None:
         """Nothing to release: the index is shared and read-only; an episode in flight ends unscored."""
