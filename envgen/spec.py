@@ -531,17 +531,30 @@ def _check_domain(raw: Any, p: _Problems) -> None:
     entities = _parse_items(raw, "entities", EntitySpec, p)
     actions = _parse_items(raw, "actions", ActionSpec, p)
     policies = _parse_items(raw, "policies", PolicySpec, p)
-    raw_names = {
-        key: {item.get("name") for item in (raw.get(key) or []) if isinstance(item, dict)}
-        for key in ("entities", "actions")
-    } if isinstance(raw, dict) else {"entities": set(), "actions": set()}
-    locale = str(raw.get("locale", "en_US"))
+    raw = raw if isinstance(raw, dict) else {}
+    raw_names = {key: {item.get("name") for item in (raw.get(key) or []) if isinstance(item, dict)}
+                 for key in ("entities", "actions")}
+    by_name = _check_entities(entities, str(raw.get("locale", "en_US")), p)
+    _check_relations(raw.get("entities") or [], raw_names["entities"], p)
+    seen_actions: set[str] = set()
+    for i, a in actions:
+        if a.name in seen_actions:
+            p.add(["actions", i, "name"], f"duplicate action {a.name!r}")
+        seen_actions.add(a.name)
+        _check_action(["actions", i], a, by_name, raw_names["entities"], p)
+    _check_tool_names(entities, actions, p)
+    _check_policies(policies, {a.name: a for _, a in actions}, by_name, raw_names, p)
+
+
+def _check_entities(entities: list[tuple[int, EntitySpec]], locale: str, p: _Problems) -> dict[str, EntitySpec]:
+    """Unique entity names, columns and id prefixes, known Faker providers; returns the entities by name."""
     try:
         fake = faker_for(locale)
     except (AttributeError, ValueError):
         p.add(["locale"], f"unknown Faker locale {locale!r} (e.g. en_US, en_GB, de_DE)")
         fake = faker_for("en_US")
     by_name: dict[str, EntitySpec] = {}
+    prefixes: dict[str, str] = {}
     for i, e in entities:
         if e.name in by_name:
             p.add(["entities", i, "name"], f"duplicate entity {e.name!r}")
@@ -554,83 +567,93 @@ def _check_domain(raw: Any, p: _Problems) -> None:
         for j, f in enumerate(e.fields):
             if f.faker is not None and (f.faker.startswith("_") or not callable(getattr(fake, f.faker, None))):
                 p.add(["entities", i, "fields", j, "faker"], f"unknown Faker provider {f.faker!r}")
-    prefixes: dict[str, str] = {}
     for i, e in entities:
         if e.id_prefix in prefixes and prefixes[e.id_prefix] != e.name:
             p.add(["entities", i, "id_prefix"], f"id_prefix {e.id_prefix!r} already used by {prefixes[e.id_prefix]!r}")
         prefixes[e.id_prefix] = e.name
-    # Relations are checked on the raw items, so an entity with another problem still gets these checked too.
+    return by_name
+
+
+def _check_relations(raw_entities: list[Any], entity_names: set[str], p: _Problems) -> None:
+    """Relations point at entities and required ones form no cycle. Checked on the raw items, so an entity with
+    another problem still gets these checked too."""
     graph = nx.DiGraph()
-    for i, item in enumerate(raw.get("entities") or [] if isinstance(raw, dict) else []):
+    for i, item in enumerate(raw_entities):
         rels = item.get("relations") if isinstance(item, dict) else None
         for j, r in enumerate(rels if isinstance(rels, list) else []):
             if not isinstance(r, dict) or not isinstance(r.get("to"), str):
                 continue
-            if r["to"] not in raw_names["entities"]:
+            if r["to"] not in entity_names:
                 p.add(["entities", i, "relations", j, "to"], f"dangling relation: no entity {r['to']!r}")
             elif r.get("required", True) is not False and isinstance(item.get("name"), str):
                 graph.add_edge(item["name"], r["to"])
     for cycle in nx.simple_cycles(graph):
         p.add(["entities"], f"cyclic required relations {' -> '.join([*cycle, cycle[0]])}; make one optional")
-    seen_actions: set[str] = set()
-    for i, a in actions:
-        path = ["actions", i]
-        if a.name in seen_actions:
-            p.add([*path, "name"], f"duplicate action {a.name!r}")
-        seen_actions.add(a.name)
-        if a.target not in by_name:
-            if a.target not in raw_names["entities"]:
-                p.add([*path, "target"], f"unknown entity {a.target!r}; entities: {sorted(by_name)}")
-            continue
-        params = {q.name: q for q in a.params}
-        if len(params) != len(a.params) or by_name[a.target].key in params:
-            p.add([*path, "params"], "duplicate parameter names (or one named like the target key)")
-        rows = action_rows(a, by_name)
-        skip = _unparsed_rows(a, by_name, raw_names["entities"])
-        for j, q in enumerate(a.params):
-            if q.ref is not None and q.ref not in by_name and q.ref not in raw_names["entities"]:
-                p.add([*path, "params", j, "ref"], f"unknown entity {q.ref!r}")
-        for placeholder in re.findall(r"{(\w+)}", a.intent):
-            if placeholder not in params:
-                p.add([*path, "intent"], f"placeholder {{{placeholder}}} is not a parameter")
-        _check_conditions([([*path, "preconditions", j], c) for j, c in enumerate(a.preconditions)], rows, params, p,
-                          skip)
-        for j, eff in enumerate(a.effects):
-            epath = [*path, "effects", j]
-            if eff.kind == "create":
-                if eff.entity not in by_name:
-                    if eff.entity not in raw_names["entities"]:
-                        p.add([*epath, "entity"], f"unknown entity {eff.entity!r}")
-                    continue
-                target = by_name[eff.entity]
-                for col, operand in eff.values.items():
-                    if col not in target.column_names or col == target.key:
-                        p.add([*epath, "values", col], f"{target.name} has no settable field {col!r}")
-                    check_operand([*epath, "values", col], operand, rows, params, p, skip)
-                unset = [r.field for r in target.relations if r.required and r.field not in eff.values]
-                if unset:
-                    p.add([*epath, "values"], f"required relation(s) {unset} of {target.name} need a value")
-                continue
-            ent = rows.get(eff.row)
-            if ent is None:
-                if eff.row not in skip:
-                    p.add([*epath, "row"], f"unknown row {eff.row!r}; use one of {sorted(rows)}")
-                continue
-            check_operand([*epath, "to"], eff.to, rows, params, p, skip)
-            fspec = ent.field(eff.field)
-            if eff.field == ent.key or eff.field not in ent.column_names:
-                p.add([*epath, "field"], f"{ent.name} has no settable field {eff.field!r} (keys cannot change)")
-            elif fspec is None:  # a relation column: only `set` makes sense
-                if eff.kind != "set":
-                    p.add([*epath, "kind"], f"{ent.name}.{eff.field} is a relation; only `set` applies")
-            elif eff.kind == "adjust" and fspec.type not in NUMERIC_TYPES:
-                p.add([*epath, "field"], f"adjust needs a numeric field; {ent.name}.{fspec.name} is {fspec.type}")
-            elif eff.kind == "adjust" and not _numeric_operand(eff.to, rows, params):
-                p.add([*epath, "to"], "adjust needs a numeric amount (a number, a numeric parameter or field)")
-            elif fspec.type == "enum" and eff.to.value is not None and eff.to.value not in fspec.values:
-                p.add([*epath, "to"], f"{eff.to.value!r} is not a value of {ent.name}.{fspec.name}")
-    _check_tool_names(entities, actions, p)
-    action_map = {a.name: a for _, a in actions}
+
+
+def _check_action(path: list[Any], a: ActionSpec, by_name: dict[str, EntitySpec], entity_names: set[str],
+                  p: _Problems) -> None:
+    """An action's target, parameters, intent placeholders, preconditions and effects."""
+    if a.target not in by_name:
+        if a.target not in entity_names:
+            p.add([*path, "target"], f"unknown entity {a.target!r}; entities: {sorted(by_name)}")
+        return
+    params = {q.name: q for q in a.params}
+    if len(params) != len(a.params) or by_name[a.target].key in params:
+        p.add([*path, "params"], "duplicate parameter names (or one named like the target key)")
+    rows = action_rows(a, by_name)
+    skip = _unparsed_rows(a, by_name, entity_names)
+    for j, q in enumerate(a.params):
+        if q.ref is not None and q.ref not in by_name and q.ref not in entity_names:
+            p.add([*path, "params", j, "ref"], f"unknown entity {q.ref!r}")
+    for placeholder in re.findall(r"{(\w+)}", a.intent):
+        if placeholder not in params:
+            p.add([*path, "intent"], f"placeholder {{{placeholder}}} is not a parameter")
+    _check_conditions([([*path, "preconditions", j], c) for j, c in enumerate(a.preconditions)], rows, params, p,
+                      skip)
+    for j, eff in enumerate(a.effects):
+        _check_effect([*path, "effects", j], eff, rows, params, by_name, entity_names, p, skip)
+
+
+def _check_effect(epath: list[Any], eff: Any, rows: dict[str, EntitySpec], params: dict[str, Any],
+                  by_name: dict[str, EntitySpec], entity_names: set[str], p: _Problems, skip: set[str]) -> None:
+    if eff.kind == "create":
+        if eff.entity not in by_name:
+            if eff.entity not in entity_names:
+                p.add([*epath, "entity"], f"unknown entity {eff.entity!r}")
+            return
+        target = by_name[eff.entity]
+        for col, operand in eff.values.items():
+            if col not in target.column_names or col == target.key:
+                p.add([*epath, "values", col], f"{target.name} has no settable field {col!r}")
+            check_operand([*epath, "values", col], operand, rows, params, p, skip)
+        unset = [r.field for r in target.relations if r.required and r.field not in eff.values]
+        if unset:
+            p.add([*epath, "values"], f"required relation(s) {unset} of {target.name} need a value")
+        return
+    ent = rows.get(eff.row)
+    if ent is None:
+        if eff.row not in skip:
+            p.add([*epath, "row"], f"unknown row {eff.row!r}; use one of {sorted(rows)}")
+        return
+    check_operand([*epath, "to"], eff.to, rows, params, p, skip)
+    fspec = ent.field(eff.field)
+    if eff.field == ent.key or eff.field not in ent.column_names:
+        p.add([*epath, "field"], f"{ent.name} has no settable field {eff.field!r} (keys cannot change)")
+    elif fspec is None:  # a relation column: only `set` makes sense
+        if eff.kind != "set":
+            p.add([*epath, "kind"], f"{ent.name}.{eff.field} is a relation; only `set` applies")
+    elif eff.kind == "adjust" and fspec.type not in NUMERIC_TYPES:
+        p.add([*epath, "field"], f"adjust needs a numeric field; {ent.name}.{fspec.name} is {fspec.type}")
+    elif eff.kind == "adjust" and not _numeric_operand(eff.to, rows, params):
+        p.add([*epath, "to"], "adjust needs a numeric amount (a number, a numeric parameter or field)")
+    elif fspec.type == "enum" and eff.to.value is not None and eff.to.value not in fspec.values:
+        p.add([*epath, "to"], f"{eff.to.value!r} is not a value of {ent.name}.{fspec.name}")
+
+
+def _check_policies(policies: list[tuple[int, PolicySpec]], action_map: dict[str, ActionSpec],
+                    by_name: dict[str, EntitySpec], raw_names: dict[str, set[Any]], p: _Problems) -> None:
+    """A policy names known actions, and its conditions read the rows and parameters of each."""
     for i, pol in policies:
         for j, name in enumerate(pol.actions):
             a = action_map.get(name)
