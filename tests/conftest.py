@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS_DIR = Path(__file__).resolve().parent
+SUPPORT_DIR = Path(__file__).resolve().parent / "support"
 
 # As the CLI does (flows/cli.py): passive OpenMP waiting before torch loads, here and in spawned workers.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -18,14 +18,16 @@ from inference.cpu import tune_allocator
 
 tune_allocator()
 
-# Dask worker processes and deployment runs import the test-double stages by module name: put this directory on
-# their import path and name the module for stage discovery, before any of them starts.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
+# The tests' helper modules (fixtures, test doubles) are imported by name; Dask worker processes and deployment runs
+# import the test-double stages by module name too: put the support directory on every import path and name the
+# module for stage discovery, before any process starts. Only that directory: the room directories of the tree
+# (tests/flows, ...) would shadow the packages of the same names.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT_DIR), os.environ.get("PYTHONPATH")]))
 os.environ["GYMFORGE_STAGE_MODULES"] = ",".join(
     filter(None, [*os.environ.get("GYMFORGE_STAGE_MODULES", "").split(","), "stages_for_tests"])
 )
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
+if str(SUPPORT_DIR) not in sys.path:
+    sys.path.insert(0, str(SUPPORT_DIR))
 
 
 @pytest.fixture(scope="session")

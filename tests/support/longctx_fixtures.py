@@ -9,6 +9,7 @@ from functools import cache
 
 import polars as pl
 
+from data_contracts.schemas import QA_SEED
 from data_contracts.stage import FrameArtifact
 
 WORDS = ("river", "harbour", "council", "mayor", "ledger", "founded", "northern", "valley", "archive", "orchard",
@@ -93,3 +94,14 @@ def real_world() -> tuple[FrameArtifact, FrameArtifact]:
         {}, world_stage.parse_params({"n_entities": 600, "n_questions": 200, "n_distractors": 2}), "p0"))
     tok = FrameArtifact(tok_stage.run({"world": world}, tok_stage.parse_params({"vocab_size": 2048}), "p0"))
     return world, tok
+
+def vault_seeds(n: int) -> pl.DataFrame:
+    """QA seeds "Where is item i kept?" with the answer in a supporting document, for the filters' tests."""
+    docs = [json.dumps([{"title": f"Doc {i}", "text": f"Item {i} is kept in vault {i}.", "is_supporting": True},
+                        {"title": "Other", "text": "Nothing relevant here.", "is_supporting": False}])
+            for i in range(n)]
+    return QA_SEED.frame([
+        {"id": f"s{i}", "source": "world", "question": f"Where is item {i} kept?", "answer": f"vault {i}",
+         "aliases": [f"vault number {i}"], "docs": docs[i], "hops": 1, "type": "bridge", "split": "train"}
+        for i in range(n)
+    ])

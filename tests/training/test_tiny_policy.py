@@ -7,10 +7,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from longctx_fixtures import vault_seeds
 
 from data_contracts.stage import FrameArtifact
 from inference.tokenizer import to_row, tokenizer_from_row, train_tokenizer
-from tests.test_difficulty import seeds_frame
 from training.tiny_policy import (
     TinyPolicyParams,
     label_loss,
@@ -19,7 +19,7 @@ from training.tiny_policy import (
     training_examples,
 )
 
-SEEDS = seeds_frame(6)
+SEEDS = vault_seeds(6)
 
 
 @pytest.fixture(scope="module")

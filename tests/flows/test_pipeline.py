@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,6 @@ from flows.pipeline import PipelineFailed, StageFailed, _transient, materialize,
 
 pytestmark = pytest.mark.integration
 
-TESTS_DIR = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")

@@ -105,7 +105,7 @@ def test_check_names_a_file_that_is_not_utf8_and_counts_every_listed_problem(tmp
     import copy
 
     import yaml
-    from test_envgen_spec import MINIMAL
+    from spec_fixtures import MINIMAL
 
     latin = tmp_path / "latin.yaml"
     latin.write_bytes("name: latin\ndescription: caf\xe9\n".encode("latin-1"))

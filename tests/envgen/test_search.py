@@ -14,6 +14,7 @@ import pytest
 from agent_fixtures import n_calls_made
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import QA_FIXTURES, ROOT
 
 from data_contracts.readers import InputFileError
 from envgen.search import CorpusError, SearchConfig, SearchEnvironment, SearchIndex, load_corpus
@@ -21,9 +22,6 @@ from envgen.search.environment import MAX_K, TOOL_SCHEMAS
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Request
 from inference.testing import ScriptedEngine, ScriptedReply
-
-QA_FIXTURES = Path(__file__).parent / "fixtures" / "qa"
-ROOT = Path(__file__).resolve().parents[1]
 
 RECORDS = [
     {"id": "zorvex", "title": "Zorvex Labs",

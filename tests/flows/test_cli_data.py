@@ -12,12 +12,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 import typer
+from paths import QA_FIXTURES
 from typer.testing import CliRunner
 
 from flows import cli_data
 from flows.cli import app
 
-FIXTURES = Path(__file__).parent / "fixtures" / "qa"
+FIXTURES = QA_FIXTURES
 ROWS = [
     {"id": f"kc-{i}", "category": "keychain", "curriculum_stage": stage,
      "prompt": json.dumps([{"role": "user", "content": f"Passage {i}. Starting from key ABC, ... \\boxed{{}}"}]),

@@ -12,13 +12,14 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import QA_FIXTURES
 
 from data_contracts.gate import validate
 from data_contracts.readers import InputFileError
 from envgen.rewards import REWARDS
 from tasks.math_seeds import LETTERS, load_math_jsonl, math_seeds
 
-FIXTURES = Path(__file__).parent / "fixtures" / "qa"
+FIXTURES = QA_FIXTURES
 
 
 def run(**params) -> dict[str, pl.DataFrame]:

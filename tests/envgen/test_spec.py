@@ -8,24 +8,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spec_fixtures import MINIMAL
 
 from envgen.spec import SpecError, domain_paths, load_spec, parse_spec, resolve_domains
-
-MINIMAL = {
-    "name": "mini",
-    "description": "A tiny shop.",
-    "now": "2026-01-01T00:00:00",
-    "entities": [
-        {"name": "owner", "description": "d", "key": "owner_id", "id_prefix": "OW",
-         "fields": [{"name": "email", "type": "string", "faker": "email", "unique": True, "description": "d"}]},
-        {"name": "box", "description": "d", "key": "box_id", "id_prefix": "BX",
-         "relations": [{"field": "owner_id", "to": "owner", "description": "d"}],
-         "fields": [{"name": "state", "type": "enum", "values": ["open", "shut"], "description": "d"}]},
-    ],
-    "actions": [{"name": "shut_box", "description": "d", "target": "box", "intent": "shut my box",
-                 "preconditions": [{"field": "state", "op": "eq", "value": "open", "message": "already shut"}],
-                 "effects": [{"kind": "set", "field": "state", "to": {"value": "shut"}}]}],
-}
 
 
 def dump(spec: dict) -> str:

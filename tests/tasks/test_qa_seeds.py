@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import QA_FIXTURES
 
 from data_contracts.gate import validate
 from data_contracts.readers import InputFileError, iter_json_array
@@ -22,7 +23,7 @@ from tasks.qa_seeds import (
     seed_contract,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "qa"
+FIXTURES = QA_FIXTURES
 FILES = {"hotpotqa": "hotpotqa.json", "2wiki": "2wiki.json", "musique": "musique.jsonl"}
 EXPECTED = {"hotpotqa": (3, 0), "2wiki": (2, 0), "musique": (2, 1)}  # (kept, rejected)
 

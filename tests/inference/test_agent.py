@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from agent_fixtures import airline_env_and_task, golden_policy, make_env, stall_policy
 
 from inference.agent import AgentConfig, Episode, PromptItem, rollout_prompts, run_episodes, tool_call_errors
 from inference.rollout import ROLLOUT_CONTRACT, rollouts_frame, segments_from_json
 from inference.testing import SCRIPTED_LOGPROB, ScriptedEngine, ScriptedReply, byte_ids, render_plain
-from tests.agent_fixtures import airline_env_and_task, golden_policy, make_env, stall_policy
 
 
 def episodes(n: int, group: str = "g0") -> list[Episode]:
@@ -147,7 +147,7 @@ def test_tiny_model_completes_episodes_with_consistent_token_segments(tmp_path):
 
 @pytest.mark.parametrize(("window", "turns"), [(100, 0), (None, 1)])
 def test_prompt_past_the_context_window_stops_the_episode(window, turns):
-    from tests.agent_fixtures import first_action_forever
+    from agent_fixtures import first_action_forever
 
     engine = ScriptedEngine(first_action_forever, max_positions=window)
     if window is None:  # a window that holds the first prompt but not the second

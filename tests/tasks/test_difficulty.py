@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from longctx_fixtures import vault_seeds
 
-from data_contracts.schemas import QA_SEED
 from inference.agent import prompt_docs, qa_prompt
 from inference.testing import BernoulliTestEngine
 from tasks.difficulty import plot_pass_histogram, split_by_window, verdict
@@ -19,15 +19,6 @@ from tasks.qa_filtered import QAFilterParams, filter_qa
 K = 8
 
 
-def seeds_frame(n: int) -> pl.DataFrame:
-    docs = [json.dumps([{"title": f"Doc {i}", "text": f"Item {i} is kept in vault {i}.", "is_supporting": True},
-                        {"title": "Other", "text": "Nothing relevant here.", "is_supporting": False}])
-            for i in range(n)]
-    return QA_SEED.frame([
-        {"id": f"s{i}", "source": "world", "question": f"Where is item {i} kept?", "answer": f"vault {i}",
-         "aliases": [f"vault number {i}"], "docs": docs[i], "hops": 1, "type": "bridge", "split": "train"}
-        for i in range(n)
-    ])
 
 
 def engine_for(seeds: pl.DataFrame, successes: list[int], params: QAFilterParams) -> BernoulliTestEngine:
@@ -47,7 +38,7 @@ def engine_for(seeds: pl.DataFrame, successes: list[int], params: QAFilterParams
 )
 def test_filter_keeps_exactly_the_window(window, expected_lo, expected_hi):
     successes = [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 0, 3]
-    seeds = seeds_frame(len(successes))
+    seeds = vault_seeds(len(successes))
     params = QAFilterParams(k=K, window=window, batch_size=5)
     out = filter_qa(seeds, engine_for(seeds, successes, params), params)
 
@@ -68,7 +59,7 @@ def test_filter_keeps_exactly_the_window(window, expected_lo, expected_hi):
 
 def test_filter_batches_requests_with_k_samples_each():
     successes = [1, 2, 3, 4, 5]
-    seeds = seeds_frame(len(successes))
+    seeds = vault_seeds(len(successes))
     params = QAFilterParams(k=K, batch_size=2)
     engine = engine_for(seeds, successes, params)
     filter_qa(seeds, engine, params)
@@ -124,9 +115,10 @@ def test_histogram_png(tmp_path):
 def test_task_filter_keeps_exactly_the_window():
     from collections import Counter
 
+    from agent_fixtures import airline_env_and_task, golden_policy, stall_policy
+
     from inference.testing import ScriptedEngine
     from tasks.task_filtered import TaskFilterParams, filter_tasks
-    from tests.agent_fixtures import airline_env_and_task, golden_policy, stall_policy
 
     env, task = airline_env_and_task()
     successes = [0, 1, 3, 4]
@@ -166,7 +158,7 @@ def test_outputs_pass_their_contracts():
     from tasks.qa_filtered import qa_filtered
 
     successes = [0, 3, 8, 5]
-    seeds = seeds_frame(len(successes))
+    seeds = vault_seeds(len(successes))
     params = QAFilterParams(k=K)
     out = filter_qa(seeds, engine_for(seeds, successes, params), params)
     assert set(out) == set(qa_filtered.outputs)
@@ -176,9 +168,10 @@ def test_outputs_pass_their_contracts():
 
 
 def test_tasks_the_engine_cannot_read_are_rejected_as_prompt_too_long():
+    from agent_fixtures import airline_env_and_task, golden_policy
+
     from inference.testing import ScriptedEngine
     from tasks.task_filtered import TaskFilterParams, filter_tasks
-    from tests.agent_fixtures import airline_env_and_task, golden_policy
 
     env, task = airline_env_and_task()
     out = filter_tasks(pl.DataFrame([env]), pl.DataFrame([task]), ScriptedEngine(golden_policy, max_positions=64),

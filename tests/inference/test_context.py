@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from agent_fixtures import airline_env_and_task, first_action_forever, make_env, stall_policy
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,7 +15,6 @@ from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Request
 from inference.rollout import Segment, Turn
 from inference.testing import ScriptedEngine, ScriptedReply, byte_ids, render_plain
-from tests.agent_fixtures import airline_env_and_task, first_action_forever, make_env, stall_policy
 
 
 def run(policy, max_turns: int, **context):
