@@ -19,7 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from bench import report
+
 STAGE = "bench_cpu_burn"
 
 
@@ -100,10 +101,7 @@ def main() -> None:
         ),
         "",
     ]
-    print("\n".join(lines))
-    if not args.no_record:
-        with RESULTS.open("a") as out:
-            out.write("\n".join(lines))
+    report(lines, not args.no_record)
 
 
 if __name__ == "__main__":

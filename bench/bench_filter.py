@@ -18,12 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import report
+
 # Before torch loads: OpenMP's active wait slows the tiny model badly on a shared, oversubscribed machine (see the
 # inference section of RESULTS.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "RESULTS.md"
 PROFILE = ROOT / "flows" / "profiles" / "tiny.yaml"
 
 
@@ -110,11 +111,7 @@ def main() -> None:
     lines.append(f"\ntiny_policy: {steps} steps in {train_seconds:.0f} s, final loss {summary['final_loss']:.3f}")
     single, batched = (figures[k][0] for k in list(figures)[:2])
     lines.append(f"\nBatching: batches of 16 / one sample at a time = {single / batched:.1f}x items/s")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_record:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text)
+    report(lines, not args.no_record)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import report
+
 # Before torch loads: with OpenMP's default active wait, the tiny model ran ~50x slower on the caller's thread of
 # the shared, oversubscribed 2-core machine (see the inference section of RESULTS.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "RESULTS.md"
 
 
 def build_checkpoint(root: Path) -> Path:
@@ -148,10 +149,7 @@ def main() -> None:
         f"ACTIVE {policies['ACTIVE']:.1f}, PASSIVE {policies['PASSIVE']:.1f} "
         f"(PASSIVE / ACTIVE = {policies['PASSIVE'] / policies['ACTIVE']:.1f}x)"
     )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with RESULTS.open("a", encoding="utf-8") as fh:
-        fh.write(text)
+    report(lines)
 
 
 if __name__ == "__main__":

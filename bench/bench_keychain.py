@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from bench import report
+
 CACHE = Path(os.environ.get("GYMFORGE_BENCH_CACHE", "/tmp/gymforge-bench-keychain"))
 SYLLABLES = ("ka", "lo", "mi", "ren", "tas", "vor", "eli", "dun", "sha", "pri", "gel", "ost", "wen", "ari", "bur", "cal",
              "dre", "fen", "hol", "iss", "jor", "kel", "mun", "nor", "pal", "qua")
@@ -273,9 +275,7 @@ def main() -> None:
         "| --- | --- |",
         *(f"| {k} | {v} |" for k, v in rows),
     ]
-    if not args.no_record:
-        with (Path(__file__).parent / "RESULTS.md").open("a") as out:
-            out.write("\n".join(lines) + "\n")
+    report(lines, not args.no_record)
 
 
 if __name__ == "__main__":

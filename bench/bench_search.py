@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import psutil
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from bench import report
+
 WORD = r"(?u)\b\w\w+\b"
 ENGINES = ("tantivy", "bm25s", "SearchIndex")
 
@@ -234,10 +235,7 @@ def main() -> None:
           f"{r['qps']:,.0f} | {r['serving_mb']:,.0f} | {r['recall10']:.3f} | {r['hit10']:.3f} | "
           f"{'yes' if r['same_bytes'] else 'no'} |" for name, r in rows.items()),
     ]
-    print("\n".join(lines))
-    if not args.no_record:
-        with RESULTS.open("a") as fh:
-            fh.write("\n".join(lines) + "\n")
+    report(lines, not args.no_record)
 
 
 if __name__ == "__main__":

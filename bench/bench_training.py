@@ -38,11 +38,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import report
+
 # Before torch loads: OpenMP's active wait slows the tiny model badly on a shared machine (RESULTS.md, inference).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "RESULTS.md"
 # arm -> (allocator tuned, label-position loss, Dask worker environment)
 ARMS = {
     "before": (False, False, False),
@@ -307,11 +308,7 @@ def main() -> None:
           for base in ("before", "before-dask") for b in GENERATION_BATCHES),
         *stage_lines,
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_record:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text)
+    report(lines, not args.no_record)
 
 
 if __name__ == "__main__":

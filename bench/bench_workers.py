@@ -21,7 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from bench import report
+
 STAGES = ("world", "keychain", "tiny_policy")
 
 _PROBE = """
@@ -102,11 +103,7 @@ def main() -> None:
                      f"{runs[0]['transformers']} |")
     lines.append(f"\nA one-worker LocalCluster's worker after looking `world` up: {workers['all']:.0f} MB resident "
                  f"when it imports every stage module, {workers['lean']:.0f} MB with `world`'s only.")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_record:
-        with RESULTS.open("a", encoding="utf-8") as fh:
-            fh.write(text)
+    report(lines, not args.no_record)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from bench import report
 
 
 def measure(n_seeds: int, entities_per_seed: float) -> dict[str, Any]:
@@ -168,9 +168,7 @@ def main() -> None:
         *(f"| {name} | {r['rows']:,} | {r['s']:.1f} | {r['rows'] / r['s']:,.0f} | {r['peak_rss_mb']:,.0f} |"
           for name, r in (("streaming load_seed_file", stream), ("json.load (whole file)", whole))),
     ]
-    with RESULTS.open("a") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    report(lines)
 
 
 if __name__ == "__main__":

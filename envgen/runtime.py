@@ -175,6 +175,20 @@ class EpisodeScore:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def run_tool_calls(call_tool: Any, calls: list[dict[str, Any]], tool_log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run an assistant message's tool calls through ``call_tool`` (the seam noise wrappers override), log each, and
+    answer each with its ``role: tool`` message; shared by every environment behind this interface."""
+    out = []
+    for call in calls:
+        fn = call.get("function", {})
+        result = call_tool(str(fn.get("name")), fn.get("arguments"))
+        tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
+                         "wrote": result.wrote, "violations": list(result.violations),
+                         "internal_error": result.internal_error, "content": result.content})
+        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": json.dumps(result.content)})
+    return out
+
+
 class Environment:
     """One environment (its tools and seeded database); each ``reset`` starts an episode on a fresh copy."""
 
@@ -264,15 +278,8 @@ class Environment:
             raise RuntimeError("no episode is running; call reset(task) first")
         self.steps += 1
         self.messages.append(message)
-        out: list[dict[str, Any]] = []
         calls = message.get("tool_calls") or []
-        for call in calls:
-            fn = call.get("function", {})
-            result = self.call_tool(str(fn.get("name")), fn.get("arguments"))
-            self.tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
-                                  "wrote": result.wrote, "violations": list(result.violations),
-                                  "internal_error": result.internal_error, "content": result.content})
-            out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": json.dumps(result.content)})
+        out = run_tool_calls(self.call_tool, calls, self.tool_log)
         if not calls:
             text = message.get("content") or ""
             self.said.append(text)

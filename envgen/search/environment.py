@@ -20,7 +20,6 @@ error the agent sees; a tool call never raises.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from data_contracts.stage import Params
 from envgen.rewards import extract_boxed, score_two_way
-from envgen.runtime import EpisodeScore, Observation, json_field
+from envgen.runtime import EpisodeScore, Observation, json_field, run_tool_calls
 from envgen.search.corpus import Document, Section
 from envgen.search.index import SearchIndex, clip
 from envgen.tools import ToolError, ToolResult, parse_arguments
@@ -208,15 +207,8 @@ class SearchEnvironment:
             raise RuntimeError("no episode is running; call reset(task) first")
         self.steps += 1
         self.messages.append(message)
-        out: list[dict[str, Any]] = []
         calls = message.get("tool_calls") or []
-        for call in calls:
-            fn = call.get("function", {})
-            result = self.call_tool(str(fn.get("name")), fn.get("arguments"))
-            self.tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
-                                  "internal_error": result.internal_error})
-            out.append({"role": "tool", "tool_call_id": call.get("id", ""),
-                        "content": json.dumps(result.content)})
+        out = run_tool_calls(self.call_tool, calls, self.tool_log)
         if not calls:
             self.final_text = message.get("content") or ""
         self.messages.extend(out)
@@ -230,8 +222,6 @@ class SearchEnvironment:
 
     def score(self) -> EpisodeScore:
         """Score the episode as it stands (also used when an episode is cut off: no answer scores 0)."""
-        # Imported here: the reward functions may move to inference/, and envgen sits below it.
-
         self.done = True
         answer = extract_boxed(self.final_text) if self.final_text is not None else None
         components = {"answer": float(score_two_way(answer, self.golds))}
