@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench lint architecture clean
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The house's rules: imports go one way, every output holds to its documented record.
+architecture: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_architecture.py tests/data_contracts/test_schemas.py
 
 clean:
 	rm -rf $(VENV) data

@@ -290,8 +290,8 @@ def _print_frame(frame: pl.DataFrame, title: str | None = None) -> None:
     for column in frame.columns:
         width = max((len(str(value)) for value in frame[column]), default=0) if column in UNWRAPPED else None
         table.add_column(column, overflow="fold", no_wrap=column in UNWRAPPED, min_width=width)
-    for row in frame.iter_rows():
-        table.add_row(*("" if value is None else str(value) for value in row))
+    for row in frame.iter_rows():  # cells are data, never markup
+        table.add_row(*(Text("" if value is None else str(value)) for value in row))
     console.print(table)
 
 
@@ -378,6 +378,34 @@ def artifacts_fsck(
     if not repair:
         console.print("fix them with `gymforge artifacts fsck --repair`")
     raise typer.Exit(1)
+
+
+@artifacts_app.command("schema")
+def artifacts_schema(
+    record: Annotated[str | None, typer.Argument(help="One record (default: list them all).")] = None,
+) -> None:
+    """The record formats every artifact's outputs hold (data_contracts/schemas.py), each column documented."""
+    from data_contracts.schemas import RECORDS
+    from data_contracts.stage import StageError
+
+    with _clean_errors():
+        if record is None:
+            table = Table(title=f"{len(RECORDS)} records", box=box.SIMPLE_HEAD)
+            for column in ("record", "key", "columns", "what it is"):
+                table.add_column(column, overflow="fold")
+            for name, rec in sorted(RECORDS.items()):
+                table.add_row(name, ", ".join(rec.key), str(len(rec.columns)), Text(rec.doc))
+            console.print(table)
+            return
+        if record not in RECORDS:
+            raise StageError(f"unknown record {record!r}; records: {', '.join(sorted(RECORDS))}")
+        rec = RECORDS[record]
+        table = Table(title=Text(f"{record}: {rec.doc}"), box=box.SIMPLE_HEAD)
+        for column in ("column", "dtype", "meaning"):
+            table.add_column(column, overflow="fold")
+        for name, column in rec.columns.items():
+            table.add_row(name + (" (key)" if name in rec.key else ""), str(column.dtype), Text(column.doc))
+        console.print(table)
 
 
 @artifacts_app.command("query")

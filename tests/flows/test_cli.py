@@ -133,3 +133,17 @@ def test_a_quarantined_stage_is_said_once_with_what_it_blocked(tmp_path: Path) -
     assert "blocked by quarantined test_double_source: test_double_square" in output
     for noise in ("NotReady", "Finished in state", "Traceback"):
         assert noise not in output
+
+
+def test_artifacts_schema_lists_and_documents_the_records(cli, tmp_path: Path) -> None:
+    listed = cli("--data-dir", tmp_path, "artifacts", "schema")
+    assert listed.exit_code == 0 and "keychain" in listed.output and "rollout" in listed.output
+    shown = cli("--data-dir", tmp_path, "artifacts", "schema", "keychain")
+    assert shown.exit_code == 0 and "[target - 2%, target]" in shown.output and "first_key" in shown.output
+    unknown = cli("--data-dir", tmp_path, "artifacts", "schema", "nope")
+    assert unknown.exit_code == 1 and "unknown record 'nope'" in unknown.output
+
+
+def test_query_results_print_as_data_not_markup(cli, tmp_path: Path) -> None:
+    result = cli("--data-dir", tmp_path, "artifacts", "query", "SELECT '[/x]' AS v")
+    assert result.exit_code == 0 and "[/x]" in result.output
