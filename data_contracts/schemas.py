@@ -448,6 +448,31 @@ ROLLOUT = Record("rollout", "A policy's rollout, stored as tokens (DESIGN.md sec
     stop_reason=(pl.String, "done | max_turns | length | context_overflow"),
 ), key=("id",), required=("segments",), json={"messages": "list", "segments": "list", "reward_components": "object"})
 
+# --- trajectories to train on (mid-training, cold start, research) ---------------------------------------------
+
+TRAJECTORY = Record("trajectory", "A conversation to fine-tune on: OpenAI chat messages with tool calls and results, "
+                    "the tools offered, and which turns are trained; one record for every synthesis route.", _cols(
+    id=(pl.String, "unique id"),
+    source=(pl.String, "the synthesis route (midtrain_env, midtrain_text, decompose, reason, plan, longctx, "
+                       "research, ...)"),
+    env_id=(pl.String, "the environment, for tool-environment routes"),
+    task_id=(pl.String, "the task, for tool-environment routes"),
+    seed_id=(pl.String, "the seed (QA seed, KeyChain example, corpus document, research task) of other routes"),
+    domain=(pl.String, "the environment's domain, or the route's topic"),
+    messages=(JSON, "OpenAI chat messages: system, user, assistant (content, tool_calls), tool (tool_call_id)"),
+    tools=(JSON, "the OpenAI function schemas offered (empty list when none)"),
+    train=(pl.List(pl.Boolean), "per message: whether its tokens are trained on (the turn-level loss mask; only "
+                                "assistant messages may be true)"),
+    verified=(pl.Boolean, "whether the trajectory passed its check"),
+    verifier=(pl.String, "the check that verified it (execution against the rubric, schema conformance, the "
+                         "two-way reward, ...)"),
+    parent_id=(pl.String, "the trajectory it was augmented from, null for an original"),
+    transform=(pl.String, "the augmentation applied to the parent, null for an original"),
+    transform_settings=(JSON, "the augmentation's recorded settings"),
+    tokens=(pl.Int64, "the chat-templated conversation's length with the project tokenizer"),
+), key=("id",), required=("source", "messages", "tools", "train", "verified"),
+    json={"messages": "list", "tools": "list"})
+
 # --- training ------------------------------------------------------------------------------------------------
 
 LOSS_CURVE = Record("loss_curve", "Mean training loss per window of steps.", _cols(
@@ -468,6 +493,7 @@ RECORDS: dict[str, Record] = {record.name: record for record in (
     QA_SEED, SEED_REJECTED, ITEM_REJECTED, PROMPT_REJECTED, WORLD_SEED, FILTERED_SEED, FILTERED_SEED_REJECTED,
     PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX, MIX_SUMMARY, ENTITY, DOCUMENT, RELATION,
     TOKENIZER, DOMAIN_GRAPH, ENVIRONMENT, TASK, EVAL_ENVIRONMENT, EVAL_TASK, FILTERED_TASK, FILTERED_TASK_REJECTED,
-    ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, LOSS_CURVE, TRAINING_SUMMARY,
+    ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, TRAJECTORY, LOSS_CURVE,
+    TRAINING_SUMMARY,
 )}
 """Every record by name."""
