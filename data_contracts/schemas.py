@@ -470,6 +470,11 @@ TRAJECTORY = Record("trajectory", "A conversation to fine-tune on: OpenAI chat m
     transform=(pl.String, "the augmentation applied to the parent, null for an original"),
     transform_settings=(JSON, "the augmentation's recorded settings"),
     tokens=(pl.Int64, "the chat-templated conversation's length with the project tokenizer"),
+    verify_input=(JSON, "what the verifier re-checks beside messages and tools, so the row re-verifies on its own: "
+                        "{env, task} for execution (the environment record without its database, the task with its "
+                        "rubric), {answer, aliases, conditions} for the two-way reward and reasoning completeness; "
+                        "null when nothing more is needed"),
+    env_db=(pl.Binary, "the SQLite database an execution-verified episode starts from; null for other verifiers"),
 ), key=("id",), required=("source", "messages", "tools", "train", "verified"),
     json={"messages": "list", "tools": "list"})
 
