@@ -470,13 +470,40 @@ TRAJECTORY = Record("trajectory", "A conversation to fine-tune on: OpenAI chat m
     transform=(pl.String, "the augmentation applied to the parent, null for an original"),
     transform_settings=(JSON, "the augmentation's recorded settings"),
     tokens=(pl.Int64, "the chat-templated conversation's length with the project tokenizer"),
-    verify_input=(JSON, "what the verifier re-checks beside messages and tools, so the row re-verifies on its own: "
+    verify_input=(JSON, "what the checks re-check beside messages and tools, so the row re-verifies on its own: "
                         "{env, task} for execution (the environment record without its database, the task with its "
-                        "rubric), {answer, aliases, conditions} for the two-way reward and reasoning completeness; "
-                        "null when nothing more is needed"),
+                        "rubric), {answer, aliases, conditions} for the two-way reward and reasoning completeness, "
+                        "and the limits it was held to ({limits: {max_tokens, heldout}})"),
     env_db=(pl.Binary, "the SQLite database an execution-verified episode starts from; null for other verifiers"),
 ), key=("id",), required=("source", "messages", "tools", "train", "verified"),
     json={"messages": "list", "tools": "list"})
+
+TRAJECTORY_REJECTED = TRAJECTORY.rejected("not_verified | too_long | heldout | duplicate | near_duplicate | "
+                                          "mixture_cap | not_selected")
+
+SELECTION_SCORE = Record("selection_score", "One candidate of a cold-start selection: its sliding-window perplexity "
+                         "score and what the selection did with it (LongCat-Flash-Thinking-2601 3.1.2).", _cols(
+    id=(pl.String, "the candidate trajectory"),
+    source=(pl.String, "its synthesis route"),
+    domain=(pl.String, "its domain or topic"),
+    parent_id=(pl.String, "the trajectory it was augmented from, null for an original"),
+    tokens=(pl.Int64, "its length with the project tokenizer"),
+    score=(pl.Float64, "max over sliding windows of the window's mean perplexity under the reference model; null "
+                       "when not scored"),
+    mean_perplexity=(pl.Float64, "perplexity of the whole sequence (what average filtering uses), for comparison"),
+    weight=(pl.Float64, "the factor its K-Center-Greedy distance is weighted by (score ** alpha, normalized)"),
+    status=(pl.String, "selected | not_selected | duplicate | near_duplicate | too_long | not_verified | heldout | "
+                       "mixture_cap"),
+    pick=(pl.Int64, "its position in the greedy order, null when not selected"),
+    distance=(pl.Float64, "embedding distance to the nearest selected candidate (0 for a selected one)"),
+), key=("id",), required=("source", "status"))
+
+SELECTION_SUMMARY = Record("selection_summary", "Figures of one selection: coverage, score distribution, mixture.",
+                           _cols(
+    name=(pl.String, "the figure (coverage_mean_distance, score_p50, mixture:<route>, ...)"),
+    value=(pl.Float64, "its value"),
+    note=(pl.String, "what it means or how it was set"),
+), key=("name",))
 
 # --- training ------------------------------------------------------------------------------------------------
 
@@ -499,6 +526,6 @@ RECORDS: dict[str, Record] = {record.name: record for record in (
     PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX, MIX_SUMMARY, ENTITY, DOCUMENT, RELATION,
     TOKENIZER, DOMAIN_GRAPH, ENVIRONMENT, TASK, EVAL_ENVIRONMENT, EVAL_TASK, FILTERED_TASK, FILTERED_TASK_REJECTED,
     ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, TRAJECTORY, LOSS_CURVE,
-    TRAINING_SUMMARY,
+    TRAINING_SUMMARY, TRAJECTORY_REJECTED, SELECTION_SCORE, SELECTION_SUMMARY,
 )}
 """Every record by name."""
