@@ -158,8 +158,9 @@ def write_tables(domain: CompiledDomain, tools: list[str]) -> list[str]:
 
 
 def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironment, rng: random.Random,
-              settings: TaskSettings) -> tuple[dict[str, Any] | None, str | None]:
-    """(task record, None) or (None, rejection reason)."""
+              settings: TaskSettings, mutations: bool = True) -> tuple[dict[str, Any] | None, str | None]:
+    """(task record, None) or (None, rejection reason); ``mutations=False`` skips the mutation checks (a task
+    whose golden trajectory is itself the product, as in mid-training, not an RL reward)."""
     actions = [a for chain in built.chains for a in chain.actions]
     facts = _facts(built)
     hint_labels = [f.label for f in facts if "." in f.name]
@@ -204,7 +205,7 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
             "fallback_used": built.stats.fallback_used}),
         "noise": json.dumps({"level": 0, "transforms": []}),
     }
-    reason = verify_task(domain, env, task, rng)
+    reason = verify_task(domain, env, task, rng, mutations)
     return (task, None) if reason is None else (None, reason)
 
 
@@ -332,7 +333,8 @@ def _extra_writes(domain: CompiledDomain, tool_names: list[str], engine: Engine,
     return ready + other
 
 
-def verify_task(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], rng: random.Random) -> str | None:
+def verify_task(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], rng: random.Random,
+                mutations: bool = True) -> str | None:
     """None when the task is kept, else the rejection reason."""
     runtime = Environment(env)
     golden = replay(runtime, task)
@@ -341,7 +343,7 @@ def verify_task(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any
     missing = underivable_arguments(task, runtime.tool_log)
     if missing:
         return f"golden arguments not derivable: {', '.join(missing[:3])}"
-    for kind in MUTATIONS:
+    for kind in MUTATIONS if mutations else ():
         mutated = mutate(domain, env, task, kind, rng)
         if mutated is None:
             return f"mutation {kind} could not be constructed"
