@@ -521,11 +521,58 @@ TRAINING_SUMMARY = Record("training_summary", "What a training stage did to its 
     dtype=(pl.String, "dtype of the weights"),
 ))
 
+# --- reinforcement learning ---------------------------------------------------------------------------------------
+
+RL_SAMPLE = Record("rl_sample", "A sample an RL run consumed or dropped: the audit trail of its staleness bound.", _cols(
+    sample_id=(pl.String, "<group id>#<index>"),
+    group_id=(pl.String, "the group: samples of one task copy, advantages taken within it"),
+    task_id=(pl.String, "the task or prompt"),
+    source=(pl.String, "the domain of an environment task, the category of a prompt"),
+    min_policy_version=(pl.Int64, "oldest policy version among the sample's tokens"),
+    max_policy_version=(pl.Int64, "newest policy version among the sample's tokens"),
+    trainer_version=(pl.Int64, "the trainer version that consumed (or dropped) it"),
+    staleness=(pl.Int64, "trainer_version - min_policy_version"),
+    reward=(pl.Float64, "the sample's reward"),
+    advantage=(pl.Float64, "the advantage it was trained with (times its weight); null when not trained"),
+    weight=(pl.Float64, "its weight (a self-verification sample's: the judged group's uncertainty)"),
+    trained=(pl.Boolean, "whether it entered the loss"),
+    drop_reason=(pl.String, "why it was not trained (stale, equal rewards, a reward that raised...); null if trained"),
+    n_output_tokens=(pl.Int64, "sampled tokens"),
+), key=("sample_id",), required=("trainer_version", "staleness", "trained"))
+
+RL_STEP = Record("rl_step", "One optimizer step of an RL run.", _cols(
+    version=(pl.Int64, "the policy version the step produced"),
+    loss=(pl.Float64, "the policy loss"),
+    kl=(pl.Float64, "k3 KL to the starting policy (0 when beta is 0)"),
+    clip_ratio=(pl.Float64, "share of tokens (of sequences, at sequence level) clipped where the clip binds"),
+    ratio_mean=(pl.Float64, "mean importance ratio"),
+    behaviour_weight_mean=(pl.Float64, "mean behaviour weight (1 when not used)"),
+    tokens=(pl.Float64, "trained tokens"),
+    grad_norm=(pl.Float64, "gradient norm before clipping"),
+    learning_rate=(pl.Float64, "the learning rate after the step"),
+    groups=(pl.Float64, "groups consumed"),
+    zero_variance_groups=(pl.Float64, "groups whose rewards were all equal: reported, not trained"),
+    trained_samples=(pl.Float64, "samples in the loss"),
+    reward_mean=(pl.Float64, "mean reward of the consumed samples"),
+    reward_std=(pl.Float64, "their standard deviation"),
+    staleness_mean=(pl.Float64, "mean staleness of the consumed samples"),
+    staleness_max=(pl.Int64, "their largest staleness (never above max_staleness)"),
+    queue_depth=(pl.Int64, "samples waiting after the step"),
+    samples_per_s=(pl.Float64, "trained samples per second since the run started"),
+    consumed_per_s=(pl.Float64, "consumed samples (trained or equal-reward) per second"),
+    engine_load=(pl.Float64, "engine-busy time over wall time, over every controller"),
+    wall_s=(pl.Float64, "seconds since the run started (across resumes)"),
+    verifying=(pl.Boolean, "whether the self-verification phase is on"),
+    noise_level=(pl.Int64, "the noise curriculum's level (0 when off)"),
+    drops=(pl.Int64, "samples dropped at consumption so far"),
+    requeued=(pl.Int64, "samples handed out again after a controller died, so far"),
+), key=("version",))
+
 RECORDS: dict[str, Record] = {record.name: record for record in (
     QA_SEED, SEED_REJECTED, ITEM_REJECTED, PROMPT_REJECTED, WORLD_SEED, FILTERED_SEED, FILTERED_SEED_REJECTED,
     PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX, MIX_SUMMARY, ENTITY, DOCUMENT, RELATION,
     TOKENIZER, DOMAIN_GRAPH, ENVIRONMENT, TASK, EVAL_ENVIRONMENT, EVAL_TASK, FILTERED_TASK, FILTERED_TASK_REJECTED,
     ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, TRAJECTORY, LOSS_CURVE,
-    TRAINING_SUMMARY, TRAJECTORY_REJECTED, SELECTION_SCORE, SELECTION_SUMMARY,
+    TRAINING_SUMMARY, TRAJECTORY_REJECTED, SELECTION_SCORE, SELECTION_SUMMARY, RL_SAMPLE, RL_STEP,
 )}
 """Every record by name."""
