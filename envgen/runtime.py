@@ -65,6 +65,16 @@ def json_field(v: Any) -> Any:
     return json.loads(v) if isinstance(v, str) else v
 
 
+def offered_schemas(env_record: dict[str, Any], domain: CompiledDomain) -> list[dict[str, Any]]:
+    """The tool schemas an environment offers: the record's own ``tools`` when they name exactly its ``tool_names``
+    (a small environment's compact schemas, ``envgen.small``), else the domain's schemas of those tools."""
+    names = list(env_record["tool_names"])
+    own = json_field(env_record["tools"]) if env_record.get("tools") else None
+    if own is not None and [s["function"]["name"] for s in own] == names:
+        return own
+    return [domain.tools[n].schema() for n in names]
+
+
 @dataclass
 class Observation:
     messages: list[dict[str, Any]]
@@ -197,7 +207,7 @@ class Environment:
         self.domain = domain_for(env_record)
         self.executor = Executor(self.domain)
         self.tool_names = list(env_record["tool_names"])
-        self.schemas = [self.domain.tools[n].schema() for n in self.tool_names]
+        self.schemas = offered_schemas(env_record, self.domain)
         self.max_steps = max_steps
         self._db = bytes(env_record["db"])
         self._dir = workdir or tempfile.mkdtemp(prefix="gymforge-episode-")
