@@ -1,0 +1,76 @@
+"""Small environments for short-context policies: an environment restricted to the tools its task calls plus a few
+distractors, offered with compact schemas.
+
+A verified environment offers 20-81 tools (LongCat-Flash-Thinking-2601 section 3.1.1 keeps at least 20); with their
+full OpenAI schemas that is about 13K tokens of the project tokenizer, past the tiny model's 4,096 positions. The
+small view keeps the task solvable (every golden tool stays, so the golden trajectory replays unchanged) and keeps
+the choice real: the distractors are graph neighbours of the golden tools first (the tools an agent confuses them
+with), then any other tool. Compact schemas drop every description and ``additionalProperties``: a parameter keeps
+its name and its type or enum, ``required`` stays (the agent loop's malformed-call check reads it), and the result
+is still an OpenAI function schema, so the chat template renders it unchanged (measured: 130 instead of 240 tokens
+per tool).
+
+The runtime offers a record's own ``tools`` when they name exactly its ``tool_names`` (``envgen.runtime``), so a
+small environment row behaves as an environment of its own everywhere: the agent loop, task filters, RL, evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from envgen.runtime import json_field
+
+
+def compact_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI function schema with names, parameter types or enums and ``required`` only."""
+    fn = schema["function"]
+    parameters = fn.get("parameters") or {}
+    properties = {
+        name: {"enum": list(spec["enum"])} if "enum" in spec else {"type": spec.get("type", "string")}
+        for name, spec in (parameters.get("properties") or {}).items()
+    }
+    return {"type": "function", "function": {"name": fn["name"], "parameters": {
+        "properties": properties, "required": list(parameters.get("required") or [])}}}
+
+
+def offered_tools(tool_names: Sequence[str], edges: Sequence[Sequence[str]], used: Sequence[str], distractors: int,
+                  rng: random.Random) -> list[str]:
+    """The tools ``used`` plus ``distractors`` others of ``tool_names``: graph neighbours of the used tools first,
+    then the rest; sorted by name, so the order of the list tells nothing about the order of the calls."""
+    if distractors < 0:
+        raise ValueError(f"distractors={distractors}: must be >= 0")
+    names, kept = set(tool_names), set(used)
+    missing = sorted(kept - names)
+    if missing:
+        raise ValueError(f"the task calls tools the environment does not have: {missing}")
+    neighbours = {v for u, v in edges if u in kept} | {u for u, v in edges if v in kept}
+    near = sorted((neighbours & names) - kept)
+    far = sorted(names - kept - set(near))
+    extra = rng.sample(near, min(distractors, len(near)))
+    extra += rng.sample(far, min(distractors - len(extra), len(far)))
+    return sorted(kept | set(extra))
+
+
+def small_environment(env: Mapping[str, Any], task: Mapping[str, Any], distractors: int, rng: random.Random,
+                      compact: bool = True) -> dict[str, Any]:
+    """The environment row restricted to the tools ``task``'s golden actions call plus ``distractors`` others
+    (:func:`offered_tools`), with compact schemas unless ``compact`` is off; edges, counts and density follow."""
+    used = list(dict.fromkeys(a["name"] for a in json_field(task["golden_actions"])))
+    edges = json_field(env["edges"])
+    names = offered_tools(list(env["tool_names"]), edges, used, distractors, rng)
+    schemas = {s["function"]["name"]: s for s in json_field(env["tools"])}
+    kept_edges = sorted([u, v] for u, v in edges if u in names and v in names)
+    n = len(names)
+    return {
+        **env,
+        "tool_names": names,
+        "tools": json.dumps([compact_schema(schemas[name]) if compact else schemas[name] for name in names]),
+        "edges": json.dumps(kept_edges),
+        "fallback_chains": json.dumps([c for c in json_field(env["fallback_chains"]) if set(c) <= set(names)]),
+        "n_tools": n,
+        "n_edges": len(kept_edges),
+        "density": round(len(kept_edges) / (n * (n - 1)), 6) if n > 1 else 0.0,
+    }
