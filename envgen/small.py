@@ -33,7 +33,7 @@ def compact_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
         for name, spec in (parameters.get("properties") or {}).items()
     }
     return {"type": "function", "function": {"name": fn["name"], "parameters": {
-        "properties": properties, "required": list(parameters.get("required") or [])}}}
+        "type": "object", "properties": properties, "required": list(parameters.get("required") or [])}}}
 
 
 def offered_tools(tool_names: Sequence[str], edges: Sequence[Sequence[str]], used: Sequence[str], distractors: int,

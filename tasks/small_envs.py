@@ -24,7 +24,7 @@ from envgen.runtime import Environment, replay
 from envgen.small import small_environment
 
 STAGE = "small_envs"
-VERIFIER = "execution: the golden actions replay to reward 1 in the small environment"
+VERIFIER = "execution"  # the midtrain verifiers' name: the row replays through the runtime on env_db to reward 1
 
 
 class SmallEnvsParams(Params):
@@ -37,9 +37,9 @@ class SmallEnvsParams(Params):
     seed: int = Field(0, description="distractor choice; environment i uses rng_for(seed, stage, partition, i)")
 
 
-def golden_trajectory(env: dict[str, Any], task: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
-    """The task's golden trajectory in ``env`` as a ``trajectory`` row (assistant turns trained); raises ValueError
-    when it does not replay to reward 1."""
+def golden_trajectory(env: dict[str, Any], task: dict[str, Any], tokenizer: Any, max_tokens: int) -> dict[str, Any]:
+    """The task's golden trajectory in ``env`` as a ``trajectory`` row (assistant turns trained, ``verify_input``
+    and ``env_db`` so it re-verifies on its own); raises ValueError when it does not replay to reward 1."""
     runtime = Environment(env)
     try:
         score = replay(runtime, task)
@@ -57,6 +57,9 @@ def golden_trajectory(env: dict[str, Any], task: dict[str, Any], tokenizer: Any)
         "train": [m["role"] == "assistant" for m in messages], "verified": True, "verifier": VERIFIER,
         "parent_id": None, "transform": None, "transform_settings": None,
         "tokens": len(tokenizer.encode(text, add_special_tokens=False)),
+        "verify_input": json.dumps({"env": {k: v for k, v in env.items() if k != "db"}, "task": task,
+                                    "limits": {"max_tokens": max_tokens}}),
+        "env_db": bytes(env["db"]),
     }
 
 
@@ -93,7 +96,7 @@ def small_envs(inputs: Mapping[str, Artifact], params: SmallEnvsParams, partitio
         task = tasks[env["env_id"]]
         small = small_environment(env, task, params.distractors, rng_for(params.seed, STAGE, partition, i),
                                   compact=params.tool_schemas == "compact")
-        trajectory = golden_trajectory(small, task, tokenizer)
+        trajectory = golden_trajectory(small, task, tokenizer, params.max_tokens)
         if trajectory["tokens"] > params.max_tokens:
             rejected.append({"env_id": env["env_id"], "domain": env["domain"], "stage_step": "fit",
                              "reason": f"golden trajectory of {trajectory['tokens']} tokens exceeds "
