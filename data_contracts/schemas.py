@@ -521,6 +521,21 @@ TRAINING_SUMMARY = Record("training_summary", "What a training stage did to its 
     dtype=(pl.String, "dtype of the weights"),
 ))
 
+TRAINING_METRIC = Record("training_metric", "One logged figure of a training run (long format: one row per step, split "
+                         "and name).", _cols(
+    step=(pl.Int64, "optimizer step the figure was logged at (0: before the first step)"),
+    split=(pl.String, "train | eval"),
+    name=(pl.String, "loss, learning_rate, grad_norm, tokens, tool_call_format, tool_call_valid, ..."),
+    value=(pl.Float64, "its value"),
+), key=("step", "split", "name"))
+
+SFT_REJECTED = Record("sft_rejected", "A trajectory an SFT run did not train on.", _cols(
+    id=(pl.String, "the trajectory"),
+    source=(pl.String, "its synthesis route"),
+    tokens=(pl.Int64, "its chat-templated length with the base model's tokenizer"),
+    reason=(pl.String, "not_verified | too_long | no_trained_turn"),
+))
+
 # --- reinforcement learning ---------------------------------------------------------------------------------------
 
 RL_SAMPLE = Record("rl_sample", "A sample an RL run consumed or dropped: the audit trail of its staleness bound.", _cols(
@@ -679,5 +694,6 @@ RECORDS: dict[str, Record] = {record.name: record for record in (
     ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, TRAJECTORY, LOSS_CURVE,
     TRAINING_SUMMARY, TRAJECTORY_REJECTED, SELECTION_SCORE, SELECTION_SUMMARY, RL_SAMPLE, RL_STEP,
     SEARCH_INDEX, SEARCH_QA, SEARCH_QA_REJECTED, RESEARCH_TASK, RESEARCH_TASK_REJECTED, RESEARCH_RUN, RESEARCH_CALL,
+    TRAINING_METRIC, SFT_REJECTED,
 )}
 """Every record by name."""
