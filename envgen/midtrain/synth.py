@@ -1,0 +1,290 @@
+"""Environment-grounded synthesis (LongCat-Flash-Thinking-2601 section 2, "Environment-grounded synthesis"):
+tool chains sampled from an environment's dependency graph (varying length and depth), grounded on a copy of its
+database, a reverse-synthesized request and user profile that make every argument derivable (``make_task``), and
+the chain played through the runtime with the profile-grounded user by a reference agent that says, before each
+call, why this tool and where each argument comes from. An episode is kept only when the runtime scores it 1 (the
+rubric: canonical database diff + required outputs + policies).
+
+The reference agent's words are the offline default of every text; each is also a ``Slot`` a teacher may rewrite
+(``inference.teacher``), after which the conversation is verified again by execution (``records.verify_execution``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from envgen.compiler import CompiledDomain, Tool
+from envgen.construct import BuiltEnvironment, ExpansionStats, Grounder, _try_ground, sample_chain
+from envgen.midtrain.records import Slot, tool_failed, value_texts
+from envgen.runtime import Environment, domain_for, json_field
+from envgen.seeding import engine_from_bytes, sqlite_bytes
+from envgen.taskgen import TaskSettings, make_task, render_value
+
+ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
+"""What the runtime needs of an environment record beside its database (``verify_input.env``)."""
+
+
+@dataclass
+class Episode:
+    """What the reference agent plays: an environment (record with ``db``), a task, the calls in order, and what
+    augmentations add: reasoning notes per call, a plan before the first action, calls preceded by a failed try."""
+
+    env: dict[str, Any]
+    task: dict[str, Any]
+    calls: list[dict[str, Any]]
+    notes: dict[int, str] = field(default_factory=dict)
+    plan: str | None = None
+    retries: frozenset[int] = frozenset()
+
+
+@dataclass
+class Played:
+    messages: list[dict[str, Any]]
+    slots: list[Slot]
+    tools: list[dict[str, Any]]
+
+
+class Unusable(Exception):
+    """The episode cannot be synthesized or does not verify; the message is the rejection reason."""
+
+
+# --- new tasks on an environment -------------------------------------------------------------------------------
+
+
+def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, max_reads: int,
+                settings: TaskSettings, suffix: str, mutations: bool = False) -> Episode:
+    """Chains sampled from the environment's own tools (1..max_chains chains of 1..max_reads reads each), grounded on
+    a copy of its database, and the verified task ``make_task`` reverse-synthesizes for them (``mutations``: also
+    require the four mutated trajectories to score 0, the check an RL task needs)."""
+    domain = domain_for(env_row)
+    allowed = set(env_row["tool_names"])
+    engine = engine_from_bytes(bytes(env_row["db"]))
+    wanted = rng.randint(1, max_chains)
+    chains = []
+    with engine.begin() as conn:
+        grounder = Grounder(domain, conn, rng)
+        for _ in range(4 * wanted):
+            if len(chains) == wanted:
+                break
+            grounded = _try_ground(grounder, sample_chain(domain, rng, allowed, rng.randint(1, max_reads)))
+            if grounded is not None:
+                chains.append(grounded)
+    if not chains:
+        raise Unusable("no chain could be grounded on this environment")
+    db = sqlite_bytes(engine)
+    env = {**env_row, "env_id": f"{env_row['env_id']}~{suffix}", "db": db,
+           "db_sha256": hashlib.sha256(db).hexdigest(), "chains": json.dumps([c.tools for c in chains])}
+    built = BuiltEnvironment(list(env_row["tool_names"]), chains, [], ExpansionStats(), db)
+    task, reason = make_task(domain, env, built, rng, settings, mutations)
+    if task is None:
+        raise Unusable(f"task: {reason}")
+    return Episode(env, task, json.loads(task["golden_actions"]))
+
+
+def restate(task: dict[str, Any], rng: random.Random, share: float) -> dict[str, Any]:
+    """The task with another request: each profile fact the user may state up front ("My <label> is <value>.") is
+    stated with probability ``share``, otherwise the agent has to ask for it; facts that single out a row and values
+    inside the intent stay (LongCat-Flash-Thinking-2601 3.1.1: requests needing varying degrees of clarification)."""
+    text = str(task["description"])
+    for fact in json_field(task["user_profile"])["facts"]:
+        if "." in fact["name"]:
+            continue
+        sentence = f" My {fact['label']} is {fact['value']}."
+        rest = text.replace(sentence, "")
+        if rng.random() < share:
+            text = text if sentence in text or fact["value"] in rest else text + sentence
+        elif sentence in text and fact["value"] not in rest:
+            text = rest
+    return {**task, "description": text}
+
+
+def retry_candidates(domain: CompiledDomain, calls: list[dict[str, Any]]) -> list[int]:
+    """Calls a mistyped first try would make fail (a key lookup): where a failed call and its recovery fit."""
+    return [k for k, c in enumerate(calls) if domain.tools[c["name"]].kind in ("get", "lookup")]
+
+
+def episode_of(row: dict[str, Any]) -> Episode:
+    """The episode of a verified trajectory row (its environment, task and successful calls), for augmentation."""
+    vi = json_field(row["verify_input"])
+    messages = json_field(row["messages"])
+    results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
+    calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+             for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
+             if not tool_failed(results.get(c.get("id"), {}))]
+    return Episode({**vi["env"], "db": bytes(row["env_db"])}, dict(vi["task"]), calls)
+
+
+# --- the reference agent's words ----------------------------------------------------------------------------
+
+
+def _label(tool: Tool, param: str) -> str:
+    return param.replace("_", " ")
+
+
+def _purpose(tool: Tool) -> str:
+    return tool.description.split(". ")[0].rstrip(".")
+
+
+def _source(value: Any, messages: list[dict[str, Any]], request: str) -> str:
+    """Where a value was first seen: the request, a user reply, or a tool result (named)."""
+    texts = value_texts(value)
+    if any(t in request for t in texts):
+        return "from your request"
+    for m in messages[2:]:
+        if any(t in str(m.get("content") or "") for t in texts):
+            if m["role"] == "user":
+                return "as you told me"
+            if m["role"] == "tool":
+                return f"from the {m['name']} result" if m.get("name") else "from an earlier result"
+    return "from the conversation"
+
+
+def reasoning(domain: CompiledDomain, calls: list[dict[str, Any]], k: int, messages: list[dict[str, Any]],
+              request: str) -> str:
+    """Why call ``k`` now and where each argument comes from, written from the graph: the tool's purpose, what the
+    next call needs of its result (an edge of the dependency graph), and each argument's source."""
+    call = calls[k]
+    tool = domain.tools[call["name"]]
+    nxt = calls[k + 1]["name"] if k + 1 < len(calls) else None
+    if tool.is_write:
+        why = f"This carries out your request: {_purpose(tool).lower()}."
+    elif nxt is not None and domain.graph.has_edge(tool.name, nxt):
+        types = sorted(domain.graph.edges[tool.name, nxt]["types"])
+        why = (f"I need the {', '.join(t.replace('.', ' ').replace('_', ' ') for t in types)} it returns for "
+               f"{nxt}.")
+    else:
+        why = "I need to check this record before going on."
+    args = "; ".join(f"{_label(tool, p)} {render_value(v)} ({_source(v, messages, request)})"
+                     for p, v in call["arguments"].items()) or "no arguments"
+    return f"Next: {tool.name} ({_purpose(tool).lower()}). {why} Arguments: {args}."
+
+
+def final_text(task: dict[str, Any]) -> str:
+    outputs = json_field(task["rubric"])["required_outputs"]
+    details = ", ".join(str(v) for v in outputs) if outputs else "nothing more to report"
+    return f"Everything you asked for is done. The details: {details}."
+
+
+def _teacher_prompt(kind: str, default: str, context: str, keep: tuple[str, ...]) -> str:
+    must = f" Keep these values exactly as written: {', '.join(keep)}." if keep else ""
+    return (f"Rewrite the {kind} below in your own words, as one short natural paragraph; no tool-call markup."
+            f"{must}\nContext: {context}\n{kind.capitalize()}: {default}")
+
+
+# --- playing an episode ------------------------------------------------------------------------------------
+
+
+def _offered(domain: CompiledDomain, env: dict[str, Any], calls: list[dict[str, Any]], distractors: int,
+             rng: random.Random) -> list[dict[str, Any]]:
+    """The tools a trajectory offers: those it calls plus ``distractors`` of their graph neighbours in the
+    environment (a compact prompt the tiny model can hold; -1 offers every tool of the environment)."""
+    used = list(dict.fromkeys(c["name"] for c in calls))
+    names = list(env["tool_names"])
+    if distractors < 0:
+        return [domain.tools[n].schema() for n in names]
+    near = sorted({v for u in used for v in (*domain.graph.successors(u), *domain.graph.predecessors(u))}
+                  & set(names) - set(used))
+    far = sorted(set(names) - set(used) - set(near))
+    extra = rng.sample(near, min(distractors, len(near)))
+    extra += rng.sample(far, min(distractors - len(extra), len(far)))
+    return [domain.tools[n].schema() for n in sorted([*used, *extra])]
+
+
+def _call_message(n: int, content: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": content, "tool_calls": [
+        {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+
+def _mistyped(arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments with the first string value mistyped (its last character dropped): a lookup that fails."""
+    for key, value in arguments.items():
+        if isinstance(value, str) and len(value) > 2:
+            return {**arguments, key: value[:-1]}
+    return None
+
+
+def play(ep: Episode, rng: random.Random, distractors: int = 4) -> Played:
+    """Play the episode through the runtime with the profile-grounded user; raises Unusable unless it scores 1."""
+    domain = domain_for(ep.env)
+    runtime = Environment(ep.env)
+    try:
+        return _play(domain, runtime, ep, rng, distractors)
+    finally:
+        runtime.close()
+
+
+def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random.Random,
+          distractors: int) -> Played:
+    obs = runtime.reset(ep.task)
+    messages = [dict(m) for m in obs.messages]
+    request = str(messages[1]["content"])
+    facts = json_field(ep.task["user_profile"])["facts"]
+    stated = tuple(f["value"] for f in facts if f["value"] in request)
+    slots = [Slot(1, "request", _teacher_prompt("request", request, "a customer writes to a support agent", stated),
+                  request, stated)]
+    n_calls = 0
+    done, reward = False, 0.0
+
+    def step(message: dict[str, Any]) -> list[dict[str, Any]]:
+        nonlocal done, reward
+        messages.append(message)
+        out, reward, done, _ = runtime.step(message)
+        names = [c["function"]["name"] for c in message.get("tool_calls") or []]
+        for m, name in zip(out.messages, names, strict=False):
+            m.setdefault("name", name)  # only for _source's wording; stripped below
+        messages.extend(dict(m) for m in out.messages)
+        return out.messages
+
+    for k, call in enumerate(ep.calls):
+        known = "\n".join(str(m.get("content") or "") for m in messages)
+        missing = [v for v in call["arguments"].values() if v is not None
+                   and not any(t in known for t in value_texts(v))]
+        if missing:
+            wanted = [f for f in facts if any(f["value"] in value_texts(v) for v in missing)]
+            if len(wanted) < len(set(map(render_value, missing))):
+                raise Unusable(f"{call['name']}: an argument is neither stated, known to the user nor looked up")
+            labels = " and ".join(f"your {f['label']}" for f in wanted)
+            lead = f"{ep.plan}\n\n" if ep.plan and n_calls == 0 and len(messages) == 2 else ""
+            question = f"{lead}To continue I need {labels}. Could you tell me?"
+            slots.append(Slot(len(messages), "question", _teacher_prompt(
+                "question", question, "a support agent asks the customer", tuple(f["label"] for f in wanted)),
+                question, tuple(f["label"] for f in wanted)))
+            [reply] = step({"role": "assistant", "content": question})
+            values = tuple(f["value"] for f in wanted)
+            if reply["role"] != "user" or not all(v in reply["content"] for v in values):
+                raise Unusable(f"the user did not give {labels}")
+            slots.append(Slot(len(messages) - 1, "reply", _teacher_prompt(
+                "reply", reply["content"], "the customer answers the agent", values), reply["content"], values))
+        if k in ep.retries and (wrong := _mistyped(call["arguments"])) is not None:
+            text = f"Let me run {call['name']}."
+            [result] = step(_call_message(n_calls, text, call["name"], wrong))
+            n_calls += 1
+            if not tool_failed(result):
+                raise Unusable("the mistyped retry did not fail")
+        text = reasoning(domain, ep.calls, k, messages, request)
+        if k in ep.retries:
+            text = f"That call failed: I mistyped a value. {text}"
+        if k in ep.notes:
+            text = f"{ep.notes[k]}\n{text}"
+        if ep.plan and n_calls == 0 and len(messages) == 2:
+            text = f"{ep.plan}\n\n{text}"
+        slots.append(Slot(len(messages), "reasoning", _teacher_prompt(
+            "reasoning", text, f"a support agent thinks before calling {call['name']}", ()), text))
+        [result] = step(_call_message(n_calls, text, call["name"], call["arguments"]))
+        n_calls += 1
+        if tool_failed(result):
+            raise Unusable(f"{call['name']} failed: {result['content'][:200]}")
+    final = final_text(ep.task)
+    outputs = tuple(str(v) for v in json_field(ep.task["rubric"])["required_outputs"])
+    slots.append(Slot(len(messages), "final", _teacher_prompt(
+        "final message", final, "a support agent reports the outcome", outputs), final, outputs))
+    step({"role": "assistant", "content": final})
+    if not done or reward != 1.0:
+        raise Unusable(f"the played episode scores {reward} ({'ended' if done else 'not ended'})")
+    for m in messages:
+        m.pop("name", None)
+    return Played(messages, slots, _offered(domain, ep.env, ep.calls, distractors, rng))

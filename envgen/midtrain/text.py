@@ -1,0 +1,227 @@
+"""Text-driven synthesis (LongCat-Flash-Thinking-2601 section 2, "Text-driven synthesis"): procedural text ->
+tool schemas and a call list -> a multi-turn trajectory, kept only when every schema validates and every call's
+arguments conform to it (``records.verify_schema``).
+
+The offline corpus is how-to texts rendered from the domain specs' tool docs and policies (``render_howto``); any
+local directory of such texts parses the same way (``parse_howto``); with a teacher engine, free text (real
+tutorials) is turned into the same ``HowTo`` by the teacher (``howto_from_json``). The format of a how-to:
+
+    # How to <goal>
+    Tools:
+    - `name(param: type, other?: type = a|b)`: what it does
+    Steps:
+    1. Call `name` with your param.
+    2. Call `other_tool` with the `param` from step 1 and your other.
+    Policies:
+    - <policy text>
+
+Types are string, integer, number, boolean; ``?`` marks an optional parameter; ``= a|b`` lists allowed values.
+Tool results are simulated (the text has no environment): a call returns the fields later steps take from it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from envgen.compiler import CompiledDomain, ToolParam
+
+JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
+_SIGNATURE = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)\(([^`]*)\)`: (.+)$")
+_PARAM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\?)?: (string|integer|number|boolean)(?: = ([^,]+))?$")
+_STEP = re.compile(r"^(\d+)\. Call `([A-Za-z_][A-Za-z0-9_]*)`(?: with (.+))?\.$")
+_FROM_STEP = re.compile(r"^the `([A-Za-z_][A-Za-z0-9_]*)` from step (\d+)$")
+_YOUR = re.compile(r"^your ([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+class HowToError(ValueError):
+    """The text holds no usable procedure; the message says what is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Step:
+    tool: str
+    sources: dict[str, tuple[str, int]]  # param -> ("user", 0) | ("step", k) (1-based)
+
+
+@dataclass(frozen=True)
+class HowTo:
+    goal: str
+    tools: list[dict[str, Any]]  # OpenAI function schemas
+    steps: list[Step]
+    policies: list[str]
+
+
+# --- rendering (the offline corpus) ------------------------------------------------------------------------
+
+
+def _signature(p: ToolParam) -> str:
+    kind = {"int": "integer", "float": "number", "money": "number", "bool": "boolean"}.get(p.field_type, "string")
+    values = f" = {'|'.join(p.values)}" if p.values else ""
+    return f"{p.name}{'' if p.required else '?'}: {kind}{values}"
+
+
+def render_howto(domain: CompiledDomain, chain: list[str], goal: str) -> str:
+    """A how-to text for ``chain`` (reads then a write) from the domain's tool docs and policies: each required
+    parameter is taken from the latest earlier step whose tool supplies it (a graph edge), else asked of the user."""
+    lines = [f"# How to {goal}", "", "Tools:"]
+    for name in dict.fromkeys(chain):
+        tool = domain.tools[name]
+        params = ", ".join(_signature(p) for p in tool.params if p.required or p.values)
+        lines.append(f"- `{name}({params})`: {tool.description.splitlines()[0]}")
+    lines += ["", "Steps:"]
+    for k, name in enumerate(chain, start=1):
+        parts = []
+        for p in domain.tools[name].params:
+            if not p.required:
+                continue
+            src = next((j for j in range(k - 1, 0, -1) if p.sem in domain.tools[chain[j - 1]].outputs), None)
+            parts.append(f"the `{p.name}` from step {src}" if src else f"your {p.name}")
+        lines.append(f"{k}. Call `{name}`" + (f" with {' and '.join(parts)}" if parts else "") + ".")
+    policies = [p.text for p in domain.spec.policies]
+    if policies:
+        lines += ["", "Policies:", *(f"- {t}" for t in policies)]
+    return "\n".join(lines) + "\n"
+
+
+# --- parsing -------------------------------------------------------------------------------------------------
+
+
+def _param_schema(text: str, tool: str) -> tuple[str, dict[str, Any], bool]:
+    m = _PARAM.match(text.strip())
+    if m is None:
+        raise HowToError(f"tool {tool}: cannot read parameter {text.strip()[:60]!r} (want name[?]: type[ = a|b])")
+    name, optional, kind, values = m.groups()
+    schema: dict[str, Any] = {"type": JSON_TYPES[kind]}
+    if values:
+        options = [v.strip() for v in values.split("|") if v.strip()]
+        if kind != "string" or not options:
+            raise HowToError(f"tool {tool}: allowed values are for string parameters ({name})")
+        schema["enum"] = options
+    return name, schema, not optional
+
+
+def parse_howto(text: str) -> HowTo:
+    """The procedure of a how-to text (format in the module docstring); HowToError names what is wrong."""
+    goal, tools, steps, policies, section = None, {}, [], [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("# How to "):
+            goal = line.removeprefix("# How to ").strip()
+        elif line in ("Tools:", "Steps:", "Policies:"):
+            section = line[:-1]
+        elif section == "Tools" and line.startswith("- "):
+            m = _SIGNATURE.match(line)
+            if m is None:
+                raise HowToError(f"cannot read tool line {line[:80]!r}")
+            name, params, doc = m.groups()
+            props, required = {}, []
+            for part in (p for p in params.split(", ") if p.strip()):
+                pname, schema, req = _param_schema(part, name)
+                props[pname] = schema
+                required += [pname] if req else []
+            tools[name] = {"type": "function", "function": {"name": name, "description": doc.strip(), "parameters": {
+                "type": "object", "properties": props, "required": required, "additionalProperties": False}}}
+        elif section == "Steps" and line:
+            steps.append(_parse_step(line, len(steps) + 1))
+        elif section == "Policies" and line.startswith("- "):
+            policies.append(line[2:])
+    if not goal or not tools or not steps:
+        raise HowToError("no procedure: a how-to needs a '# How to' title, a Tools list and numbered Steps")
+    for step in steps:
+        if step.tool not in tools:
+            raise HowToError(f"step calls {step.tool}, which the Tools list does not declare")
+    return HowTo(goal, list(tools.values()), steps, policies)
+
+
+def _parse_step(line: str, number: int) -> Step:
+    m = _STEP.match(line)
+    if m is None or int(m.group(1)) != number:
+        raise HowToError(f"cannot read step {number}: {line[:80]!r} (want '{number}. Call `tool` with ...')")
+    sources: dict[str, tuple[str, int]] = {}
+    for part in (m.group(3) or "").split(" and "):
+        if not part.strip():
+            continue
+        if (f := _FROM_STEP.match(part.strip())) is not None:
+            if not 1 <= int(f.group(2)) < number:
+                raise HowToError(f"step {number} takes {f.group(1)} from step {f.group(2)}, which is not earlier")
+            sources[f.group(1)] = ("step", int(f.group(2)))
+        elif (y := _YOUR.match(part.strip())) is not None:
+            sources[y.group(1)] = ("user", 0)
+        else:
+            raise HowToError(f"step {number}: cannot read argument {part.strip()[:60]!r}")
+    return Step(m.group(2), sources)
+
+
+def howto_from_json(text: str) -> HowTo:
+    """A teacher's extraction ({"goal", "tools": [OpenAI schemas], "steps": [{"tool", "arguments": {param:
+    "user" | step number}}], "policies"}) as a HowTo; HowToError when it is not that shape."""
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        data = json.loads(text[start:end + 1])
+        tools = [t if "function" in t else {"type": "function", "function": t} for t in data["tools"]]
+        steps = [Step(s["tool"], {p: ("user", 0) if v == "user" else ("step", int(v))
+                                  for p, v in (s.get("arguments") or {}).items()}) for s in data["steps"]]
+        return HowTo(str(data["goal"]), tools, steps, [str(p) for p in data.get("policies") or []])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise HowToError(f"the teacher's extraction is not a procedure: {type(exc).__name__}: {exc}") from None
+
+
+EXTRACTION_PROMPT = (
+    "Read the tutorial below. Define the tools its procedure uses and the ordered calls. Answer with JSON only: "
+    '{"goal": "...", "tools": [{"name": ..., "description": ..., "parameters": <JSON Schema object>}], "steps": '
+    '[{"tool": name, "arguments": {param: "user" or the number of the earlier step that returns it}}], '
+    '"policies": [...]}\n\nTutorial:\n')
+
+
+# --- trajectories ----------------------------------------------------------------------------------------
+
+
+def _value(schema: dict[str, Any], name: str, rng: random.Random) -> Any:
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type")
+    if kind == "integer":
+        return rng.randint(1, 9)
+    if kind == "number":
+        return round(rng.uniform(1, 500), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    return f"{name[:3].upper()}{rng.randrange(10**5, 10**6)}"
+
+
+def trajectory(howto: HowTo, rng: random.Random) -> list[dict[str, Any]]:
+    """The multi-turn conversation of a procedure: the user asks for the goal and gives the values only they
+    know; the agent calls each step's tool, taking values from earlier (simulated) results."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in howto.tools}
+    user: dict[str, Any] = {}
+    produced: list[dict[str, Any]] = [{} for _ in howto.steps]
+    for k, step in enumerate(howto.steps):
+        props = schemas[step.tool].get("properties", {})
+        for param, (kind, src) in step.sources.items():
+            if param not in props:
+                raise HowToError(f"step {k + 1}: {step.tool} has no parameter {param}")
+            if kind == "user":
+                user.setdefault(param, _value(props[param], param, rng))
+            else:
+                produced[src - 1].setdefault(param, _value(props[param], param, rng))
+    stated = " ".join(f"My {p.replace('_', ' ')} is {v}." for p, v in user.items())
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You complete tasks with the tools you are given." +
+         ("\nPolicies:\n" + "\n".join(f"- {p}" for p in howto.policies) if howto.policies else "")},
+        {"role": "user", "content": f"Please help me {howto.goal}. {stated}".strip()},
+    ]
+    for k, step in enumerate(howto.steps):
+        args = {p: (user[p] if kind == "user" else produced[src - 1][p]) for p, (kind, src) in step.sources.items()}
+        whence = "; ".join(f"{p} from {'you' if kind == 'user' else f'step {src}'}"
+                           for p, (kind, src) in step.sources.items()) or "no arguments"
+        call = {"id": f"call_{k}", "type": "function", "function": {"name": step.tool, "arguments": json.dumps(args)}}
+        messages.append({"role": "assistant", "content": f"Step {k + 1}: {step.tool} ({whence}).",
+                         "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call["id"],
+                         "content": json.dumps({"ok": True, **produced[k]})})
+    messages.append({"role": "assistant", "content": f"Done: I have completed the steps to {howto.goal}."})
+    return messages

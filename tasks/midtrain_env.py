@@ -1,0 +1,94 @@
+"""Stage `midtrain_env`: environment-grounded mid-training trajectories (LongCat-Flash-Thinking-2601 section 2,
+"Environment-grounded synthesis"; the procedure is ``envgen.midtrain.synth``).
+
+For item i an environment of the `environments` artifact (domains taken in turn) gets new tool chains sampled from
+its own dependency graph (1..max_chains chains of 1..max_reads reads), grounded on a copy of its database, with the
+request and profile reverse-synthesized so every argument is derivable; the reference agent plays it through the
+runtime with the profile-grounded user, reasoning before each call. ``variants_per_task`` conversations are played
+per task: the first as synthesized, the others with another choice of what the user states up front (the rest is
+asked for) and, with ``retry_prob``, a mistyped first call that fails and is recovered (a masked turn). A teacher
+may write the texts; every kept conversation re-verifies by execution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+from pydantic import Field
+
+from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
+from data_contracts.stage import REJECTED, Artifact, rng_for, stage
+from envgen.midtrain.synth import Episode, Unusable, restate, retry_candidates, sample_task
+from envgen.runtime import domain_for
+from envgen.taskgen import TaskSettings
+from tasks.trajectories import (
+    EVAL_ENV_PREFIX,
+    TrajectoryParams,
+    episode_rows,
+    open_teacher,
+    token_counter,
+    trajectory_contract,
+)
+
+STAGE = "midtrain_env"
+
+
+class MidtrainEnvParams(TrajectoryParams, TaskSettings):
+    n_tasks: int = Field(64, ge=0, description="tasks synthesized (each played variants_per_task times)")
+    variants_per_task: int = Field(2, ge=1, le=16, description="conversations played per task: the first as "
+                                   "synthesized, the others with another request and an optional failed try")
+    max_chains: int = Field(2, ge=1, le=6, description="most chains (sub-goals) per task")
+    max_reads: int = Field(3, ge=1, le=8, description="most read tools before each chain's write (its depth)")
+    stated_share: float = Field(0.5, ge=0.0, le=1.0, description="in a variant, the chance each fact the user may "
+                                "state up front is stated (else the agent asks for it)")
+    retry_prob: float = Field(0.3, ge=0.0, le=1.0, description="chance a variant holds a mistyped call that fails "
+                              "and is recovered (trained around, its turn masked)")
+    distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones (graph neighbours "
+                                  "first); -1 offers every tool of the environment")
+    check_mutations: bool = Field(False, description="also require the four mutated trajectories of each task to "
+                                  "score 0 (the RL task check; about 4x slower)")
+
+
+def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> tuple[list, list[dict[str, str]]]:
+    """The episodes to play: (id, episode, row fields) per variant, and the tasks that could not be synthesized."""
+    items, rejected = [], []
+    for i in range(params.n_tasks if envs else 0):
+        env = envs[i % len(envs)]
+        rng = rng_for(params.seed, STAGE, partition, i)
+        task_id = f"{STAGE}:{partition}:{i:06d}"
+        try:
+            episode = sample_task(env, rng, params.max_chains, params.max_reads, params, f"m{i}",
+                                  params.check_mutations)
+        except Unusable as exc:
+            rejected.append({"id": task_id, "reason": f"not_verified: {exc}"})
+            continue
+        retries = retry_candidates(domain_for(episode.env), episode.calls)
+        for v in range(params.variants_per_task):
+            if v == 0:
+                variant = episode
+            else:
+                retry = frozenset(rng.sample(retries, 1)) if retries and rng.random() < params.retry_prob else frozenset()
+                variant = Episode(episode.env, restate(episode.task, rng, params.stated_share), episode.calls,
+                                  retries=retry)
+            settings = {"variant": v, "calls": len(episode.calls), "retries": sorted(variant.retries)}
+            items.append((f"{task_id}/{v}", variant, {"rng": rng, "transform_settings": settings}))
+    return items, rejected
+
+
+@stage(name=STAGE, version="1", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
+       outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
+def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Verified environment-grounded trajectories: sampled chains, reverse-synthesized requests, played and kept
+    only when the final database state passes the rubric."""
+    frame = inputs["environments"].read("environments")
+    frame = frame.filter(~pl.col("domain").is_in(list(params.heldout)) & ~pl.col("env_id").str.starts_with(EVAL_ENV_PREFIX))
+    envs = sorted(frame.to_dicts(), key=lambda e: (e["env_id"].rsplit("-", 1)[-1], e["domain"]))
+    items, rejected = plan_items(envs, params, partition)
+    teacher = open_teacher(params)
+    try:
+        rows, failed = episode_rows(items, params, STAGE, token_counter(params, inputs), teacher,
+                                    params.distractor_tools)
+    finally:
+        teacher.close()
+    return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected + failed)}
