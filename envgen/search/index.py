@@ -132,6 +132,14 @@ class SearchIndex:
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self._row
 
+    def doc_ids(self) -> list[str]:
+        """Every document id, in corpus order."""
+        return list(self._ids)
+
+    def vocabulary_size(self) -> int:
+        """Distinct terms the index knows."""
+        return len(self._retriever.vocab_dict)
+
     def document(self, doc_id: str) -> Document:
         """The document with this id (``KeyError`` when there is none)."""
         i = self._row[doc_id]

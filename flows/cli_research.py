@@ -1,0 +1,212 @@
+"""`gymforge research` commands: the deep-research harness on a query, and the research stages through the store.
+
+- ``research run "QUERY"``: the harness with a teacher (``reference``, the offline reference teacher, or
+  ``openai:URL#MODEL``, ...) over the search index, Researchers on the runtime's Dask cluster; writes the report,
+  the spec, the run and its journal (the trajectory) into ``--out``, showing every role and section as it goes. A
+  run started again on the same ``--out`` resumes from its journal.
+- ``research tasks --n N``: research tasks with rubrics (the ``research_tasks`` stage) and what the gate kept.
+- ``research trajectories``: teacher executions on those tasks (the ``research_trajectories`` stage).
+- ``research qa --n N``: agent-based QA synthesis (the ``search_qa`` stage).
+
+Every option is checked before a server or cluster starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+research_app = typer.Typer(no_args_is_help=True, help="Deep research: the harness, research tasks, trajectories.")
+ENGINE_KINDS = ("hf", "openai", "vllm")
+REFERENCE = "reference"
+
+
+def check_teacher(spec: str, option: str = "--teacher") -> str:
+    """``reference`` or an engine spec of a known kind (``openai:`` with ``http(s)://HOST/v1#MODEL``)."""
+    if spec == REFERENCE:
+        return spec
+    kind, sep, target = spec.partition(":")
+    if not sep or kind not in ENGINE_KINDS or not target:
+        raise typer.BadParameter(f"{spec!r}: use reference, hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint=option)
+    if kind == "openai":
+        url, hash_, model = target.partition("#")
+        if not hash_ or not model or not url.startswith(("http://", "https://")):
+            raise typer.BadParameter(f"{spec!r}: use openai:http(s)://HOST:PORT/v1#MODEL", param_hint=option)
+    return spec
+
+
+class RoleProgress:
+    """One line per role call or section, updated as it runs, completes or fails."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+        self.tasks: dict[tuple[str, str], Any] = {}
+
+    def __call__(self, role: str, item: str, status: str) -> None:
+        key = (role, item)
+        label = f"{role:<16} {item}"
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(label, total=1)
+        mark = {"complete": "[green]done[/]", "failed": "[red]failed[/]"}.get(status, "running")
+        self.progress.update(self.tasks[key], description=f"{label}  {mark}",
+                             completed=1 if status in ("complete", "failed") else 0)
+
+
+def _write(out: Path, run: Any) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(run.report or f"(no report: {run.stop_reason})\n", encoding="utf-8")
+    (out / "spec.json").write_text(json.dumps(run.spec, indent=1, ensure_ascii=False), encoding="utf-8")
+    (out / "run.json").write_text(json.dumps(run.to_json(), indent=1, ensure_ascii=False), encoding="utf-8")
+
+
+@research_app.command("run")
+def run(
+    query: Annotated[str, typer.Argument(help="What to research.")],
+    teacher: Annotated[str, typer.Option(help="reference (offline reference teacher over the world knowledge "
+                                              "graph) or an engine spec: openai:URL#MODEL, hf:DIR, vllm:DIR.")]
+    = REFERENCE,
+    out: Annotated[Path | None, typer.Option(help="Directory for report.md, spec.json, run.json and journal.jsonl "
+                                                  "(the trajectory); an existing one resumes its run.")] = None,
+    profile: Annotated[str, typer.Option(help="Profile of the world and search_index stages.")] = "tiny",
+    corpus: Annotated[str | None, typer.Option(help="Corpus of the index: world (default), a directory, or "
+                                                    "hotpotqa:|2wiki:|musique:PATH.")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help="Doc id hidden from every search (repeatable).")] = None,
+    writers: Annotated[int, typer.Option(help="Planning Writers.")] = 3,
+    critic_rounds: Annotated[int, typer.Option(help="Critic/Reviser cycles.")] = 1,
+) -> None:
+    """Research QUERY with the harness: plan (writers, judge, critic, reviser), Researchers in parallel on Dask,
+    assembly, global and local editing; every citation checked against the corpus."""
+    from data_contracts.stage import StageError
+    from inference.research.harness import run_id_for
+    from inference.research.session import HarnessConfig
+
+    check_teacher(teacher)
+    if not query.strip():
+        raise typer.BadParameter("the query is empty: say what to research", param_hint="QUERY")
+    try:
+        config = HarnessConfig(writers=writers, critic_rounds=critic_rounds)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).splitlines()[-1]) from None
+    run_id = run_id_for("adhoc", query, teacher, config)
+    out = out or Path("research") / run_id
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} is a file", param_hint="--out")
+    if out.exists() and any(out.iterdir()) and not (out / "journal.jsonl").exists():
+        raise typer.BadParameter(f"{out} is not empty and holds no journal.jsonl to resume", param_hint="--out")
+    overrides = {"search_index": {"corpus": corpus}} if corpus else None
+    run = _run_harness(query, teacher, config, out, profile, overrides, exclude or [])
+    _write(out, run)
+    c = run.citations
+    if run.status == "failed":
+        raise StageError(f"research stopped: {run.stop_reason} (journal: {out / 'journal.jsonl'})")
+    failed = [s["id"] for s in run.sections if s["status"] != "complete"]
+    support = f"{c['rate']:.0%}" if c.get("rate") is not None else "n/a"
+    typer.echo(f"{run.status}: {len(run.sections)} sections" + (f", failed: {', '.join(failed)}" if failed else "")
+               + f"; {c.get('citations', 0)} citations, {support} supported by their source")
+    typer.echo(f"report: {out / 'report.md'}  spec: {out / 'spec.json'}  trajectory: {out / 'journal.jsonl'}")
+
+
+def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
+                 overrides: dict[str, Any] | None, exclude: list[str]) -> Any:
+    from distributed import Client
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from flows.pipeline import materialize
+    from flows.runtime import Runtime
+    from inference.research.harness import run_research
+    from tasks.research_trajectories import teacher_engine
+
+    with Runtime() as rt:
+        artifacts = materialize(["search_index", "world"], profile=profile, overrides=overrides, runtime=rt)
+        engine, engine_ref = teacher_engine(teacher, artifacts["world"])
+        with Client(rt.dask_address) as client, Progress(SpinnerColumn(), TextColumn("{task.description}")) as bar:
+            try:
+                return run_research(query, engine=engine, index_dir=artifacts["search_index"].directory,
+                                    teacher=teacher, config=config, excluded=exclude,
+                                    journal=out / "journal.jsonl", executor=client.get_executor(),
+                                    engine_ref=engine_ref, progress=RoleProgress(bar))
+            finally:
+                engine.close()
+
+
+@research_app.command("tasks")
+def tasks(
+    n: Annotated[int, typer.Option("--n", help="Tasks to construct (before the gate).")] = 24,
+    routes: Annotated[str, typer.Option(help="Routes, comma-separated: brief, article.")] = "brief,article",
+    profile: Annotated[str, typer.Option(help="Profile of the stages.")] = "tiny",
+    out: Annotated[Path | None, typer.Option(help="Write the kept tasks here as JSON Lines.")] = None,
+) -> None:
+    """Research tasks with rubrics, through the store; prints what the searchability gate and checks kept."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from flows.pipeline import materialize
+
+    chosen = [r.strip() for r in routes.split(",") if r.strip()]
+    if n < 0 or not chosen or set(chosen) - {"brief", "article"}:
+        raise typer.BadParameter("--n must be >= 0 and --routes a list of brief, article")
+    artifact = materialize(["research_tasks"], profile=profile,
+                           overrides={"research_tasks": {"n": n, "routes": chosen}})["research_tasks"]
+    kept, rejected = artifact.read("tasks"), artifact.read("rejected")
+    table = Table(title=f"research tasks ({artifact.key})")
+    for column in ("route", "kept", "rejected", "top rejection"):
+        table.add_column(column)
+    for route in chosen:
+        reasons = Counter(r.split(":")[0] for r in rejected.filter(rejected["route"] == route)["reason"].to_list())
+        table.add_row(route, str((kept["route"] == route).sum()), str((rejected["route"] == route).sum()),
+                      reasons.most_common(1)[0][0] if reasons else "")
+    Console().print(table)
+    if out is not None:
+        kept.write_ndjson(out)
+        typer.echo(f"{kept.height} tasks -> {out}")
+
+
+@research_app.command("trajectories")
+def trajectories(
+    teacher: Annotated[str, typer.Option(help="reference or an engine spec (openai:URL#MODEL, ...).")] = REFERENCE,
+    max_tasks: Annotated[int | None, typer.Option(help="Run at most this many tasks.")] = None,
+    profile: Annotated[str, typer.Option(help="Profile of the stages.")] = "tiny",
+) -> None:
+    """Teacher executions of the harness on the research tasks, through the store (journaled, resumable)."""
+    from flows.pipeline import materialize
+
+    check_teacher(teacher)
+    if max_tasks is not None and max_tasks < 1:
+        raise typer.BadParameter("--max-tasks must be at least 1")
+    overrides = {"research_trajectories": {"teacher": teacher, "max_tasks": max_tasks}}
+    artifact = materialize(["research_trajectories"], profile=profile, overrides=overrides)["research_trajectories"]
+    runs = artifact.read("runs")
+    status = Counter(runs["status"].to_list())
+    support, score = runs["citation_support"].mean(), runs["rubric_score"].mean()
+    typer.echo(f"{runs.height} runs ({', '.join(f'{k} {v}' for k, v in sorted(status.items()))}); "
+               f"{artifact.read('trajectories').height} trajectories kept, {artifact.read('rejected').height} "
+               f"filtered; citation support {support or 0:.2f}, rubric score {score or 0:.2f} ({artifact.key})")
+
+
+@research_app.command("qa")
+def qa(
+    n: Annotated[int, typer.Option("--n", help="Items to synthesize.")] = 40,
+    engine: Annotated[str, typer.Option(help="Answer agent: reference or an engine spec.")] = REFERENCE,
+    profile: Annotated[str, typer.Option(help="Profile of the stages.")] = "tiny",
+) -> None:
+    """Agent-based QA synthesis over the search index, through the store; prints items per difficulty."""
+    from flows.pipeline import materialize
+
+    check_teacher(engine, "--engine")
+    if n < 0:
+        raise typer.BadParameter("--n must be >= 0")
+    artifact = materialize(["search_qa"], profile=profile,
+                           overrides={"search_qa": {"n": n, "answer_engine": engine}})["search_qa"]
+    items = artifact.read("items")
+    grades = Counter(items["difficulty"].to_list())
+    typer.echo(f"{items.height} items ({', '.join(f'{k} {v}' for k, v in sorted(grades.items()))}), "
+               f"{artifact.read('rejected').height} rejected ({artifact.key})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this room's commands to the main app."""
+    app.add_typer(research_app, name="research")

@@ -1,0 +1,484 @@
+"""The offline reference teacher: a deterministic policy for every harness role, over the world knowledge graph
+and the real search index. A reference teacher, named so: it stands in where no model can be had, so the whole
+harness and its records run end to end on 2 cores; any OpenAI-compatible engine (``openai:URL#MODEL``, a vLLM
+server at scale) is the real teacher, through the same code path.
+
+It speaks the Engine protocol: each request is one role's conversation (the role known from its system prompt,
+the inputs from the tagged blocks of the user message), and the reply is the role's next move, a turn of tool
+calls or the final output, decided from what its tools returned so far. Tokens are UTF-8 bytes with log
+probability 0 (the policy is deterministic).
+
+- Planning Writers plan from the knowledge-graph neighbourhood of the query's entities, from their perspective
+  (the subject's own links, what links to it, the wider context), with source leads from their own searches.
+- The Planning Judge merges candidates section by section (same required entities: one section).
+- The Critic reads the query entities' documents and flags entities they name that no section covers.
+- The Reviser adds each flagged entity, question and lead to the section the Critic names.
+- Researchers search and read, then write their section from sentences of the passages they read that name their
+  required entities, each cited to its document.
+- The Global Editor detects repeated material (the same sentence in several sections; the owner is the section
+  whose required entities it names most) and conflicting figures; Local Editors replace repeated passages of
+  their section by a cross-reference to the owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from envgen.rewards import normalize
+from inference.engine import Completion, Request
+from inference.research.knowledge import KnowledgeGraph, labels
+from inference.research.prompts import PERSPECTIVES, parse_inputs, role_of
+from inference.research.spec import extract_json
+from inference.research.text import has_phrase, sentences, strip_citations, terms, tokens
+
+MAX_READS = 5
+SENTENCES_PER_SECTION = 10
+_PRONOUN_STARTS = ("It ", "Its ", "The company ", "The settlement ", "The city ")
+
+
+@dataclass(frozen=True)
+class Move:
+    text: str = ""
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+
+def _observations(messages: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, Any], Any]]:
+    """(tool name, arguments, decoded result) of every tool call answered so far."""
+    calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    out = []
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            args = c["function"].get("arguments")
+            try:
+                parsed = json.loads(args) if isinstance(args, str) else dict(args or {})
+            except ValueError:
+                parsed = {}
+            calls[c.get("id", "")] = (c["function"]["name"], parsed)
+        if m.get("role") == "tool" and m.get("tool_call_id") in calls:
+            try:
+                result = json.loads(m.get("content") or "null")
+            except ValueError:
+                result = None
+            out.append((*calls[m["tool_call_id"]], result))
+    return out
+
+
+def _hits(obs: list[tuple[str, dict[str, Any], Any]]) -> list[dict[str, str]]:
+    seen: dict[str, dict[str, str]] = {}
+    for name, _, result in obs:
+        if name == "search" and isinstance(result, dict):
+            for hit in result.get("results", []):
+                seen.setdefault(hit["doc_id"], hit)
+    return list(seen.values())
+
+
+def _opened(obs: list[tuple[str, dict[str, Any], Any]]) -> list[dict[str, Any]]:
+    return [r for name, _, r in obs if name == "open" and isinstance(r, dict) and "sections" in r]
+
+
+def _read(obs: list[tuple[str, dict[str, Any], Any]]) -> list[dict[str, Any]]:
+    return [r for name, _, r in obs if name == "read" and isinstance(r, dict) and "text" in r]
+
+
+def _reads_of(opened: list[dict[str, Any]]) -> tuple[tuple[str, dict[str, Any]], ...]:
+    return tuple(("read", {"doc_id": d["doc_id"], "section": s["name"]}) for d in opened for s in d["sections"])
+
+
+def _json_reply(value: Any) -> str:
+    return "```json\n" + json.dumps(value, ensure_ascii=False, indent=1) + "\n```"
+
+
+class ReferenceTeacher:
+    """The offline deterministic reference teacher (see the module docstring); picklable, so Dask workers get it
+    with their job."""
+
+    policy_version = 0
+
+    def __init__(self, kg: KnowledgeGraph | None = None) -> None:
+        self.kg = kg or KnowledgeGraph.empty()
+
+    def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:
+        return [[self._complete(r, self._move(r))] * r.sampling.n for r in requests]
+
+    def close(self) -> None:
+        pass
+
+    # -- the Engine side ----------------------------------------------------------------------------------------
+    def _complete(self, request: Request, move: Move) -> Completion:
+        seed = json.dumps([len(request.messages), move.text[:64]], ensure_ascii=False)
+        calls = tuple({"id": "call_" + hashlib.sha256(f"{seed}/{i}/{json.dumps(a, sort_keys=True)}".encode())
+                       .hexdigest()[:24], "type": "function",
+                       "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)}}
+                      for i, (n, a) in enumerate(move.calls))
+        ids = tuple((move.text + "".join(json.dumps(c["function"]) for c in calls)).encode())
+        return Completion(move.text, ids, (0.0,) * len(ids), "tool_calls" if calls else "stop", self.policy_version,
+                          tool_calls=calls)
+
+    def _move(self, request: Request) -> Move:
+        messages = list(request.messages)
+        role = role_of(str(messages[0].get("content"))) if messages else None
+        if role is None:
+            return Move("The reference teacher plays the research harness's roles only.")
+        inputs = parse_inputs(str(messages[1].get("content", ""))) if len(messages) > 1 else {}
+        if "original_request" in inputs:  # a repair request: plan again from the original inputs
+            inputs = parse_inputs(inputs["original_request"])
+        turn = sum(m.get("role") == "assistant" for m in messages)
+        obs = _observations(messages)
+        handler = getattr(self, f"_{role.name}")
+        return handler(inputs, turn, obs)
+
+    # -- planning -----------------------------------------------------------------------------------------------
+    def _focal(self, query: str) -> list[str]:
+        return self.kg.find(query)[:2]
+
+    def _explore(self, query: str, extra: Sequence[str], turn: int,
+                 obs: list[tuple[str, dict[str, Any], Any]], wanted: Sequence[str]) -> Move | None:
+        """Search, open the wanted documents, read them: the first three turns of an exploring role."""
+        if turn == 0:
+            return Move(calls=(("search", {"query": query, "k": 8}),
+                               *(("search", {"query": q, "k": 5}) for q in dict.fromkeys(extra))))
+        if turn == 1:
+            hits = _hits(obs)
+            titles = {normalize(t) for t in wanted}
+            docs = [h["doc_id"] for h in hits if normalize(h["title"]) in titles] or [h["doc_id"] for h in hits[:3]]
+            if docs:
+                return Move(calls=tuple(("open", {"doc_id": d}) for d in docs[:MAX_READS]))
+            return None
+        if turn == 2 and _opened(obs):
+            return Move(calls=_reads_of(_opened(obs)))
+        return None
+
+    def _planning_writer(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        query = inputs.get("query", "")
+        perspective = PERSPECTIVES.index(inputs["perspective"]) if inputs.get("perspective") in PERSPECTIVES else 0
+        focal = self._focal(query)
+        neighbours = [n for f in focal for n in self._perspective_nodes(f, perspective)]
+        move = self._explore(query, [self.kg.name(n) for n in [*focal, *neighbours]][:8], turn, obs,
+                             [self.kg.name(f) for f in focal])
+        if move is not None:
+            return move
+        hits = _hits(obs)
+        if not hits:
+            return Move("No document of the collection matches the query; there is nothing to plan from.")
+        limit = _limit(inputs.get("limits", ""))
+        leads = {normalize(h["title"]): h["doc_id"] for h in hits}
+        if not focal:  # not about the world's entities: one section per document found
+            groups = [("Sources", [_leaf(h["title"], f"What {h['title']} says about the query.",
+                                         [f"What does {h['title']} say about: {query}?"], [h["title"]],
+                                         [h["doc_id"]]) for h in hits[:limit]])]
+        else:
+            groups = [("Overview", [self._overview(f, leads) for f in focal])]
+            for f in focal:
+                groups += self._perspective_groups(f, perspective, leads)
+        return Move(_json_reply(_spec(query, self._title(query, focal), groups, limit)))
+
+    def _title(self, query: str, focal: Sequence[str]) -> str:
+        return f"Research report: {' and '.join(self.kg.names(focal))}" if focal else f"Research report: {query}"
+
+    def _perspective_nodes(self, node: str, perspective: int) -> list[str]:
+        if perspective == 0:
+            return [o for _, o in self.kg.out_edges(node)]
+        if perspective == 1:
+            return [s for _, s in self.kg.in_edges(node)][:6]
+        return [o2 for _, o in self.kg.out_edges(node) for _, o2 in self.kg.out_edges(o)][:6]
+
+    def _overview(self, node: str, leads: dict[str, str]) -> dict[str, Any]:
+        name = self.kg.name(node)
+        return _leaf(f"{name}: overview", f"What {name} is: its kind, attributes and key dates.",
+                     [f"What is {name}, and what are its main attributes and dates?"], [name],
+                     _leads(leads, [name]))
+
+    def _perspective_groups(self, node: str, perspective: int,
+                            leads: dict[str, str]) -> list[tuple[str, list[dict[str, Any]]]]:
+        kg, name = self.kg, self.kg.name(node)
+        if perspective == 0:
+            leaves = []
+            for rel, obj in kg.out_edges(node):
+                label, o = labels(rel)[0], kg.name(obj)
+                leaves.append(_leaf(f"{o}, {label} of {name}", f"The {label} of {name}: who or what {o} is and "
+                                    f"how it relates to {name}.",
+                                    [f"What is the {label} of {name}, and what is known about {o}?"], [o, name],
+                                    _leads(leads, [o, name])))
+            return [(f"Direct links of {name}", leaves)] if leaves else []
+        if perspective == 1:
+            by_rel: dict[str, list[str]] = {}
+            for rel, subject in kg.in_edges(node):
+                by_rel.setdefault(rel, []).append(kg.name(subject))
+            leaves = [_leaf(f"{labels(rel)[1].capitalize()} of {name}",
+                            f"The {labels(rel)[1]} of {name}, each with what the collection says of it.",
+                            [f"Which are the {labels(rel)[1]} of {name}, and what is each?"], subjects[:4],
+                            _leads(leads, subjects[:4] + [name])) for rel, subjects in sorted(by_rel.items())]
+            return [(f"What links to {name}", leaves)] if leaves else []
+        leaves = []
+        for rel, obj in kg.out_edges(node):
+            further = [kg.name(o2) for _, o2 in kg.out_edges(obj)][:3]
+            if further:
+                o = kg.name(obj)
+                leaves.append(_leaf(f"The wider context of {o}", f"How {o}, the {labels(rel)[0]} of {name}, is "
+                                    f"linked to {', '.join(further)}.",
+                                    [f"How is {o} linked to {f}?" for f in further], [o, *further],
+                                    _leads(leads, [o, *further])))
+        return [(f"Wider context of {name}", leaves)] if leaves else []
+
+    def _planning_judge(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        try:
+            candidates = json.loads(inputs.get("candidate_specs", "[]"))
+        except ValueError:
+            candidates = []
+        groups: dict[str, list[dict[str, Any]]] = {}
+        leaf_by_key: dict[frozenset[str], dict[str, Any]] = {}
+        query, title, boundaries = inputs.get("query", ""), "", []
+        for spec in candidates if isinstance(candidates, list) else []:
+            title = title or spec.get("title", "")
+            boundaries += [b for b in spec.get("boundaries", []) if b not in boundaries]
+            heads = {s["id"]: s["title"] for s in spec.get("sections", [])}
+            parents = {s.get("parent") for s in spec.get("sections", [])}
+            for s in spec.get("sections", []):
+                if s["id"] in parents:
+                    continue
+                key = frozenset(normalize(e) for e in s.get("required_entities", [])) or frozenset([s["title"]])
+                if key in leaf_by_key:
+                    merged = leaf_by_key[key]
+                    for f in ("research_questions", "source_leads"):
+                        merged[f] += [v for v in s.get(f, []) if v not in merged[f]]
+                    continue
+                leaf = {k: s.get(k) for k in ("title", "scope", "research_questions", "required_entities",
+                                              "source_leads")}
+                leaf_by_key[key] = leaf
+                groups.setdefault(heads.get(s.get("parent"), "Sections"), []).append(leaf)
+        return Move(_json_reply(_spec(query, title or f"Research report: {query}", list(groups.items()), None,
+                                      boundaries)))
+
+    def _critic(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        query = inputs.get("query", "")
+        spec = _loads(inputs.get("research_spec"))
+        focal = self._focal(query)
+        move = self._explore(query, self.kg.names(focal), turn, obs, self.kg.names(focal))
+        if move is not None:
+            return move
+        covered = {normalize(e) for s in spec.get("sections", []) for e in s.get("required_entities", [])}
+        leaves = [s for s in spec.get("sections", []) if s["id"] not in {x.get("parent") for x in spec["sections"]}]
+        issues: list[dict[str, Any]] = []
+        for read in _read(obs):
+            for node in self.kg.find(read["text"]):
+                name = self.kg.name(node)
+                if normalize(name) in covered or node in focal or len(issues) >= 3 or not leaves:
+                    continue
+                covered.add(normalize(name))
+                near = {normalize(n) for n in self.kg.names(self.kg.neighbours(node))} | {normalize(read["title"])}
+                target = max(reversed(leaves), key=lambda s: len(near & {normalize(e) for e in
+                                                                         s.get("required_entities", [])}))
+                issues.append({"id": f"HP{len(issues) + 1}", "section": target["id"], "entity": name,
+                               "question": f"How is {name} connected to {read['title']}?",
+                               "source_lead": read["doc_id"],
+                               "reason": f"{read['title']} ({read['doc_id']}) names {name}, which no section covers"})
+        return Move(_json_reply({"issues": issues}))
+
+    def _reviser(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        spec = _loads(inputs.get("research_spec"))
+        issues = _loads(inputs.get("critic_issues"), [])
+        by_id = {s["id"]: s for s in spec.get("sections", [])}
+        for issue in issues if isinstance(issues, list) else []:
+            section = by_id.get(str(issue.get("section")))
+            if section is None:
+                continue
+            for field_name, key in (("required_entities", "entity"), ("research_questions", "question"),
+                                    ("source_leads", "source_lead")):
+                value = issue.get(key)
+                if value and value not in section.setdefault(field_name, []):
+                    section[field_name].append(value)
+        return Move(_json_reply(spec))
+
+    # -- research -----------------------------------------------------------------------------------------------
+    def _researcher(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        assignment = _loads(inputs.get("assignment"))
+        required = [str(e) for e in assignment.get("required_entities", [])]
+        if turn == 0:
+            queries = [*required[:5], f"{assignment.get('title', '')} {' '.join(required[:2])}"]
+            return Move(calls=tuple(("search", {"query": q, "k": 5}) for q in dict.fromkeys(queries) if q.strip()))
+        if turn == 1:
+            hits = _hits(obs)
+            names = {normalize(e) for e in required}
+            own = [h["doc_id"] for h in hits if normalize(h["title"]) in names]
+            mentions = [h["doc_id"] for h in hits
+                        if any(has_phrase(tokens(h["snippet"]), e) for e in required)]
+            leads = [str(d) for d in assignment.get("source_leads", [])]
+            docs = list(dict.fromkeys([*own, *leads, *mentions]))[:MAX_READS]
+            if docs:
+                return Move(calls=tuple(("open", {"doc_id": d}) for d in docs))
+        if turn == 2 and _opened(obs):
+            return Move(calls=_reads_of(_opened(obs)))
+        return Move(self._write(required, _read(obs)))
+
+    def _write(self, required: list[str], reads: list[dict[str, Any]]) -> str:
+        picked: list[tuple[int, int, str]] = []
+        seen: set[str] = set()
+        for order, read in enumerate(reads):
+            own = normalize(read["title"]) in {normalize(e) for e in required}
+            for sent in sentences(read["text"]):
+                claim = _resolve(sent, read["title"])
+                toks = tokens(claim.replace("'s ", " "))
+                mentioned = [i for i, e in enumerate(required) if has_phrase(toks, e)]
+                if not mentioned and own:
+                    claim = f"{read['title']}: {claim}"
+                    mentioned = [required.index(next(e for e in required if normalize(e) == normalize(read["title"])))]
+                if not mentioned or normalize(claim) in seen:
+                    continue
+                seen.add(normalize(claim))
+                picked.append((min(mentioned), order, _cite(claim, read["doc_id"])))
+        picked.sort(key=lambda p: (p[0], p[1]))
+        lines = [p[2] for p in picked[:SENTENCES_PER_SECTION]]
+        if not lines:
+            return f"The collection holds no evidence on {', '.join(required) or 'this assignment'}."
+        return "\n\n".join(" ".join(lines[i:i + 3]) for i in range(0, len(lines), 3))
+
+    # -- editing ------------------------------------------------------------------------------------------------
+    def _global_editor(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        spec = _loads(inputs.get("research_spec"))
+        required = {s["id"]: s.get("required_entities", []) for s in spec.get("sections", [])}
+        bodies = split_draft(inputs.get("draft", ""))
+        where: dict[str, list[tuple[str, str]]] = {}
+        for sid, body in bodies.items():
+            for sent in sentences(body):
+                key = normalize(strip_citations(sent))
+                if key and sid not in [w for w, _ in where.get(key, [])]:
+                    where.setdefault(key, []).append((sid, sent))
+        ownership, directives, conflicts = [], [], []
+        for places in where.values():
+            if len(places) < 2:
+                continue
+            toks = tokens(strip_citations(places[0][1]))
+            owner = max(places, key=lambda p: sum(has_phrase(toks, e) for e in required.get(p[0], [])))[0]
+            others = [sid for sid, _ in places if sid != owner]
+            ownership.append({"material": strip_citations(places[0][1]), "owner": owner, "others": others})
+            directives += [{"section": sid, "action": "cross_reference", "material": strip_citations(places[0][1]),
+                            "owner": owner, "instruction": f"Replace this repeated passage with a brief "
+                                                           f"cross-reference to {owner}, which owns it."}
+                           for sid in others]
+        conflicts, fixes = _conflicts(bodies)
+        return Move(_json_reply({"ownership": ownership, "conflicts": conflicts, "directives": directives + fixes}))
+
+    def _local_editor(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        text = inputs.get("section_text", "")
+        directives = _loads(inputs.get("directives"), [])
+        drop = {normalize(str(d.get("material", ""))) for d in directives if d.get("material")}
+        owners = list(dict.fromkeys(str(d["owner"]) for d in directives
+                                    if d.get("action") == "cross_reference" and d.get("owner")))
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            kept = [s for s in sentences(paragraph) if normalize(strip_citations(s)) not in drop]
+            if kept:
+                paragraphs.append(" ".join(kept))
+        if not paragraphs:  # keep a brief mention: the first sentence
+            paragraphs = sentences(text)[:1]
+        if owners:
+            paragraphs.append(" ".join(f"See section {o} for the material it covers." for o in owners))
+        return Move("\n\n".join(paragraphs))
+
+
+def split_draft(draft: str) -> dict[str, str]:
+    """Section id -> body of an assembled draft (headings ``## S1 Title``; the text up to the next heading)."""
+    bodies: dict[str, list[str]] = {}
+    current = None
+    for line in draft.splitlines():
+        head = line.lstrip("#")
+        if line.startswith("#") and head.startswith(" S") and head.split()[0][1:2].isdigit():
+            current = head.split()[0]
+            bodies[current] = []
+        elif current is not None:
+            bodies[current].append(line)
+    return {sid: "\n".join(lines).strip() for sid, lines in bodies.items()}
+
+
+def _conflicts(bodies: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Sentences alike but for their figures (same words, different numbers), across sections."""
+    seen: dict[frozenset[str], tuple[str, str, frozenset[str]]] = {}
+    conflicts, fixes = [], []
+    for sid, body in bodies.items():
+        sents = sentences(body)
+        for sent, t in zip(sents, terms([strip_citations(s) for s in sents]), strict=True):
+            digits = frozenset(x for x in t if x.isdigit())
+            words = frozenset(t - digits)
+            if not digits or not words:
+                continue
+            if words in seen and seen[words][2] != digits and seen[words][0] != sid:
+                first_sid, first, _ = seen[words]
+                conflicts.append({"sections": [first_sid, sid], "description": f"'{strip_citations(first)}' "
+                                  f"against '{strip_citations(sent)}'"})
+                fixes.append({"section": sid, "action": "resolve_conflict", "material": strip_citations(sent),
+                              "owner": first_sid, "instruction": "Check this figure against the cited source and "
+                                                                 f"keep the one {first_sid} states if it is right."})
+            seen.setdefault(words, (sid, sent, digits))
+    return conflicts, fixes
+
+
+def _resolve(sentence: str, title: str) -> str:
+    """A sentence of an entity's own article with its subject spelled out ("It was founded ..." ->
+    "Diazborough was founded ...", "Maria was born ..." -> "Maria S. Huff was born ...")."""
+    for start in _PRONOUN_STARTS:
+        if sentence.startswith(start):
+            subject = f"{title}'s " if start == "Its " else f"{title} "
+            return subject + sentence[len(start):]
+    first = title.split()[0]
+    if len(title.split()) > 1 and sentence.startswith(first + " ") and not sentence.startswith(title):
+        return title + sentence[len(first):]
+    if " it " in sentence and title not in sentence:  # "Berg-Arroyo released it on ..."
+        return sentence.replace(" it ", f" {title} ", 1)
+    return sentence
+
+
+def _cite(sentence: str, doc_id: str) -> str:
+    body, end = (sentence[:-1], sentence[-1]) if sentence[-1:] in ".!?" else (sentence, ".")
+    return f"{body} [cite:{doc_id}]{end}"
+
+
+def _limit(text: str) -> int:
+    digits = [int(w) for w in text.split() if w.isdigit()]
+    return digits[0] if digits else 8
+
+
+def _loads(text: str | None, default: Any = None) -> Any:
+    if not text:
+        return {} if default is None else default
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return extract_json(text)
+        except ValueError:
+            return {} if default is None else default
+
+
+def _leads(leads: dict[str, str], names: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(leads[normalize(n)] for n in names if normalize(n) in leads))
+
+
+def _leaf(title: str, scope: str, questions: list[str], required: list[str], leads: list[str]) -> dict[str, Any]:
+    return {"title": title, "scope": scope, "research_questions": questions, "required_entities": required,
+            "source_leads": leads}
+
+
+def _spec(query: str, title: str, groups: list[tuple[str, list[dict[str, Any]]]], limit: int | None,
+          boundaries: list[str] | None = None) -> dict[str, Any]:
+    """A spec of top-level groups with their leaves, numbered S1, S1.1, ...; at most ``limit`` leaves."""
+    sections: list[dict[str, Any]] = []
+    budget = limit if limit is not None else 10**9
+    for head, leaves in groups:
+        leaves = [leaf for leaf in leaves][: max(budget, 0)]
+        if not leaves:
+            continue
+        budget -= len(leaves)
+        gid = f"S{sum(s['parent'] is None for s in sections) + 1}"
+        sections.append({"id": gid, "parent": None, "order": int(gid[1:]), "title": head,
+                         "scope": f"{head}.", "research_questions": [], "required_entities": [],
+                         "source_leads": []})
+        for i, leaf in enumerate(leaves, start=1):
+            sections.append({"id": f"{gid}.{i}", "parent": gid, "order": i, **leaf})
+    return {"query": query, "title": title, "sections": sections,
+            "boundaries": boundaries if boundaries is not None else
+            ["Use only the document collection; cite a document for every fact.",
+             "Report what the documents state; do not speculate beyond them."]}

@@ -1,0 +1,57 @@
+"""Text helpers the research harness, its checks and the reference teacher share: sentences, citation markers,
+content terms (the search index's own analysis) and whole-token phrase matching."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from envgen.rewards import normalize
+from envgen.search.index import analyze
+
+CITATION = re.compile(r"\s*\[cite:\s*([^\]]+?)\s*\]")
+# A sentence ends at . ! ? followed by space, except after a single capital (an initial: "Maria S. Huff").
+_SENTENCE_END = re.compile(r"(?<![A-Z]\.)(?<=[.!?])\s+|\n+")
+_HEADING = re.compile(r"^#{1,6}\s")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a text (headings and blank lines dropped)."""
+    out = []
+    for part in _SENTENCE_END.split(text):
+        part = part.strip()
+        if part and not _HEADING.match(part):
+            out.append(part)
+    return out
+
+
+def cited_ids(sentence: str) -> list[str]:
+    """Doc ids cited in a sentence, in order, without repeats."""
+    return list(dict.fromkeys(CITATION.findall(sentence)))
+
+
+def strip_citations(text: str) -> str:
+    return CITATION.sub("", text)
+
+
+def terms(texts: Sequence[str]) -> list[set[str]]:
+    """Content terms of each text under the search index's analysis (lowercase words, English stop words out)."""
+    return [set(t) for t in analyze(list(texts))] if texts else []
+
+
+def numbers(term_set: Iterable[str]) -> set[str]:
+    return {t for t in term_set if t.isdigit()}
+
+
+def tokens(text: str) -> tuple[str, ...]:
+    return tuple(normalize(text).split())
+
+
+def has_phrase(hay: Sequence[str], phrase: str) -> bool:
+    """``phrase`` occurs in the token sequence ``hay`` as a run of whole tokens (after normalization)."""
+    needle = tokens(phrase)
+    n = len(needle)
+    if not n or n > len(hay):
+        return False
+    first = needle[0]
+    return any(hay[i] == first and tuple(hay[i:i + n]) == needle for i in range(len(hay) - n + 1))
