@@ -525,7 +525,7 @@ TRAINING_METRIC = Record("training_metric", "One logged figure of a training run
                          "and name).", _cols(
     step=(pl.Int64, "optimizer step the figure was logged at (0: before the first step)"),
     split=(pl.String, "train | eval"),
-    name=(pl.String, "loss, learning_rate, grad_norm, tokens, tool_call_format, tool_call_valid, ..."),
+    name=(pl.String, "loss, learning_rate, grad_norm, num_tokens, tool_call_format, tool_call_valid, ..."),
     value=(pl.Float64, "its value"),
 ), key=("step", "split", "name"))
 
