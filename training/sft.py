@@ -1,0 +1,389 @@
+"""Stage `sft`: cold-start supervised fine-tuning with TRL's ``SFTTrainer`` (LongCat-Flash-Thinking-2601, "Cold-Start
+Policy Initialization"), published as a model artifact.
+
+Inputs are resolved per run (``with_inputs``): one or more trajectory artifacts (``sft_set``, ``small_envs``, any
+artifact with a ``trajectory`` output) and, optionally, the base model as a model artifact; a local transformers
+directory as base is ``model_name_or_path`` instead (its content enters the artifact key). The examples are the
+trajectories tokenized with the base model's chat template and tools, loss on the assistant turns whose ``train``
+flag is set (``training/sft_data.py``), minus an eval split held out by lineage, on which loss and tool-call
+validity (``training/sft_eval.py``) are measured before the first step and at the end.
+
+Config fields carry TRL's names. CPU (``use_cpu``, fp32) and GPU (``bf16``, ``gradient_checkpointing``, several
+processes through ``accelerate launch`` with ``num_processes``) differ by config alone. Checkpoints go every
+``save_steps`` to ``output_dir`` (the flow puts it under the data root, keyed by the artifact key); a checkpoint
+counts only once the trainer has written all of it (a marker file written after the save callback), so a run killed
+while saving resumes from the one before (prime-rl #1712: resume crashed on a half-written checkpoint). Resuming
+restores optimizer, scheduler, RNG states and the data position (the trainer skips the batches already seen).
+Nothing is published until the run ends: the runner moves the finished directory into place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+from pydantic import Field, model_validator
+
+from data_contracts.schemas import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
+from data_contracts.stage import REJECTED, Artifact, Params, Stage, StageError, stage
+from data_contracts.store import code_version
+from inference.checkpoint import MODEL_DIRECTORY, read_card, save_model
+from inference.cpu import tune_allocator
+from training.sft_data import Example, build_examples, check_template, in_eval_split, read_trajectories
+from training.sft_eval import CallTurn, call_turns, tool_call_validity
+
+STAGE = "sft"
+COMPLETE = "gymforge_checkpoint_complete"  # written into a checkpoint directory once the trainer saved all of it
+log = logging.getLogger("gymforge.sft")
+
+
+class SFTParams(Params):
+    """The SFT config: TRL's ``SFTConfig`` names and meanings (defaults of our own where TRL's are wrong here)."""
+
+    model_name_or_path: str | None = Field(
+        None, description="a local transformers directory to start from; None when the base is a model artifact "
+        "input (one of the two is required)")
+    # data
+    max_length: int = Field(4096, gt=0, description="longest example in tokens; longer trajectories are set aside "
+                                                    "as too_long (never cut)")
+    eval_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of trajectories held out (by lineage) "
+                                                                  "for eval loss and tool-call validity")
+    packing: bool = Field(False, description="pack examples into max_length rows (best-fit decreasing, "
+                                             "padding-free); on CPU the attention over whole packed rows costs more "
+                                             "than the padding it saves (bench/RESULTS.md, bench_sft)")
+    packing_strategy: Literal["bfd", "wrapped"] = Field("bfd", description="TRL's packing strategy")
+    padding_free: bool = Field(False, description="flatten each batch into one row with position ids")
+    train_sampling_strategy: Literal["random", "group_by_length"] = Field(
+        "group_by_length", description="group batches of similar length (less padding without packing) or random")
+    # optimisation
+    num_train_epochs: float = Field(3.0, gt=0, description="epochs over the training examples (when max_steps<0)")
+    max_steps: int = Field(-1, description="optimizer steps; -1 runs num_train_epochs")
+    per_device_train_batch_size: int = Field(2, gt=0, description="examples per device per step")
+    per_device_eval_batch_size: int = Field(2, gt=0, description="examples per device per eval batch")
+    gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches per optimizer step")
+    learning_rate: float = Field(2e-5, gt=0, description="peak AdamW learning rate (TRL's default)")
+    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = Field(
+        "cosine", description="learning-rate schedule after warmup")
+    warmup_steps: float = Field(0.05, ge=0, description="linear warmup: steps, or a share of all steps when < 1")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    seed: int = Field(0, description="initialisation of the trainer's RNGs and the data order")
+    # checkpoints, logs, evaluation
+    save_steps: int = Field(50, gt=0, description="a resumable checkpoint every this many steps")
+    save_total_limit: int = Field(2, gt=0, description="checkpoints kept (older ones are deleted)")
+    logging_steps: int = Field(5, gt=0, description="training figures logged every this many steps")
+    eval_steps: int | None = Field(None, gt=0, description="evaluate every this many steps too (None: before "
+                                                           "the first step and at the end only)")
+    eval_tool_calls: int = Field(32, ge=0, description="held-out tool-calling turns scored for validity per "
+                                                       "evaluation (greedy decoding)")
+    # devices
+    use_cpu: bool = Field(False, description="train on the CPU even when an accelerator is present")
+    bf16: bool = Field(False, description="bf16 mixed precision (GPU); TRL's default True is wrong on a CPU")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass (GPU "
+                                                            "memory); TRL's default True only slows a CPU down")
+    num_processes: int = Field(1, gt=0, description="data-parallel processes; above 1 training runs under "
+                                                    "`accelerate launch` (multi-GPU)")
+    # where this run keeps its checkpoints: not part of what the model is, so not part of its artifact key
+    output_dir: str | None = Field(None, exclude=True, description="checkpoint directory (default: the stage's "
+                                                                    "scratch space, gone with it)")
+    resume_from_checkpoint: bool = Field(False, exclude=True, description="continue from the last complete "
+                                                                          "checkpoint in output_dir")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SFTParams:
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"max_steps={self.max_steps}: set a positive number of steps, or -1 to run "
+                             "num_train_epochs")
+        if self.packing and self.padding_free is False and self.packing_strategy == "wrapped":
+            raise ValueError("packing_strategy='wrapped' cuts conversations mid-turn; use 'bfd'")
+        return self
+
+    def local_inputs(self) -> list[str]:
+        return [self.model_name_or_path] if self.model_name_or_path else []
+
+
+# --- inputs ----------------------------------------------------------------------------------------------------
+
+
+def split_inputs(inputs: Mapping[str, Artifact], params: SFTParams) -> tuple[Path, str, dict[str, Artifact]]:
+    """``(base directory, base description, data artifacts)``: a model artifact input is the base, every other
+    input is data; exactly one base, from an input or ``model_name_or_path``."""
+    models = {name: a for name, a in inputs.items() if a.manifest.get("kind") == "model"}
+    data = {name: a for name, a in inputs.items() if name not in models}
+    if len(models) > 1 or (models and params.model_name_or_path):
+        raise StageError(f"sft takes one base model; got {sorted(models)}"
+                         + (f" and model_name_or_path={params.model_name_or_path}" if params.model_name_or_path else ""))
+    if not data:
+        raise StageError("sft needs at least one trajectory artifact to train on")
+    if models:
+        (name, artifact), = models.items()
+        return Path(artifact.directory), f"{name}/{artifact.key}", data
+    if not params.model_name_or_path:
+        raise StageError("sft needs a base model: a model artifact input or model_name_or_path")
+    return Path(params.model_name_or_path), params.model_name_or_path, data
+
+
+def with_inputs(names: Sequence[str]) -> Stage:
+    """The ``sft`` stage reading these input stages (trajectory artifacts and at most one model artifact)."""
+    return dataclasses.replace(sft, inputs=tuple(sorted(names)))
+
+
+def load_base(path: Path) -> tuple[Any, Any]:
+    """The base model and its tokenizer; a StageError names a directory that does not load or whose chat template
+    cannot mask assistant turns."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from inference.tokenizer import load
+
+    if not (path / "config.json").is_file():
+        raise StageError(f"base model {path}: not a transformers checkpoint directory (no config.json)")
+    try:
+        tokenizer = load(path)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever transformers raises, the user needs the directory named
+        raise StageError(f"base model {path} does not load with transformers: {type(exc).__name__}: {exc}") from None
+    check_template(tokenizer, f"base model {path}")
+    return model, tokenizer
+
+
+# --- checkpoints -----------------------------------------------------------------------------------------------
+
+
+def complete_checkpoints(directory: Path) -> list[Path]:
+    """The checkpoints the trainer finished writing, oldest first."""
+    found = [p for p in directory.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and (p / COMPLETE).is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def prepare_checkpoints(directory: Path, resume: bool) -> Path | None:
+    """The checkpoint to resume from (None: start afresh). Half-written checkpoints are dropped, and without
+    ``resume`` every earlier checkpoint is too (a fresh run never mixes with a killed one's files)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    complete = set(complete_checkpoints(directory)) if resume else set()
+    for path in directory.glob("checkpoint-*"):
+        if path not in complete:
+            shutil.rmtree(path, ignore_errors=True)
+    return complete_checkpoints(directory)[-1] if complete else None
+
+
+# --- the trainer ---------------------------------------------------------------------------------------------------
+
+
+def sft_config(params: SFTParams, output_dir: Path, evaluate: bool, resuming: bool) -> Any:
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(output_dir), seed=params.seed, data_seed=params.seed,
+        max_length=params.max_length, packing=params.packing, packing_strategy=params.packing_strategy,
+        padding_free=params.padding_free, train_sampling_strategy=params.train_sampling_strategy,
+        assistant_only_loss=True,  # the masks come with the examples (training/sft_data.py); TRL checks the rest
+        num_train_epochs=params.num_train_epochs, max_steps=params.max_steps,
+        per_device_train_batch_size=params.per_device_train_batch_size,
+        per_device_eval_batch_size=params.per_device_eval_batch_size,
+        gradient_accumulation_steps=params.gradient_accumulation_steps,
+        learning_rate=params.learning_rate, lr_scheduler_type=params.lr_scheduler_type,
+        warmup_steps=params.warmup_steps, weight_decay=params.weight_decay, max_grad_norm=params.max_grad_norm,
+        use_cpu=params.use_cpu, bf16=params.bf16, fp16=False, gradient_checkpointing=params.gradient_checkpointing,
+        save_strategy="steps", save_steps=params.save_steps, save_total_limit=params.save_total_limit,
+        logging_strategy="steps", logging_steps=params.logging_steps, logging_first_step=True,
+        eval_strategy="steps" if evaluate and params.eval_steps else "no", eval_steps=params.eval_steps,
+        eval_on_start=evaluate and not resuming,  # a resumed run keeps the evaluation its first start made
+        include_num_input_tokens_seen="non_padding", dataloader_num_workers=0,
+        report_to="none", disable_tqdm=True, save_only_model=False,
+    )
+
+
+def _trainer_class() -> type:
+    from trl import SFTTrainer
+
+    class GymforgeSFTTrainer(SFTTrainer):
+        """TRL's trainer whose evaluation also scores tool-call validity on held-out turns."""
+
+        eval_turns: Sequence[CallTurn] = ()
+
+        def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+            metrics = super().evaluate(*args, **kwargs)
+            if self.eval_turns:
+                figures = {f"eval_{k}": v for k, v in tool_call_validity(self.model, self.processing_class,
+                                                                         self.eval_turns).items()}
+                self.log(figures)
+                metrics.update(figures)
+            return metrics
+
+    return GymforgeSFTTrainer
+
+
+def _callbacks(progress: bool) -> list[Any]:
+    from transformers import TrainerCallback
+
+    class MarkComplete(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.is_world_process_zero:
+                (Path(args.output_dir) / f"checkpoint-{state.global_step}" / COMPLETE).touch()
+
+    class Report(TrainerCallback):
+        """Step, loss, tokens/s and ETA: a rich progress bar on a terminal, a log line per logging step."""
+
+        def __init__(self) -> None:
+            self.bar: Any = None
+            self.loss = float("nan")
+            self.start = (0.0, 0, 0)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.start = (time.perf_counter(), state.global_step, state.num_input_tokens_seen)
+            if progress and state.is_world_process_zero and sys.stderr.isatty():
+                self.bar = Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(),
+                                    TextColumn("{task.fields[stats]}"), TimeRemainingColumn(), transient=True)
+                self.bar.start()
+                self.task = self.bar.add_task("sft", total=state.max_steps, completed=state.global_step, stats="")
+
+        def tokens_per_s(self, state: Any) -> float:
+            seconds, _, tokens = self.start
+            return (state.num_input_tokens_seen - tokens) / max(time.perf_counter() - seconds, 1e-9)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+            logs = logs or {}
+            self.loss = logs.get("loss", self.loss)
+            if state.is_world_process_zero and ("loss" in logs or "eval_loss" in logs):
+                shown = {k: round(v, 4) for k, v in logs.items() if isinstance(v, float)}
+                log.info("step %d/%d %s tokens/s %.0f", state.global_step, state.max_steps, shown,
+                         self.tokens_per_s(state))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.bar is not None:
+                self.bar.update(self.task, completed=state.global_step,
+                                stats=f"loss {self.loss:.3f}  {self.tokens_per_s(state):,.0f} tokens/s")
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.bar is not None:
+                self.bar.stop()
+
+    return [MarkComplete(), Report()]
+
+
+def fit(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: list[dict], eval_turns: Sequence[CallTurn],
+        params: SFTParams, output_dir: Path, resume_from: Path | None, progress: bool = True
+        ) -> tuple[Any, list[dict[str, Any]]]:
+    """Train ``model`` with TRL (checkpoints in ``output_dir``, resuming from ``resume_from`` when given) and return
+    it with the trainer's log history; evaluates before the first step (unless resuming) and at the end when there
+    is an eval split."""
+    from datasets import Dataset
+
+    evaluate = bool(eval_rows)
+    trainer = _trainer_class()(
+        model=model, args=sft_config(params, output_dir, evaluate, resume_from is not None),
+        train_dataset=Dataset.from_list(train_rows), eval_dataset=Dataset.from_list(eval_rows) if evaluate else None,
+        processing_class=tokenizer, callbacks=_callbacks(progress),
+    )
+    trainer.eval_turns = tuple(eval_turns)
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    if evaluate:
+        trainer.evaluate()
+    return trainer.model, list(trainer.state.log_history)
+
+
+def _launch(spec: dict[str, Any], output_dir: Path, processes: int, cpu: bool) -> tuple[Any, list[dict[str, Any]]]:
+    """Run :func:`fit` in ``processes`` processes under ``accelerate launch``; process 0 writes the trained model
+    and the log history, which are read back here."""
+    from transformers import AutoModelForCausalLM
+
+    spec_path = output_dir / "launch.json"
+    spec_path.write_text(json.dumps(spec))
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes),
+               *(["--cpu"] if cpu else []), "-m", "training.sft_launch", str(spec_path)]
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"`accelerate launch` of the SFT run exited with {done.returncode}")
+    final = output_dir / "final"
+    history = json.loads((final / "log_history.json").read_text())
+    return AutoModelForCausalLM.from_pretrained(str(final), local_files_only=True), history
+
+
+# --- figures ---------------------------------------------------------------------------------------------------------
+
+_RUNTIME_STATS = ("runtime", "per_second", "total_flos", "epoch", "train_loss", "num_input_tokens_seen")
+
+
+def metrics_frame(history: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """The trainer's log history in the ``training_metric`` record (train and eval figures; run-time statistics
+    left out), the last value of a repeated (step, split, name)."""
+    rows: dict[tuple[int, str, str], float] = {}
+    for entry in history:
+        step = int(entry.get("step", 0))
+        for name, value in entry.items():
+            if name == "step" or not isinstance(value, int | float) or any(s in name for s in _RUNTIME_STATS):
+                continue
+            split, short = ("eval", name.removeprefix("eval_")) if name.startswith("eval_") else ("train", name)
+            rows[(step, split, short)] = float(value)
+    return TRAINING_METRIC.frame([{"step": s, "split": sp, "name": n, "value": v}
+                                  for (s, sp, n), v in sorted(rows.items())])
+
+
+def final_eval(metrics: pl.DataFrame) -> dict[str, float]:
+    """The last evaluation's figures (loss and tool-call validity)."""
+    evals = metrics.filter(pl.col("split") == "eval")
+    if evals.is_empty():
+        return {}
+    last = evals.filter(pl.col("step") == evals["step"].max())
+    return dict(zip(last["name"], last["value"], strict=True))
+
+
+# --- the stage -------------------------------------------------------------------------------------------------------
+
+
+@stage(name=STAGE, version="1", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
+       directory=MODEL_DIRECTORY,
+       outputs={"metrics": TRAINING_METRIC.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1),
+                REJECTED: SFT_REJECTED.contract()})
+def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_dir: Path) -> dict[str, pl.DataFrame]:
+    """Cold-start SFT of a base model on trajectory artifacts (TRL SFTTrainer, assistant turns by train flag)."""
+    tune_allocator()  # before torch allocates (inference/cpu.py)
+    base_dir, base, data = split_inputs(inputs, params)
+    model, tokenizer = load_base(base_dir)
+    examples, rejected = build_examples(read_trajectories(data), tokenizer, params.max_length)
+    train: list[tuple[Example, dict]] = []
+    held: list[tuple[Example, dict]] = []
+    for example, row in examples:
+        (held if in_eval_split(row, params.eval_fraction, params.seed) else train).append((example, row))
+    if not train:
+        raise StageError(f"sft: no trajectory left to train on ({rejected.height} set aside: "
+                         f"{dict(rejected['reason'].value_counts().iter_rows())}; {len(held)} held out)")
+    train_rows = [e.row(json.loads(r["messages"])) for e, r in train]
+    eval_rows = [e.row(json.loads(r["messages"])) for e, r in held]
+    eval_turns = call_turns([r for _, r in held], params.eval_tool_calls)
+    output_dir = Path(params.output_dir) if params.output_dir else out_dir.parent / "trainer"
+    resume_from = prepare_checkpoints(output_dir, params.resume_from_checkpoint)
+    if params.resume_from_checkpoint:
+        log.info("resuming from %s", resume_from or "nothing (no complete checkpoint): starting afresh")
+    if params.num_processes > 1:
+        spec = {"params": params.model_dump(mode="json"), "output_dir": str(output_dir),
+                "resume_from": str(resume_from) if resume_from else None, "base_dir": str(base_dir),
+                "train_rows": train_rows, "eval_rows": eval_rows,
+                "eval_turns": [dataclasses.asdict(t) for t in eval_turns]}
+        model, history = _launch(spec, output_dir, params.num_processes, params.use_cpu)
+    else:
+        model, history = fit(model, tokenizer, train_rows, eval_rows, eval_turns, params, output_dir, resume_from)
+    metrics = metrics_frame(history)
+    steps = int(metrics["step"].max()) if not metrics.is_empty() else 0
+    losses = metrics.filter((pl.col("split") == "train") & (pl.col("name") == "loss")).sort("step")["value"]
+    card = {"base": base, "data": {name: a.key for name, a in sorted(data.items())},
+            "config": params.model_dump(mode="json"), "steps": steps, "examples": len(train),
+            "eval_examples": len(held), "metrics": final_eval(metrics), "code_version": dict(code_version())}
+    save_model(model, tokenizer, out_dir, card)
+    saved = read_card(out_dir)
+    summary = {"base": base, "steps": steps, "examples": len(train),
+               "final_loss": float(losses[-1]) if len(losses) else float("nan"),
+               "parameters": saved["parameters"], "dtype": saved["dtype"]}
+    return {"metrics": metrics, "summary": TRAINING_SUMMARY.frame([summary]), REJECTED: rejected}

@@ -1,0 +1,106 @@
+"""Tool-call validity of a policy on held-out trajectories, teacher-forced: at every trained assistant turn that calls
+a tool, the policy gets the conversation so far (greedy decoding) and its first call is scored.
+
+- ``tool_call_format``: the completion holds a parsable ``<tool_call>`` (JSON object with a name);
+- ``tool_call_valid``: the right tool (the trajectory's call at that turn) with arguments valid against its offered
+  schema (required present, nothing unknown, types and enums respected);
+- ``tool_call_exact``: valid and the arguments equal the trajectory's.
+
+The same figures score the base model before SFT and the trained one after (the SFT flow logs both; bench/ measures
+them on held-out environments).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+FIGURES = ("tool_call_format", "tool_call_valid", "tool_call_exact")
+
+
+@dataclass(frozen=True)
+class CallTurn:
+    """One assistant turn to reproduce: the conversation before it, the tools offered, the call it made."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...]
+    name: str
+    arguments: Mapping[str, Any]
+
+
+def call_turns(rows: Sequence[Mapping[str, Any]], limit: int) -> list[CallTurn]:
+    """Up to ``limit`` trained tool-calling turns of ``rows`` (trajectory records), in row and turn order."""
+    turns = []
+    for row in rows:
+        messages = json.loads(row["messages"]) if isinstance(row["messages"], str) else list(row["messages"])
+        tools = json.loads(row["tools"]) if isinstance(row["tools"], str) else list(row["tools"] or [])
+        for i, (message, trained) in enumerate(zip(messages, row["train"], strict=True)):
+            calls = message.get("tool_calls") or []
+            if message["role"] != "assistant" or not trained or not calls or i == 0:
+                continue
+            fn = calls[0]["function"]
+            arguments = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
+            turns.append(CallTurn(tuple(messages[:i]), tuple(tools), fn["name"], arguments))
+            if len(turns) == limit:
+                return turns
+    return turns
+
+
+def argument_problem(arguments: Any, schema: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``arguments`` against an OpenAI function schema, or None (jsonschema, additional
+    properties refused: an unknown argument is a wrong call whether or not the schema says so)."""
+    from jsonschema import Draft202012Validator
+
+    parameters = dict(schema["function"].get("parameters") or {})
+    strict = {**parameters, "type": "object", "additionalProperties": False}
+    error = next(iter(Draft202012Validator(strict).iter_errors(arguments)), None)
+    return None if error is None else error.message
+
+
+def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
+    """The three figures of one completion (see the module docstring)."""
+    from inference.tokenizer import parse_tool_calls
+
+    calls = parse_tool_calls(text)
+    if not calls:
+        return dict.fromkeys(FIGURES, False)
+    call = calls[0]
+    schemas = {t["function"]["name"]: t for t in turn.tools}
+    valid = (call["name"] == turn.name and call["name"] in schemas
+             and argument_problem(call["arguments"], schemas[call["name"]]) is None)
+    return {"tool_call_format": True, "tool_call_valid": valid,
+            "tool_call_exact": valid and call["arguments"] == dict(turn.arguments)}
+
+
+def tool_call_validity(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
+                       max_new_tokens: int = 160) -> dict[str, float]:
+    """The mean of each figure over ``turns`` (greedy decoding, one turn at a time); empty without turns."""
+    import torch
+
+    from inference.engines import render_prompt, stop_token_ids
+
+    if not turns:
+        return {}
+    stops = sorted(stop_token_ids(tokenizer))
+    device = next(model.parameters()).device
+    limit = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+    totals = dict.fromkeys(FIGURES, 0.0)
+    was_training = model.training
+    model.eval()
+    try:
+        for turn in turns:
+            prompt = render_prompt(tokenizer, list(turn.messages), list(turn.tools))
+            budget = min(max_new_tokens, limit - len(prompt))
+            text = ""
+            if budget > 0:
+                with torch.inference_mode():
+                    out = model.generate(torch.tensor([prompt], device=device), max_new_tokens=budget,
+                                         do_sample=False, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
+                text = tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)
+            for name, ok in score_call(text, turn).items():
+                totals[name] += ok
+    finally:
+        model.train(was_training)
+    return {name: total / len(turns) for name, total in totals.items()}
