@@ -1,0 +1,149 @@
+"""Sliding-window perplexity under a reference model (LongCat-Flash-Thinking-2601 3.1.2, "General Thinking Data
+Selection"): a sample's score is the maximum, over its windows of ``window`` tokens, of the window's mean
+perplexity, so one hard passage is not diluted by an easy rest (average perplexity "masks localized hard tokens").
+
+The reference model gives the log-probability of every token of the sequence (prompt log-probabilities):
+``HFScorer`` runs a local transformers checkpoint directly (the tiny policy by default); ``OpenAIScorer`` asks any
+OpenAI-compatible server that returns prompt log-probabilities (vLLM's ``prompt_logprobs``, or ``echo`` with
+``logprobs`` on ``/v1/completions``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Scorer(Protocol):
+    def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """log p(token_i | tokens_<i) for i >= 1 of every text, tokenized by the reference model's own tokenizer
+        (the first token has no context)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def window_perplexities(logprobs: np.ndarray, window: int, stride: int) -> np.ndarray:
+    """Mean perplexity, exp(-mean logprob), of every ``window``-token window (a sequence shorter than the window
+    is one window), windows starting every ``stride`` tokens and the last one ending at the sequence's end."""
+    n = len(logprobs)
+    if n == 0:
+        return np.array([1.0])
+    if n <= window:
+        return np.array([math.exp(-float(np.mean(logprobs)))])
+    sums = np.concatenate([[0.0], np.cumsum(logprobs, dtype=np.float64)])
+    starts = np.unique(np.append(np.arange(0, n - window + 1, stride), n - window))
+    return np.exp(-(sums[starts + window] - sums[starts]) / window)
+
+
+def sliding_window_score(logprobs: np.ndarray, window: int = 512, stride: int = 256) -> float:
+    """The sample's score: the largest window mean perplexity."""
+    return float(window_perplexities(logprobs, window, stride).max())
+
+
+def mean_perplexity(logprobs: np.ndarray) -> float:
+    return math.exp(-float(np.mean(logprobs))) if len(logprobs) else 1.0
+
+
+class HFScorer:
+    """Prompt log-probabilities from a local transformers checkpoint; sequences longer than the model's positions
+    are scored in consecutive chunks of that length."""
+
+    def __init__(self, model_dir: str | Path, batch_size: int = 4) -> None:
+        from inference.cpu import tune_allocator
+
+        tune_allocator()
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        path = Path(model_dir)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path}: not a transformers checkpoint directory (no config.json)")
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
+        self.model.eval()
+        from inference.tokenizer import load
+
+        self.tokenizer = load(path)
+        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 4096))
+        self.batch_size = batch_size
+
+    def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
+        torch = self.torch
+        sequences = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        chunks = [(i, list(seq[s:s + self.max_positions])) for i, seq in enumerate(sequences)
+                  for s in range(0, max(len(seq), 1), self.max_positions)]
+        parts: list[list[np.ndarray]] = [[] for _ in sequences]
+        order = sorted(range(len(chunks)), key=lambda c: len(chunks[c][1]))  # similar lengths share a batch
+        with torch.inference_mode():
+            for b in range(0, len(order), self.batch_size):
+                batch = [chunks[c] for c in order[b:b + self.batch_size]]
+                width = max(len(ids) for _, ids in batch)
+                ids = torch.zeros((len(batch), width), dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for r, (_, seq) in enumerate(batch):
+                    ids[r, :len(seq)] = torch.tensor(seq)
+                    mask[r, :len(seq)] = 1
+                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+                logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+                for r, (owner, seq) in enumerate(batch):
+                    parts[owner].append((order[b + r], logp[r, :max(len(seq) - 1, 0)].numpy().astype(np.float64)))
+        return [np.concatenate([p for _, p in sorted(ps, key=lambda t: t[0])]) if ps else np.zeros(0)
+                for ps in parts]
+
+    def close(self) -> None:
+        self.model = None
+
+
+class OpenAIScorer:
+    """Prompt log-probabilities from an OpenAI-compatible ``/v1/completions`` endpoint (the server tokenizes)."""
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = 120.0, transport: Any = None) -> None:
+        import httpx
+
+        self.url = base_url.rstrip("/") + "/completions"
+        self.model = model
+        self.client = httpx.Client(timeout=timeout_s, transport=transport)
+
+    def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [self._one(text) for text in texts]
+
+    def _one(self, text: str) -> np.ndarray:
+        body = {"model": self.model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 0,
+                "prompt_logprobs": 0}
+        response = self.client.post(self.url, json=body)
+        if response.status_code >= 400:
+            raise RuntimeError(f"{self.url}: HTTP {response.status_code}: {response.text[:300]}")
+        choice = (response.json().get("choices") or [{}])[0]
+        if choice.get("prompt_logprobs") is not None:  # vLLM: one {token_id: {logprob}} per prompt token
+            values = [next(iter(entry.values()))["logprob"] if isinstance(entry, dict) and entry else None
+                      for entry in choice["prompt_logprobs"]]
+        elif (choice.get("logprobs") or {}).get("token_logprobs") is not None:  # echo: the prompt, then 1 token
+            values = choice["logprobs"]["token_logprobs"][:-1]
+        else:
+            raise RuntimeError(f"{self.url}: the response carries no prompt log-probabilities (serve with "
+                               "prompt_logprobs or echo + logprobs)")
+        if any(v is None for v in values[1:]):
+            raise RuntimeError(f"{self.url}: a prompt token past the first has no log-probability")
+        return np.array([float(v) for v in values[1:]], dtype=np.float64)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def load_scorer(spec: str) -> Scorer:
+    """``hf:DIR`` or ``openai:URL#MODEL``."""
+    kind, _, target = spec.partition(":")
+    if kind == "hf":
+        return HFScorer(target)
+    if kind == "openai":
+        url, _, model = target.partition("#")
+        if not model or not url.startswith(("http://", "https://")):
+            raise ValueError(f"reference {spec!r}: expected openai:http(s)://HOST:PORT/v1#MODEL")
+        return OpenAIScorer(url, model)
+    raise ValueError(f"reference {spec!r}: use 'tiny', hf:DIR or openai:URL#MODEL (an engine returning prompt "
+                     "log-probabilities)")
