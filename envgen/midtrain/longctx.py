@@ -11,6 +11,7 @@ comparison), evaluated on the world's entities, so each statement carries the va
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 Entity = Mapping[str, Any]
@@ -81,7 +82,7 @@ def keychain_answer(chain: Sequence[str], question: str, conds: Sequence[str], a
     """The assistant's answer to a KeyChain prompt: the chain followed key by key to the hidden question, then the
     question's conditions checked."""
     steps = [f"I start from key {chain[0]}."]
-    steps += [f"{a} leads to {b}." for a, b in zip(chain, chain[1:])]
+    steps += [f"{a} leads to {b}." for a, b in pairwise(chain)]
     steps.append(f'{chain[-1]} holds the hidden question: "{question}"')
     if conds:
         steps += ["I check every condition of it against the passages:", *(f"- {c}" for c in conds)]
