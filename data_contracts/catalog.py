@@ -5,6 +5,13 @@ The manifests on disk are the source of truth; :meth:`Catalog.rebuild` recreates
 DuckDB lets one process write a database file at a time and many Dask worker processes publish concurrently,
 so every operation opens a short-lived connection under an ``fcntl`` lock (exclusive to write, shared to read)
 and retries with backoff when a process outside that protocol holds the file.
+
+One writer per data root: Dask workers publish manifests only, and the flow driver (the process running the flow)
+records the rows of the artifacts it planned, before and after its run (``Catalog.reconcile``). Two drivers on one
+data root (two refreshes, a refresh during a backfill) take turns under the lock, and each writes what the disk says,
+so neither can leave a row the other contradicts. For a data root on an object store the catalog is a local file
+(``<local home>/catalog.duckdb``, see ``data_contracts.objectstore.local_home``): a cache of the manifests, rebuilt
+from them on a machine that has none.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import IO, Any
 import duckdb
 import polars as pl
 
+from data_contracts.objectstore import is_remote, local_home, normalized
 from data_contracts.store import ArtifactStore
 
 STATUSES = ("published", "quarantined")
@@ -81,9 +89,10 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
 
 class Catalog:
     def __init__(self, root: Path | str) -> None:
-        self.root = Path(root)
-        self.path = self.root / "catalog.duckdb"
-        self._lock_path = self.root / "catalog.lock"
+        self.root: Any = normalized(str(root)) if is_remote(root) else Path(root)
+        home = local_home(root)
+        self.path = home / "catalog.duckdb"
+        self._lock_path = home / "catalog.lock"
 
     # --- connections ------------------------------------------------------------------------------------------
 
@@ -91,7 +100,7 @@ class Catalog:
     def _connect(self, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
         write = write or not self.path.exists()  # the first use creates the file and its tables
         if write:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock_file(write) as lock:
             if lock is not None:
                 fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)

@@ -7,14 +7,13 @@ several Dask workers writing at once; these pages are written from the ``validat
 from __future__ import annotations
 
 import html
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from data_contracts.gate import GateReport
-from data_contracts.store import VALIDATION, ArtifactStore
+from data_contracts.store import ArtifactStore
 
 _STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
@@ -60,13 +59,14 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 
 def build_data_docs(root: Path | str, reports: Iterable[GateReport] | None = None) -> Path:
-    """Write the Data Docs site under ``root/data_docs`` and return its ``index.html``.
+    """Write the Data Docs site under ``<home>/data_docs`` (the data root's local home: the root itself unless it
+    is an object store) and return its ``index.html``.
 
     Without ``reports`` the site lists every validation kept on disk: each published and quarantined artifact,
     one row per output, linking to a page with every expectation's result. With ``reports`` it lists those only.
     """
-    root = Path(root)
-    docs = root / "data_docs"
+    store = ArtifactStore(root)
+    docs = store.home / "data_docs"
     index_rows = []
     if reports is not None:
         for i, report in enumerate(reports):
@@ -76,21 +76,19 @@ def build_data_docs(root: Path | str, reports: Iterable[GateReport] | None = Non
             index_rows.append((report.stage, report.partition, "-", "-", report.output, report.passed,
                                len(report.failures("warning")), report.rows, page))
     else:
-        store = ArtifactStore(root)
         for manifest, status in store.manifests():
             stage, key, partition = manifest["stage"], manifest["key"], manifest["partition"]
             base = store.location(stage, key, status)
-            validation = base / VALIDATION
             page = f"validations/{stage}/{key}.html"
-            if validation.is_file():
-                details = json.loads(validation.read_text(encoding="utf-8"))
+            details = store.validation(stage, key, status)
+            if details is not None:
                 title = f"{stage} [{partition}] {key} ({status})"
                 body = "".join(_report_section(o, details[o]) for o in sorted(details))
                 _write_text_atomic(docs / page, _page(title, f"<p>artifact <code>{html.escape(str(base))}</code></p>{body}"))
             for output, summary in sorted(manifest.get("contract", {}).items()):
                 index_rows.append((stage, partition, key, status, output, summary["passed"],
                                    len(summary.get("warnings", [])), summary["rows"],
-                                   page if validation.is_file() else ""))
+                                   page if details is not None else ""))
     cells = [
         (html.escape(stage), html.escape(partition), f"<code>{html.escape(key)}</code>", html.escape(status),
          html.escape(output), _verdict(passed, warnings), str(rows),

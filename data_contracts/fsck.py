@@ -7,13 +7,16 @@ or truncated is removed (its stage rebuilds it), and catalog rows are made to ma
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from data_contracts.catalog import Catalog
-from data_contracts.store import MANIFEST, ArtifactStore
+from data_contracts.store import MANIFEST, ArtifactStore, sha256_file
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,24 @@ class Problem:
     kind: str  # leftover | broken artifact | row without artifact | artifact without row | row out of date
     where: str
     detail: str
+
+
+def _expected(manifest: dict[str, Any]) -> Iterator[tuple[str, int | None, str | None]]:
+    """(file relative to the artifact's files, size, sha256) of every file the manifest lists."""
+    for output in manifest.get("outputs", {}).values():
+        yield output["file"], output.get("bytes"), output.get("sha256")
+    described = manifest.get("directory") or {"name": "", "files": {}}
+    hashes = described.get("sha256", {})
+    for file, size in described["files"].items():
+        yield f"{described['name']}/{file}", size, hashes.get(file)
+
+
+def _mismatch(file: str, size: int, sha: str, want_size: int | None, want_sha: str | None) -> str | None:
+    if want_size is not None and size != want_size:
+        return f"{file} has {size} bytes, the manifest says {want_size}"
+    if want_sha is not None and sha != want_sha:
+        return f"{file} does not match its SHA-256 in the manifest"
+    return None
 
 
 def _broken(path: Path) -> str | None:
@@ -31,23 +52,59 @@ def _broken(path: Path) -> str | None:
         return "no manifest.json"
     except (json.JSONDecodeError, UnicodeDecodeError):
         return "manifest.json is not valid JSON"
-    for output in manifest.get("outputs", {}).values():
-        file = path / output["file"]
-        if not file.is_file():
-            return f"missing {output['file']}"
-        if "bytes" in output and file.stat().st_size != output["bytes"]:
-            return f"{output['file']} has {file.stat().st_size} bytes, the manifest says {output['bytes']}"
+    for file, size, sha in _expected(manifest):
+        if not (path / file).is_file():
+            return f"missing {file}"
+        if (why := _mismatch(file, (path / file).stat().st_size, sha256_file(path / file) if sha else "", size, sha)):
+            return why
     return None
 
 
-def check(store: ArtifactStore, catalog: Catalog) -> list[Problem]:
-    problems = [Problem("leftover", str(p.relative_to(store.root)), "left by a writer that did not finish")
-                for p in store.leftovers()]
+def _broken_remote(store: Any, directory: str) -> str | None:
+    """The same for an artifact on an object store: the files of the attempt its manifest commits."""
+    try:
+        manifest = json.loads(store.fs.cat_file(f"{directory}/{MANIFEST}"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "manifest.json is not valid JSON"
+    sizes = store._sizes(f"{directory}/{manifest.get('attempt', '')}")
+    for file, size, sha in _expected(manifest):
+        remote = f"{directory}/{manifest.get('attempt', '')}/{file}"
+        if remote not in sizes:
+            return f"missing {file}"
+        digest = hashlib.sha256()
+        if sha:
+            with store.fs.open(remote, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+        if (why := _mismatch(file, sizes[remote], digest.hexdigest() if sha else "", size, sha)):
+            return why
+    return None
+
+
+def _broken_artifacts(store: ArtifactStore) -> Iterator[tuple[Any, str, str]]:
+    """(what to remove, where relative to the data root, why) for every published artifact that is not readable."""
+    if store.remote:
+        base = f"{store.base}/artifacts"  # type: ignore[attr-defined]
+        for path in sorted(store._sizes(base)):  # type: ignore[attr-defined]
+            if path.endswith(f"/{MANIFEST}") and path.count("/") - base.count("/") == 3:
+                directory = path.rsplit("/", 1)[0]
+                if (why := _broken_remote(store, directory)) is not None:
+                    yield directory, directory[len(store.base) + 1:], why  # type: ignore[attr-defined]
+        return
     for path in sorted(store.artifacts_dir.glob("*/*")):
-        if path.name.startswith(".") or not path.is_dir():
-            continue
-        if (why := _broken(path)) is not None:
-            problems.append(Problem("broken artifact", str(path.relative_to(store.root)), why))
+        if not path.name.startswith(".") and path.is_dir() and (why := _broken(path)) is not None:
+            yield path, str(path.relative_to(store.root)), why
+
+
+def _relative(store: ArtifactStore, where: Any) -> str:
+    text = str(where)
+    return text[len(str(store.root)) + 1:] if text.startswith(str(store.root)) else text
+
+
+def check(store: ArtifactStore, catalog: Catalog) -> list[Problem]:
+    problems = [Problem("leftover", _relative(store, p), "left by a writer that did not finish")
+                for p in store.leftovers()]
+    problems += [Problem("broken artifact", where, why) for _, where, why in _broken_artifacts(store)]
     on_disk = {manifest["key"]: (manifest, status) for manifest, status in store.manifests()}
     rows = {key: (status, path) for key, status, path in catalog.query(
         "SELECT key, status, path FROM artifacts").iter_rows()} if catalog.path.exists() else {}
@@ -64,10 +121,12 @@ def check(store: ArtifactStore, catalog: Catalog) -> list[Problem]:
 
 
 def repair(store: ArtifactStore, catalog: Catalog) -> None:
-    """Finish killed writers' leftovers, drop broken published directories, then rebuild the catalog from disk.
+    """Finish killed writers' leftovers, drop broken published artifacts, then rebuild the catalog from disk.
     A leftover of a writer still running is left alone."""
     store.clean_partial()
-    for path in store.artifacts_dir.glob("*/*"):
-        if not path.name.startswith(".") and path.is_dir() and _broken(path) is not None:
-            shutil.rmtree(path)
+    for target, _, _ in list(_broken_artifacts(store)):
+        if store.remote:
+            store._remove(target)  # type: ignore[attr-defined]
+        else:
+            shutil.rmtree(target)
     catalog.rebuild(store)

@@ -6,7 +6,6 @@ task, and :func:`materialize` runs a DAG serially in-process for notebooks and t
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,13 +28,14 @@ from data_contracts.stage import (
     StageError,
     get_stage,
 )
-from data_contracts.store import MANIFEST, ArtifactStore, PublishedArtifact
+from data_contracts.store import ArtifactStore, PublishedArtifact
 
 
 class ContractViolation(RuntimeError):
     """An output failed a critical expectation; the artifact is quarantined at ``quarantine_path``."""
 
-    def __init__(self, stage: str, partition: str, key: str, reports: Mapping[str, GateReport], quarantine_path: Path):
+    def __init__(self, stage: str, partition: str, key: str, reports: Mapping[str, GateReport],
+                 quarantine_path: Path | str):
         self.stage, self.partition, self.key = stage, partition, key
         self.reports = dict(reports)
         self.quarantine_path = quarantine_path
@@ -53,7 +53,7 @@ class ContractViolation(RuntimeError):
 class UpstreamMissing(RuntimeError):
     """An input artifact is not published (never run, deleted, or quarantined)."""
 
-    def __init__(self, stage: str, input_stage: str, input_key: str, quarantined: Path | None):
+    def __init__(self, stage: str, input_stage: str, input_key: str, quarantined: Path | str | None):
         self.stage, self.input_stage, self.input_key, self.quarantined = stage, input_stage, input_key, quarantined
         why = f"it is quarantined at {quarantined}" if quarantined else "it is not published"
         super().__init__(
@@ -82,7 +82,7 @@ class StageRun(BaseModel):
     def from_artifact(cls, artifact: PublishedArtifact, *, cached: bool, timings: Mapping[str, float] | None = None) -> StageRun:
         return cls(
             stage=artifact.stage, key=artifact.key, partition=artifact.manifest["partition"], cached=cached,
-            path=str(artifact.path), outputs=artifact.rows, bytes=artifact.bytes,
+            path=artifact.location, outputs=artifact.rows, bytes=artifact.bytes,
             timings=dict(timings or {}),
             contract={name: summary["passed"] for name, summary in artifact.manifest.get("contract", {}).items()},
         )
@@ -136,7 +136,7 @@ def _resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str,
 
 def execute_stage(
     store: ArtifactStore,
-    catalog: Catalog,
+    catalog: Catalog | None,
     stage: Stage,
     raw_params: Mapping[str, Any] | Params | None,
     input_keys: Mapping[str, str],
@@ -146,13 +146,17 @@ def execute_stage(
     flow_run_id: str | None = None,
 ) -> StageRun:
     """Return the published artifact of (stage, params, inputs, partition), running the stage only on a cache
-    miss (or ``force``). A critical contract failure quarantines the outputs and raises ContractViolation."""
+    miss (or ``force``). A critical contract failure quarantines the outputs and raises ContractViolation.
+
+    ``catalog`` None writes manifests only: a Dask worker leaves the catalog to the flow driver, which reconciles
+    the rows of what it planned (one DuckDB writer per data root, data_contracts/catalog.py)."""
     params = raw_params if isinstance(raw_params, stage.params) else stage.parse_params(raw_params)  # type: ignore[arg-type]
     _check_input_names(stage, input_keys)
     key = store.artifact_key(stage, params, input_keys, partition)
     # A hit stands even if an input was removed since: the key already pins which inputs made it.
     if not force and (hit := store.get(stage.name, key)) is not None:
-        catalog.record(hit.manifest, "published")  # idempotent; heals a catalog rebuilt without it
+        if catalog is not None:
+            catalog.record(hit.manifest, "published")  # idempotent; heals a catalog rebuilt without it
         return StageRun.from_artifact(hit, cached=True)
     inputs = _resolve_inputs(store, stage, input_keys)
     scratch = store.scratch(stage.name, key) if stage.directory is not None else None
@@ -166,7 +170,7 @@ def execute_stage(
 
 def _run_gate_publish(
     store: ArtifactStore,
-    catalog: Catalog,
+    catalog: Catalog | None,
     stage: Stage,
     params: Params,
     key: str,
@@ -201,15 +205,19 @@ def _run_gate_publish(
     )
     if not all(report.passed for report in reports.values()):
         quarantine = store.quarantine(manifest, frames, reports, directory=directory)
-        catalog.record(json.loads((quarantine / MANIFEST).read_text(encoding="utf-8")), "quarantined")
+        if catalog is not None and (written := store.quarantined_manifest(stage.name, key)) is not None:
+            catalog.record(written, "quarantined")
         raise ContractViolation(stage.name, partition, key, reports, quarantine)
 
     published = store.publish(manifest, frames, reports=reports, replace=force, directory=directory)
     store.remove_quarantine(stage.name, key)
-    catalog.record(published.manifest, "published")
+    if catalog is not None:
+        catalog.record(published.manifest, "published")
     publish_s = time.perf_counter() - start - run_s - gate_s
+    # a concurrent writer of the same key that committed first: its copy stands, this run published nothing
+    won = published.manifest.get("publish_id") == manifest["publish_id"]
     return StageRun.from_artifact(
-        published, cached=False, timings={"run_s": run_s, "gate_s": gate_s, "publish_s": publish_s}
+        published, cached=not won, timings={"run_s": run_s, "gate_s": gate_s, "publish_s": publish_s} if won else {}
     )
 
 

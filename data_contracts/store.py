@@ -12,6 +12,10 @@ published artifact (``--force``) swaps the new directory in with one atomic ``re
 filesystem lacks it, the old copy is first renamed to a ``.prev-`` sibling that readers fall back to and that
 :meth:`ArtifactStore.clean_partial` puts back if the writer died before the new copy was in place. At every instant
 the old or the new artifact is published.
+
+A data root given as a URL (``s3://bucket/prefix``, any fsspec URL) is an object store, where nothing can be renamed:
+``ArtifactStore(url)`` is then a :class:`data_contracts.objectstore.ObjectArtifactStore`, which commits an artifact by
+writing its manifest last. Every manifest lists each file's size and SHA-256, which readers and ``fsck`` check.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import polars as pl
 import psutil
@@ -76,26 +80,47 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+class RemoteFiles(Protocol):
+    """Where a published artifact's files live when the data root is an object store: ``fetch`` copies one file
+    into the artifact's local cache directory once, checked against the size and SHA-256 its manifest lists."""
+
+    url: str
+
+    def fetch(self, relative: str, size: int, sha256: str | None) -> Path: ...
+
+
 @dataclass(frozen=True)
 class PublishedArtifact:
-    """A published artifact: what a stage receives as an input (satisfies ``data_contracts.stage.Artifact``)."""
+    """A published artifact: what a stage receives as an input (satisfies ``data_contracts.stage.Artifact``).
+
+    ``path`` is the artifact's directory; on an object store it is a local cache directory that ``file`` and
+    ``directory`` fill on first use from ``remote``."""
 
     key: str
     stage: str
     path: Path
     manifest: dict[str, Any]
+    remote: RemoteFiles | None = None
 
     @property
     def outputs(self) -> list[str]:
         return list(self.manifest["outputs"])
 
+    @property
+    def location(self) -> str:
+        """Where the artifact is published: its directory, or its URL on an object store."""
+        return str(self.path) if self.remote is None else self.remote.url
+
     def file(self, output: str) -> Path:
         try:
-            return self.path / self.manifest["outputs"][output]["file"]
+            entry = self.manifest["outputs"][output]
         except KeyError:
             raise StageError(
                 f"artifact {self.stage}/{self.key} has no output {output!r}; it has: {', '.join(self.outputs)}"
             ) from None
+        if self.remote is not None:
+            return self.remote.fetch(entry["file"], entry["bytes"], entry.get("sha256"))
+        return self.path / entry["file"]
 
     def read(self, output: str) -> pl.DataFrame:
         return pl.read_parquet(self.file(output))
@@ -106,9 +131,14 @@ class PublishedArtifact:
     @property
     def directory(self) -> Path:
         """The directory output of a ``model`` or ``index`` artifact (a transformers checkpoint, a search index)."""
-        if not self.manifest.get("directory"):
+        described = self.manifest.get("directory")
+        if not described:
             raise StageError(f"artifact {self.stage}/{self.key} is a data artifact: it has no directory output")
-        return self.path / self.manifest["directory"]["name"]
+        if self.remote is not None:
+            hashes = described.get("sha256", {})
+            for file, size in described["files"].items():
+                self.remote.fetch(f"{described['name']}/{file}", size, hashes.get(file))
+        return self.path / described["name"]
 
     @property
     def rows(self) -> dict[str, int]:
@@ -139,6 +169,23 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> int:
     return path.stat().st_size
 
 
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def describe_directory(target: Path) -> dict[str, Any]:
+    """A directory output as the manifest lists it: its name, every file's size and SHA-256, the total."""
+    files, hashes = {}, {}
+    for file in sorted(p for p in target.rglob("*") if p.is_file()):
+        relative = file.relative_to(target).as_posix()
+        files[relative], hashes[relative] = file.stat().st_size, sha256_file(file)
+    return {"name": target.name, "files": files, "sha256": hashes, "bytes": sum(files.values())}
+
+
 def _describe(frame: pl.DataFrame) -> dict[str, Any]:
     return {"rows": frame.height, "columns": {col: str(dtype) for col, dtype in frame.schema.items()}}
 
@@ -163,14 +210,12 @@ def _complete(path: Path, manifest: Mapping[str, Any]) -> bool:
 
 def _move_directory(directory: Path, into: Path) -> dict[str, Any]:
     """Move a stage's directory output into an artifact being written (a rename: same filesystem), fsync its
-    files, and describe it for the manifest: its name, every file's size, the total."""
+    files, and describe it for the manifest."""
     target = into / directory.name
     os.rename(directory, target)
-    files = {}
     for file in sorted(p for p in target.rglob("*") if p.is_file()):
         _fsync_path(file)
-        files[file.relative_to(target).as_posix()] = file.stat().st_size
-    return {"name": directory.name, "files": files, "bytes": sum(files.values())}
+    return describe_directory(target)
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -212,12 +257,26 @@ def _checked(stage: str, key: str) -> str:
 
 
 class ArtifactStore:
-    """Artifacts under ``root/artifacts/<stage>/<key>/``; quarantined ones under ``root/_quarantine/``."""
+    """Artifacts under ``root/artifacts/<stage>/<key>/``; quarantined ones under ``root/_quarantine/``.
+
+    ``home`` is the local directory for what cannot live on an object store (the catalog, the Prefect server's
+    files, logs, Data Docs): the data root itself when it is a local path."""
+
+    remote = False
+
+    def __new__(cls, root: Path | str) -> Self:
+        if cls is ArtifactStore:
+            from data_contracts.objectstore import ObjectArtifactStore, is_remote
+
+            if is_remote(root):
+                return super().__new__(ObjectArtifactStore)
+        return super().__new__(cls)
 
     def __init__(self, root: Path | str) -> None:
-        self.root = Path(root)
-        self.artifacts_dir = self.root / "artifacts"
-        self.quarantine_dir = self.root / "_quarantine"
+        self.root: Any = Path(root)
+        self.home = self.root
+        self.artifacts_dir: Any = self.root / "artifacts"
+        self.quarantine_dir: Any = self.root / "_quarantine"
 
     # --- keys and paths -------------------------------------------------------------------------------------
 
@@ -236,14 +295,14 @@ class ArtifactStore:
             payload["local_inputs"] = {path: d.sha256 for path, d in local.items()}
         return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:20]
 
-    def path(self, stage: str, key: str) -> Path:
+    def path(self, stage: str, key: str) -> Any:
         return self.artifacts_dir / _checked(stage, key)
 
-    def quarantine_path(self, stage: str, key: str) -> Path:
+    def quarantine_path(self, stage: str, key: str) -> Any:
         return self.quarantine_dir / _checked(stage, key)
 
-    def location(self, stage: str, key: str, status: str) -> Path:
-        """The directory of an artifact with the status :meth:`manifests` gives it."""
+    def location(self, stage: str, key: str, status: str) -> Any:
+        """The directory (a URL on an object store) of an artifact with the status :meth:`manifests` gives it."""
         return self.root / self.relative_location(stage, key, status)
 
     @staticmethod
@@ -268,9 +327,17 @@ class ArtifactStore:
                 return PublishedArtifact(key=key, stage=stage, path=candidate, manifest=manifest)
         return None
 
-    def quarantined(self, stage: str, key: str) -> Path | None:
+    def quarantined(self, stage: str, key: str) -> Any:
+        """Where the quarantined copy is, or None."""
         path = self.quarantine_path(stage, key)
         return path if (path / MANIFEST).is_file() else None
+
+    def validation(self, stage: str, key: str, status: str) -> dict[str, Any] | None:
+        """The gate reports an artifact keeps (``validation.json``), or None."""
+        try:
+            return json.loads((self.location(stage, key, status) / VALIDATION).read_text(encoding="utf-8"))
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+            return None
 
     def quarantined_manifest(self, stage: str, key: str) -> dict[str, Any] | None:
         try:
@@ -323,6 +390,8 @@ class ArtifactStore:
             "timings": {name: round(value, 4) for name, value in (timings or {}).items()},
             "flow_run_id": flow_run_id,
             "contract": dict(contract or {}),
+            # tells the writer whose copy won when concurrent writers publish the same key
+            "publish_id": uuid.uuid4().hex,
         }
 
     @staticmethod
@@ -411,7 +480,8 @@ class ArtifactStore:
             entries = {}
             for name in sorted(outputs):
                 file, rows, entry = outputs[name]
-                entries[name] = {**entry, "bytes": _write_parquet(rows, tmp / file), "file": file}
+                size = _write_parquet(rows, tmp / file)
+                entries[name] = {**entry, "bytes": size, "sha256": sha256_file(tmp / file), "file": file}
             if reports is not None:
                 _write_json(tmp / VALIDATION, _validation_json(reports))
             described = None if directory is None else _move_directory(directory, tmp)
@@ -434,7 +504,8 @@ class ArtifactStore:
         output of a model or index stage (moved in) and the manifest.
 
         A concurrent publisher of the same key that loses the rename drops its copy and returns the winner's,
-        whose data files are byte-identical (stages are deterministic). ``replace`` overwrites an existing one.
+        whose data files are byte-identical (stages are deterministic; the winner's ``publish_id`` says which copy
+        stands). ``replace`` overwrites an existing one.
         """
         stage, key = manifest["stage"], manifest["key"]
         final = self.path(stage, key)
@@ -451,7 +522,7 @@ class ArtifactStore:
         frames: Mapping[str, pl.DataFrame],
         reports: Mapping[str, GateReport],
         directory: Path | None = None,
-    ) -> Path:
+    ) -> Any:
         """Keep a failed artifact out of ``artifacts/``: its validation result, per output the failing rows (with
         their row index in ``_row``) and the directory output, for inspection. A later quarantine of the same key
         replaces the earlier one."""
@@ -505,7 +576,14 @@ class ArtifactStore:
                     resolved += 1
         return resolved
 
-    def leftovers(self) -> list[Path]:
+    def leftovers(self) -> list[Any]:
         """Every ``.tmp-`` and ``.prev-`` directory on disk, whoever wrote it."""
         return sorted(p for base in (self.artifacts_dir, self.quarantine_dir)
                       for prefix in (_TMP, _PREV) for p in base.glob(f"*/{prefix}*"))
+
+    def gc(self, older_than_s: float = _STALE_AFTER_S) -> list[str]:
+        """Remove what writers left uncommitted: a leftover of a dead writer on this host, or any leftover older
+        than ``older_than_s``. Returns what was removed, relative to the data root."""
+        before = set(self.leftovers())
+        self.clean_partial(stale_after_s=older_than_s)
+        return sorted(str(Path(p).relative_to(self.root)) for p in before - set(self.leftovers()))

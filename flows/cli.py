@@ -25,7 +25,6 @@ import logging
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -59,14 +58,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "the input or the environment is wrong": a message, never a traceback."""
     import duckdb
 
+    from data_contracts.objectstore import ObjectStoreError
     from data_contracts.stage import StageError
     from flows.backfill import BackfillError
     from flows.pipeline import PipelineFailed
     from flows.prefect_server import RuntimeStartError
     from flows.runtime import DataRootError
 
-    return (StageError, PipelineFailed, BackfillError, RuntimeStartError, DataRootError, duckdb.Error,
-            FileNotFoundError)
+    return (StageError, PipelineFailed, BackfillError, RuntimeStartError, DataRootError, ObjectStoreError,
+            duckdb.Error, FileNotFoundError)
 
 
 @contextlib.contextmanager
@@ -82,7 +82,9 @@ def _clean_errors() -> Iterator[None]:
 @app.callback()
 def _global_options(
     data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", envvar="GYMFORGE_DATA", help="Data root (default ./data).")
+        str | None,
+        typer.Option("--data-dir", envvar="GYMFORGE_DATA", help="Data root: a directory (default ./data) or an "
+                     "object store URL (s3://bucket/prefix)."),
     ] = None,
     prefect_api_url: Annotated[
         str | None,
@@ -179,7 +181,7 @@ def _refresh_with_progress(
                 console.print(_summary_table(failure.summary, f"{title}: FAILED"))
                 raise
         console.print(_summary_table(summary, title))
-        console.print(f"Data Docs: {rt.root / 'data_docs' / 'index.html'}")
+        console.print(f"Data Docs: {rt.home / 'data_docs' / 'index.html'}")
         if keep_ui:
             _wait_for_ctrl_c(rt.ui_url)
         elif rt.started_server:
@@ -299,7 +301,13 @@ def _catalog() -> Any:
     from data_contracts.catalog import Catalog
     from flows.runtime import data_root
 
-    return Catalog(data_root())
+    catalog = Catalog(data_root())
+    if not catalog.path.exists() and isinstance(catalog.root, str):
+        # an object-store data root's catalog is a local cache of its manifests: build it on first use here
+        from data_contracts.store import ArtifactStore
+
+        catalog.rebuild(ArtifactStore(catalog.root))
+    return catalog
 
 
 @artifacts_app.command("ls")
@@ -378,6 +386,24 @@ def artifacts_fsck(
     if not repair:
         console.print("fix them with `gymforge artifacts fsck --repair`")
     raise typer.Exit(1)
+
+
+@artifacts_app.command("gc")
+def artifacts_gc(
+    older_than: Annotated[float, typer.Option(help="Hours: remove uncommitted writes older than this (a writer still "
+                                                   "uploading is younger).")] = 6.0,
+) -> None:
+    """Remove what writers left uncommitted: attempts no manifest commits (object stores) and temp directories
+    (local roots) older than --older-than, and leftovers of dead writers on this host."""
+    from data_contracts.store import ArtifactStore
+
+    with _clean_errors():
+        if older_than < 0:
+            raise typer.BadParameter(f"--older-than {older_than}: give a number of hours >= 0")
+        removed = ArtifactStore(_catalog().root).gc(older_than * 3600)
+    for where in removed:
+        console.print(Text(f"removed {where}"))
+    console.print(f"{len(removed)} uncommitted write(s) removed")
 
 
 @artifacts_app.command("schema")

@@ -54,7 +54,7 @@ FIGURES: dict[str, Callable[[Artifact, Path], None]] = {
 
 
 def figure_path(store: ArtifactStore, stage: str, key: str) -> Path:
-    return store.root / "figures" / f"{stage}-{key}.png"
+    return store.home / "figures" / f"{stage}-{key}.png"
 
 
 def draw_figure(store: ArtifactStore, stage: str, key: str) -> Path | None:

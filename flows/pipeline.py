@@ -161,10 +161,11 @@ def run_stage(
     its StageRun once it completes, and which makes this task wait for it)."""
     from prefect.runtime import flow_run
 
-    store, catalog = ArtifactStore(data_dir), Catalog(data_dir)
+    store = ArtifactStore(data_dir)
     try:
+        # manifests only: the flow driver writes the catalog (one DuckDB writer per data root)
         run = execute_stage(
-            store, catalog, stage_named(stage_name), json.loads(params_json), _keys(input_keys), partition,
+            store, None, stage_named(stage_name), json.loads(params_json), _keys(input_keys), partition,
             force=force, flow_run_id=flow_run.id,
         )
     except ContractViolation as exc:
@@ -295,6 +296,9 @@ def _run_dag(
         if listener is not None:
             listener(rows[stage.name])
     summary = [rows[stage.name] for stage in planned]
+    # the driver records what its workers published or quarantined (keys as published, and as planned)
+    Catalog(root).reconcile(store, sorted({(row["stage"], row["key"]) for row in summary}
+                                          | {(stage.name, stage.key) for stage in planned}))
     logger.info("Data Docs: %s", build_data_docs(root))
 
     failed = [row for row in summary if row["status"] == "failed"]

@@ -9,6 +9,11 @@ API URL, so every process of the data root shares one server, and its runs show 
 
 The UI the server serves talks to its own API (``PREFECT_UI_API_URL=/api``): by default Prefect points the UI at
 port 4200, which is not where our server listens.
+
+The server's database is SQLite in ``<data>/prefect/prefect.db`` unless ``PREFECT_API_DATABASE_CONNECTION_URL`` names
+another (``postgresql+asyncpg://user:password@host:5432/prefect``, what a team running Prefect for real uses); a
+PostgreSQL that refuses the connection is one ``RuntimeStartError`` naming it, before the server starts. For a data
+root on an object store these files live in its local home (``data_contracts.objectstore.local_home``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,7 +37,10 @@ from typing import Any
 import httpx
 import psutil
 
+from data_contracts.objectstore import local_home
+
 API_ENV = "PREFECT_API_URL"
+DATABASE_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
 SERVER_START_TIMEOUT_S = 180.0  # STACK.md measures 5-13 s healthy; a shared 2-core box can be much slower
 POLL_S = 0.5
 KEEP = "keep"
@@ -41,10 +50,10 @@ class RuntimeStartError(RuntimeError):
     """The Prefect server or the Dask cluster could not be started; the message says where the log is."""
 
 
-def prefect_env(root: Path) -> dict[str, str]:
+def prefect_env(root: Path | str) -> dict[str, str]:
     """Settings every Prefect process of this data root shares (server, flows, Dask workers, deployment runs)."""
     return {
-        "PREFECT_HOME": str(root / "prefect"),
+        "PREFECT_HOME": str(local_home(root) / "prefect"),
         # Telemetry lookups fail offline and contend for SQLite (STACK.md).
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "GYMFORGE_DATA": str(root),
@@ -77,12 +86,37 @@ def _started_at(pid: int) -> float | None:
         return None
 
 
+def _redacted(url: str) -> str:
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def check_database(url: str, timeout_s: float = 10) -> None:
+    """Connect to the PostgreSQL a server is configured with (``postgresql+asyncpg://...``); a refusal is one
+    ``RuntimeStartError`` naming the URL (password hidden). Other databases are Prefect's to open."""
+    if not url.startswith(("postgresql", "postgres")):
+        return
+    import asyncio
+
+    import asyncpg
+
+    async def probe() -> None:
+        connection = await asyncpg.connect(re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", url),
+                                           timeout=timeout_s)
+        await connection.close()
+
+    try:
+        asyncio.run(probe())
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise RuntimeStartError(f"the Prefect database {_redacted(url)} (from {DATABASE_ENV}) refuses connections: "
+                                f"{type(exc).__name__}: {exc}") from None
+
+
 class ServerHome:
     """The files of a data root's server: ``server.json``, ``server.lock`` and ``leases/``."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.home = root / "prefect"
+    def __init__(self, root: Path | str) -> None:
+        self.root = local_home(root)
+        self.home = self.root / "prefect"
         self.record = self.home / "server.json"
         self.leases = self.home / "leases"
 
@@ -134,7 +168,7 @@ class ServerLease:
     """A process's use of the data root's server: ``acquire`` starts one if none is live, ``release`` lets the
     guardian stop it once nobody else holds a lease."""
 
-    def __init__(self, root: Path, *, keep: bool = False) -> None:
+    def __init__(self, root: Path | str, *, keep: bool = False) -> None:
         self.server = ServerHome(root)
         # one file per lease, so two leases of one process (a Runtime inside another) are released separately
         self.holder = KEEP if keep else f"pid-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -148,6 +182,7 @@ class ServerLease:
                 self.api_url = info["api_url"]
                 return self.api_url
             try:
+                check_database(os.environ.get(DATABASE_ENV, ""))
                 self.api_url = _start_guardian(self.server)
             except BaseException:
                 self.release()
@@ -159,7 +194,7 @@ class ServerLease:
         self.server.lease_path(self.holder).unlink(missing_ok=True)
 
 
-def stop_server(root: Path) -> bool:
+def stop_server(root: Path | str) -> bool:
     """Stop the data root's server now (``gymforge ui --stop``), whoever holds a lease on it."""
     server = ServerHome(root)
     with server.locked():
@@ -223,7 +258,7 @@ def _guard(root: Path) -> int:
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = os.environ | prefect_env(root) | {
-        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{server.home / 'prefect.db'}",
+        DATABASE_ENV: os.environ.get(DATABASE_ENV) or f"sqlite+aiosqlite:///{server.home / 'prefect.db'}",
         "PREFECT_UI_API_URL": "/api",  # the UI talks to the server that served it, whatever host or port
         "PREFECT_SERVER_API_HOST": "127.0.0.1",
         "PREFECT_SERVER_API_PORT": str(port),

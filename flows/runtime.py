@@ -9,6 +9,10 @@ own ephemeral server on one SQLite file: 28-40 s for a tiny flow and "database i
 
 Everything a Runtime started is stopped when the ``with`` block ends, also on Ctrl-C and SIGTERM; Dask's workers
 and the server's guardian also notice a SIGKILLed parent.
+
+The data root may be an object store URL (``s3://bucket/prefix``): it is probed (write, read, delete) before anything
+starts, and the server's files, the catalog and the Dask scratch space live in its local home
+(``data_contracts.objectstore.local_home``). An attached scheduler is checked to answer before any flow runs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Self
 
+from data_contracts.objectstore import ObjectStoreError, check_root, is_remote, local_home, normalized
 from flows.prefect_server import API_ENV, RuntimeStartError, ServerLease, healthy, prefect_env, ui_url
 
 if TYPE_CHECKING:
@@ -38,9 +43,13 @@ class DataRootError(ValueError):
     """The data root is not a directory gymforge can use; the message says why."""
 
 
-def data_root(data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The data root: ``data_dir``, else ``$GYMFORGE_DATA``, else ``./data`` (absolute, created when missing)."""
-    root = Path(data_dir or os.environ.get(DATA_ENV) or "data").expanduser().resolve()
+def data_root(data_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The data root: ``data_dir``, else ``$GYMFORGE_DATA``, else ``./data`` (absolute, created when missing); a URL
+    (``s3://bucket/prefix``) stays a URL string."""
+    given = str(data_dir or os.environ.get(DATA_ENV) or "data")
+    if is_remote(given):
+        return normalized(given)
+    root = Path(given).expanduser().resolve()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -54,9 +63,16 @@ def data_root(data_dir: str | os.PathLike[str] | None = None) -> Path:
     return root
 
 
-def writable_data_root(data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The data root, checked to be writable (a run writes artifacts, the catalog and the server's files there)."""
+def writable_data_root(data_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The data root, checked to be writable (a run writes artifacts, the catalog and the server's files there);
+    an object store is probed with a small object written, read and deleted."""
     root = data_root(data_dir)
+    if isinstance(root, str):
+        try:
+            check_root(root)
+        except ObjectStoreError as exc:
+            raise DataRootError(str(exc)) from None
+        return root
     probe = root / f".write-test-{os.getpid()}"
     try:
         probe.touch()
@@ -96,6 +112,7 @@ class Runtime:
         dask: bool = True,
     ) -> None:
         self.root = writable_data_root(data_dir)
+        self.home = local_home(self.root)  # the server's files, the catalog, Dask's scratch: always local
         self.prefect_api_url = prefect_api_url or os.environ.get(API_ENV) or None
         self.dask_address = dask_address or os.environ.get(DASK_ENV) or None
         self.n_workers = n_workers
@@ -135,6 +152,8 @@ class Runtime:
 
     def _start(self) -> None:
         self._stack.enter_context(_sigterm_raises())
+        if self.dask and self.dask_address:  # before the server starts: a wrong address fails in seconds
+            _check_scheduler(self.dask_address)
         env = prefect_env(self.root)
         if self.prefect_api_url is None:
             self._lease = ServerLease(self.root)
@@ -171,7 +190,19 @@ class Runtime:
         # then kills it, which is the intended end of a worker we are closing anyway.
         logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
         # Worker processes are spawned after the environment above is set, so they inherit PREFECT_API_URL.
-        return LocalCluster(**cluster_kwargs(self.n_workers), host="127.0.0.1", local_directory=str(self.root / "dask"))
+        return LocalCluster(**cluster_kwargs(self.n_workers), host="127.0.0.1", local_directory=str(self.home / "dask"))
+
+
+def _check_scheduler(address: str, timeout_s: float = 5) -> None:
+    """A Dask handshake with the scheduler at ``address``: an unreachable one is one clear error, before any flow."""
+    from distributed import Client
+
+    try:
+        with Client(address, timeout=timeout_s, set_as_default=False):
+            pass
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise RuntimeStartError(f"no Dask scheduler answers at {address} (from --dask-address or "
+                                f"{DASK_ENV}): {exc}") from None
 
 
 def _drain_prefect_logs() -> None:
