@@ -90,7 +90,8 @@ def model_init(
 
 
 def serve(
-    model: Annotated[Path, typer.Option(help="Checkpoint directory (a transformers model + tokenizer).")],
+    model: Annotated[str, typer.Option(help="Checkpoint directory (a transformers model + tokenizer) or the key of a "
+                                            "model artifact (`gymforge artifacts ls --kind model`).")],
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     host: Annotated[
         str, typer.Option(help="Interface to bind; 0.0.0.0 exposes it beyond this machine.")
@@ -98,15 +99,20 @@ def serve(
     name: Annotated[str | None, typer.Option(help="Served model name (default: the directory name).")] = None,
     max_batch_size: Annotated[int, typer.Option(help="Most samples generated together in one batch.")] = 8,
 ) -> None:
-    """Serve a local checkpoint with an OpenAI-compatible API (/v1/models, /v1/chat/completions)."""
+    """Serve a local checkpoint or a model artifact with an OpenAI-compatible API (/v1/models,
+    /v1/chat/completions)."""
+    from inference.checkpoint import resolve_model
     from inference.server import serve as run_server
 
-    if not (model / "config.json").is_file():
-        raise typer.BadParameter(
-            f"{model} is not a checkpoint directory (no config.json)", param_hint="--model"
-        )
-    typer.echo(f"serving {model} at http://{host}:{port}/v1 as {name or model.name!r}")
-    run_server(model, host=host, port=port, max_batch_size=max_batch_size, served_model_name=name)
+    try:
+        path = resolve_model(model)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model") from None
+    if not (path / "config.json").is_file():
+        raise typer.BadParameter(f"{path} is not a checkpoint directory (no config.json)", param_hint="--model")
+    served = name or (path.name if Path(model).expanduser().is_dir() else model)  # an artifact is served by its key
+    typer.echo(f"serving {path} at http://{host}:{port}/v1 as {served!r}")
+    run_server(path, host=host, port=port, max_batch_size=max_batch_size, served_model_name=served)
 
 
 FILTER_STAGES = {"qa": "qa_filtered", "tasks": "task_filtered"}

@@ -7,6 +7,8 @@ count, dtype, steps); the directory contract loads the checkpoint, generates a f
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,37 @@ def save_model(model: Any, tokenizer: Any, out_dir: Path, card: dict[str, Any]) 
 
 def read_card(path: Path) -> dict[str, Any]:
     return json.loads((path / MODEL_CARD).read_text(encoding="utf-8"))
+
+
+_ARTIFACT_KEY = re.compile(r"^[0-9a-f]{20}$")  # data_contracts.store.ArtifactStore.artifact_key
+
+
+def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The checkpoint directory ``target`` names: the key of a published model artifact in the catalog of the
+    data root (``data_dir``, else ``$GYMFORGE_DATA``, else ``./data``), or else a local path, returned as is (its
+    loader says what is wrong with it). A ValueError names a key the catalog does not hold as a model."""
+    path = Path(target).expanduser()
+    key = str(target)
+    if path.is_dir() or not _ARTIFACT_KEY.match(key):
+        return path
+    root = Path(data_dir or os.environ.get("GYMFORGE_DATA") or "data").expanduser().resolve()
+    from data_contracts.catalog import Catalog
+    from data_contracts.store import ArtifactStore
+
+    catalog = Catalog(root)
+    found = (catalog.query("SELECT stage, kind, status FROM artifacts WHERE key = ?", [key])
+             if catalog.path.is_file() else None)
+    if found is None or found.is_empty():
+        raise ValueError(f"model {key!r}: no such directory, and no artifact with that key in the catalog of {root} "
+                         "(list model artifacts with `gymforge artifacts ls --kind model`)")
+    stage, kind, status = found.row(0)
+    if kind != "model":
+        raise ValueError(f"artifact {key} is a {kind} artifact of stage {stage!r}, not a model")
+    artifact = ArtifactStore(root).get(stage, key) if status == "published" else None
+    if artifact is None:
+        raise ValueError(f"model artifact {stage}/{key} is {status if status != 'published' else 'missing'} in {root}; "
+                         "run `gymforge artifacts fsck`")
+    return artifact.directory
 
 
 def _loads_and_generates(path: Path) -> str | None:

@@ -2,7 +2,8 @@
 
 Specs (DESIGN.md section 5):
 
-- ``hf:DIR`` — a local transformers checkpoint, generated in-process (:class:`inference.hf_engine.HFEngine`).
+- ``hf:DIR`` — a local transformers checkpoint, generated in-process (:class:`inference.hf_engine.HFEngine`);
+  ``hf:KEY`` — the same for a model artifact of the data root's catalog (``hf:`` and ``vllm:`` both take either).
 - ``openai:URL#MODEL`` — any OpenAI-compatible server: ``vllm serve`` or ``gymforge serve``
   (:class:`inference.http_engine.HTTPEngine`). ``URL`` is the API base, e.g. ``http://127.0.0.1:8000/v1``.
 - ``vllm:DIR`` — in-process vLLM (optional ``vllm`` extra, CUDA only; :class:`inference.vllm_engine.VLLMEngine`).
@@ -35,9 +36,10 @@ def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
     if not sep or not target:
         raise ValueError(f"engine spec {spec!r}: expected {SPEC_FORMS}")
     if kind == "hf":
+        from inference.checkpoint import resolve_model
         from inference.hf_engine import HFEngine
 
-        return HFEngine(target, policy_version=policy_version, **options)
+        return HFEngine(resolve_model(target), policy_version=policy_version, **options)
     if kind == "openai":
         url, hash_, model = target.partition("#")
         if not hash_ or not model or not url.startswith(("http://", "https://")):
@@ -46,9 +48,10 @@ def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
 
         return HTTPEngine(url, model, policy_version=policy_version, **options)
     if kind == "vllm":
+        from inference.checkpoint import resolve_model
         from inference.vllm_engine import VLLMEngine
 
-        return VLLMEngine(target, policy_version=policy_version, **options)
+        return VLLMEngine(resolve_model(target), policy_version=policy_version, **options)
     raise ValueError(f"engine spec {spec!r}: unknown kind {kind!r}; expected {SPEC_FORMS}")
 
 
