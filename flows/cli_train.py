@@ -1,0 +1,68 @@
+"""`gymforge train`: the training flows, run in this process on the data root's Prefect server (no Dask cluster:
+training never runs inside a Dask worker). `gymforge deploy` puts the same flows on the `gpu` work pool."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+train_app = typer.Typer(no_args_is_help=True, help="Training flows: cold-start SFT.")
+
+
+def parse_settings(settings: list[str]) -> dict[str, Any]:
+    """``--set name=value`` pairs, values read as YAML scalars (1e-3, true, 64)."""
+    import yaml
+
+    out = {}
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"{setting!r}: write name=value, e.g. learning_rate=1e-3", param_hint="--set")
+        out[name.strip()] = yaml.safe_load(value)
+    return out
+
+
+@train_app.command("sft")
+def sft(
+    data: Annotated[list[str], typer.Option(help="Trajectory artifact to train on: a key, or a stage with one "
+                                                 "published artifact (sft_set, small_envs); repeat for several.")],
+    base: Annotated[str, typer.Option(help="Base model: a model artifact key (`gymforge artifacts ls --kind model`) "
+                                           "or a local transformers directory (`gymforge model init`).")],
+    profile: Annotated[str, typer.Option(help="Profile whose `sft` section configures the run.")] = "tiny",
+    resume: Annotated[bool, typer.Option(help="Continue a killed run from its last complete checkpoint.")] = False,
+    settings: Annotated[list[str] | None, typer.Option("--set", help="Config override name=value (TRL's names, "
+                                                                     "e.g. --set max_steps=200); repeatable.")] = None,
+    partition: Annotated[str, typer.Option(help="Partition to record the run under.")] = "default",
+) -> None:
+    """Cold-start SFT (TRL SFTTrainer) of BASE on trajectory artifacts, published as a model artifact; prints the
+    held-out evaluation before and after."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from flows.runtime import Runtime
+    from flows.train import plan_sft, train_sft
+
+    overrides = parse_settings(settings or [])
+    plan_sft(data, base, profile=profile, overrides=overrides, resume=resume, partition=partition)  # fail early
+    with Runtime(dask=False) as rt:
+        Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
+        result = train_sft(data=list(data), base=base, profile=profile, overrides=overrides or None,
+                           resume=resume, partition=partition, data_dir=str(rt.root))
+    console = Console()
+    status = "cached" if result["cached"] else "published"
+    console.print(f"sft {result['key']} {status}: {result['steps']} steps on {result['examples']} examples "
+                  f"(final loss {result['final_loss']:.4f}, {result['rejected']} set aside) -> {result['model']}")
+    if result["evaluation"]:
+        table = Table(title="held-out evaluation")
+        for column in result["evaluation"][0]:
+            table.add_column(column)
+        for row in result["evaluation"]:
+            table.add_row(*(str(value) for value in row.values()))
+        console.print(table)
+    console.print(f"serve it: gymforge serve --model {result['key']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this room's commands to the main app."""
+    app.add_typer(train_app, name="train")

@@ -1,0 +1,203 @@
+"""The training flows: GPU work as Prefect flows of their own, run in-process by `gymforge train ...` or as
+deployments on the `gpu` process work pool (one run at a time; never inside a Dask worker, DESIGN.md section 4).
+
+``train_sft`` resolves its inputs from the catalog (trajectory artifacts by key or stage name, the base model as a
+model artifact key or a local directory), runs the ``sft`` stage through the store (key, cache, gate, atomic
+publish: an identical re-run is a cache hit, a killed run publishes nothing), keeps its checkpoints under
+``<data root>/checkpoints/sft/<artifact key>`` so ``resume`` continues a killed run, and leaves the loss curve (PNG)
+and the before/after evaluation table as Prefect artifacts. ``train_rl`` slots in beside it on the same pattern.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from data_contracts.catalog import Catalog
+from data_contracts.runner import StageRun, execute_stage
+from data_contracts.stage import Stage, StageError
+from data_contracts.store import ArtifactStore, PublishedArtifact
+from flows.figures import figure_markdown
+from flows.profiles import parse, stage_params
+from flows.runtime import data_root
+from training.sft import SFTParams, with_inputs
+from training.sft_data import trajectory_outputs
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What a training flow will run: the stage with its inputs, its params, the input keys and artifact key."""
+
+    stage: Stage
+    params: SFTParams
+    input_keys: dict[str, str]
+    key: str
+    checkpoints: Path
+
+
+def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArtifact:
+    """The published artifact a reference names: its key, or a stage with exactly one published artifact."""
+    rows = catalog.query("SELECT stage, key, status FROM artifacts WHERE key = ? OR (stage = ? AND status = "
+                         "'published') ORDER BY key", [ref, ref])
+    if rows.is_empty():
+        raise StageError(f"no artifact {ref!r} in {catalog.path}: give a key from `gymforge artifacts ls`")
+    if rows.height > 1:
+        raise StageError(f"stage {ref!r} has {rows.height} published artifacts ({', '.join(rows['key'])}); "
+                         "give one key")
+    stage, key, status = rows.row(0)
+    artifact = store.get(stage, key) if status == "published" else None
+    if artifact is None:
+        raise StageError(f"artifact {stage}/{key} is {'missing' if status == 'published' else status}; "
+                         "run `gymforge artifacts fsck`")
+    return artifact
+
+
+def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides: Mapping[str, Any] | None = None,
+             resume: bool = False, partition: str = "default", data_dir: str | None = None) -> TrainingRun:
+    """Resolve and check everything an SFT run needs, before any server, cluster or training step: the params
+    (profile + overrides), each data artifact (published, with a trajectory output), the base model (a model
+    artifact key, or a local transformers directory), the artifact key and the checkpoint directory."""
+    params = parse("sft", stage_params(profile, {"sft": dict(overrides or {})})["sft"])
+    if not data:
+        raise StageError("name at least one trajectory artifact to train on (--data KEY)")
+    root = data_root(data_dir)
+    store, catalog = ArtifactStore(root), Catalog(root)
+    input_keys: dict[str, str] = {}
+    for ref in data:
+        artifact = published(catalog, store, ref)
+        if not trajectory_outputs(artifact):
+            raise StageError(f"artifact {artifact.stage}/{artifact.key} holds no trajectories (its outputs: "
+                             f"{', '.join(artifact.outputs)}); train on a trajectory artifact such as sft_set or "
+                             "small_envs")
+        input_keys[artifact.stage] = artifact.key
+    base_path = Path(base).expanduser()
+    if base_path.is_dir():
+        if not (base_path / "config.json").is_file():
+            raise StageError(f"base model {base_path}: not a transformers checkpoint directory (no config.json)")
+        params = params.model_copy(update={"model_name_or_path": str(base_path.resolve())})
+    else:
+        model = published(catalog, store, base)
+        if model.manifest.get("kind") != "model":
+            raise StageError(f"base {base!r} is artifact {model.stage}/{model.key} of kind "
+                             f"{model.manifest.get('kind', 'data')}, not a model")
+        if model.stage in input_keys:
+            raise StageError(f"the base model and a data artifact both come from stage {model.stage!r}")
+        input_keys[model.stage] = model.key
+    stage = with_inputs(list(input_keys))
+    key = store.artifact_key(stage, params, input_keys, partition)
+    checkpoints = Path(root) / "checkpoints" / stage.name / key
+    params = params.model_copy(update={"output_dir": str(checkpoints), "resume_from_checkpoint": resume})
+    return TrainingRun(stage, params, input_keys, key, checkpoints)
+
+
+@task(task_run_name="sft/{partition}", cache_policy=NO_CACHE)  # the artifact store is the cache
+def train_task(run: TrainingRun, partition: str, data_dir: str) -> StageRun:
+    from prefect.runtime import flow_run
+
+    return execute_stage(ArtifactStore(data_dir), Catalog(data_dir), run.stage, run.params, run.input_keys,
+                         partition, flow_run_id=flow_run.id)
+
+
+def loss_figure(metrics: pl.DataFrame, path: Path, title: str) -> Path:
+    """Training and held-out loss against the step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    try:
+        for split, colour in (("train", "#4477aa"), ("eval", "#ee6677")):
+            curve = metrics.filter((pl.col("split") == split) & (pl.col("name") == "loss")).sort("step")
+            if not curve.is_empty():
+                ax.plot(curve["step"].to_list(), curve["value"].to_list(), marker="o" if split == "eval" else None,
+                        color=colour, label=f"{split} loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (trained assistant tokens)")
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    return path
+
+
+def evaluation_table(metrics: pl.DataFrame) -> list[dict[str, Any]]:
+    """One row per held-out figure: its value before the first step and at the end."""
+    evals = metrics.filter(pl.col("split") == "eval")
+    if evals.is_empty():
+        return []
+    first, last = evals["step"].min(), evals["step"].max()
+    before = dict(evals.filter(pl.col("step") == first).select("name", "value").iter_rows())
+    after = dict(evals.filter(pl.col("step") == last).select("name", "value").iter_rows())
+    return [{"figure": name, f"step {first}": round(before.get(name, float("nan")), 4),
+             f"step {last}": round(after[name], 4)} for name in sorted(after)]
+
+
+def report(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
+    """The flow run's Prefect artifacts (loss curve, evaluation table) and its summary."""
+    metrics = artifact.read("metrics")
+    table = evaluation_table(metrics)
+    slug = f"sft-{artifact.key}"
+    create_table_artifact(table=table or [{"figure": "no eval split", "value": ""}], key="sft-evaluation",
+                          description=f"**sft** `{artifact.key}`: held-out figures before training and at the end")
+    figure = loss_figure(metrics, root / "figures" / f"{slug}.png", f"sft {artifact.key}")
+    create_markdown_artifact(markdown=figure_markdown(figure, f"sft {artifact.key}"), key="sft-loss-curve")
+    summary = artifact.read("summary").row(0, named=True)
+    return {"key": artifact.key, "model": str(artifact.directory), "evaluation": table, **summary,
+            "rejected": artifact.rows.get("rejected", 0)}
+
+
+def _sft_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    parameters = flow_run.parameters
+    return f"train-sft {Path(str(parameters.get('profile', 'tiny'))).stem}/{parameters.get('partition', 'default')}"
+
+
+@flow(name="train-sft", flow_run_name=_sft_run_name)
+def train_sft(
+    data: list[str],
+    base: str,
+    profile: str = "tiny",
+    overrides: dict[str, Any] | None = None,
+    resume: bool = False,
+    partition: str = "default",
+    data_dir: str | None = None,
+) -> dict[str, Any]:
+    """Cold-start SFT of a base model on trajectory artifacts; publishes a model artifact.
+
+    Args:
+        data: trajectory artifacts to train on: keys, or stage names with one published artifact each.
+        base: the base model: a model artifact key, or a local transformers directory.
+        profile: tiny | default | full, or a path to a profile YAML (its `sft` section).
+        overrides: {param: value} of the sft config on top of the profile (TRL's names).
+        resume: continue from the last complete checkpoint of this exact run (same inputs and config).
+        partition: the partition to record the run under.
+        data_dir: data root; none means $GYMFORGE_DATA, else ./data.
+    """
+    logger = get_run_logger()
+    root = data_root(data_dir)
+    store = ArtifactStore(root)
+    store.clean_partial()  # a killed run's scratch space
+    run = plan_sft(data, base, profile=profile, overrides=overrides, resume=resume, partition=partition,
+                   data_dir=str(root))
+    logger.info("sft %s on %s (checkpoints in %s)", run.key, run.input_keys, run.checkpoints)
+    result = train_task(run, partition, str(root))
+    artifact = store.get(run.stage.name, result.key)
+    if artifact is None:
+        raise StageError(f"the sft artifact {result.key} disappeared from {root} right after the run")
+    if not result.cached:  # published: its checkpoints have served their purpose
+        shutil.rmtree(run.checkpoints, ignore_errors=True)
+    logger.info("sft %s %s", result.key, "cached" if result.cached else "published")
+    return {**report(artifact, Path(root)), "cached": result.cached}
