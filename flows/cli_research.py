@@ -80,6 +80,8 @@ def run(
 ) -> None:
     """Research QUERY with the harness: plan (writers, judge, critic, reviser), Researchers in parallel on Dask,
     assembly, global and local editing; every citation checked against the corpus."""
+    from pydantic import ValidationError
+
     from data_contracts.stage import StageError
     from inference.research.harness import run_id_for
     from inference.research.session import HarnessConfig
@@ -89,8 +91,9 @@ def run(
         raise typer.BadParameter("the query is empty: say what to research", param_hint="QUERY")
     try:
         config = HarnessConfig(writers=writers, critic_rounds=critic_rounds)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc).splitlines()[-1]) from None
+    except ValidationError as exc:
+        raise typer.BadParameter("; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+                                           for e in exc.errors())) from None
     run_id = run_id_for("adhoc", query, teacher, config)
     out = out or Path("research") / run_id
     if out.exists() and not out.is_dir():

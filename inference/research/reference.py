@@ -135,9 +135,10 @@ class ReferenceTeacher:
     def _focal(self, query: str) -> list[str]:
         return self.kg.find(query)[:2]
 
-    def _explore(self, query: str, extra: Sequence[str], turn: int,
-                 obs: list[tuple[str, dict[str, Any], Any]], wanted: Sequence[str]) -> Move | None:
-        """Search, open the wanted documents, read them: the first three turns of an exploring role."""
+    def _explore(self, query: str, extra: Sequence[str], turn: int, obs: list[tuple[str, dict[str, Any], Any]],
+                 wanted: Sequence[str], others: int = 0) -> Move | None:
+        """Search, open the wanted documents (and the ``others`` best other hits), read them: the first three
+        turns of an exploring role."""
         if turn == 0:
             return Move(calls=(("search", {"query": query, "k": 8}),
                                *(("search", {"query": q, "k": 5}) for q in dict.fromkeys(extra))))
@@ -145,6 +146,7 @@ class ReferenceTeacher:
             hits = _hits(obs)
             titles = {normalize(t) for t in wanted}
             docs = [h["doc_id"] for h in hits if normalize(h["title"]) in titles] or [h["doc_id"] for h in hits[:3]]
+            docs += [h["doc_id"] for h in hits if h["doc_id"] not in docs][:others]
             if docs:
                 return Move(calls=tuple(("open", {"doc_id": d}) for d in docs[:MAX_READS]))
             return None
@@ -257,17 +259,19 @@ class ReferenceTeacher:
         query = inputs.get("query", "")
         spec = _loads(inputs.get("research_spec"))
         focal = self._focal(query)
-        move = self._explore(query, self.kg.names(focal), turn, obs, self.kg.names(focal))
+        move = self._explore(query, self.kg.names(focal), turn, obs, self.kg.names(focal), others=MAX_READS - 1)
         if move is not None:
             return move
         covered = {normalize(e) for s in spec.get("sections", []) for e in s.get("required_entities", [])}
+        near_plan = set(focal) | {n for c in covered for n in self.kg.find(c)[:1]}
         leaves = [s for s in spec.get("sections", []) if s["id"] not in {x.get("parent") for x in spec["sections"]}]
         issues: list[dict[str, Any]] = []
         for read in _read(obs):
             for node in self.kg.find(read["text"]):
                 name = self.kg.name(node)
-                if normalize(name) in covered or node in focal or len(issues) >= 3 or not leaves:
-                    continue
+                if (normalize(name) in covered or node in focal or len(issues) >= 3 or not leaves
+                        or not self.kg.neighbours(node) & near_plan):
+                    continue  # covered already, or not linked to anything the plan treats
                 covered.add(normalize(name))
                 near = {normalize(n) for n in self.kg.names(self.kg.neighbours(node))} | {normalize(read["title"])}
                 target = max(reversed(leaves), key=lambda s: len(near & {normalize(e) for e in

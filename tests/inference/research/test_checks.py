@@ -1,0 +1,159 @@
+"""The harness's checks: citations against the corpus, rubric grading, the trajectory filters, the journal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from research_fixtures import index_dir, small_world
+
+from inference.engine import Completion
+from inference.research.citations import check_citations
+from inference.research.prompts import ROLES
+from inference.research.roles import RoleResult, open_index
+from inference.research.rubric import Criterion, Rubric, grade, grade_lexical, score
+from inference.research.session import Journal, JournalMismatch
+from inference.research.text import sentences
+from inference.research.trajectories import call_problems, closure_problems, identity_problems
+
+
+def docs() -> list[tuple[str, str, str]]:
+    frame = small_world()["documents"]
+    return list(zip(frame["doc_id"], frame["title"], frame["text"], strict=True))
+
+
+def test_citations_exist_support_their_sentence_and_respect_exclusions() -> None:
+    index = open_index(index_dir())
+    (a, _, text_a), (b, _, _) = docs()[40], docs()[41]
+    claim = sentences(text_a)[0].rstrip(".")
+    report = check_citations(f"{claim} [cite:{a}]. {claim} [cite:{b}]. {claim} [cite:E999999]. "
+                             f"{claim} [cite:{a}]. A sentence without a source.", index, excluded={a})
+    verdicts = [c.verdict for c in report.checks]
+    assert verdicts == ["excluded", "unsupported", "missing", "excluded"]
+    assert report.uncited == 1 and len(report.dangling) == 3
+    plain = check_citations(f"{claim} [cite:{a}].", index)
+    assert [c.verdict for c in plain.checks] == ["supported"] and plain.rate == 1.0
+
+
+def test_a_changed_number_is_not_supported() -> None:
+    index = open_index(index_dir())
+    doc_id, _, text = next(d for d in docs() if any(ch.isdigit() for ch in d[2]))
+    sent = next(s for s in sentences(text) if any(ch.isdigit() for ch in s)).rstrip(".")
+    digit = next(ch for ch in sent if ch.isdigit())
+    changed = sent.replace(digit, str((int(digit) + 1) % 10), 1)
+    report = check_citations(f"{changed} [cite:{doc_id}].", index)
+    assert report.checks[0].verdict == "unsupported"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_a_document_supports_its_own_sentences_and_not_an_unrelated_one(data: st.DataObject) -> None:
+    index = open_index(index_dir())
+    doc_id, title, text = data.draw(st.sampled_from(docs()))
+    sent = data.draw(st.sampled_from(sentences(text))).rstrip(".")
+    assert check_citations(f"{title}: {sent} [cite:{doc_id}].", index).checks[0].verdict == "supported"
+    other = data.draw(st.sampled_from([d for d in docs() if d[1] not in text and title not in d[2]]))
+    assert check_citations(f"{title}: {sent} [cite:{other[0]}].", index).checks[0].verdict == "unsupported"
+
+
+def test_a_citation_judge_decides_support_for_existing_citations() -> None:
+    index = open_index(index_dir())
+    doc_id, _, text = docs()[7]
+
+    class Judge:  # a test double: says NOT_SUPPORTED to everything
+        policy_version = 0
+
+        def generate(self, requests):
+            return [[Completion("NOT_SUPPORTED", (1,), (0.0,), "stop", 0)] for _ in requests]
+
+        def close(self):
+            pass
+
+    report = check_citations(f"{sentences(text)[0].rstrip('.')} [cite:{doc_id}].", index, judge=Judge())
+    assert report.checks[0].verdict == "unsupported"
+
+
+CRITERIA = [
+    Criterion(id="R1", title="States the founder", weight=3, category="factual", terms=["Zorvex Labs", "Mira Talven"]),
+    Criterion(id="R2", title="Covers the towns", weight=2, category="implicit", terms=["Quillport", "Brindlemoor"],
+              together=False),
+    Criterion(id="R3", title="Claims the wrong founder", weight=-3, category="negative",
+              terms=["Zorvex Labs", "Otto Brann"]),
+]
+
+
+@pytest.mark.parametrize(("report", "verdicts"), [
+    ("Zorvex Labs was founded by Mira Talven [cite:a]. It moved to Quillport. Later Brindlemoor.",
+     {"R1": "satisfied", "R2": "satisfied", "R3": "not"}),
+    ("Zorvex Labs makes robots. Nothing else. Still nothing. Filler here. More filler. Mira Talven is an engineer.",
+     {"R1": "partially", "R2": "not", "R3": "not"}),
+    ("Zorvex Labs was founded by Otto Brann. Quillport is a town.", {"R1": "partially", "R2": "partially",
+                                                                    "R3": "satisfied"}),
+])
+def test_lexical_grading(report: str, verdicts: dict[str, str]) -> None:
+    assert {c.id: grade_lexical(report, c) for c in CRITERIA} == verdicts
+    graded = grade(report, Rubric(criteria=CRITERIA))
+    expected = sum({"satisfied": 1, "partially": 0.5, "not": 0}[verdicts[c.id]] * c.weight for c in CRITERIA) / 5
+    assert graded.score == pytest.approx(expected)
+
+
+@given(st.lists(st.sampled_from(["satisfied", "partially", "not"]), min_size=3, max_size=3))
+def test_scores_lie_between_the_penalty_and_one(verdicts: list[str]) -> None:
+    value = score(dict(zip(["R1", "R2", "R3"], verdicts, strict=True)), CRITERIA)
+    assert -3 / 5 <= value <= 1.0
+
+
+def _result(messages: list[dict], role: str = "researcher", output: str = "x") -> RoleResult:
+    return RoleResult("research/S1", role, "S1", (), messages, output, "complete")
+
+
+def _conversation(calls: int) -> list[dict]:
+    head = [{"role": "system", "content": ROLES["researcher"].system}, {"role": "user", "content": "inputs"}]
+    turns = []
+    for i in range(calls):
+        turns += [{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function",
+                                                                       "function": {"name": "search",
+                                                                                    "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": f"c{i}", "content": "{}"}]
+    return [*head, *turns, {"role": "assistant", "content": "done"}]
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 5), st.data())
+def test_closure_holds_for_answered_calls_and_breaks_without_an_answer(calls: int, data: st.DataObject) -> None:
+    messages = _conversation(calls)
+    assert closure_problems(messages) == []
+    tools = [i for i, m in enumerate(messages) if m["role"] == "tool"]
+    if tools:
+        drop = data.draw(st.sampled_from(tools))
+        assert closure_problems(messages[:drop] + messages[drop + 1:])
+    assert closure_problems(messages[:-1]) if calls else closure_problems(messages[:-1] + [messages[1]])
+
+
+def test_role_identity_and_artifact_validity_filter_calls() -> None:
+    index = open_index(index_dir())
+    good = _conversation(1)
+    assert identity_problems(_result(good)) == []
+    impostor = [{"role": "system", "content": "You are a helpful assistant."}, *good[1:]]
+    assert identity_problems(_result(impostor))
+    assert identity_problems(_result(good, role="planning_judge"))  # a judge has no tools and another prompt
+    assert call_problems(_result(good, output="No sources at all."), index, ())  # a section without citation
+    doc_id, _, text = docs()[3]
+    cited = f"{sentences(text)[0].rstrip('.')} [cite:{doc_id}]."
+    assert call_problems(_result(good, output=cited), index, ()) == []
+    assert call_problems(_result(good, output=cited), index, (doc_id,))  # cites an excluded document
+
+
+def test_the_journal_drops_a_torn_line_and_refuses_another_run(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path, {"run_id": "r1"})
+    journal.append({"event": "call", "result": _result(_conversation(0)).to_json()})
+    path.write_bytes(path.read_bytes() + b'{"event": "ca')
+    again = Journal(path, {"run_id": "r1"})
+    assert [e["event"] for e in again.events] == ["run", "call"] and again.call("research/S1") is not None
+    assert path.read_bytes().endswith(b"\n") and json.loads(path.read_text().splitlines()[-1])["event"] == "call"
+    with pytest.raises(JournalMismatch, match="run_id"):
+        Journal(path, {"run_id": "r2"})

@@ -1,0 +1,86 @@
+"""Agent-based QA synthesis: every accepted question's answer satisfies its constraints and no other entity does
+(re-checked by brute force over the raw entity and relation frames), the FSM's states and transitions are
+recorded, multi-answer conflicts add attributes, retries are bounded, difficulty follows the answer accuracy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from research_fixtures import index_dir, small_world
+
+from data_contracts.gate import validate
+from data_contracts.stage import FrameArtifact
+from inference.search_agent import clauses
+from tasks.search_qa import difficulty, search_qa
+
+
+def run(**params) -> dict[str, pl.DataFrame]:
+    inputs = {"world": FrameArtifact(small_world()), "search_index": FrameArtifact({}, directory=Path(index_dir()))}
+    return search_qa.run(inputs, search_qa.parse_params(params), "p0")
+
+
+@pytest.fixture(scope="module")
+def out() -> dict[str, pl.DataFrame]:
+    return run(n=12, start_constraints=1, max_constraints=4, answer_k=3)
+
+
+def satisfies(entity: dict, constraint: dict, world: dict[str, pl.DataFrame]) -> bool:
+    """An independent reading of a constraint over the raw frames."""
+    names = dict(zip(world["entities"]["entity_id"], world["entities"]["name"], strict=True))
+    attr, value = constraint["attribute"], constraint["value"]
+    rel = world["relations"]
+    if attr == "category":
+        return entity["category"] == value
+    if attr in ("born", "released", "held"):
+        return entity[attr] is not None and str(entity[attr].year) in constraint["phrase"]
+    if attr in ("founded", "population", "employees", "budget", "attendance"):
+        return entity[attr] is not None and f"{entity[attr]:,}".replace(",", "") == value.replace(",", "")
+    out = rel.filter((pl.col("subject") == entity["entity_id"]) & (pl.col("relation") == attr))
+    inv = rel.filter((pl.col("object") == entity["entity_id"]) & (pl.col("relation") == attr))
+    return value in {names[o] for o in out["object"]} | {names[s] for s in inv["subject"]}
+
+
+def test_answers_satisfy_every_constraint_and_are_unique(out) -> None:
+    world = small_world()
+    entities = world["entities"].to_dicts()
+    assert out["items"].height >= 8
+    for item in out["items"].iter_rows(named=True):
+        constraints = json.loads(item["constraints"])
+        matching = [e["entity_id"] for e in entities if e["type"] == item["entity_type"]
+                    and all(satisfies(e, c, world) for c in constraints)]
+        assert matching == [item["entity_id"]], item["question"]
+        assert clauses(item["question"]) == [c["phrase"] for c in constraints]
+
+
+def test_the_fsm_is_recorded_and_bounded(out) -> None:
+    params = search_qa.parse_params({"start_constraints": 1, "max_constraints": 4})
+    conflicts = 0
+    for item in out["items"].iter_rows(named=True):
+        fsm = json.loads(item["fsm"])
+        assert fsm[0]["state"] == "extract" and (fsm[-1]["state"], fsm[-1]["event"]) == ("judge", "accept")
+        states = [s["state"] for s in fsm]
+        assert states.count("synthesize") == item["attempts"] <= params.max_attempts
+        assert item["n_constraints"] <= params.max_constraints
+        multi = [s for s in fsm if s["event"] == "multi_answer"]
+        conflicts += bool(multi)
+        assert len(multi) == item["attempts"] - 1  # each conflict adds an attribute and re-synthesizes
+    assert conflicts, "one attribute should leave some questions ambiguous in a world of 200 entities"
+    for row in out["rejected"].iter_rows(named=True):
+        assert json.loads(row["fsm"])[-1]["event"] == "reject" and row["reason"]
+
+
+def test_difficulty_follows_the_answer_agent_accuracy(out) -> None:
+    for item in out["items"].iter_rows(named=True):
+        assert item["answer_accuracy"] == item["answer_correct"] / item["answer_k"]
+        assert item["difficulty"] == difficulty(item["answer_accuracy"])
+    assert [difficulty(a) for a in (1.0, 0.5, 0.25, 0.0)] == ["easy", "medium", "hard", "unsolved"]
+    for name, frame in out.items():
+        assert validate("search_qa", name, frame, search_qa.outputs[name], "p0").passed
+
+
+def test_the_stage_is_deterministic(out) -> None:
+    again = run(n=12, start_constraints=1, max_constraints=4, answer_k=3)
+    assert all(out[name].equals(again[name]) for name in out)
