@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -110,6 +111,17 @@ def _call_problem(name: Any, arguments: Any, schemas: Mapping[str, Mapping[str, 
 # Batching
 
 
+class Batcher(Protocol):
+    """Sends an episode's engine requests: ``generate(episode_index, request)``; ``leave()`` when the
+    episode ends; ``engine`` is the engine behind it."""
+
+    engine: Engine
+
+    async def generate(self, episode: int, request: Request) -> list[Completion]: ...
+
+    def leave(self) -> None: ...
+
+
 class LockstepBatcher:
     """Collects one request per live episode and sends them as one engine batch, in episode order.
 
@@ -145,6 +157,62 @@ class LockstepBatcher:
             return
         for (*_, future), completions in zip(batch, results, strict=True):
             future.set_result(completions)
+
+
+class ContinuousBatcher:
+    """Sends every pending request as one engine batch as soon as the engine is free: no episode waits for another's
+    turn, so rollouts stream (asynchronous RL). ``before_batch`` runs before each engine call on the engine's
+    thread (a policy-weight refresh); ``timeout_s`` bounds one engine call."""
+
+    def __init__(self, engine: Engine, max_batch: int = 16, before_batch: Callable[[], None] | None = None,
+                 timeout_s: float | None = None) -> None:
+        self.engine = engine
+        self.max_batch = max_batch
+        self.before_batch = before_batch or (lambda: None)
+        self.timeout_s = timeout_s
+        self.busy_s = 0.0  # engine time, for the request load ratio
+        self._pending: list[tuple[Request, asyncio.Future[list[Completion]]]] = []
+        self._running = False
+
+    async def generate(self, episode: int, request: Request) -> list[Completion]:
+        future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        self._kick()
+        return await future
+
+    def leave(self) -> None:
+        return None
+
+    def _kick(self) -> None:
+        if self._running or not self._pending:
+            return
+        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+        self._running = True
+        asyncio.get_running_loop().create_task(self._run(batch))
+
+    def _call(self, requests: list[Request]) -> list[list[Completion]]:
+        self.before_batch()
+        start = time.perf_counter()
+        try:
+            return self.engine.generate(requests)
+        finally:
+            self.busy_s += time.perf_counter() - start
+
+    async def _run(self, batch: list[tuple[Request, asyncio.Future[list[Completion]]]]) -> None:
+        try:
+            call = asyncio.to_thread(self._call, [request for request, _ in batch])
+            results = await (asyncio.wait_for(call, self.timeout_s) if self.timeout_s else call)
+        except Exception as exc:  # noqa: BLE001  (re-raised in every waiting episode)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        else:
+            for (_, future), completions in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(completions)
+        finally:
+            self._running = False
+            self._kick()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -215,7 +283,7 @@ def rollout_prompts(engine: Engine, items: Sequence[PromptItem], k: int, reward_
             columns = {name: [value] * k for name, value in item.columns.items()}
             rewards = reward_fn([[assistant_message(c)] for c in completions], **columns)
             groups.append([
-                _single_turn_trajectory(item, index, completion, reward, source)
+                single_turn_rollout(item, index, completion, reward, source)
                 for index, (completion, reward) in enumerate(zip(completions, rewards, strict=True))
             ])
     return groups
@@ -258,7 +326,7 @@ def _messages(prompt: Any) -> list[Message]:
     return messages
 
 
-def _single_turn_trajectory(item: PromptItem, index: int, completion: Completion, reward: float | None,
+def single_turn_rollout(item: PromptItem, index: int, completion: Completion, reward: float | None,
                             source: str) -> Rollout:
     value = float(reward or 0.0)
     # A pass is full credit; partial-credit rewards (token F1, needle recall) do not count as solved.
@@ -323,11 +391,11 @@ async def arun_episodes(engine: Engine, episodes: Sequence[Episode], config: Age
     for start in range(0, len(episodes), config.concurrency):
         wave = episodes[start:start + config.concurrency]
         batcher = LockstepBatcher(engine, live=len(wave))
-        results += await asyncio.gather(*(_episode(batcher, i, ep, config, source) for i, ep in enumerate(wave)))
+        results += await asyncio.gather(*(play_episode(batcher, i, ep, config, source) for i, ep in enumerate(wave)))
     return results
 
 
-async def _episode(batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
+async def play_episode(batcher: Batcher, index: int, episode: Episode, config: AgentConfig,
                    source: str) -> Rollout:
     env = None
     try:
@@ -339,7 +407,7 @@ async def _episode(batcher: LockstepBatcher, index: int, episode: Episode, confi
         batcher.leave()
 
 
-async def _play(env: AsyncEnvironment, batcher: LockstepBatcher, index: int, episode: Episode, config: AgentConfig,
+async def _play(env: AsyncEnvironment, batcher: Batcher, index: int, episode: Episode, config: AgentConfig,
                 source: str) -> Rollout:
     observation = await env.areset(episode.task)
     initial = [dict(m) for m in observation.messages]
@@ -398,7 +466,7 @@ def fits_context(engine: Engine, request: Request) -> bool:
     return len(render(request)) + request.sampling.max_tokens <= limit
 
 
-async def _summarize(batcher: LockstepBatcher, index: int, context: list[Message], tools: list[dict],
+async def _summarize(batcher: Batcher, index: int, context: list[Message], tools: list[dict],
                      segment: Segment, config: AgentConfig, seed: int) -> str:
     """The summary for the next segment; an engine-written one is recorded as a summary turn of this segment."""
     request = ctx.summary_request(context, tools, config.sampling.params(seed=seed), config.context)

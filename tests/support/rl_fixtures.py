@@ -1,0 +1,71 @@
+"""Test doubles for the RL tests: prompt tasks with known answers and an engine that follows published policy
+versions, answers each prompt right with a known probability and can be slowed down per call. Never a default a
+user gets."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from inference.engine import Completion, Request
+from inference.testing import BernoulliTestEngine, last_user_content
+from training.rl.scheduling import RLTask
+
+
+def prompt_task(index: int, source: str = "qa", reward_fn: str = "two_way") -> RLTask:
+    question = f"Question {index}: which city?"
+    payload = {"prompt": json.dumps([{"role": "user", "content": question}]), "answer": f"city{index}",
+               "aliases": [], "reward_fn": reward_fn}
+    return RLTask(f"q{index}", "prompt", source, payload)
+
+
+def prompt_tasks(n: int, source: str = "qa") -> list[RLTask]:
+    return [prompt_task(i, source) for i in range(n)]
+
+
+@dataclass
+class VersionedTestEngine:
+    """Answers ``Question i`` right with probability ``p[i]`` (seeded by the request), takes ``latency(rng)``
+    seconds per engine call (a long tail when asked), follows
+    ``update_weights`` versions (ignoring the weights), and hangs on call number ``hang_on_call`` when set."""
+
+    p: Sequence[float]
+    latency_median_s: float = 0.0
+    latency_sigma: float = 0.0  # lognormal sigma; 0: a constant latency
+    hang_on_call: int | None = None  # this call waits ``hang_s`` or until ``release`` is set (a straggler)
+    hang_s: float = 0.0
+    release: threading.Event = field(default_factory=threading.Event)
+    seed: int = 0
+    policy_version: int = 0
+    calls: int = 0
+    versions_seen: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        items = {f"Question {i}: which city?": (p, f"city{i}") for i, p in enumerate(self.p)}
+        self._answers = BernoulliTestEngine(items, exact=False, key=last_user_content)
+
+    def update_weights(self, state_dict: dict[str, Any], policy_version: int) -> None:
+        self.policy_version = policy_version
+
+    def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:
+        self.calls += 1
+        if self.calls == self.hang_on_call:
+            self.release.wait(self.hang_s)
+        if self.latency_median_s:
+            time.sleep(self.latency_median_s * self._rng.lognormvariate(0.0, self.latency_sigma))
+        self.versions_seen.append(self.policy_version)
+        out = self._answers.generate(requests)
+        return [[_with_version(c, self.policy_version) for c in cs] for cs in out]
+
+    def close(self) -> None:
+        pass
+
+
+def _with_version(completion: Completion, version: int) -> Completion:
+    return replace(completion, policy_version=version)

@@ -1,0 +1,101 @@
+"""Streaming rollouts: the admission bound holds at every instant, the consumption check drops what outlived it,
+failures are dropped with a counted reason, and a controller whose engine hangs is restarted with its samples
+handed out again. Controllers run as threads over a test-double engine here; the flow test runs processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import polars as pl
+import pytest
+from inference_support import tiny_checkpoint
+from rl_fixtures import VersionedTestEngine, prompt_task, prompt_tasks
+
+from envgen import rewards
+from training.rl.config import RLConfig
+from training.rl.rollout import ThreadLauncher
+from training.rl.trainer import RLRun
+
+
+def run(tmp_path, engine, tasks=None, **config) -> tuple[RLRun, object]:
+    settings = {"steps": 4, "batch_size": 4, "num_generations": 2, "controllers": 2, "concurrency": 2,
+                "checkpoint_every": 4, "max_staleness": 1, "beta": 0.0, **config}
+    rl = RLRun(tiny_checkpoint(), tasks or prompt_tasks(6), RLConfig(**settings), tmp_path / "run", engine=engine,
+               launcher=ThreadLauncher())
+    return rl, rl.run()
+
+
+def test_the_admission_bound_holds_at_every_instant_and_no_trained_sample_exceeds_the_staleness_bound(tmp_path):
+    # A long tail: lognormal latency, and a straggler: one engine call that lasts until the trainer has moved three
+    # versions on, while the other controller streams on.
+    engine = VersionedTestEngine(p=[0.5] * 6, latency_median_s=0.01, latency_sigma=1.5, hang_on_call=4, hang_s=60)
+
+    def on_step(row: dict) -> None:
+        if row["version"] == 3:
+            engine.release.set()
+
+    config = RLConfig(steps=6, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=6,
+                      max_staleness=1, beta=0.0)
+    rl = RLRun(tiny_checkpoint(), prompt_tasks(6), config, tmp_path / "run", engine=engine,
+               launcher=ThreadLauncher(), on_step=on_step)
+    manager, seen, stop = rl.manager, [], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with manager.lock:
+                limit = (rl.config.max_staleness + manager.version + 1) * rl.config.batch_size
+                seen.append((manager.accepted - manager.released + manager.running, limit))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = rl.run()
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen and all(load <= limit for load, limit in seen)
+    trained = result.samples.filter(result.samples["trained"])
+    assert trained.height > 0 and trained["staleness"].max() <= 1
+    stale = result.samples.filter(result.samples["drop_reason"] == "stale")
+    # The consumption check caught what admission let in: each dropped group held a sample past the bound.
+    assert stale.height > 0 and stale.group_by("group_id").agg(pl.col("staleness").max())["staleness"].min() > 1
+    assert result.steps["version"].to_list() == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_reward_that_raises_drops_its_sample_with_a_counted_reason(tmp_path, monkeypatch):
+    def broken(completions, **columns):
+        raise ValueError("the reward broke")
+
+    monkeypatch.setitem(rewards.REWARDS, "broken", broken)
+    tasks = [*prompt_tasks(4), prompt_task(4, reward_fn="broken")]
+    _, result = run(tmp_path, VersionedTestEngine(p=[0.5] * 5), tasks=tasks)
+    assert result.events.get("reward raised ValueError", 0) > 0
+    dropped = result.samples.filter(result.samples["task_id"] == "q4")
+    assert dropped.height > 0 and not dropped["trained"].any()
+    assert set(dropped["drop_reason"]) <= {"reward raised ValueError", "group: reward raised ValueError"}
+
+
+def test_equal_reward_groups_are_reported_not_trained(tmp_path):
+    _, result = run(tmp_path, VersionedTestEngine(p=[1.0, 0.0, 0.5]), tasks=prompt_tasks(3),
+                    scheduling={"hard_mining": False})
+    equal = result.samples.filter(result.samples["task_id"].is_in(["q0", "q1"]))
+    assert equal.height > 0 and not equal["trained"].any()
+    assert set(equal["drop_reason"]) == {"equal rewards: no gradient"}
+    reported = result.samples.filter(result.samples["drop_reason"] == "equal rewards: no gradient")
+    assert result.steps["zero_variance_groups"].sum() == reported.height / 2
+
+
+def test_a_hung_engine_restarts_its_controller_and_its_samples_are_handed_out_again(tmp_path):
+    # Every call takes 0.15 s, so the run outlasts the 0.5 s timeout the hung call runs into.
+    engine = VersionedTestEngine(p=[0.5] * 6, latency_median_s=0.15, hang_on_call=3, hang_s=5.0)
+    rl, result = run(tmp_path, engine, request_timeout_s=0.5, steps=6, checkpoint_every=6)
+    assert result.events["controller restarted"] >= 1 and result.events["requeued"] >= 1
+    assert "outlasted" in rl.manager.last_failure
+    assert result.steps.height == 6  # the run went on
+
+
+def test_controllers_that_keep_dying_stop_the_run_with_the_last_failure(tmp_path):
+    with pytest.raises(Exception, match="restarted .* times .*max_restarts=1"):
+        run(tmp_path, "hf:/no/such/model", max_restarts=1)

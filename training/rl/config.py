@@ -1,0 +1,109 @@
+"""The configuration of an RL run: one pydantic model, every field documented, names as TRL names them where TRL has
+the same knob (``loss_type``, ``importance_sampling_level``, ``epsilon``, ``epsilon_high``, ``beta``,
+``num_generations``, ``learning_rate``), and errors that say what to set.
+
+Defaults follow the reports: GSPO at the sequence level with β = 0.001 (LongCat-Flash-Thinking-2601, "RL Training
+Strategy"), temperature 0.6 for tool use and 1.0 otherwise with top-p 0.95, G samples per prompt (LoongRL uses 8).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from data_contracts.stage import Params
+from training.rl.losses import ImportanceSamplingLevel, LossType, Scale
+
+
+class SamplingSettings(Params):
+    temperature: float = Field(1.0, gt=0.0, description="sampling temperature of prompt sources (QA, KeyChain, math)")
+    tool_temperature: float = Field(0.6, gt=0.0, description="sampling temperature in tool environments")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="nucleus mass")
+    max_tokens: int = Field(64, gt=0, description="output tokens per engine call (per turn in environments)")
+    max_turns: int = Field(6, gt=0, description="agent turns per environment episode")
+
+
+class SchedulingSettings(Params):
+    """LongCat-Flash-Thinking-2601 section 3.3: oversampling, budget allocation, curricula, self-verification."""
+
+    oversampling: bool = Field(True, description="duplicate each task into groups by an oversampling coefficient "
+                                                 "from its historical pass rate (hard tasks get more groups)")
+    max_copies: int = Field(3, ge=1, le=16, description="most groups one task is duplicated into")
+    domain_ratios: dict[str, float] = Field(default_factory=dict, description="rollout quota per domain (or source) "
+                                            "relative to 1.0: slow or rare domains get more so they keep up")
+    budget_allocation: bool = Field(False, description="allocate each step's rollout budget by the dynamic value of "
+                                                       "each task (heap-based greedy) instead of uniformly")
+    hard_mining: bool = Field(True, description="drop tasks solved in all samples of their last group "
+                                                "(LoongRL Stage II)")
+    curriculum: bool = Field(True, description="order tasks by difficulty x capability, easy and basic first")
+    self_verification_window: int = Field(0, ge=0, description="steps of reward plateau that start the "
+                                          "self-verification phase (0: never)")
+    self_verification_share: float = Field(0.25, ge=0.0, le=1.0, description="share of the admitted groups that "
+                                           "are self-verification prompts while the phase is on")
+    noise_curriculum: bool = Field(False, description="admit noisy twins at the level the noise curriculum "
+                                                      "controller reaches from the measured robustness gap")
+
+
+class RLConfig(Params):
+    # -- the objective (training/rl/losses.py)
+    loss_type: LossType = Field("grpo", description="aggregation of the per-token loss, as TRL names it")
+    importance_sampling_level: ImportanceSamplingLevel = Field(
+        "sequence", description="token (GRPO) or sequence (GSPO, the report's objective) importance ratio")
+    epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="lower clip of the ratio: 1 - epsilon")
+    epsilon_high: float = Field(0.28, gt=0.0, description="upper clip of the ratio: 1 + epsilon_high")
+    beta: float = Field(0.001, ge=0.0, description="k3 KL weight to the starting policy (0 skips the reference)")
+    scale_rewards: Scale = Field("group", description="advantage normalization, as TRL's scale_rewards")
+    old_policy: Literal["behaviour", "proximal"] = Field(
+        "behaviour", description="what the ratio is taken against: the engine's sampling log-probabilities "
+        "(the report's objective: the clip bounds how far a stale sample moves the policy), or the trainer's current "
+        "policy with a truncated behaviour weight for how the sample was drawn (AReaL's decoupled PPO)")
+    behaviour_cap: float = Field(2.0, ge=1.0, description="truncation of the behaviour weight (old_policy=proximal)")
+    # -- batches and groups
+    num_generations: int = Field(4, ge=2, description="G: samples per prompt; advantages are taken within a group")
+    batch_size: int = Field(16, ge=2, description="samples per optimizer step, a multiple of num_generations")
+    # -- asynchrony
+    mode: Literal["async", "sync"] = Field("async", description="streaming rollouts with bounded staleness, or "
+                                                                "the synchronous baseline with a barrier per step")
+    max_staleness: int = Field(2, ge=0, description="a sample is trained on at most this many versions after the "
+                                                    "one that sampled its oldest token (checked at admission and "
+                                                    "at consumption)")
+    controllers: int = Field(2, ge=1, description="rollout controller processes, each with its own engine")
+    concurrency: int = Field(8, ge=1, description="samples in flight per controller")
+    request_timeout_s: float = Field(120.0, gt=0.0, description="an engine call slower than this restarts the "
+                                                                "engine; its samples are re-queued")
+    max_restarts: int = Field(10, ge=0, description="controller restarts after which the run stops with the last "
+                                                    "failure, instead of restarting forever")
+    # -- optimization
+    steps: int = Field(20, ge=1, description="optimizer steps")
+    learning_rate: float = Field(5e-5, gt=0.0, description="AdamW learning rate (STACK.md: 3e-4 collapsed the tiny "
+                                                           "model within 10 steps, 5e-5 was stable)")
+    warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up, constant after")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping")
+    micro_batch_size: int = Field(8, ge=1, description="samples per forward/backward; gradients accumulate over "
+                                                       "micro-batches with the whole batch's normalisation")
+    checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints")
+    seed: int = Field(0, description="seeds sampling, task order and initialisation")
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="sampling of every source")
+    scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings, description="task scheduling")
+
+    @property
+    def batch_groups(self) -> int:
+        """Groups per optimizer step."""
+        return self.batch_size // self.num_generations
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RLConfig:
+        if self.batch_size % self.num_generations:
+            raise ValueError(f"batch_size={self.batch_size} is not divisible by num_generations="
+                             f"{self.num_generations}: a step trains whole groups, so set batch_size to a multiple of "
+                             f"{self.num_generations} (e.g. {self.num_generations * max(1, self.batch_size // self.num_generations)})")
+        if self.mode == "sync" and self.max_staleness:
+            raise ValueError("mode='sync' trains every batch on the version that sampled it: set max_staleness=0")
+        if self.epsilon_high < self.epsilon:
+            raise ValueError(f"epsilon_high={self.epsilon_high} is below epsilon={self.epsilon}; DAPO's clip-higher "
+                             "keeps epsilon_high >= epsilon")
+        if self.checkpoint_every > self.steps:
+            raise ValueError(f"checkpoint_every={self.checkpoint_every} exceeds steps={self.steps}: set it to at most "
+                             "the number of steps")
+        return self

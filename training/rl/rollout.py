@@ -1,0 +1,460 @@
+"""Streaming rollouts: the RolloutManager and its RolloutControllers (LongCat-Flash-Thinking-2601, "The DORA
+Asynchronous RL Framework").
+
+The manager is light: it holds the global metadata (what is admitted, running, finished; the trainer's version),
+admits new groups while the admission bound allows, hands samples to controllers and collects what they finish
+into the SampleQueue. A controller owns a virtual rollout group: its engine (any Engine spec: ``hf:DIR`` in-process,
+``openai:URL#MODEL`` for vLLM servers at scale) and the environments of the samples it runs; scale-out is adding
+controllers. Every sample is dispatched on its own: generation, environment execution and reward, and a finished
+sample goes straight to the queue. There is no batch barrier; the synchronous baseline is the same machinery with
+``max_staleness = 0``, which admits exactly one batch per trainer version.
+
+A controller is a local process by default (a thread in tests). One that dies, or whose engine call outlasts the
+timeout, is restarted, and its samples in flight are handed out again (counted as ``requeued``), so a dead engine
+never deadlocks the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import queue as queue_module
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Protocol
+
+from data_contracts.stage import seed_for
+from inference.agent import (
+    AgentConfig,
+    ContinuousBatcher,
+    Episode,
+    PromptItem,
+    play_episode,
+    single_turn_rollout,
+)
+from inference.engine import Engine, Request, SamplingParams
+from inference.engines import assistant_message, load_engine
+from training.rl.config import RLConfig
+from training.rl.queue import Sample, SampleQueue
+from training.rl.scheduling import GroupSpec, RLTask, Scheduler
+from training.rl.weights import FileWeightSync
+
+EnvFactory = Callable[[Mapping[str, Any]], Any]
+"""Builds an environment from an environment record (default: the runtime with the task's noise applied)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """One sample to produce; ``task`` travels with the first sample of a task a controller has not seen."""
+
+    sample_id: str
+    group_id: str
+    task_id: str
+    index: int
+    seed: int
+    weight: float = 1.0
+    task: RLTask | None = None
+
+
+def default_env(record: Mapping[str, Any]) -> Any:
+    from envgen.noise.environment import NoisyEnvironment
+
+    return NoisyEnvironment(dict(record))
+
+
+async def run_sample(work: Work, task: RLTask, batcher: ContinuousBatcher, config: RLConfig,
+                     make_env: EnvFactory = default_env) -> Sample:
+    """Roll ``task`` out once: a prompt sample scored by its reward, or an agent episode in a fresh environment.
+    A reward that raises drops the sample with the reason; it never stops the run."""
+    if task.kind == "env":
+        agent = AgentConfig(sampling={"temperature": config.sampling.tool_temperature, "top_p": config.sampling.top_p,
+                                      "max_tokens": config.sampling.max_tokens},
+                            max_turns=config.sampling.max_turns, seed=work.seed)
+        episode = Episode(id=work.sample_id, group_id=work.group_id, task=dict(task.payload["task"]),
+                          make_env=partial(make_env, task.payload["env"]), env_id=task.payload["env"]["env_id"],
+                          task_id=task.task_id, sample_index=work.index)
+        rollout = await play_episode(batcher, work.index, episode, agent, task.source)
+        return Sample(work.sample_id, work.group_id, task.task_id, task.source, rollout, rollout.reward,
+                      weight=work.weight)
+    from envgen.rewards import get_reward
+
+    messages = json.loads(task.payload["prompt"]) if isinstance(task.payload["prompt"], str) else task.payload["prompt"]
+    sampling = SamplingParams(config.sampling.temperature, config.sampling.top_p, config.sampling.max_tokens,
+                              seed=work.seed)
+    [completion] = await batcher.generate(work.index, Request(list(messages), sampling=sampling))
+    item = PromptItem(task.task_id, messages, {"answer": task.payload["answer"],
+                                               "aliases": list(task.payload.get("aliases") or [])})
+    try:
+        [reward] = get_reward(task.payload["reward_fn"])([[assistant_message(completion)]], answer=[item.columns["answer"]],
+                                                         aliases=[item.columns["aliases"]])
+    except Exception as exc:  # noqa: BLE001 - a broken reward drops its sample, counted by reason
+        return Sample(work.sample_id, work.group_id, task.task_id, task.source, None, 0.0,
+                      drop_reason=f"reward raised {type(exc).__name__}")
+    rollout = single_turn_rollout(item, work.index, completion, reward, task.source)
+    rollout = replace(rollout, id=work.sample_id, group_id=work.group_id)
+    return Sample(work.sample_id, work.group_id, task.task_id, task.source, rollout, float(reward or 0.0),
+                  weight=work.weight)
+
+
+# --- controllers -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControllerSpec:
+    """What a controller needs to start: its engine (a spec string, or an Engine object for in-process controllers)
+    and where new weights appear."""
+
+    engine: str | Engine
+    weights_dir: str
+    config: RLConfig
+    make_env: EnvFactory = default_env
+
+
+def controller_main(uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> None:
+    """A controller's life: load the engine, then run the samples it is handed, ``config.concurrency`` at a time,
+    reloading the newest published weights between engine calls. Messages out: ``("done", uid, sample)``,
+    ``("busy", uid, engine seconds)``, and ``("fatal", uid, reason)`` before it leaves on a failure (an engine that
+    cannot load, an engine call past the timeout)."""
+    from inference.cpu import tune_allocator
+
+    tune_allocator()
+    try:
+        engine = load_engine(spec.engine) if isinstance(spec.engine, str) else spec.engine
+        asyncio.run(_serve(uid, spec, engine, inbox, outbox))
+    except _EngineTimeout:
+        if threading.current_thread() is threading.main_thread():
+            os._exit(3)  # a hung engine call keeps its thread: leave without waiting for it
+    except Exception as exc:  # noqa: BLE001 - reported to the manager, which starts another controller
+        outbox.put(("fatal", uid, f"{type(exc).__name__}: {exc}"))
+
+
+class _EngineTimeout(Exception):
+    pass
+
+
+async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, outbox: Any) -> None:
+    weights = FileWeightSync(spec.weights_dir)
+    version = {"loaded": getattr(engine, "policy_version", 0)}
+
+    def refresh() -> None:  # on the engine's thread, between engine calls
+        latest = weights.latest()
+        if latest is not None and latest > version["loaded"] and hasattr(engine, "update_weights"):
+            engine.update_weights(weights.load(latest), latest)
+            version["loaded"] = latest
+
+    batcher = ContinuousBatcher(engine, max_batch=spec.config.concurrency, before_batch=refresh,
+                                timeout_s=spec.config.request_timeout_s)
+    loop = asyncio.get_running_loop()
+    running: set[asyncio.Task[None]] = set()
+    tasks: dict[str, RLTask] = {}
+    fatal = asyncio.Event()
+
+    async def one(work: Work) -> None:
+        try:
+            sample = await run_sample(work, tasks[work.task_id], batcher, spec.config, spec.make_env)
+        except TimeoutError:  # reported now, so the manager replaces us without waiting for the hung call
+            outbox.put(("fatal", uid, f"an engine call outlasted request_timeout_s={spec.config.request_timeout_s:g}"))
+            fatal.set()
+            return
+        except Exception as exc:  # noqa: BLE001 - reported, the sample dropped with the reason
+            sample = Sample(work.sample_id, work.group_id, work.task_id, tasks[work.task_id].source, None, 0.0,
+                            drop_reason=f"rollout raised {type(exc).__name__}: {exc}"[:200])
+        outbox.put(("done", uid, sample))
+        outbox.put(("busy", uid, batcher.busy_s))
+
+    while not fatal.is_set():
+        work = await loop.run_in_executor(None, _get, inbox)
+        if work is None:
+            continue
+        if work == "stop":
+            break
+        if work.task is not None:
+            tasks[work.task_id] = work.task
+        task = loop.create_task(one(work))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    if fatal.is_set():
+        raise _EngineTimeout
+    await asyncio.gather(*running, return_exceptions=True)
+
+
+def _get(inbox: Any) -> Any:
+    try:
+        return inbox.get(timeout=0.2)
+    except (queue_module.Empty, TimeoutError):  # a local queue, or a Dask queue
+        return None
+
+
+# --- where controllers run -----------------------------------------------------------------------------------------
+
+
+class Handle(Protocol):
+    def is_alive(self) -> bool: ...
+
+    def kill(self) -> None: ...
+
+
+class Launcher(Protocol):
+    """Starts controllers and makes the queues they share with the manager."""
+
+    def queue(self) -> Any: ...
+
+    def start(self, uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> Handle: ...
+
+
+class ProcessLauncher:
+    """Local processes (the default): one engine per process, so a crashed engine takes only its controller."""
+
+    def __init__(self) -> None:
+        self._context = mp.get_context("spawn")
+
+    def queue(self) -> Any:
+        return self._context.Queue()
+
+    def start(self, uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> Handle:
+        process = self._context.Process(target=controller_main, args=(uid, spec, inbox, outbox),
+                                        name=f"rollout-controller-{uid}", daemon=True)
+        process.start()
+        return process
+
+
+class ThreadLauncher:
+    """Threads of this process: for engines that are objects (test doubles) and single-process runs."""
+
+    def queue(self) -> Any:
+        return queue_module.Queue()
+
+    def start(self, uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> Handle:
+        thread = _Thread(target=controller_main, args=(uid, spec, inbox, outbox), name=f"rollout-controller-{uid}",
+                         daemon=True)
+        thread.start()
+        return thread
+
+
+class _Thread(threading.Thread):
+    def kill(self) -> None:  # a thread cannot be killed; it was told to stop and leaves at its next message
+        return None
+
+
+class DaskLauncher:
+    """Long-running tasks on a Dask cluster (``--dask-address``), talking through Dask queues; at scale their
+    engines are ``openai:`` endpoints of vLLM servers."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def queue(self) -> Any:
+        from distributed import Queue
+
+        return Queue(client=self.client)
+
+    def start(self, uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> Handle:
+        future = self.client.submit(controller_main, uid, spec, inbox, outbox, pure=False,
+                                    key=f"rollout-controller-{uid}-{time.time_ns()}")
+        return _DaskHandle(future)
+
+
+@dataclass
+class _DaskHandle:
+    future: Any
+
+    def is_alive(self) -> bool:
+        return not self.future.done()
+
+    def kill(self) -> None:
+        self.future.cancel()
+
+
+@dataclass
+class _Controller:
+    uid: int
+    inbox: Any
+    handle: Handle
+    in_flight: dict[str, Work] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)  # task ids this controller has been sent
+    busy_s: float = 0.0
+
+
+# --- the manager ---------------------------------------------------------------------------------------------------
+
+
+class RolloutManager:
+    """Admission, dispatch and collection, on its own thread. The trainer sets ``version`` after publishing each new
+    policy version and calls ``release`` for every accepted sample the queue drops at consumption."""
+
+    def __init__(self, config: RLConfig, scheduler: Scheduler, queue: SampleQueue, spec: ControllerSpec,
+                 launcher: Launcher | None = None,
+                 on_group: Callable[[RLTask, Sequence[Sample]], None] | None = None) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.queue = queue
+        self.spec = spec
+        self.launcher = launcher or ProcessLauncher()
+        self.on_group = on_group or (lambda task, samples: None)
+        self.version = 0  # written by the trainer only
+        self.step = 0
+        self.accepted = 0  # finished, unfailed samples (written by the manager only)
+        self.released = 0  # accepted samples dropped at consumption (written by the trainer only)
+        self.events: Counter[str] = Counter()
+        self.restarts = 0
+        self.last_failure = ""
+        self.lock = threading.Lock()  # held by the manager's loop; the trainer takes it to checkpoint
+        self._tasks: dict[str, RLTask] = {}
+        self._pending: list[Work] = []
+        self._next: list[GroupSpec] = []
+        self._groups: dict[str, list[Sample]] = {}
+        self._group_tasks: dict[str, RLTask] = {}
+        self._outbox: Any = None
+        self._controllers: list[_Controller] = []
+        self._spawned = 0
+        self._busy_before = 0.0  # engine seconds of controllers since restarted
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rollout-manager", daemon=True)
+        self.started = time.monotonic()
+
+    # -- the admission bound --------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        return len(self._pending) + sum(len(c.in_flight) for c in self._controllers)
+
+    def capacity(self) -> int:
+        """Samples that may still be admitted: accepted + running <= (max_staleness + version + 1) x batch_size
+        (AReaL's bound, from the trainer's current version; samples dropped at consumption leave ``accepted``)."""
+        limit = (self.config.max_staleness + self.version + 1) * self.config.batch_size
+        return limit - (self.accepted - self.released + self.running)
+
+    def admit(self) -> int:
+        """Admit whole groups while the bound allows; returns how many samples were admitted. A task's oversampled
+        copies wait their turn when the bound stops short of them."""
+        admitted = 0
+        while self.capacity() >= self.config.num_generations:
+            if not self._next:
+                self._next = self.scheduler.next_groups(1, self.step)
+            admitted += self._admit_group(self._next.pop(0))
+        return admitted
+
+    def _admit_group(self, group: GroupSpec) -> int:
+        self._tasks.setdefault(group.task.task_id, group.task)
+        self._group_tasks[group.group_id] = group.task
+        for index in range(self.config.num_generations):
+            seed = seed_for(self.config.seed, "rl", group.group_id, index)
+            self._pending.append(Work(f"{group.group_id}#{index}", group.group_id, group.task.task_id, index, seed,
+                                      group.weight))
+        return self.config.num_generations
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._outbox = self.launcher.queue()
+        self._controllers = [self._spawn() for _ in range(self.config.controllers)]
+        self.started = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        for controller in self._controllers:
+            controller.inbox.put("stop")
+        deadline = time.monotonic() + 10
+        while any(c.handle.is_alive() for c in self._controllers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for controller in self._controllers:
+            if controller.handle.is_alive():
+                controller.handle.kill()
+
+    def _spawn(self) -> _Controller:
+        """A new controller under a new id: results of a replaced one that arrive late are ignored."""
+        self._spawned += 1
+        inbox = self.launcher.queue()
+        return _Controller(self._spawned, inbox, self.launcher.start(self._spawned, self.spec, inbox, self._outbox))
+
+    def engine_load(self) -> float:
+        """The request load ratio: engine-busy time over wall time, summed over controllers."""
+        wall = (time.monotonic() - self.started) * len(self._controllers)
+        busy = self._busy_before + sum(c.busy_s for c in self._controllers)
+        return busy / wall if wall > 0 else 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.restarts > self.config.max_restarts
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self.lock:
+                self._collect()
+                self._revive()
+                self.admit()
+                self._dispatch()
+            time.sleep(0.01)
+
+    def _dispatch(self) -> None:
+        for controller in sorted(self._controllers, key=lambda c: len(c.in_flight)):
+            while self._pending and len(controller.in_flight) < self.config.concurrency and controller.handle.is_alive():
+                work = self._pending.pop(0)
+                controller.in_flight[work.sample_id] = work
+                if work.task_id not in controller.known:
+                    controller.known.add(work.task_id)
+                    work = replace(work, task=self._tasks[work.task_id])
+                controller.inbox.put(work)
+
+    def _collect(self) -> None:
+        while (message := _poll(self._outbox)) is not None:
+            kind, uid, payload = message
+            controller = next((c for c in self._controllers if c.uid == uid), None)
+            if controller is None:
+                continue  # a replaced controller's late result: its sample was handed out again
+            if kind == "busy":
+                controller.busy_s = payload
+            elif kind == "fatal":
+                self._replace(controller, payload)
+            elif kind == "done" and controller.in_flight.pop(payload.sample_id, None) is not None:
+                self._finish(payload)
+
+    def _finish(self, sample: Sample) -> None:
+        if sample.drop_reason:
+            self.events[sample.drop_reason] += 1
+        else:
+            self.accepted += 1
+        self.queue.put(sample)
+        group = self._groups.setdefault(sample.group_id, [])
+        group.append(sample)
+        if len(group) == self.config.num_generations:
+            task = self._group_tasks.pop(sample.group_id)
+            self.on_group(task, self._groups.pop(sample.group_id))
+
+    def _revive(self) -> None:
+        if self.failed:
+            return
+        for controller in list(self._controllers):
+            if not controller.handle.is_alive():
+                code = getattr(controller.handle, "exitcode", None)
+                self._replace(controller, f"controller {controller.uid} exited with code {code}")
+
+    def _replace(self, controller: _Controller, reason: str) -> None:
+        """Retire a dead or failed controller, hand its samples out again, start another in its place."""
+        self.last_failure = reason
+        self.restarts += 1
+        if self.failed:  # every controller keeps dying: stop restarting, the trainer ends the run
+            return
+        self.events["controller restarted"] += 1
+        self.events["requeued"] += len(controller.in_flight)
+        self._pending[:0] = [replace(work, task=None) for work in controller.in_flight.values()]
+        self._busy_before += controller.busy_s
+        controller.inbox.put("stop")
+        self._controllers[self._controllers.index(controller)] = self._spawn()
+
+
+def _poll(outbox: Any) -> Any:
+    try:
+        return outbox.get(timeout=0) if not hasattr(outbox, "get_nowait") else outbox.get_nowait()
+    except (queue_module.Empty, TimeoutError):
+        return None

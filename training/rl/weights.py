@@ -1,0 +1,100 @@
+"""Weights from the trainer to the engines: the ``WeightSync`` interface and its file implementation.
+
+The trainer publishes each new policy version; engines pick up the newest one between requests, so several engines
+may generate at different versions at once (multi-version asynchronous RL) and every completion says which version
+produced it. ``FileWeightSync`` writes versioned safetensors under a directory (the run's directory under the data
+root by default), which works on a CPU and across machines that share the data root: the file is written whole,
+then a ``latest`` pointer is replaced atomically, so a reader never sees half a version. Old versions beyond
+``keep`` are removed.
+
+On GPUs with vLLM engines (``vllm:DIR`` in-process, or ``vllm serve`` behind ``openai:``), the same interface is the
+seam: an implementation that calls the engine's weight-update path (vLLM's ``collective_rpc`` /
+``update_weights_from_tensor`` or a reload from the published safetensors) replaces the file reader; the trainer
+side is unchanged. It is exercised only where a GPU is available.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class WeightSyncTimeout(TimeoutError):
+    """An engine did not reach a policy version in time."""
+
+
+class WeightSync(Protocol):
+    def publish(self, state_dict: dict[str, Any], version: int) -> None: ...
+
+    def reset(self, state_dict: dict[str, Any], version: int) -> None:
+        """Make ``version`` (these weights) the newest: a resumed run drops what the killed run published after its
+        checkpoint, so no engine loads weights from a future that did not happen."""
+        for path in self.directory.glob("v*.safetensors"):
+            if int(path.stem[1:]) > version:
+                path.unlink()
+        if version:
+            self.publish(state_dict, version)
+        else:
+            (self.directory / self.LATEST).unlink(missing_ok=True)
+
+    def latest(self) -> int | None: ...
+
+    def load(self, version: int) -> dict[str, Any]: ...
+
+
+class FileWeightSync:
+    LATEST = "latest"
+
+    def __init__(self, directory: str | os.PathLike[str], keep: int = 4) -> None:
+        self.directory = Path(directory)
+        self.keep = keep
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def path(self, version: int) -> Path:
+        return self.directory / f"v{version:06d}.safetensors"
+
+    def publish(self, state_dict: dict[str, Any], version: int) -> None:
+        from safetensors.torch import save_file
+
+        final = self.path(version)
+        partial = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        # Tied embeddings share storage; safetensors refuses shared tensors, so each is saved as its own copy.
+        save_file({name: tensor.detach().contiguous().clone() for name, tensor in state_dict.items()}, str(partial))
+        partial.replace(final)
+        pointer = self.directory / f".{self.LATEST}.{os.getpid()}.tmp"
+        pointer.write_text(str(version))
+        pointer.replace(self.directory / self.LATEST)
+        for old in sorted(self.directory.glob("v*.safetensors"))[: -self.keep]:
+            old.unlink(missing_ok=True)
+
+    def reset(self, state_dict: dict[str, Any], version: int) -> None:
+        """Make ``version`` (these weights) the newest: a resumed run drops what the killed run published after its
+        checkpoint, so no engine loads weights from a future that did not happen."""
+        for path in self.directory.glob("v*.safetensors"):
+            if int(path.stem[1:]) > version:
+                path.unlink()
+        if version:
+            self.publish(state_dict, version)
+        else:
+            (self.directory / self.LATEST).unlink(missing_ok=True)
+
+    def latest(self) -> int | None:
+        try:
+            return int((self.directory / self.LATEST).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def load(self, version: int) -> dict[str, Any]:
+        from safetensors.torch import load_file
+
+        return load_file(str(self.path(version)))
+
+    def wait_for(self, version: int, timeout_s: float) -> None:
+        """Block until ``version`` (or a newer one) is published."""
+        deadline = time.monotonic() + timeout_s
+        while (self.latest() or -1) < version:
+            if time.monotonic() > deadline:
+                raise WeightSyncTimeout(f"policy version {version} was not published within {timeout_s:.0f} s")
+            time.sleep(0.05)
