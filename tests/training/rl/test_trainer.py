@@ -1,0 +1,132 @@
+"""The trainer: sampled tokens scored as they were sampled, micro-batches that add up to the batch, the synchronous
+baseline, resume that continues the bound and the counters, and config errors that say what to set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from inference_support import tiny_checkpoint
+from pydantic import ValidationError
+from rl_fixtures import VersionedTestEngine, prompt_tasks
+from transformers import AutoModelForCausalLM
+
+from inference.rollout import Rollout, Segment, Turn
+from training.rl.config import RLConfig
+from training.rl.queue import Sample
+from training.rl.rollout import ThreadLauncher
+from training.rl.trainer import PolicyTrainer, RLRun, completion_logprobs
+from training.rl.weights import FileWeightSync
+
+
+def model():
+    return AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint()), local_files_only=True).eval()
+
+
+def sample(sample_id: str, turns: list[Turn], reward: float, group: str = "g") -> Sample:
+    rollout = Rollout(sample_id, group, "qa", "t", [], [Segment(turns=turns)], reward, {}, reward == 1.0)
+    return Sample(sample_id, group, "t", "qa", rollout, reward)
+
+
+def turn(prompt: list[int], output: list[int], mask: list[int] | None = None, version: int = 0) -> Turn:
+    return Turn(prompt, output, [-1.0] * len(output), version, mask or [1] * len(output), "stop")
+
+
+def test_sampled_tokens_are_scored_at_their_positions_and_temperature():
+    policy = model()
+    two_turns = sample("a", [turn([5, 6, 7], [8, 9]), turn([5, 6, 7, 8, 9, 10], [11, 12, 13], [1, 0, 1])], 1.0)
+    one_turn = sample("b", [turn([20, 21], [22])], 0.0)
+    batch = completion_logprobs(policy, [two_turns, one_turn], [0.5, 1.0], pad_id=0)
+
+    def direct(prompt, output, temperature):
+        with torch.no_grad():
+            logits = policy(torch.tensor([prompt + output])).logits[0].float() / temperature
+        steps = logits[len(prompt) - 1: len(prompt) + len(output) - 1].log_softmax(-1)
+        return steps.gather(1, torch.tensor(output)[:, None]).squeeze(1)
+
+    expected = torch.cat([direct([5, 6, 7], [8, 9], 0.5), direct([5, 6, 7, 8, 9, 10], [11, 12, 13], 0.5)])
+    assert torch.allclose(batch.logprobs[0].detach(), expected, atol=1e-5)
+    assert torch.allclose(batch.logprobs[1, :1].detach(), direct([20, 21], [22], 1.0), atol=1e-5)
+    assert batch.mask.tolist() == [[1, 1, 1, 0, 1], [1, 0, 0, 0, 0]]
+    assert batch.behaviour[0].tolist() == [-1.0] * 5
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_micro_batches_add_up_to_the_whole_batch_gradient(loss_type):
+    groups = [[sample(f"{g}{i}", [turn([3, 4 + i], [7, 8, 9][: 1 + (i + g) % 3])], float(i % 2), group=f"g{g}")
+               for i in range(2)] for g in range(3)]
+    kinds = {"t": "prompt"}
+    grads = []
+    for micro in (6, 1):
+        config = RLConfig(num_generations=2, batch_size=6, micro_batch_size=micro, loss_type=loss_type, beta=0.0,
+                          steps=1, checkpoint_every=1)
+        trainer = PolicyTrainer(model(), config, pad_id=0)
+        trainer.optimizer.zero_grad = lambda set_to_none=True: None  # keep the gradient to compare it
+        trainer.step(groups, kinds)
+        grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+def test_a_batch_without_gradient_leaves_the_weights_and_advances_the_version():
+    groups = [[sample("a", [turn([3], [4])], 1.0), sample("b", [turn([3], [5])], 1.0)]]
+    trainer = PolicyTrainer(model(), RLConfig(num_generations=2, batch_size=2, steps=1, checkpoint_every=1), 0)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    result = trainer.step(groups, {"t": "prompt"})
+    assert trainer.version == 1 and result.metrics["zero_variance_groups"] == 1.0
+    assert result.untrained == {"a": "equal rewards: no gradient", "b": "equal rewards: no gradient"}
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+
+
+def run(tmp_path, steps: int, **config):
+    settings = {"steps": steps, "batch_size": 4, "num_generations": 2, "controllers": 2, "concurrency": 2,
+                "checkpoint_every": 2, "max_staleness": 1, **config}
+    rl = RLRun(tiny_checkpoint(), prompt_tasks(6), RLConfig(**settings), tmp_path / "run",
+               engine=VersionedTestEngine(p=[0.5] * 6, latency_median_s=0.01, latency_sigma=1.0),
+               launcher=ThreadLauncher())
+    return rl, rl.run()
+
+
+def test_a_resumed_run_continues_the_version_the_counters_and_the_bound(tmp_path):
+    first, before = run(tmp_path, steps=2)
+    # The killed run had published a version past its checkpoint: it must not reach the resumed engines.
+    weights = FileWeightSync(tmp_path / "run" / "weights")
+    weights.publish(first.trainer.model.state_dict(), 3)
+    resumed = RLRun(tiny_checkpoint(), prompt_tasks(6), RLConfig(steps=4, batch_size=4, num_generations=2,
+                                                                  controllers=2, concurrency=2, checkpoint_every=2,
+                                                                  max_staleness=1),
+                    tmp_path / "run", engine=VersionedTestEngine(p=[0.5] * 6), launcher=ThreadLauncher())
+    assert resumed.resumed_from == 2 and resumed.trainer.version == 2
+    assert weights.latest() == 2 and not weights.path(3).exists()
+    # The admission count continues: what was consumed plus what waits in the queue, never zero.
+    waiting = [s for s in resumed.queue.state() if not s.drop_reason]
+    assert resumed.manager.accepted == resumed.consumed + len(waiting) == first.consumed + len(waiting)
+    assert resumed.manager.accepted >= 2 * 4
+    for name, value in first.trainer.model.state_dict().items():
+        assert torch.equal(resumed.trainer.model.state_dict()[name], value)
+    assert resumed.scheduler.issued > 0 and resumed.scheduler.history  # task ids and pass rates continue
+
+    after = resumed.run()
+    assert after.steps["version"].to_list() == [1, 2, 3, 4]
+    assert after.samples.height > before.samples.height
+    assert after.samples["sample_id"].is_unique().all()  # group ids (and the seeds drawn from them) are not reused
+    assert after.samples.filter(after.samples["trained"])["staleness"].max() <= 1
+    assert after.steps["wall_s"].is_sorted()
+
+
+def test_the_synchronous_baseline_trains_every_batch_on_the_version_that_sampled_it(tmp_path):
+    _, result = run(tmp_path, steps=3, mode="sync", max_staleness=0, checkpoint_every=3)
+    trained = result.samples.filter(result.samples["trained"] | result.samples["drop_reason"].is_not_null())
+    assert trained.height > 0
+    assert (trained["min_policy_version"] == trained["trainer_version"]).all()
+    assert (trained["max_policy_version"] == trained["trainer_version"]).all()
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"batch_size": 10, "num_generations": 4}, "not divisible by num_generations=4"),
+    ({"loss_type": "ppo"}, "loss_type"),
+    ({"max_staleness": -1}, "max_staleness"),
+    ({"mode": "sync", "max_staleness": 2}, "set max_staleness=0"),
+    ({"epsilon": 0.3, "epsilon_high": 0.2}, "epsilon_high"),
+])
+def test_bad_configs_say_what_to_set(settings, message):
+    with pytest.raises(ValidationError, match=message):
+        RLConfig(**settings)
