@@ -1,0 +1,292 @@
+"""Stage `sft_set`: the cold-start curation (LongCat-Flash-Thinking-2601 3.1.2, "Cold-Start Policy Initialization").
+
+1. candidates: every route's trajectories (environment-grounded, decomposed, reasoning-enriched, planned, text-driven,
+   long-context); turn-level masks recomputed (failed tool calls, format violations, the user's turns: no loss);
+2. each candidate re-verified; a held-out domain or evaluation environment dropped; one over the token window is
+   step-compressed (earlier tool results summarized, recorded as transform ``compress``) when it is an environment
+   trajectory that then fits and still verifies, else dropped as too long;
+3. dedup: exact (same messages and tools), then near-duplicate (MiniLM cosine similarity >= ``near_duplicate``);
+4. score: sliding-window perplexity under the reference model (max over ``window``-token windows of the window's
+   mean perplexity), the tiny policy by default;
+5. mixture and selection: each route gets its share of ``k`` (``proportions``, else its share of the candidates),
+   filled by K-Center-Greedy over the embeddings with distances weighted by score ** ``alpha``.
+
+Outputs: ``trajectories`` (selected), ``rejected`` (every other candidate with its reason), ``scores`` (per
+candidate: score, weight, status, pick order, distance to the nearest selected) and ``summary`` (coverage against a
+random selection of the same size, score quantiles, the mixture).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import polars as pl
+from pydantic import Field, field_validator
+
+from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
+from data_contracts.stage import REJECTED, Artifact, Check, stage
+from envgen.midtrain.compress import compress_steps
+from envgen.midtrain.records import EXECUTION, turn_mask, verify_row
+from envgen.runtime import json_field
+from tasks.kcenter import k_center_greedy
+from tasks.trajectories import EVAL_ENV_PREFIX, TrajectoryParams, token_counter, trajectory_contract
+
+STAGE = "sft_set"
+ROUTES = {"midtrain_env": "midtrain_env", "midtrain_decompose": "decompose", "midtrain_reason": "reason",
+          "midtrain_plan": "plan", "midtrain_text": "midtrain_text", "midtrain_longctx": "midtrain_longctx"}
+"""Input stage -> the route (``source``) its trajectories carry."""
+SOURCES = (*ROUTES.values(), "compress")
+STATUSES = ("selected", "not_selected", "duplicate", "near_duplicate", "too_long", "not_verified", "heldout",
+            "mixture_cap")
+
+
+class SFTSetParams(TrajectoryParams):
+    k: int = Field(512, ge=1, description="trajectories selected")
+    proportions: dict[str, float] = Field(default_factory=dict, description="route -> share of k (routes: "
+                                          "midtrain_env, decompose, reason, plan, midtrain_text, midtrain_longctx); "
+                                          "empty: each route's share of the candidates")
+    reference: str = Field("tiny", description="reference model of the perplexity score: 'tiny' (the tiny_policy "
+                           "artifact), hf:DIR, or openai:URL#MODEL (an engine returning prompt log-probabilities)")
+    window: int = Field(512, ge=8, description="tokens per sliding window (the report: 512)")
+    stride: int = Field(256, ge=1, description="tokens between window starts")
+    alpha: float = Field(1.0, ge=0.0, le=8.0, description="KCG distance weight = score ** alpha (0: plain KCG)")
+    near_duplicate: float = Field(0.98, gt=0.0, le=1.0, description="cosine similarity at or above which a "
+                                  "candidate is a near-duplicate of an earlier one")
+    embed_chars: int = Field(2000, ge=100, description="characters of each conversation (request and assistant "
+                             "turns) embedded")
+    compress_keep_last: int = Field(2, ge=0, description="tool results kept whole when a too-long environment "
+                                    "trajectory is step-compressed")
+
+    @field_validator("reference")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        if value != "tiny" and value.partition(":")[0] not in ("hf", "openai"):
+            raise ValueError(f"reference={value!r}: set 'tiny', hf:DIR or openai:URL#MODEL")
+        return value
+
+    @field_validator("proportions")
+    @classmethod
+    def _proportions(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(ROUTES.values()))
+        if unknown or any(v < 0 for v in value.values()) or (value and sum(value.values()) <= 0):
+            raise ValueError(f"proportions {value}: routes are {', '.join(ROUTES.values())}, shares >= 0, not all 0")
+        return value
+
+    def local_inputs(self) -> list[str]:
+        kind, _, target = self.reference.partition(":")
+        return super().local_inputs() + ([target] if kind == "hf" else [])
+
+
+def embed_text(messages: list[dict[str, Any]], chars: int) -> str:
+    """What a conversation is about: the request and the assistant's words (tool results left out)."""
+    parts = [str(m.get("content") or "") for m in messages if m["role"] in ("user", "assistant")]
+    return "\n".join(parts)[:chars]
+
+
+def _candidates(inputs: Mapping[str, Artifact]) -> pl.DataFrame:
+    frames = [inputs[name].read("trajectories") for name in ROUTES]
+    return pl.concat(frames).unique("id", keep="first", maintain_order=True) if frames else TRAJECTORY.frame()
+
+
+def _admit(row: dict[str, Any], params: SFTSetParams, count: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """(the row to consider, None) or (None, why it is dropped); a too-long environment trajectory comes back
+    step-compressed as a new row."""
+    messages, tools = json_field(row["messages"]), json_field(row["tools"])
+    vi = json_field(row["verify_input"]) or {}
+    row = {**row, "train": turn_mask(messages, tools), "verify_input": json.dumps({**vi, "limits": params.limits()})}
+    if row["domain"] in params.heldout or str(row["env_id"] or "").startswith(EVAL_ENV_PREFIX):
+        return None, f"heldout: {row['domain']}"
+    if (reason := verify_row(row)) is not None:
+        return None, f"not_verified: {reason}"
+    if row["tokens"] <= params.max_tokens:
+        return row, None
+    if row["verifier"] != EXECUTION:
+        return None, f"too_long: {row['tokens']} tokens > {params.max_tokens}"
+    short, summarized = compress_steps(messages, params.compress_keep_last)
+    tokens = count(short, tools)
+    compressed = {**row, "id": f"compress:{row['id']}", "source": "compress", "messages": json.dumps(short),
+                  "train": turn_mask(short, tools), "tokens": tokens, "parent_id": row["id"], "transform": "compress",
+                  "transform_settings": json.dumps({"summarized_results": summarized,
+                                                    "kept_last": params.compress_keep_last})}
+    if summarized == 0 or tokens > params.max_tokens or verify_row(compressed) is not None:
+        return None, f"too_long: {row['tokens']} tokens > {params.max_tokens}, also after step compression"
+    return compressed, None
+
+
+def _near_duplicates(vectors: np.ndarray, threshold: float) -> list[int | None]:
+    """For each row, the earlier kept row it nearly duplicates (cosine >= threshold), else None."""
+    out: list[int | None] = []
+    kept: list[int] = []
+    for i in range(len(vectors)):
+        if kept:
+            sims = vectors[kept] @ vectors[i]
+            j = int(np.argmax(sims))
+            if sims[j] >= threshold:
+                out.append(kept[j])
+                continue
+        kept.append(i)
+        out.append(None)
+    return out
+
+
+def quotas(routes: list[str], k: int, proportions: Mapping[str, float]) -> dict[str, int]:
+    """Each route's share of ``k`` (largest remainders), by the given proportions or by its candidates."""
+    counts = {r: routes.count(r) for r in dict.fromkeys(routes)}
+    shares = {r: proportions.get(r, 0.0) if proportions else n for r, n in counts.items()}
+    total = sum(shares.values()) or 1.0
+    raw = {r: min(k, len(routes)) * s / total for r, s in shares.items()}
+    out = {r: min(counts[r], int(v)) for r, v in raw.items()}
+    for r in sorted(raw, key=lambda r: raw[r] - int(raw[r]), reverse=True):
+        if sum(out.values()) < min(k, len(routes)) and out[r] < counts[r]:
+            out[r] += 1
+    return out
+
+
+def open_scorer(params: SFTSetParams, inputs: Mapping[str, Artifact]) -> Any:
+    from inference.perplexity import load_scorer
+
+    return load_scorer(f"hf:{inputs['tiny_policy'].directory}" if params.reference == "tiny" else params.reference)
+
+
+def _scores_lineage(frame: pl.DataFrame) -> list[bool]:
+    ids = set(frame["id"].to_list())
+    return [p is not None and p not in ids for p in frame["parent_id"].to_list()]
+
+
+SCORES_CONTRACT = SELECTION_SCORE.contract(
+    expectations=(in_set("status", list(STATUSES)), in_set("source", list(SOURCES))),
+    checks=(Check("lineage_resolvable", _scores_lineage,
+                  description="every candidate's parent is itself a candidate of the selection"),))
+
+
+@stage(name=STAGE, version="1", params=SFTSetParams, inputs=(*ROUTES, "tiny_policy", "tokenizer"),
+       outputs={"trajectories": trajectory_contract(SOURCES), REJECTED: TRAJECTORY_REJECTED.contract(),
+                "scores": SCORES_CONTRACT, "summary": SELECTION_SUMMARY.contract()})
+def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str) -> dict[str, pl.DataFrame]:
+    """The cold-start SFT set: masked, re-verified, deduplicated, mixed across routes and selected by sliding-window
+    perplexity K-Center-Greedy."""
+    from inference.embeddings import embed
+    from inference.perplexity import mean_perplexity, sliding_window_score
+
+    count = token_counter(params, inputs)
+    status: dict[str, str] = {}
+    rejected, pool = [], []
+    for row in _candidates(inputs).iter_rows(named=True):
+        admitted, reason = _admit(row, params, count)
+        if admitted is None:
+            rejected.append({**row, "reason": reason})
+            status[row["id"]] = reason.split(":")[0]
+            continue
+        if admitted["id"] != row["id"]:  # the compressed child replaces its too-long parent
+            rejected.append({**row, "reason": f"too_long: replaced by {admitted['id']}"})
+            status[row["id"]] = "too_long"
+        pool.append(admitted)
+    # Exact duplicates: the same conversation and tools.
+    seen: dict[str, str] = {}
+    unique = []
+    for row in pool:
+        digest = hashlib.sha256((row["messages"] + row["tools"]).encode()).hexdigest()
+        if digest in seen:
+            rejected.append({**row, "reason": f"duplicate: of {seen[digest]}"})
+            status[row["id"]] = "duplicate"
+        else:
+            seen[digest] = row["id"]
+            unique.append(row)
+    vectors = embed([embed_text(json_field(r["messages"]), params.embed_chars) for r in unique])
+    near = _near_duplicates(vectors, params.near_duplicate)
+    keep = [i for i, j in enumerate(near) if j is None]
+    for i, j in enumerate(near):
+        if j is not None:
+            rejected.append({**unique[i], "reason": f"near_duplicate: of {unique[j]['id']}"})
+            status[unique[i]["id"]] = "near_duplicate"
+    pool, vectors = [unique[i] for i in keep], vectors[keep]
+
+    from tasks.tokenizer import resolve_tokenizer
+
+    tok = resolve_tokenizer(params.tokenizer, inputs)
+    scorer = open_scorer(params, inputs)
+    try:  # the conversation as the model reads it: the project's chat template, tools included
+        texts = [tok.apply_chat_template(json_field(r["messages"]), tools=json_field(r["tools"]) or None,
+                                         tokenize=False) for r in pool]
+        logprobs = scorer.token_logprobs(texts) if texts else []
+    finally:
+        scorer.close()
+    scores = np.array([sliding_window_score(lp, params.window, params.stride) for lp in logprobs])
+    means = [mean_perplexity(lp) for lp in logprobs]
+    weights = (scores / scores.max()) ** params.alpha if len(scores) else scores
+
+    routes = [r["source"] for r in pool]
+    quota = quotas(routes, params.k, params.proportions)
+    order: dict[int, int] = {}
+    for route, wanted in quota.items():
+        members = np.array([i for i, r in enumerate(routes) if r == route])
+        picks, _ = k_center_greedy(vectors[members], wanted, weights[members])
+        order.update({int(members[p]): len(order) + n for n, p in enumerate(picks)})
+    chosen = sorted(order, key=order.get)
+    distance = _nearest(vectors, chosen)
+    selected = [pool[i] for i in chosen]
+    for i, row in enumerate(pool):
+        if i not in order:  # a route the proportions give no share is capped; the others lost to the selection
+            reason = "not_selected" if quota.get(row["source"]) else "mixture_cap"
+            rejected.append({**row, "reason": f"{reason}: score {scores[i]:.3f}"})
+            status[row["id"]] = reason
+    score_rows = []
+    for i, row in enumerate(pool):
+        score_rows.append({"id": row["id"], "source": row["source"], "domain": row["domain"],
+                           "parent_id": row["parent_id"], "tokens": row["tokens"], "score": float(scores[i]),
+                           "mean_perplexity": float(means[i]), "weight": float(weights[i]),
+                           "status": "selected" if i in order else status[row["id"]],
+                           "pick": order.get(i), "distance": float(distance[i])})
+    scored = {r["id"] for r in score_rows}
+    for r in rejected:
+        if r["id"] not in scored:
+            score_rows.append({"id": r["id"], "source": r["source"], "domain": r["domain"], "parent_id": r["parent_id"],
+                               "tokens": r["tokens"], "score": None, "mean_perplexity": None, "weight": None,
+                               "status": status[r["id"]], "pick": None, "distance": None})
+    summary = _summary(vectors, chosen, distance, scores, quota, routes, params, partition)
+    return {"trajectories": TRAJECTORY.frame(selected), REJECTED: TRAJECTORY_REJECTED.frame(rejected),
+            "scores": SELECTION_SCORE.frame(score_rows), "summary": SELECTION_SUMMARY.frame(summary)}
+
+
+def _nearest(vectors: np.ndarray, chosen: list[int]) -> np.ndarray:
+    """Each candidate's distance to its nearest selected candidate."""
+    if not chosen or not len(vectors):
+        return np.full(len(vectors), np.nan)
+    sims = vectors @ vectors[chosen].T
+    return np.sqrt(np.maximum(2.0 - 2.0 * sims.max(axis=1), 0.0))
+
+
+def _summary(vectors: np.ndarray, chosen: list[int], distance: np.ndarray, scores: np.ndarray,
+             quota: Mapping[str, int], routes: list[str], params: SFTSetParams, partition: str) -> list[dict[str, Any]]:
+    from data_contracts.stage import rng_for
+
+    rows = [{"name": "candidates", "value": float(len(vectors)), "note": "after verification and dedup"},
+            {"name": "selected", "value": float(len(chosen)), "note": f"k={params.k}"}]
+    if chosen:
+        rng = rng_for(params.seed, STAGE, partition, 0)
+        random_pick = rng.sample(range(len(vectors)), len(chosen))
+        baseline = _nearest(vectors, random_pick)
+        rows += [{"name": "coverage_mean_distance", "value": float(np.mean(distance)),
+                  "note": "mean distance of every candidate to its nearest selected one (lower covers better)"},
+                 {"name": "coverage_mean_distance_random", "value": float(np.mean(baseline)),
+                  "note": "the same for a seeded random selection of equal size"},
+                 {"name": "coverage_max_distance", "value": float(np.max(distance)),
+                  "note": "the covering radius K-Center-Greedy minimizes (unweighted)"},
+                 {"name": "coverage_max_distance_random", "value": float(np.max(baseline)),
+                  "note": "the same for the random selection"}]
+    if len(scores):
+        for q in (10, 50, 90):
+            rows.append({"name": f"score_p{q}", "value": float(np.percentile(scores, q)),
+                         "note": "sliding-window perplexity of the candidates"})
+        rows.append({"name": "score_p50_selected", "value": float(np.median(scores[chosen])) if chosen else 0.0,
+                     "note": "median score of the selected"})
+    for route, n in sorted(quota.items()):
+        share = params.proportions.get(route) if params.proportions else routes.count(route) / max(len(routes), 1)
+        rows.append({"name": f"mixture:{route}", "value": float(n),
+                     "note": f"selected of {routes.count(route)} candidates, share {share:.3f}"})
+    return rows
+
