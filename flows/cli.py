@@ -33,7 +33,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from flows import cli_data, cli_deploy, cli_envgen, cli_inference, cli_noise, cli_research, cli_train
+from flows import (
+    cli_data,
+    cli_deploy,
+    cli_envgen,
+    cli_inference,
+    cli_midtrain,
+    cli_noise,
+    cli_research,
+    cli_train,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -50,7 +59,7 @@ console = Console(width=None if sys.stdout.isatty() else 120)  # logs and pipes 
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
 
-for room in (cli_data, cli_envgen, cli_noise, cli_inference, cli_deploy, cli_research, cli_train):
+for room in (cli_data, cli_envgen, cli_noise, cli_inference, cli_deploy, cli_research, cli_train, cli_midtrain):
     room.register(app)
 
 

@@ -1,0 +1,146 @@
+"""`gymforge` commands of the mid-training room: synthesize trajectories per route, select the cold-start set."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flows.cli_data import DataDirOpt, atomic_dir, require_new_dir, write_frame
+
+ROUTES = {"env": "midtrain_env", "text": "midtrain_text", "decompose": "midtrain_decompose",
+          "reason": "midtrain_reason", "plan": "midtrain_plan", "longctx": "midtrain_longctx"}
+"""Route name on the command line -> its stage."""
+TEXT_DOMAINS = 22  # shipped domains that are not held out: --n texts are spread over them
+
+
+def parse_routes(spec: str) -> list[str]:
+    routes = [r.strip() for r in spec.split(",") if r.strip()]
+    unknown = [r for r in routes if r not in ROUTES]
+    if unknown or not routes:
+        raise typer.BadParameter(f"--routes {spec!r}: unknown route(s) {unknown}; routes are {', '.join(ROUTES)}")
+    return list(dict.fromkeys(routes))
+
+
+def route_overrides(routes: list[str], n: int | None, teacher: str | None) -> dict[str, dict[str, Any]]:
+    """Per stage: the item count --n sets, and the teacher."""
+    counts = {"midtrain_env": {"n_tasks": n}, "midtrain_longctx": {"n_keychain": n, "n_qa": n},
+              "midtrain_text": {"texts_per_domain": None if n is None else max(1, math.ceil(n / TEXT_DOMAINS))}}
+    overrides: dict[str, dict[str, Any]] = {}
+    stages = {ROUTES[r] for r in routes}
+    if {"decompose", "reason", "plan"} & set(routes):
+        stages.add("midtrain_env")  # the augmentations start from its trajectories
+    for stage in stages:
+        section = {k: v for k, v in counts.get(stage, {}).items() if v is not None}
+        if teacher is not None:
+            section["teacher"] = teacher
+        if section:
+            overrides[stage] = section
+    return overrides
+
+
+def probe_teacher(teacher: str | None) -> None:
+    """An engine teacher is reached once before any server or cluster starts: down or garbage is one error."""
+    if teacher in (None, "reference"):
+        return
+    from inference.teacher import Teacher, check_spec
+
+    try:
+        check_spec(teacher)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    Teacher(teacher).close()
+
+
+def _materialize_with_progress(targets: list[str], profile: str, overrides: dict[str, dict[str, Any]],
+                               data_dir: Path | None) -> dict[str, Any]:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from flows.pipeline import materialize, on_stage_done, plan_dag
+
+    planned = plan_dag(targets, profile, "default", overrides=overrides)  # bad params fail before any start
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} stages"),
+                  TimeElapsedColumn()) as bar:
+        task = bar.add_task("materializing", total=len(planned))
+
+        def done(row: dict[str, Any]) -> None:
+            bar.update(task, advance=1, description=f"{row['stage']}: {row['status']}")
+
+        with on_stage_done(done):
+            return materialize(targets, profile=profile, overrides=overrides, data_dir=data_dir)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this room's commands to the main app."""
+
+    @app.command("midtrain")
+    def midtrain(
+        out: Annotated[Path, typer.Option(help="New directory: one Parquet file of kept trajectories per route.")],
+        routes: Annotated[str, typer.Option(help=f"Comma-separated routes: {', '.join(ROUTES)}.")] = "env,text",
+        n: Annotated[int | None, typer.Option(help="Items per route (tasks, texts, KeyChain and QA items); "
+                                                   "default: the profile's.")] = None,
+        teacher: Annotated[str | None, typer.Option(help="reference (offline) or openai:URL#MODEL; default: the "
+                                                         "profile's.")] = None,
+        profile: Annotated[str, typer.Option(help="Params profile of every stage.")] = "tiny",
+        data_dir: DataDirOpt = None,
+    ) -> None:
+        """Synthesize verified mid-training trajectories through the store, one Parquet file per route in OUT."""
+        from rich.console import Console
+        from rich.table import Table
+
+        chosen = parse_routes(routes)
+        if n is not None and n < 0:
+            raise typer.BadParameter(f"--n {n}: must be >= 0")
+        require_new_dir(out)
+        probe_teacher(teacher)
+        artifacts = _materialize_with_progress([ROUTES[r] for r in chosen], profile,
+                                               route_overrides(chosen, n, teacher), data_dir)
+        table = Table(title=f"Mid-training trajectories -> {out}")
+        for column in ("route", "kept", "rejected", "tokens (mean)", "most frequent rejection"):
+            table.add_column(column)
+        with atomic_dir(out) as tmp:
+            for route in chosen:
+                artifact = artifacts[ROUTES[route]]
+                kept, rejected = artifact.read("trajectories"), artifact.read("rejected")
+                write_frame(kept, tmp / f"{route}.parquet")
+                reasons = rejected["reason"].str.split(":").list.first().value_counts(sort=True)
+                top = f"{reasons[0, 0]} ({reasons[0, 1]})" if reasons.height else "-"
+                mean = f"{kept['tokens'].mean():,.0f}" if kept.height else "-"
+                table.add_row(route, str(kept.height), str(rejected.height), mean, top)
+        Console(highlight=False).print(table)
+
+    @app.command("select")
+    def select(
+        source: Annotated[str, typer.Option("--in", help="The trajectories to select from: a route stage "
+                                                          f"({', '.join(ROUTES.values())}) or sft_set (all).")],
+        k: Annotated[int, typer.Option(help="Trajectories to select.")],
+        out: Annotated[Path | None, typer.Option(help="Also write the selection here (.parquet or .jsonl).")] = None,
+        profile: Annotated[str, typer.Option(help="Params profile of every stage.")] = "tiny",
+        data_dir: DataDirOpt = None,
+    ) -> None:
+        """Sliding-window perplexity K-Center-Greedy selection of K trajectories, through the store (sft_set)."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from tasks.sft_set import ROUTES as SFT_ROUTES
+
+        if source != "sft_set" and source not in SFT_ROUTES:
+            raise typer.BadParameter(f"--in {source!r}: use one of {', '.join(SFT_ROUTES)} or sft_set")
+        if k < 1:
+            raise typer.BadParameter(f"--k {k}: must be >= 1")
+        section: dict[str, Any] = {"k": k}
+        if source != "sft_set":
+            section["proportions"] = {SFT_ROUTES[source]: 1.0}
+        artifact = _materialize_with_progress(["sft_set"], profile, {"sft_set": section}, data_dir)["sft_set"]
+        selected, summary = artifact.read("trajectories"), artifact.read("summary")
+        if out is not None:
+            write_frame(selected, out)
+        table = Table(title=f"sft_set {artifact.key}: {selected.height} selected")
+        table.add_column("figure")
+        table.add_column("value", justify="right")
+        table.add_column("note")
+        for name, value, note in summary.iter_rows():
+            table.add_row(name, f"{value:,.4g}", note)
+        Console(highlight=False).print(table)
