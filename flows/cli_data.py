@@ -132,6 +132,30 @@ def trl_frame(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col(c).str.json_decode(messages) for c in MESSAGE_COLUMNS)
 
 
+def sft_frame(frame: pl.DataFrame) -> pl.DataFrame:
+    """A `trajectory` artifact as TRL's SFTTrainer reads it: ``messages`` (a list of chat messages, each with the
+    record's per-turn ``train`` flag beside its role and content) and ``tools`` (the OpenAI schemas as JSON text,
+    which SFTTrainer parses); ``id``, ``source`` and ``train`` ride along."""
+    import polars as pl
+
+    missing = {"messages", "tools", "train"} - set(frame.columns)
+    if missing:
+        raise typer.BadParameter(f"--format sft needs a trajectory artifact (sft_set, midtrain_*); this one lacks "
+                                 f"{', '.join(sorted(missing))}")
+    records = []
+    for row in frame.iter_rows(named=True):
+        messages = [{"role": m["role"], "content": m.get("content") or "", "tool_call_id": m.get("tool_call_id"),
+                     "tool_calls": [{"id": c.get("id", ""), "type": "function",
+                                     "function": {"name": c["function"]["name"],
+                                                  "arguments": c["function"]["arguments"]}}
+                                    for c in m.get("tool_calls") or []],
+                     "train": bool(flag)}
+                    for m, flag in zip(json.loads(row["messages"]), row["train"], strict=True)]
+        records.append({"id": row["id"], "source": row["source"], "messages": messages, "tools": row["tools"],
+                        "train": list(row["train"])})
+    return pl.DataFrame(records)
+
+
 def jsonl_records(frame: pl.DataFrame) -> list[dict[str, Any]]:
     """Every column, with the JSON-string columns decoded into nested values."""
     records = frame.to_dicts()
@@ -224,7 +248,9 @@ def register(app: typer.Typer) -> None:
     def export(
         artifact: Annotated[str, typer.Option(help="A stage name (e.g. rl_mix), an artifact dir or a parquet file.")],
         out: Annotated[Path, typer.Option(help="Output file: .parquet or .jsonl.")],
-        format: Annotated[str, typer.Option("--format", help="trl (prompt as messages) or jsonl (all columns).")] = "trl",
+        format: Annotated[str, typer.Option("--format", help="trl (prompt as messages), sft (a trajectory artifact "
+                                                             "as messages + tools for SFTTrainer) or jsonl (all "
+                                                             "columns).")] = "trl",
         output: Annotated[str | None, typer.Option(help="Which output of the artifact (default: its main one).")] = None,
         curriculum_stage: Annotated[str | None, typer.Option(help="Keep rows of one curriculum stage.")] = None,
         profile: Annotated[str, typer.Option(help="Params profile when a stage is materialized.")] = "tiny",
@@ -233,8 +259,8 @@ def register(app: typer.Typer) -> None:
         """Export prompt messages + answer columns for TRL's GRPOTrainer (``datasets`` loads the file directly)."""
         import polars as pl
 
-        if format not in ("trl", "jsonl"):
-            raise typer.BadParameter(f"--format {format!r}: use trl or jsonl")
+        if format not in ("trl", "sft", "jsonl"):
+            raise typer.BadParameter(f"--format {format!r}: use trl, sft or jsonl")
         if out.suffix not in (".parquet", ".jsonl") or (format == "jsonl" and out.suffix != ".jsonl"):
             raise typer.BadParameter(f"--out {out}: use a .parquet or .jsonl file (jsonl format: .jsonl)")
         frame = read_artifact(artifact, output, profile, data_dir)
@@ -242,5 +268,9 @@ def register(app: typer.Typer) -> None:
             if "curriculum_stage" not in frame.columns:
                 raise typer.BadParameter("--curriculum-stage: the artifact has no curriculum_stage column")
             frame = frame.filter(pl.col("curriculum_stage") == curriculum_stage)
-        write_frame(trl_frame(frame) if format == "trl" else jsonl_records(frame), out)
+        if format == "sft":
+            exported = sft_frame(frame)
+            write_frame(exported if out.suffix == ".parquet" else exported.to_dicts(), out)
+        else:
+            write_frame(trl_frame(frame) if format == "trl" else jsonl_records(frame), out)
         typer.echo(f"{frame.height} rows -> {out}")
