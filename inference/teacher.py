@@ -37,11 +37,14 @@ class Teacher:
     """Writes every slot of one item at a time; ``write`` returns the texts, or the reason the item is rejected."""
 
     def __init__(self, spec: str = REFERENCE, max_tokens: int = 256, temperature: float = 0.7, seed: int = 0,
-                 timeout_s: float = 60.0, retries: int = 2) -> None:
-        self.spec = check_spec(spec)
-        self.engine: Any = None
+                 timeout_s: float = 60.0, retries: int = 2, engine: Any = None) -> None:
+        """``engine``: an Engine already built, named ``spec`` (the scripted test doubles of the tests)."""
+        self.spec = check_spec(spec) if engine is None else spec
+        self.engine: Any = engine
         self.sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
-        if spec != REFERENCE:
+        if engine is not None:
+            self._probe()
+        elif spec != REFERENCE:
             from inference.engines import load_engine
 
             options = {"timeout_s": timeout_s, "max_retries": retries} if spec.startswith("openai:") else {}

@@ -1,0 +1,51 @@
+"""Shared fixtures of the mid-training tests: a few small verified environments of different domains, and the
+environment-grounded trajectories built on them."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import polars as pl
+
+from data_contracts.stage import FrameArtifact
+
+DOMAINS = ("airline", "retail", "bank", "car_rental")
+
+
+@cache
+def environments() -> list[dict[str, Any]]:
+    """One verified environment per domain (small: a chain or two), with its task."""
+    from envgen.compiler import compile_domain
+    from envgen.construct import ConstructionSettings
+    from envgen.spec import load_domain
+    from envgen.taskgen import TaskSettings, build_verified
+
+    envs = []
+    for name in DOMAINS:
+        domain = compile_domain(load_domain(name))
+        for seed in range(20):
+            env, _, _ = build_verified(domain, f"{name}-t-{seed:05d}", seed,
+                                       ConstructionSettings(min_tools=8, max_chains=2), TaskSettings())
+            if env is not None:
+                envs.append(env)
+                break
+    return envs
+
+
+def environments_artifact() -> FrameArtifact:
+    from data_contracts.schemas import ENVIRONMENT
+
+    return FrameArtifact({"environments": ENVIRONMENT.frame(environments())})
+
+
+@cache
+def env_trajectories(n_tasks: int = 8) -> pl.DataFrame:
+    """midtrain_env's trajectories on the fixture environments (reference teacher)."""
+    from longctx_fixtures import tokenizer_artifact
+
+    import tasks.midtrain_env as stage
+
+    inputs = {"environments": environments_artifact(), "tokenizer": tokenizer_artifact()}
+    out = stage.midtrain_env.run(inputs, stage.midtrain_env.parse_params({"n_tasks": n_tasks}), "t")
+    return out["trajectories"]
