@@ -1,0 +1,140 @@
+"""The cold-start set: sliding-window perplexity, the reference scorers, teachers that fail, and sft_set end to end
+(gated outputs; its SFT export loads with datasets and SFTTrainer tokenizes it with the masks where records say)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import httpx
+import numpy as np
+import polars as pl
+import pytest
+from inference_support import tiny_checkpoint
+from longctx_fixtures import tokenizer_artifact
+from midtrain_fixtures import env_trajectories, environments
+
+from data_contracts.gate import validate
+from data_contracts.schemas import TRAJECTORY
+from data_contracts.stage import FrameArtifact
+from inference.perplexity import OpenAIScorer, sliding_window_score, window_perplexities
+from inference.teacher import Teacher, TeacherError
+from inference.testing import ScriptedEngine
+
+
+def test_window_perplexity_is_the_max_of_window_means() -> None:
+    lp = np.log(np.array([0.5, 0.5, 0.5, 0.5, 0.1, 0.1, 0.5, 0.5]))
+    windows = window_perplexities(lp, window=4, stride=2)
+    assert np.allclose(windows, [2.0, math.exp(-np.mean(lp[2:6])), math.exp(-np.mean(lp[4:8]))])
+    assert sliding_window_score(lp, 4, 2) == pytest.approx(math.exp(-np.mean(lp[2:6])))
+    # Averaging over the whole sequence dilutes the hard passage; the window score does not.
+    assert sliding_window_score(lp, 4, 2) > math.exp(-np.mean(lp))
+    assert window_perplexities(lp[:3], window=4, stride=2).tolist() == [pytest.approx(2.0)]
+
+
+def _server(payload: dict) -> httpx.MockTransport:
+    return httpx.MockTransport(lambda request: httpx.Response(200, json=payload))
+
+
+def test_the_openai_scorer_reads_prompt_logprobs_in_both_wire_formats() -> None:
+    vllm = {"choices": [{"prompt_logprobs": [None, {"7": {"logprob": -1.0}}, {"3": {"logprob": -2.0}}]}]}
+    assert OpenAIScorer("http://x/v1", "m", transport=_server(vllm)).token_logprobs(["abc"])[0].tolist() == [-1, -2]
+    echo = {"choices": [{"logprobs": {"token_logprobs": [None, -0.5, -1.5, -9.0]}}]}
+    assert OpenAIScorer("http://x/v1", "m", transport=_server(echo)).token_logprobs(["abc"])[0].tolist() == [-0.5, -1.5]
+    with pytest.raises(RuntimeError, match="no prompt log-probabilities"):
+        OpenAIScorer("http://x/v1", "m", transport=_server({"choices": [{}]})).token_logprobs(["abc"])
+
+
+def test_a_dead_or_garbage_teacher_is_one_clear_error() -> None:
+    with pytest.raises(TeacherError, match="openai:http://127.0.0.1:9/v1#m.*unreachable"):
+        Teacher("openai:http://127.0.0.1:9/v1#m", retries=0, timeout_s=2)
+    with pytest.raises(TeacherError, match="garbage"):
+        Teacher("openai:scripted", engine=ScriptedEngine(lambda request, i: ""))
+
+
+def test_a_teacher_failure_on_one_item_rejects_that_item_only() -> None:
+    from envgen.midtrain.synth import sample_task
+    from envgen.taskgen import TaskSettings
+    from tasks.trajectories import TrajectoryParams, episode_rows
+
+    def policy(request, index):  # rewrites every text, but drops the values of the request of the second item
+        prompt = request.messages[-1]["content"]
+        text = prompt.rsplit(": ", 1)[-1] if ": " in prompt else "hello there"
+        return "Hi, please help me." if "customer writes" in prompt and "ITEM-2" in str(request.messages) else text
+
+    items = []
+    for i, env in enumerate(environments()[:3]):
+        ep = sample_task(env, random.Random(i), 1, 2, TaskSettings(inline_fact_prob=1.0), "x")
+        ep.task["description"] += " ITEM-2" if i == 1 else ""
+        items.append((f"item-{i}", ep, {"rng": random.Random(i)}))
+    teacher = Teacher("openai:scripted", engine=ScriptedEngine(policy))
+    rows, rejected = episode_rows(items, TrajectoryParams(), "midtrain_env", lambda m, t: 100, teacher, 2)
+    assert [r["id"] for r in rows] == ["item-0", "item-2"]
+    assert rejected == [{"id": "item-1", "reason": rejected[0]["reason"]}]
+    assert rejected[0]["reason"].startswith("teacher: request text drops")
+
+
+@pytest.mark.slow
+def test_sft_set_end_to_end_and_its_export_tokenizes_with_the_masks_the_records_say(tmp_path) -> None:
+    import tasks.midtrain_reason
+    from tasks.sft_set import ROUTES, sft_set
+
+    env = env_trajectories()
+    inputs = {"midtrain_env": FrameArtifact({"trajectories": env}), "tokenizer": tokenizer_artifact()}
+    reason = tasks.midtrain_reason.midtrain_reason.run(
+        inputs, tasks.midtrain_reason.midtrain_reason.parse_params({}), "t")["trajectories"]
+    inputs["midtrain_reason"] = FrameArtifact({"trajectories": reason})
+    for name in ROUTES:
+        inputs.setdefault(name, FrameArtifact({"trajectories": TRAJECTORY.frame()}))
+    inputs["tiny_policy"] = FrameArtifact({}, directory=tiny_checkpoint())
+    params = sft_set.parse_params({"k": 10, "max_tokens": 3584})
+    out = sft_set.run(inputs, params, "t")
+    for name, contract in sft_set.outputs.items():
+        report = validate("sft_set", name, out[name], contract, "t")
+        assert report.passed, report.summary()
+    selected, scores = out["trajectories"], out["scores"]
+    assert selected.height == 10
+    assert set(scores.filter(pl.col("status") == "selected")["id"]) == set(selected["id"])
+    assert scores.filter(pl.col("status") == "selected")["pick"].sort().to_list() == list(range(10))
+    summary = dict(zip(out["summary"]["name"], out["summary"]["value"], strict=True))
+    assert summary["coverage_max_distance"] <= summary["coverage_max_distance_random"] + 1e-9
+
+    from flows.cli_data import sft_frame
+
+    path = tmp_path / "sft.parquet"
+    sft_frame(selected).write_parquet(path)
+    _tokenizes_with_masks(path, selected, tmp_path)
+
+
+def _tokenizes_with_masks(path, selected: pl.DataFrame, tmp_path) -> None:
+    from datasets import load_dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from tasks.tokenizer import resolve_tokenizer
+
+    data = load_dataset("parquet", data_files=str(path), split="train")
+    assert data.column_names[:2] == ["id", "source"] and {"messages", "tools"} <= set(data.column_names)
+    tok_dir = tmp_path / "tok"
+    resolve_tokenizer("default", {"tokenizer": tokenizer_artifact()}).save_pretrained(tok_dir)
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    config = SFTConfig(output_dir=str(tmp_path / "out"), assistant_only_loss=True, bf16=False, fp16=False,
+                       use_cpu=True, report_to="none", max_length=None, gradient_checkpointing=False)
+    trainer = SFTTrainer(model=str(tiny_checkpoint()), args=config, train_dataset=data, processing_class=tok)
+    for example, row in zip(trainer.train_dataset, selected.iter_rows(named=True), strict=True):
+        labels = np.array(example["labels"] if "labels" in example else example["input_ids"])
+        trained = labels != -100
+        # Each assistant turn is one labelled span, in order; the record's flags pick the spans to keep.
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], trained.astype(int), [0]])))
+        spans = list(zip(edges[::2], edges[1::2], strict=True))
+        messages = json.loads(row["messages"])
+        assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        assert len(spans) == len(assistant)
+        for (start, end), i in zip(spans, assistant, strict=True):
+            text = tok.decode(example["input_ids"][start:end])
+            assert (messages[i]["content"] or "")[:20] in text
+        masked = [i for i, flag in zip(assistant, [row["train"][i] for i in assistant], strict=True) if not flag]
+        for (start, end), i in zip(spans, assistant, strict=True):
+            if i in masked:
+                assert messages[i + 1]["role"] == "tool" and "error" in messages[i + 1]["content"]
