@@ -127,6 +127,8 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
         artifacts = materialize(["search_index", "world"], profile=profile, overrides=overrides, runtime=rt)
         engine, engine_ref = teacher_engine(teacher, artifacts["world"])
         with Client(rt.dask_address) as client, Progress(SpinnerColumn(), TextColumn("{task.description}")) as bar:
+            if not isinstance(engine_ref, str):  # sent to every worker once, not with every section
+                engine_ref = client.scatter(engine_ref, broadcast=True)
             try:
                 return run_research(query, engine=engine, index_dir=artifacts["search_index"].directory,
                                     teacher=teacher, config=config, excluded=exclude,

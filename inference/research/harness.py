@@ -67,11 +67,12 @@ def run_id_for(task_id: str, query: str, teacher: str, config: HarnessConfig) ->
 def run_research(query: str, *, engine: Engine, index_dir: str | Path, teacher: str,
                  config: HarnessConfig | None = None, task_id: str = "adhoc", excluded: Sequence[str] = (),
                  journal: str | Path | None = None, executor: Executor | None = None,
-                 engine_ref: Engine | str | None = None, progress: Progress | None = None,
+                 engine_ref: Any = None, progress: Progress | None = None,
                  citation_judge: Engine | None = None) -> ResearchRun:
     """Run the harness on ``query`` with ``engine`` as every role's teacher (``teacher`` names it in the records;
-    ``engine_ref``, a spec string or a picklable engine, is what executor workers load). A journal file makes the
-    run resumable: a finished run is returned as recorded, an interrupted one continues where it stopped."""
+    ``engine_ref`` is what executor workers get for it: a spec string, a picklable engine, or a Dask future of
+    one). A journal file makes the run resumable: a finished run is returned as recorded, an interrupted one
+    continues where it stopped."""
     config = config or HarnessConfig()
     if not query.strip():
         raise ResearchStop("the query is empty: say what to research")

@@ -3,8 +3,10 @@
 Each gets the query, the whole ResearchSpec and its one assignment, and nothing any other Researcher wrote; it
 gathers its own evidence in its own context and writes its section with citations. Jobs go to any
 ``concurrent.futures.Executor``: a Dask cluster's (``client.get_executor()``), whose workers receive the job
-pickled (the teacher as an engine spec they load, or a picklable engine such as the reference teacher; the index
-by its directory, opened once per worker process), or a thread pool in-process.
+pickled and the teacher as a separate argument (an engine spec they load once, or a picklable engine such as the
+reference teacher — best scattered to the workers once, ``client.scatter(teacher, broadcast=True)``, since a
+Dask future passed as an argument reaches the worker without being sent again), the index by its directory,
+opened once per worker process; or a thread pool in-process.
 
 A section whose output is invalid (no citation, a citation to a document the corpus lacks or the task excludes,
 a heading) is researched again, up to ``section_attempts`` runs; an engine failure is retried inside the job. A
@@ -32,9 +34,8 @@ _HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}\s", re.MULTILINE)
 
 @dataclass(frozen=True)
 class SectionJob:
-    """Everything a worker needs to research one section, and nothing about the other sections."""
+    """What a worker needs to research one section (beside the teacher), and nothing about the others."""
 
-    engine: Engine | str
     index_dir: str
     call: RoleCall
     config: RoleConfig
@@ -50,10 +51,10 @@ class SectionOutcome:
     reason: str | None = None
 
 
-def research_section(job: SectionJob) -> RoleResult:
-    """Run one Researcher (in a worker process or thread)."""
-    engine = _engine(job.engine) if isinstance(job.engine, str) else job.engine
-    return run_role(engine, open_index(job.index_dir), job.call, job.config)
+def research_section(job: SectionJob, engine: Engine | str) -> RoleResult:
+    """Run one Researcher (in a worker process or thread) with ``engine``, or the engine a spec names."""
+    return run_role(_engine(engine) if isinstance(engine, str) else engine, open_index(job.index_dir), job.call,
+                    job.config)
 
 
 @lru_cache(maxsize=4)
@@ -105,8 +106,8 @@ def dispatch(session: Session, query: str, spec: ResearchSpec, spec_call: str,
         config = session.config.roles
         config = config.model_copy(update={"agent": config.agent.model_copy(
             update={"seed": config.agent.seed + 1000 * (attempts[section_id] - 1)})})
-        job = SectionJob(session.engine_ref, str(session.index.directory), call, config)
-        pending[pool.submit(research_section, job)] = section_id
+        job = SectionJob(str(session.index.directory), call, config)
+        pending[pool.submit(research_section, job, session.engine_ref)] = section_id
 
     def settle(result: RoleResult) -> None:
         section_id = str(result.branch)

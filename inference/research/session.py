@@ -106,7 +106,7 @@ class Session:
     """What every phase of a run shares: the teacher, the index, the settings, the journal, the progress."""
 
     def __init__(self, engine: Engine, index: SearchIndex, config: HarnessConfig, journal: Journal, *,
-                 excluded: Sequence[str] = (), engine_ref: Engine | str | None = None,
+                 excluded: Sequence[str] = (), engine_ref: Any = None,
                  progress: Progress | None = None) -> None:
         self.engine = engine
         self.index = index
