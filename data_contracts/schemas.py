@@ -687,6 +687,60 @@ RESEARCH_CALL = Record("research_call", "One role call of a research run: who wa
     filter_reason=(pl.String, "why it was filtered out (role identity, tool closure, artifact validity)"),
 ), key=("id",), required=("run_id", "call_id", "role", "status"))
 
+# --- evaluation (LongCat-Flash-Thinking-2601 sections 4 and 5.1, LoongRL's length figures) ---------------------
+
+EVAL_ITEM = Record("eval_item", "One evaluation item under one strategy at one width: what it scored and what it "
+                   "cost.", _cols(
+    suite=(pl.String, "the suite (keychain, needles, qa, math, noise, random_tasks, context)"),
+    variant=(pl.String, "the suite's held-out variant (its data partition: eval-4096, default, ...)"),
+    item_id=(pl.String, "the item: a prompt row's id or a task id"),
+    source=(pl.String, "the item's category (keychain, regular, needles, math, world, a domain, ...)"),
+    domain=(pl.String, "the environment's domain, or the prompt's source"),
+    difficulty=(pl.String, "the item's difficulty bucket (math kind, golden calls, hops), null when none"),
+    length=(pl.Int64, "prompt tokens with the data's tokenizer, null when not counted"),
+    noise_level=(pl.Int64, "0 for a clean task, the twin's level otherwise; null for prompts"),
+    noise_types=(STRINGS, "the noise transforms a twin carries"),
+    clean_task_id=(pl.String, "a noisy twin's clean task (pairs them for the robustness gap)"),
+    run=(pl.Int64, "the Random Complex Tasks run, null elsewhere"),
+    strategy=(pl.String, "sample | single | self_consistency | best_of_k | heavy_thinking | context:<name>"),
+    k=(pl.Int64, "width: samples the strategy drew (for sample and context rows: the samples averaged)"),
+    score=(pl.Float64, "the strategy's score of the item in [0, 1] (sample and context rows: Avg@k); null when "
+                       "not scored"),
+    n_samples=(pl.Int64, "samples scored (tool and user failures are not the agent's and are left out)"),
+    n_correct=(pl.Int64, "of them, fully correct (Pass@k's c)"),
+    tokens=(pl.Int64, "tokens generated for this result: every stage-1 sample used plus the summaries"),
+    summary_prompt_tokens=(pl.Int64, "prompt tokens the summary model read (heavy_thinking), 0 otherwise"),
+    answer=(pl.String, "the final answer (the vote, the summary's box), null for episodes"),
+    failures=(JSON, "{agent, user, tool}: failure labels over the samples"),
+    stop_reasons=(JSON, "{done, max_turns, length, context_overflow}: why the samples ended"),
+    status=(pl.String, "scored | infra_error (the engine failed after its retries: never scored as wrong)"),
+    error=(pl.String, "the infrastructure error, null when scored"),
+    overlap=(pl.Boolean, "the item appears in the model's training data (found through the catalog lineage); "
+                         "summaries leave it out"),
+), key=("item_id", "strategy", "k"), required=("suite", "strategy", "k", "status", "overlap"),
+    json={"failures": "object", "stop_reasons": "object"})
+
+EVAL_SUMMARY = Record("eval_summary", "One figure of an evaluation: a metric of a strategy at a width over a group of "
+                      "items, with its bootstrap interval.", _cols(
+    suite=(pl.String, "the suite"),
+    variant=(pl.String, "the held-out variant"),
+    strategy=(pl.String, "the strategy, as in eval_item"),
+    k=(pl.Int64, "width, or the k of Pass@k / Avg@k"),
+    metric=(pl.String, "accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget (self-"
+                       "consistency interpolated at this result's tokens)"),
+    group=(pl.String, "all, or the attribute items are grouped by (domain, difficulty, length, noise_level, "
+                      "noise_type, run, source)"),
+    value=(pl.String, "the group's value (all for the whole suite)"),
+    n=(pl.Int64, "items in the figure"),
+    estimate=(pl.Float64, "the figure"),
+    ci_lo=(pl.Float64, "lower end of its bootstrap interval"),
+    ci_hi=(pl.Float64, "upper end"),
+    tokens=(pl.Float64, "mean generated tokens per item"),
+    n_overlap=(pl.Int64, "items of the group left out because the model trained on them"),
+    n_infra_errors=(pl.Int64, "items of the group left out because the engine failed"),
+    failures=(JSON, "{agent, user, tool}: failure labels over the group's samples"),
+), key=("strategy", "k", "metric", "group", "value"), required=("metric", "n"), json={"failures": "object"})
+
 RECORDS: dict[str, Record] = {record.name: record for record in (
     QA_SEED, SEED_REJECTED, ITEM_REJECTED, PROMPT_REJECTED, WORLD_SEED, FILTERED_SEED, FILTERED_SEED_REJECTED,
     PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX, MIX_SUMMARY, ENTITY, DOCUMENT, RELATION,
@@ -694,6 +748,6 @@ RECORDS: dict[str, Record] = {record.name: record for record in (
     ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, TRAJECTORY, LOSS_CURVE,
     TRAINING_SUMMARY, TRAJECTORY_REJECTED, SELECTION_SCORE, SELECTION_SUMMARY, RL_SAMPLE, RL_STEP,
     SEARCH_INDEX, SEARCH_QA, SEARCH_QA_REJECTED, RESEARCH_TASK, RESEARCH_TASK_REJECTED, RESEARCH_RUN, RESEARCH_CALL,
-    TRAINING_METRIC, SFT_REJECTED,
+    TRAINING_METRIC, SFT_REJECTED, EVAL_ITEM, EVAL_SUMMARY,
 )}
 """Every record by name."""
