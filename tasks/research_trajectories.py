@@ -10,13 +10,16 @@ artifact validity) as a ``trajectory`` row, the others to ``rejected``; runs kee
 distinct in ``runs``, and every call, with its role, branch, dependencies, teacher and harness, in ``calls``.
 
 The teacher is ``reference`` (the offline deterministic reference teacher over the world knowledge graph, named
-so) or any engine spec: ``openai:URL#MODEL`` (a vLLM server at scale), ``hf:DIR``, ``vllm:DIR``.
+so) or any engine spec: ``openai:URL#MODEL`` (a vLLM server at scale), ``hf:DIR``, ``vllm:DIR``. Inside the stage
+(itself a task on a Dask worker, importing no Dask) a run's Researchers share a thread pool; ``gymforge research
+run`` puts them on the cluster's workers.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -52,7 +55,10 @@ class ResearchTrajectoryParams(Params):
     def journal_root(self) -> Path:
         if self.journal_dir:
             return Path(self.journal_dir)
-        return Path(os.environ.get(DATA_ROOT_ENV, "data")) / "journals" / STAGE
+        root = os.environ.get(DATA_ROOT_ENV, "data")
+        if "://" in root:  # an object-store data root: journals are appended to, so they stay on local disk
+            return Path(tempfile.gettempdir()) / "gymforge-journals" / STAGE
+        return Path(root) / "journals" / STAGE
 
 
 def teacher_engine(spec: str, world: Artifact | None) -> tuple[Engine, Engine | str]:
