@@ -77,6 +77,8 @@ def run(
     exclude: Annotated[list[str] | None, typer.Option(help="Doc id hidden from every search (repeatable).")] = None,
     writers: Annotated[int, typer.Option(help="Planning Writers.")] = 3,
     critic_rounds: Annotated[int, typer.Option(help="Critic/Reviser cycles.")] = 1,
+    judge: Annotated[str | None, typer.Option(help="Engine spec judging citation support (default: lexical).")]
+    = None,
 ) -> None:
     """Research QUERY with the harness: plan (writers, judge, critic, reviser), Researchers in parallel on Dask,
     assembly, global and local editing; every citation checked against the corpus."""
@@ -87,6 +89,8 @@ def run(
     from inference.research.session import HarnessConfig
 
     check_teacher(teacher)
+    if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
+        raise typer.BadParameter("the judge must be an engine: hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint="--judge")
     if not query.strip():
         raise typer.BadParameter("the query is empty: say what to research", param_hint="QUERY")
     try:
@@ -101,7 +105,7 @@ def run(
     if out.exists() and any(out.iterdir()) and not (out / "journal.jsonl").exists():
         raise typer.BadParameter(f"{out} is not empty and holds no journal.jsonl to resume", param_hint="--out")
     overrides = {"search_index": {"corpus": corpus}} if corpus else None
-    run = _run_harness(query, teacher, config, out, profile, overrides, exclude or [])
+    run = _run_harness(query, teacher, config, out, profile, overrides, exclude or [], judge)
     _write(out, run)
     c = run.citations
     if run.status == "failed":
@@ -114,7 +118,7 @@ def run(
 
 
 def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
-                 overrides: dict[str, Any] | None, exclude: list[str]) -> Any:
+                 overrides: dict[str, Any] | None, exclude: list[str], judge: str | None) -> Any:
     from distributed import Client
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
@@ -126,6 +130,7 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
     with Runtime() as rt:
         artifacts = materialize(["search_index", "world"], profile=profile, overrides=overrides, runtime=rt)
         engine, engine_ref = teacher_engine(teacher, artifacts["world"])
+        citation_judge = teacher_engine(judge, None)[0] if judge else None
         with Client(rt.dask_address) as client, Progress(SpinnerColumn(), TextColumn("{task.description}")) as bar:
             if not isinstance(engine_ref, str):  # sent to every worker once, not with every section
                 engine_ref = client.scatter(engine_ref, broadcast=True)
@@ -133,9 +138,12 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
                 return run_research(query, engine=engine, index_dir=artifacts["search_index"].directory,
                                     teacher=teacher, config=config, excluded=exclude,
                                     journal=out / "journal.jsonl", executor=client.get_executor(),
-                                    engine_ref=engine_ref, progress=RoleProgress(bar))
+                                    engine_ref=engine_ref, progress=RoleProgress(bar),
+                                    citation_judge=citation_judge)
             finally:
                 engine.close()
+                if citation_judge is not None:
+                    citation_judge.close()
 
 
 @research_app.command("tasks")
@@ -174,15 +182,19 @@ def tasks(
 def trajectories(
     teacher: Annotated[str, typer.Option(help="reference or an engine spec (openai:URL#MODEL, ...).")] = REFERENCE,
     max_tasks: Annotated[int | None, typer.Option(help="Run at most this many tasks.")] = None,
+    judge: Annotated[str | None, typer.Option(help="Engine spec grading rubrics and citation support (default: "
+                                                   "the lexical fallback).")] = None,
     profile: Annotated[str, typer.Option(help="Profile of the stages.")] = "tiny",
 ) -> None:
     """Teacher executions of the harness on the research tasks, through the store (journaled, resumable)."""
     from flows.pipeline import materialize
 
     check_teacher(teacher)
+    if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
+        raise typer.BadParameter("the judge must be an engine: hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint="--judge")
     if max_tasks is not None and max_tasks < 1:
         raise typer.BadParameter("--max-tasks must be at least 1")
-    overrides = {"research_trajectories": {"teacher": teacher, "max_tasks": max_tasks}}
+    overrides = {"research_trajectories": {"teacher": teacher, "max_tasks": max_tasks, "judge": judge}}
     artifact = materialize(["research_trajectories"], profile=profile, overrides=overrides)["research_trajectories"]
     runs = artifact.read("runs")
     status = Counter(runs["status"].to_list())

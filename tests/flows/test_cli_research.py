@@ -28,6 +28,7 @@ def gymforge(*args: str, data: Path, timeout: int) -> subprocess.CompletedProces
     (("run", "Zorvex Labs", "--writers", "0"), "--writers: Input should be greater than or equal to 1"),
     (("tasks", "--routes", "essay"), "brief, article"),
     (("qa", "--engine", "tiny"), "use reference"),
+    (("run", "Zorvex Labs", "--judge", "reference"), "the judge must be an engine"),
 ])
 def test_bad_options_are_one_line_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          args: tuple[str, ...], message: str) -> None:
