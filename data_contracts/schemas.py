@@ -453,27 +453,27 @@ ROLLOUT = Record("rollout", "A policy's rollout, stored as tokens (DESIGN.md sec
 TRAJECTORY = Record("trajectory", "A conversation to fine-tune on: OpenAI chat messages with tool calls and results, "
                     "the tools offered, and which turns are trained; one record for every synthesis route.", _cols(
     id=(pl.String, "unique id"),
-    source=(pl.String, "the synthesis route (midtrain_env, midtrain_text, decompose, reason, plan, longctx, "
-                       "research, ...)"),
+    source=(pl.String, ("the synthesis route (midtrain_env, midtrain_text, decompose, reason, plan, longctx, "
+                       "research, ...)")),
     env_id=(pl.String, "the environment, for tool-environment routes"),
     task_id=(pl.String, "the task, for tool-environment routes"),
     seed_id=(pl.String, "the seed (QA seed, KeyChain example, corpus document, research task) of other routes"),
     domain=(pl.String, "the environment's domain, or the route's topic"),
     messages=(JSON, "OpenAI chat messages: system, user, assistant (content, tool_calls), tool (tool_call_id)"),
     tools=(JSON, "the OpenAI function schemas offered (empty list when none)"),
-    train=(pl.List(pl.Boolean), "per message: whether its tokens are trained on (the turn-level loss mask; only "
-                                "assistant messages may be true)"),
+    train=(pl.List(pl.Boolean), ("per message: whether its tokens are trained on (the turn-level loss mask; only "
+                                "assistant messages may be true)")),
     verified=(pl.Boolean, "whether the trajectory passed its check"),
-    verifier=(pl.String, "the check that verified it (execution against the rubric, schema conformance, the "
-                         "two-way reward, ...)"),
+    verifier=(pl.String, ("the check that verified it (execution against the rubric, schema conformance, the "
+                         "two-way reward, ...)")),
     parent_id=(pl.String, "the trajectory it was augmented from, null for an original"),
     transform=(pl.String, "the augmentation applied to the parent, null for an original"),
     transform_settings=(JSON, "the augmentation's recorded settings"),
     tokens=(pl.Int64, "the chat-templated conversation's length with the project tokenizer"),
-    verify_input=(JSON, "what the checks re-check beside messages and tools, so the row re-verifies on its own: "
+    verify_input=(JSON, ("what the checks re-check beside messages and tools, so the row re-verifies on its own: "
                         "{env, task} for execution (the environment record without its database, the task with its "
                         "rubric), {answer, aliases, conditions} for the two-way reward and reasoning completeness, "
-                        "and the limits it was held to ({limits: {max_tokens, heldout}})"),
+                        "and the limits it was held to ({limits: {max_tokens, heldout}})")),
     env_db=(pl.Binary, "the SQLite database an execution-verified episode starts from; null for other verifiers"),
 ), key=("id",), required=("source", "messages", "tools", "train", "verified"),
     json={"messages": "list", "tools": "list"})
@@ -488,12 +488,12 @@ SELECTION_SCORE = Record("selection_score", "One candidate of a cold-start selec
     domain=(pl.String, "its domain or topic"),
     parent_id=(pl.String, "the trajectory it was augmented from, null for an original"),
     tokens=(pl.Int64, "its length with the project tokenizer"),
-    score=(pl.Float64, "max over sliding windows of the window's mean perplexity under the reference model; null "
-                       "when not scored"),
+    score=(pl.Float64, ("max over sliding windows of the window's mean perplexity under the reference model; null "
+                       "when not scored")),
     mean_perplexity=(pl.Float64, "perplexity of the whole sequence (what average filtering uses), for comparison"),
     weight=(pl.Float64, "the factor its K-Center-Greedy distance is weighted by (score ** alpha, normalized)"),
-    status=(pl.String, "selected | not_selected | duplicate | near_duplicate | too_long | not_verified | heldout | "
-                       "mixture_cap"),
+    status=(pl.String, ("selected | not_selected | duplicate | near_duplicate | too_long | not_verified | heldout | "
+                       "mixture_cap")),
     pick=(pl.Int64, "its position in the greedy order, null when not selected"),
     distance=(pl.Float64, "embedding distance to the nearest selected candidate (0 for a selected one)"),
 ), key=("id",), required=("source", "status"))
@@ -704,8 +704,8 @@ EVAL_ITEM = Record("eval_item", "One evaluation item under one strategy at one w
     run=(pl.Int64, "the Random Complex Tasks run, null elsewhere"),
     strategy=(pl.String, "sample | single | self_consistency | best_of_k | heavy_thinking | context:<name>"),
     k=(pl.Int64, "width: samples the strategy drew (for sample and context rows: the samples averaged)"),
-    score=(pl.Float64, "the strategy's score of the item in [0, 1] (sample and context rows: Avg@k); null when "
-                       "not scored"),
+    score=(pl.Float64, ("the strategy's score of the item in [0, 1] (sample and context rows: Avg@k); null when "
+                       "not scored")),
     n_samples=(pl.Int64, "samples scored (tool and user failures are not the agent's and are left out)"),
     n_correct=(pl.Int64, "of them, fully correct (Pass@k's c)"),
     tokens=(pl.Int64, "tokens generated for this result: every stage-1 sample used plus the summaries"),
@@ -715,8 +715,8 @@ EVAL_ITEM = Record("eval_item", "One evaluation item under one strategy at one w
     stop_reasons=(JSON, "{done, max_turns, length, context_overflow}: why the samples ended"),
     status=(pl.String, "scored | infra_error (the engine failed after its retries: never scored as wrong)"),
     error=(pl.String, "the infrastructure error, null when scored"),
-    overlap=(pl.Boolean, "the item appears in the model's training data (found through the catalog lineage); "
-                         "summaries leave it out"),
+    overlap=(pl.Boolean, ("the item appears in the model's training data (found through the catalog lineage); "
+                         "summaries leave it out")),
 ), key=("item_id", "strategy", "k"), required=("suite", "strategy", "k", "status", "overlap"),
     json={"failures": "object", "stop_reasons": "object"})
 
@@ -726,10 +726,10 @@ EVAL_SUMMARY = Record("eval_summary", "One figure of an evaluation: a metric of 
     variant=(pl.String, "the held-out variant"),
     strategy=(pl.String, "the strategy, as in eval_item"),
     k=(pl.Int64, "width, or the k of Pass@k / Avg@k"),
-    metric=(pl.String, "accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget (self-"
-                       "consistency interpolated at this result's tokens)"),
-    group=(pl.String, "all, or the attribute items are grouped by (domain, difficulty, length, noise_level, "
-                      "noise_type, run, source)"),
+    metric=(pl.String, ("accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget (self-"
+                       "consistency interpolated at this result's tokens)")),
+    group=(pl.String, ("all, or the attribute items are grouped by (domain, difficulty, length, noise_level, "
+                      "noise_type, run, source)")),
     value=(pl.String, "the group's value (all for the whole suite)"),
     n=(pl.Int64, "items in the figure"),
     estimate=(pl.Float64, "the figure"),
