@@ -44,12 +44,19 @@ def _loss_curve(artifact: Artifact, path: Path) -> None:
         plt.close(fig)
 
 
+def _selection(artifact: Artifact, path: Path) -> None:
+    from tasks.sft_set import plot_selection
+
+    plot_selection(artifact.read("scores"), artifact.read("summary"), path)
+
+
 FIGURES: dict[str, Callable[[Artifact, Path], None]] = {
     "qa_filtered": _pass_counts,
     "task_filtered": _pass_counts,
     "noisy_tasks": _noise_success,
     "noisy_eval": _noise_success,
     "tiny_policy": _loss_curve,
+    "sft_set": _selection,
 }
 
 

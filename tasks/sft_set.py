@@ -290,3 +290,29 @@ def _summary(vectors: np.ndarray, chosen: list[int], distance: np.ndarray, score
                      "note": f"selected of {routes.count(route)} candidates, share {share:.3f}"})
     return rows
 
+
+
+def plot_selection(scores: pl.DataFrame, summary: pl.DataFrame, path: Any) -> None:
+    """Score distribution of the selected and the other scored candidates, with the coverage in the title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scored = scores.filter(pl.col("score").is_not_null())
+    figures = dict(zip(summary["name"].to_list(), summary["value"].to_list(), strict=True))
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
+    try:
+        for status, color in (("selected", "#4477aa"), ("not_selected", "#bbbbbb")):
+            values = np.log10(scored.filter(pl.col("status") == status)["score"].to_numpy())
+            if len(values):
+                ax.hist(values, bins=20, alpha=0.7, color=color, label=status)
+        ax.set_xlabel("log10 sliding-window perplexity")
+        ax.set_ylabel("candidates")
+        ax.set_title(f"coverage: mean distance {figures.get('coverage_mean_distance', float('nan')):.3f} "
+                     f"(random {figures.get('coverage_mean_distance_random', float('nan')):.3f})", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, metadata={"Software": None})
+    finally:
+        plt.close(fig)
