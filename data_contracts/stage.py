@@ -7,9 +7,10 @@ runner (``flows/``) derives the artifact key, runs it, gates every output and pu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -152,6 +153,11 @@ class Artifact(Protocol):
         """The directory output of a model or index artifact."""
         ...
 
+    @property
+    def outputs(self) -> list[str]:
+        """The names of its Parquet outputs."""
+        ...
+
     def read(self, output: str) -> pl.DataFrame: ...
 
     def scan(self, output: str) -> pl.LazyFrame: ...
@@ -189,6 +195,11 @@ class Stage:
         if (self.kind == "data") != (self.directory is None):
             raise StageError(f"stage {self.name!r} of kind {self.kind!r}: a 'model' or 'index' stage declares its "
                              "directory=DirectoryContract(...), a 'data' stage none")
+
+    def with_inputs(self, names: Sequence[str]) -> Stage:
+        """This stage reading the named input stages (a training run's inputs are chosen per run: the data
+        artifacts and the base model the user names); the artifact key follows the inputs' names and keys."""
+        return dataclasses.replace(self, inputs=tuple(sorted(names)))
 
     def parse_params(self, raw: Mapping[str, Any] | None) -> Params:
         """Validate raw params; the error names the stage, the field and what is allowed."""
@@ -260,6 +271,10 @@ class FrameArtifact:
     manifest: Mapping[str, Any] = field(default_factory=dict)
     path: Path | None = None
     directory: Path | None = None
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self.frames)
 
     def read(self, output: str) -> pl.DataFrame:
         return self.frames[output]

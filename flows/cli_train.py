@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-train_app = typer.Typer(no_args_is_help=True, help="Training flows: cold-start SFT.")
+train_app = typer.Typer(no_args_is_help=True, help="Training flows: cold-start SFT, asynchronous RL.")
 
 
 def parse_settings(settings: list[str]) -> dict[str, Any]:
@@ -61,6 +61,49 @@ def sft(
             table.add_row(*(str(value) for value in row.values()))
         console.print(table)
     console.print(f"serve it: gymforge serve --model {result['key']}")
+
+
+@train_app.command("rl")
+def rl(
+    base: Annotated[str, typer.Option("--from", help="Model to start from: a model artifact key (an SFT checkpoint, "
+                                                     "`gymforge artifacts ls --kind model`) or a local directory.")],
+    tasks: Annotated[str, typer.Option(help="Task artifacts, comma-separated: keys, or stages with one published "
+                                            "artifact (small_envs,keychain; rl_mix; noisy_tasks,environments).")],
+    profile: Annotated[str, typer.Option(help="Profile whose `rl` section configures the run.")] = "tiny",
+    resume: Annotated[bool, typer.Option(help="Continue a killed run from its last checkpoint.")] = False,
+    settings: Annotated[list[str] | None, typer.Option("--set", help="Config override name=value (e.g. --set "
+                                                                     "steps=40 --set max_staleness=1); repeatable.")]
+    = None,
+    engine: Annotated[str | None, typer.Option(help="The controllers' engine, e.g. openai:URL#MODEL for vLLM "
+                                                    "servers (default: the model itself in each controller).")] = None,
+    partition: Annotated[str, typer.Option(help="Partition to record the run under.")] = "default",
+) -> None:
+    """Asynchronous RL (GRPO/GSPO with bounded staleness) of a model on task artifacts, published as a model
+    artifact; shows version, reward, queue depth, staleness and samples/s as it trains. Controllers run in local
+    processes, or on the Dask cluster of the global --dask-address."""
+    import os
+
+    from rich.console import Console
+
+    from flows.runtime import DASK_ENV, Runtime
+    from flows.train import plan_rl, train_rl
+
+    overrides = parse_settings(settings or [])
+    names = [name.strip() for name in tasks.split(",") if name.strip()]
+    dask_address = os.environ.get(DASK_ENV) or None
+    plan_rl(names, base, profile=profile, overrides=overrides, resume=resume, partition=partition, engine=engine,
+            dask_address=dask_address)  # fail early
+    with Runtime(dask=False) as rt:
+        Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
+        result = train_rl(tasks=names, base=base, profile=profile, overrides=overrides or None, resume=resume,
+                          partition=partition, data_dir=str(rt.root), engine=engine, dask_address=dask_address)
+    status = "cached" if result["cached"] else "published"
+    dropped = ", ".join(f"{n} {reason}" for reason, n in result["dropped"].items()) or "none"
+    Console().print(f"rl {result['key']} {status}: {result['steps']} steps, {result['trained_samples']} trained "
+                    f"samples, reward {result['reward_first']:.3f} -> {result['reward_last']:.3f} (mean of the first "
+                    f"and last steps), staleness <= {result['staleness_max']}, {result['samples_per_s']:.2f} "
+                    f"samples/s, engine load {result['engine_load']:.0%}; dropped: {dropped} -> {result['model']}")
+    Console().print(f"serve it: gymforge serve --model {result['key']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,9 @@ deployments on the `gpu` process work pool (one run at a time; never inside a Da
 model artifact key or a local directory), runs the ``sft`` stage through the store (key, cache, gate, atomic
 publish: an identical re-run is a cache hit, a killed run publishes nothing), keeps its checkpoints under
 ``<data root>/checkpoints/sft/<artifact key>`` so ``resume`` continues a killed run, and leaves the loss curve (PNG)
-and the before/after evaluation table as Prefect artifacts. ``train_rl`` slots in beside it on the same pattern.
+and the before/after evaluation table as Prefect artifacts. ``train_rl`` does the same for the ``rl`` stage: task
+artifacts instead of trajectories, the reward, staleness and throughput curves and the step metrics as its Prefect
+artifacts.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
 from data_contracts.runner import StageRun, execute_stage
-from data_contracts.stage import Stage, StageError
+from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import figure_markdown
 from flows.profiles import parse, stage_params
 from flows.runtime import data_root
-from training.sft import SFTParams, with_inputs
+from training.rl import rl as rl_stage
+from training.rl.sources import load_tasks
+from training.sft import sft as sft_stage
 from training.sft_data import trajectory_outputs
 
 
@@ -37,7 +41,7 @@ class TrainingRun:
     """What a training flow will run: the stage with its inputs, its params, the input keys and artifact key."""
 
     stage: Stage
-    params: SFTParams
+    params: Params
     input_keys: dict[str, str]
     key: str
     checkpoints: Path
@@ -60,6 +64,25 @@ def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArti
     return artifact
 
 
+def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore, input_keys: dict[str, str]
+              ) -> Params:
+    """The base model of a training run: a local transformers directory becomes ``model_name_or_path`` (its
+    content enters the artifact key), a model artifact key or stage becomes one more input."""
+    base_path = Path(base).expanduser()
+    if base_path.is_dir():
+        if not (base_path / "config.json").is_file():
+            raise StageError(f"base model {base_path}: not a transformers checkpoint directory (no config.json)")
+        return params.model_copy(update={"model_name_or_path": str(base_path.resolve())})
+    model = published(catalog, store, base)
+    if model.manifest.get("kind") != "model":
+        raise StageError(f"base {base!r} is artifact {model.stage}/{model.key} of kind "
+                         f"{model.manifest.get('kind', 'data')}, not a model")
+    if model.stage in input_keys:
+        raise StageError(f"the base model and a data artifact both come from stage {model.stage!r}")
+    input_keys[model.stage] = model.key
+    return params
+
+
 def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides: Mapping[str, Any] | None = None,
              resume: bool = False, partition: str = "default", data_dir: str | None = None) -> TrainingRun:
     """Resolve and check everything an SFT run needs, before any server, cluster or training step: the params
@@ -78,27 +101,15 @@ def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides
                              f"{', '.join(artifact.outputs)}); train on a trajectory artifact such as sft_set or "
                              "small_envs")
         input_keys[artifact.stage] = artifact.key
-    base_path = Path(base).expanduser()
-    if base_path.is_dir():
-        if not (base_path / "config.json").is_file():
-            raise StageError(f"base model {base_path}: not a transformers checkpoint directory (no config.json)")
-        params = params.model_copy(update={"model_name_or_path": str(base_path.resolve())})
-    else:
-        model = published(catalog, store, base)
-        if model.manifest.get("kind") != "model":
-            raise StageError(f"base {base!r} is artifact {model.stage}/{model.key} of kind "
-                             f"{model.manifest.get('kind', 'data')}, not a model")
-        if model.stage in input_keys:
-            raise StageError(f"the base model and a data artifact both come from stage {model.stage!r}")
-        input_keys[model.stage] = model.key
-    stage = with_inputs(list(input_keys))
+    params = with_base(params, base, catalog, store, input_keys)
+    stage = sft_stage.with_inputs(list(input_keys))
     key = store.artifact_key(stage, params, input_keys, partition)
-    checkpoints = Path(root) / "checkpoints" / stage.name / key
+    checkpoints = store.home / "checkpoints" / stage.name / key
     params = params.model_copy(update={"output_dir": str(checkpoints), "resume_from_checkpoint": resume})
     return TrainingRun(stage, params, input_keys, key, checkpoints)
 
 
-@task(task_run_name="sft/{partition}", cache_policy=NO_CACHE)  # the artifact store is the cache
+@task(task_run_name="{run.stage.name}/{partition}", cache_policy=NO_CACHE)  # the artifact store is the cache
 def train_task(run: TrainingRun, partition: str, data_dir: str) -> StageRun:
     from prefect.runtime import flow_run
 
@@ -201,3 +212,107 @@ def train_sft(
         shutil.rmtree(run.checkpoints, ignore_errors=True)
     logger.info("sft %s %s", result.key, "cached" if result.cached else "published")
     return {**report(artifact, Path(root)), "cached": result.cached}
+
+
+# --- reinforcement learning ----------------------------------------------------------------------------------------
+
+
+def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides: Mapping[str, Any] | None = None,
+            resume: bool = False, partition: str = "default", data_dir: str | None = None, engine: str | None = None,
+            dask_address: str | None = None) -> TrainingRun:
+    """Resolve and check everything an RL run needs before any server or process starts: the params (profile +
+    overrides), each task artifact (published, offering RL tasks), the base model, the artifact key and the run
+    directory (engine weights and checkpoints)."""
+    params = parse("rl", stage_params(profile, {"rl": dict(overrides or {})})["rl"])
+    if not tasks:
+        raise StageError("name at least one task artifact to train on (--tasks KEY: small_envs, keychain, rl_mix...)")
+    root = data_root(data_dir)
+    store, catalog = ArtifactStore(root), Catalog(root)
+    artifacts = {}
+    for ref in tasks:
+        artifact = published(catalog, store, ref)
+        artifacts[artifact.stage] = artifact
+    load_tasks(artifacts)  # a StageError names an input that offers no RL task
+    input_keys = {name: artifact.key for name, artifact in artifacts.items()}
+    params = with_base(params, base, catalog, store, input_keys)
+    stage = rl_stage.with_inputs(list(input_keys))
+    key = store.artifact_key(stage, params, input_keys, partition)
+    checkpoints = store.home / "checkpoints" / stage.name / key
+    params = params.model_copy(update={"output_dir": str(checkpoints), "resume": resume, "engine": engine,
+                                       "dask_address": dask_address})
+    return TrainingRun(stage, params, input_keys, key, checkpoints)
+
+
+STEP_COLUMNS = ("version", "reward_mean", "loss", "kl", "clip_ratio", "zero_variance_groups", "staleness_mean",
+                "staleness_max", "queue_depth", "samples_per_s", "engine_load", "drops", "requeued")
+
+
+def report_rl(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
+    """The flow run's Prefect artifacts (the step metrics; reward, staleness and throughput curves) and its
+    summary."""
+    from training.rl.plot import plot_runs
+
+    steps, samples = artifact.read("steps"), artifact.read("samples")
+    create_table_artifact(table=steps.select(STEP_COLUMNS).with_columns(pl.col(pl.Float64).round(4)).to_dicts(),
+                          key="rl-metrics", description=f"**rl** `{artifact.key}`: one row per optimizer step")
+    figure = plot_runs({"rl": (steps, samples)}, root / "figures" / f"rl-{artifact.key}.png", f"rl {artifact.key}")
+    create_markdown_artifact(markdown=figure_markdown(figure, f"rl {artifact.key}"), key="rl-curves")
+    drops = samples.filter(pl.col("drop_reason").is_not_null()).group_by("drop_reason").len().sort("drop_reason")
+    last = steps.tail(min(3, steps.height))
+    return {"key": artifact.key, "model": str(artifact.directory), "steps": steps.height,
+            "trained_samples": int(samples["trained"].sum()), "reward_last": float(last["reward_mean"].mean()),
+            "reward_first": float(steps.head(min(3, steps.height))["reward_mean"].mean()),
+            "staleness_max": int(samples.filter(pl.col("trained"))["staleness"].max() or 0),
+            "samples_per_s": float(steps["samples_per_s"][-1]), "engine_load": float(steps["engine_load"][-1]),
+            "dropped": dict(drops.iter_rows())}
+
+
+def _rl_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    parameters = flow_run.parameters
+    return f"train-rl {Path(str(parameters.get('profile', 'tiny'))).stem}/{parameters.get('partition', 'default')}"
+
+
+@flow(name="train-rl", flow_run_name=_rl_run_name)
+def train_rl(
+    tasks: list[str],
+    base: str,
+    profile: str = "tiny",
+    overrides: dict[str, Any] | None = None,
+    resume: bool = False,
+    partition: str = "default",
+    data_dir: str | None = None,
+    engine: str | None = None,
+    dask_address: str | None = None,
+) -> dict[str, Any]:
+    """Asynchronous RL of a model on task artifacts (tool environments, KeyChain and other prompts); publishes a
+    model artifact with every sample's audit row and every step's metrics.
+
+    Args:
+        tasks: task artifacts: keys, or stage names with one published artifact each (small_envs, keychain,
+            rl_mix, noisy_tasks with its environments...).
+        base: the starting model: a model artifact key (an SFT checkpoint), or a local transformers directory.
+        profile: tiny | default | full, or a path to a profile YAML (its `rl` section).
+        overrides: {param: value} of the rl config on top of the profile.
+        resume: continue from the last checkpoint of this exact run (same inputs and config).
+        partition: the partition to record the run under.
+        data_dir: data root; none means $GYMFORGE_DATA, else ./data.
+        engine: the controllers' engine (openai:URL#MODEL for vLLM servers); default the base model in each.
+        dask_address: run the controllers on this Dask cluster instead of local processes.
+    """
+    logger = get_run_logger()
+    root = data_root(data_dir)
+    store = ArtifactStore(root)
+    store.clean_partial()  # a killed run's scratch space
+    run = plan_rl(tasks, base, profile=profile, overrides=overrides, resume=resume, partition=partition,
+                  data_dir=str(root), engine=engine, dask_address=dask_address)
+    logger.info("rl %s on %s (run directory %s)", run.key, run.input_keys, run.checkpoints)
+    result = train_task(run, partition, str(root))
+    artifact = store.get(run.stage.name, result.key)
+    if artifact is None:
+        raise StageError(f"the rl artifact {result.key} disappeared from {root} right after the run")
+    if not result.cached:  # published: the run directory has served its purpose
+        shutil.rmtree(run.checkpoints, ignore_errors=True)
+    logger.info("rl %s %s", result.key, "cached" if result.cached else "published")
+    return {**report_rl(artifact, store.home), "cached": result.cached}

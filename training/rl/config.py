@@ -13,7 +13,10 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from data_contracts.stage import Params
-from training.rl.losses import ImportanceSamplingLevel, LossType, Scale
+
+Scale = Literal["group", "batch", "none"]
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
+ImportanceSamplingLevel = Literal["token", "sequence"]
 
 
 class SamplingSettings(Params):
@@ -80,6 +83,8 @@ class RLConfig(Params):
                                                            "model within 10 steps, 5e-5 was stable)")
     warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up, constant after")
     max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="the trainer's weights (bfloat16 on GPUs; "
+                                                                        "the CPU trains in float32)")
     micro_batch_size: int = Field(8, ge=1, description="samples per forward/backward; gradients accumulate over "
                                                        "micro-batches with the whole batch's normalisation")
     checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints")
@@ -107,3 +112,27 @@ class RLConfig(Params):
             raise ValueError(f"checkpoint_every={self.checkpoint_every} exceeds steps={self.steps}: set it to at most "
                              "the number of steps")
         return self
+
+
+class RLParams(RLConfig):
+    """The ``rl`` stage's params: the training config, the base model when it is not a model artifact input, and
+    how this run executes (engines, checkpoints, where controllers run), which is no part of what the model is and so
+    no part of its artifact key."""
+
+    model_name_or_path: str | None = Field(None, description="a local transformers directory to start from; None "
+                                                              "when the base is a model artifact input")
+    engine: str | None = Field(None, exclude=True, description="the controllers' engine spec (openai:URL#MODEL for "
+                               "vLLM servers); default hf:<the base model> in every controller")
+    output_dir: str | None = Field(None, exclude=True, description="the run directory (weights for the engines, "
+                                   "checkpoints); default: the stage's scratch space, gone with it")
+    resume: bool = Field(False, exclude=True, description="continue from the last checkpoint in output_dir")
+    dask_address: str | None = Field(None, exclude=True, description="run the controllers as tasks on this Dask "
+                                     "scheduler instead of local processes")
+    device: str | None = Field(None, exclude=True, description="the trainer's device (default: cuda when present)")
+
+    def local_inputs(self) -> list[str]:
+        return [self.model_name_or_path] if self.model_name_or_path else []
+
+    def to_config(self) -> RLConfig:
+        """The training config alone (what a checkpoint records and a resumed run is checked against)."""
+        return RLConfig.model_validate(self.model_dump(include=set(RLConfig.model_fields)))

@@ -23,13 +23,11 @@ here. Three different log-probabilities meet in the loss, and DESIGN.md §7 asks
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 
-Scale = Literal["group", "batch", "none"]
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
-ImportanceSamplingLevel = Literal["token", "sequence"]
+from training.rl.config import ImportanceSamplingLevel, LossType, Scale
 
 
 def _check_choice(name: str, value: str, allowed: type) -> None:

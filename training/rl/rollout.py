@@ -102,6 +102,23 @@ async def run_sample(work: Work, task: RLTask, batcher: ContinuousBatcher, confi
                   weight=work.weight)
 
 
+def score_tasks(engine: Engine, tasks: Sequence[RLTask], k: int, config: RLConfig,
+                make_env: EnvFactory = default_env, seed: int = 0) -> dict[str, list[float]]:
+    """``k`` rewards per task, sampled as the controllers sample them (the same sampling settings and rewards), all
+    in flight at once through one continuous batcher: held-out evaluation before and after training."""
+
+    async def score() -> list[Sample]:
+        batcher = ContinuousBatcher(engine, max_batch=config.concurrency)
+        works = [(Work(f"{task.task_id}#{i}", task.task_id, task.task_id, i, seed_for(seed, "eval", task.task_id, i)),
+                  task) for task in tasks for i in range(k)]
+        return await asyncio.gather(*(run_sample(work, task, batcher, config, make_env) for work, task in works))
+
+    rewards: dict[str, list[float]] = {task.task_id: [] for task in tasks}
+    for sample in asyncio.run(score()):
+        rewards[sample.task_id].append(sample.reward)
+    return rewards
+
+
 # --- controllers -------------------------------------------------------------------------------------------------
 
 

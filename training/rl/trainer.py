@@ -269,6 +269,7 @@ class RLRun:
     make_env: EnvFactory = default_env
     on_step: StepCallback | None = None
     resume: bool = True
+    device: str | None = None  # default: cuda when present
 
     def __post_init__(self) -> None:
         from transformers import AutoModelForCausalLM
@@ -279,7 +280,9 @@ class RLRun:
             raise RLRunError("no tasks to train on: the task artifacts hold no rows")
         torch.manual_seed(self.config.seed)
         self.tokenizer = load_tokenizer(self.model_dir)
-        model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), local_files_only=True).eval()
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), local_files_only=True,
+                                                     dtype=getattr(torch, self.config.dtype)).to(device).eval()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.trainer = PolicyTrainer(model, self.config, pad)
         self.kinds = {task.task_id: task.kind for task in self.tasks}

@@ -61,7 +61,8 @@ class FileWeightSync:
         final = self.path(version)
         partial = final.with_name(f".{final.name}.{os.getpid()}.tmp")
         # Tied embeddings share storage; safetensors refuses shared tensors, so each is saved as its own copy.
-        save_file({name: tensor.detach().contiguous().clone() for name, tensor in state_dict.items()}, str(partial))
+        save_file({name: tensor.detach().cpu().contiguous().clone() for name, tensor in state_dict.items()},
+                  str(partial))
         partial.replace(final)
         pointer = self.directory / f".{self.LATEST}.{os.getpid()}.tmp"
         pointer.write_text(str(version))

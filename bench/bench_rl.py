@@ -1,0 +1,257 @@
+"""Asynchronous RL on 2 cores: streaming rollouts against the synchronous baseline, and whether RL teaches.
+
+``throughput``: the same RL run (the tiny profile's small environments, a real policy in two controller processes,
+real training steps) twice, side by side: asynchronous with ``max_staleness`` 2 and the synchronous baseline (a
+barrier per step), every tool call taking a lognormal time (median ``--median`` s, sigma ``--sigma``: p99 / median =
+exp(2.326 sigma), 26x at 1.4), as a remote tool service would. Figures: trained samples per second, consumed samples
+per second, the engines' request load ratio (engine-busy time over wall time), the staleness histogram of the
+trained samples, and reward against trained samples (asynchrony must not cost learning), plotted with throughput
+over time to ``bench/figures/rl_async_vs_sync.png``.
+
+``learning``: held-out reward before and after RL from a base model (an SFT checkpoint): the tasks split by a stable
+hash of their ids (half trained on, half held out), ``--k`` samples per held-out task before and after ``--steps``
+steps, and the mean per-task difference with a bootstrap 95% interval.
+
+    .venv/bin/python -m bench.bench_rl throughput --data-dir DIR --base KEY [--steps 12] [--no-record]
+    .venv/bin/python -m bench.bench_rl learning --data-dir DIR --base KEY --tasks small_envs keychain [--steps 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import platform
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (RESULTS.md, inference)
+
+from bench import report
+
+FIGURES = Path(__file__).with_name("figures")
+
+
+# --- a remote tool service: lognormal latency ----------------------------------------------------------------------
+
+
+class SlowTools:
+    """An environment whose every tool call takes a lognormal time, awaited so the controller's other episodes run
+    meanwhile (a tool service over the network, not local SQL)."""
+
+    def __init__(self, record: Mapping[str, Any], median_s: float, sigma: float) -> None:
+        from envgen.noise.environment import NoisyEnvironment
+
+        self.env = NoisyEnvironment(dict(record))
+        self.median_s, self.sigma = median_s, sigma
+        self.rng = random.Random()
+
+    async def areset(self, task: Any, user: Any = None) -> Any:
+        return await self.env.areset(task, user)
+
+    async def astep(self, message: Mapping[str, Any]) -> Any:
+        for _ in message.get("tool_calls") or []:
+            await asyncio.sleep(self.median_s * self.rng.lognormvariate(0.0, self.sigma))
+        return await self.env.astep(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+
+@dataclass(frozen=True)
+class SlowToolsFactory:
+    median_s: float
+    sigma: float
+
+    def __call__(self, record: Mapping[str, Any]) -> SlowTools:
+        return SlowTools(record, self.median_s, self.sigma)
+
+
+# --- inputs ----------------------------------------------------------------------------------------------------------
+
+
+def resolve(data_dir: str, base: str, task_refs: Sequence[str]) -> tuple[Path, list[Any]]:
+    """The base model's directory and the RL tasks of the named artifacts (keys or stage names)."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.store import ArtifactStore
+    from flows.train import published
+    from training.rl.sources import load_tasks
+
+    store, catalog = ArtifactStore(data_dir), Catalog(data_dir)
+    base_path = Path(base)
+    model_dir = base_path if base_path.is_dir() else Path(published(catalog, store, base).directory)
+    inputs = {}
+    for ref in task_refs:
+        artifact = published(catalog, store, ref)
+        inputs[artifact.stage] = artifact
+    return model_dir, load_tasks(inputs)
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+# --- throughput --------------------------------------------------------------------------------------------------
+
+
+def run_arm(model_dir: Path, tasks: Sequence[Any], config: Any, median_s: float, sigma: float) -> Any:
+    from training.rl.trainer import RLRun
+
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-rl-"))
+    try:
+        rl = RLRun(model_dir, tasks, config, run_dir, make_env=SlowToolsFactory(median_s, sigma), resume=False)
+        started = time.perf_counter()
+        result = rl.run()
+        return result, time.perf_counter() - started, rl.manager.engine_load()
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def throughput(args: argparse.Namespace) -> None:
+    from training.rl.config import RLConfig
+    from training.rl.plot import plot_runs
+
+    model_dir, tasks = resolve(args.data_dir, args.base, args.tasks)
+    tasks = [t for t in tasks if t.kind == "env"]
+    if not tasks:
+        raise SystemExit("no environment tasks among --tasks: name small_envs (or another environments artifact)")
+    common = {"steps": args.steps, "batch_size": args.batch_size, "num_generations": args.group, "controllers": 2,
+              "concurrency": args.concurrency, "checkpoint_every": args.steps, "seed": 0,
+              "sampling": {"max_tokens": 48, "max_turns": 4}}
+    arms = {"async": RLConfig(**common, mode="async", max_staleness=2),
+            "sync": RLConfig(**common, mode="sync", max_staleness=0)}
+    results = {}
+    for name, config in arms.items():
+        print(f"{name}: {config.steps} steps of {config.batch_size} samples ...", flush=True)
+        results[name] = run_arm(model_dir, tasks, config, args.median, args.sigma)
+    draws = sorted(args.median * random.Random(0).lognormvariate(0.0, args.sigma) for _ in range(100_000))
+    p50, p99 = draws[len(draws) // 2], draws[int(len(draws) * 0.99)]
+    lines = [
+        "", f"## Asynchronous vs synchronous RL ({time.strftime('%Y-%m-%d')}, {machine()})", "",
+        (f"`python -m bench.bench_rl throughput`: {len(tasks)} environment tasks of `{', '.join(args.tasks)}`, base "
+        f"`{args.base}`, {args.steps} steps of {args.batch_size} samples (G = {args.group}), 2 controller processes "
+        f"x {args.concurrency} samples in flight, tool latency lognormal (median {p50 * 1000:.0f} ms, p99 "
+        f"{p99 * 1000:.0f} ms = {p99 / p50:.0f}x median). Asynchronous: max_staleness 2; synchronous: a barrier per "
+        "step (max_staleness 0)."), "",
+        ("| arm | wall s | trained samples/s | consumed samples/s | engine load | staleness of trained samples | "
+        "stale drops | final reward (mean of last 3 steps) |"),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, (result, wall, load) in results.items():
+        trained = result.samples.filter(result.samples["trained"])
+        histogram = Counter(trained["staleness"].to_list())
+        stale = result.samples.filter(result.samples["drop_reason"] == "stale").height
+        rewards = result.steps["reward_mean"].to_list()
+        lines.append(f"| {name} | {wall:.0f} | {trained.height / wall:.2f} | {result.samples.height / wall:.2f} | "
+                     f"{load:.0%} | {dict(sorted(histogram.items()))} | {stale} | "
+                     f"{sum(rewards[-3:]) / len(rewards[-3:]):.3f} |")
+    ratio = (results["async"][0].samples["trained"].sum() / results["async"][1]) / max(
+        1e-9, results["sync"][0].samples["trained"].sum() / results["sync"][1])
+    figure = plot_runs({name: (result.steps, result.samples) for name, (result, _, _) in results.items()},
+                       FIGURES / "rl_async_vs_sync.png", "asynchronous vs synchronous RL")
+    lines += ["", (f"Asynchronous / synchronous trained samples per second: **{ratio:.2f}x**. Reward against trained "
+              f"samples: `{figure.relative_to(Path(__file__).parent)}`."), ""]
+    report(lines, record=not args.no_record)
+
+
+# --- learning --------------------------------------------------------------------------------------------------
+
+
+def heldout(task_id: str) -> bool:
+    return hashlib.blake2b(task_id.encode(), digest_size=2).digest()[0] % 2 == 1
+
+
+def bootstrap_ci(values: Sequence[float], rounds: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean and a percentile bootstrap 95% interval."""
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(rounds))
+    return sum(values) / len(values), means[int(0.025 * rounds)], means[int(0.975 * rounds)]
+
+
+def learning(args: argparse.Namespace) -> None:
+    from inference.checkpoint import save_model
+    from inference.engines import load_engine
+    from inference.tokenizer import load as load_tokenizer
+    from training.rl.config import RLConfig
+    from training.rl.rollout import score_tasks
+    from training.rl.trainer import RLRun
+
+    model_dir, tasks = resolve(args.data_dir, args.base, args.tasks)
+    train = [t for t in tasks if not heldout(t.task_id)]
+    test = [t for t in tasks if heldout(t.task_id)][: args.max_heldout]
+    config = RLConfig(steps=args.steps, batch_size=args.batch_size, num_generations=args.group, controllers=2,
+                      concurrency=args.concurrency, checkpoint_every=args.steps, learning_rate=args.learning_rate,
+                      seed=0, sampling={"max_tokens": args.max_tokens, "max_turns": 4})
+    started = time.perf_counter()
+    before = score_tasks(load_engine(f"hf:{model_dir}"), test, args.k, config)
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-rl-learning-"))
+    try:
+        result = RLRun(model_dir, train, config, run_dir, resume=False).run()
+        trained_dir = run_dir / "model"
+        save_model(result.model, load_tokenizer(model_dir), trained_dir, {"base": str(model_dir), "method": "rl"})
+        after = score_tasks(load_engine(f"hf:{trained_dir}"), test, args.k, config)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    wall = time.perf_counter() - started
+    lines = ["", f"## RL learning over the base model ({time.strftime('%Y-%m-%d')}, {machine()})", "",
+             (f"`python -m bench.bench_rl learning`: base `{args.base}`, tasks of `{', '.join(args.tasks)}` split by "
+             f"id hash: {len(train)} trained on, {len(test)} held out; {args.steps} steps of {args.batch_size} samples "
+             f"(G = {args.group}, lr {args.learning_rate:g}); {args.k} samples per held-out task before and after; "
+             f"wall {wall / 60:.1f} min. Difference: mean over held-out tasks of (after - before) per-task mean "
+             "reward, percentile bootstrap 95% interval."), "",
+             "| held-out source | tasks | reward before | reward after | difference [95% CI] |", "|---|---|---|---|---|"]
+    groups: dict[str, list[str]] = {}
+    for task in test:
+        groups.setdefault("environment tasks" if task.kind == "env" else task.source, []).append(task.task_id)
+    groups["all"] = [t.task_id for t in test]
+    for name, ids in groups.items():
+        b = [sum(before[i]) / len(before[i]) for i in ids]
+        a = [sum(after[i]) / len(after[i]) for i in ids]
+        mean, lo, hi = bootstrap_ci([y - x for x, y in zip(b, a, strict=True)])
+        lines.append(f"| {name} | {len(ids)} | {sum(b) / len(b):.3f} | {sum(a) / len(a):.3f} | "
+                     f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] |")
+    rewards = result.steps["reward_mean"].to_list()
+    lines += ["", (f"Training reward, first 5 vs last 5 steps: {sum(rewards[:5]) / 5:.3f} -> "
+              f"{sum(rewards[-5:]) / 5:.3f}; equal-reward groups (no gradient): "
+              f"{int(result.steps['zero_variance_groups'].sum())} of {int(result.steps['groups'].sum())}."), ""]
+    report(lines, record=not args.no_record)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("throughput", "learning"):
+        p = sub.add_parser(name)
+        p.add_argument("--data-dir", required=True)
+        p.add_argument("--base", required=True, help="model artifact key or stage, or a transformers directory")
+        p.add_argument("--tasks", nargs="+", default=["small_envs"] if name == "throughput" else
+                       ["small_envs", "keychain"])
+        p.add_argument("--steps", type=int, default=12 if name == "throughput" else 40)
+        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--group", type=int, default=4)
+        p.add_argument("--concurrency", type=int, default=16)
+        p.add_argument("--no-record", action="store_true")
+    sub.choices["throughput"].add_argument("--median", type=float, default=0.05, help="median tool latency, s")
+    sub.choices["throughput"].add_argument("--sigma", type=float, default=1.4, help="lognormal sigma")
+    learn = sub.choices["learning"]
+    learn.add_argument("--k", type=int, default=8)
+    learn.add_argument("--max-heldout", type=int, default=64)
+    learn.add_argument("--learning-rate", type=float, default=5e-5)
+    learn.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args()
+    from inference.cpu import tune_allocator
+
+    tune_allocator()
+    {"throughput": throughput, "learning": learning}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
