@@ -1,5 +1,6 @@
-"""`gymforge deploy` and `gymforge worker` as a data engineer uses them: deployments land on the data root's
-server, and backfill runs picked up together share the worker's one Dask cluster."""
+"""Deployments run by workers, as a data engineer runs them: with Prefect's own commands (the README's deploy steps,
+word for word) and with `gymforge deploy` / `gymforge worker`, whose backfill runs share the worker's one Dask
+cluster. Either way both runs complete and the catalog holds their artifacts."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+from services import dask_cluster
+
+from data_contracts.catalog import Catalog
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GYMFORGE = str(Path(sys.executable).parent / "gymforge")
+PREFECT = str(Path(sys.executable).parent / "prefect")
 
 
 def _transitions(address: str) -> int:
@@ -49,6 +54,54 @@ def test_backfill_runs_share_the_workers_cluster(tmp_path: Path) -> None:
     finally:
         worker.terminate()
         worker.wait(timeout=60)
+    _assert_catalog_holds(Path(env["GYMFORGE_DATA"]), ["w0", "w1"])
+
+
+def test_prefect_deploy_and_prefect_worker_run_the_backfill(tmp_path: Path) -> None:
+    """The README's steps: the data root's server (`gymforge ui --detach`), the `cpu` and `gpu` process pools,
+    `prefect deploy --all`, `prefect worker start --pool cpu` on a machine whose environment names the data root and the Dask
+    scheduler, then `gymforge backfill` without --serve."""
+    project = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
+    env["GYMFORGE_DATA"] = str(tmp_path / "data")
+    with dask_cluster(tmp_path, env) as cluster:
+        env["GYMFORGE_DASK_ADDRESS"] = cluster.address
+        ui = subprocess.run([GYMFORGE, "ui", "--detach"], env=env, capture_output=True, text=True, timeout=300,
+                            check=True)
+        env["PREFECT_API_URL"] = ui.stdout.split("Prefect UI:")[1].split()[0] + "/api"
+        worker = None
+        try:
+            for command in (["work-pool", "create", "cpu", "--type", "process"],
+                            ["work-pool", "create", "gpu", "--type", "process"],
+                            ["work-pool", "set-concurrency-limit", "gpu", "1"],
+                            ["--no-prompt", "deploy", "--all"]):
+                done = subprocess.run([PREFECT, *command], env=env, cwd=project, capture_output=True, text=True,
+                                      timeout=300, check=False)
+                assert done.returncode == 0, done.stdout + done.stderr
+            worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "cpu"], env=env, cwd=project,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            backfill = subprocess.run([GYMFORGE, "backfill", "--stage", "test_double_square", "--partitions", "d0,d1"],
+                                      env=env, capture_output=True, text=True, timeout=300, check=False)
+            assert backfill.returncode == 0, backfill.stdout + backfill.stderr
+            states = _wait_for_runs(env, ["backfill test_double_square/d0", "backfill test_double_square/d1"])
+            assert states == ["Completed", "Completed"]
+            listed = subprocess.run([GYMFORGE, "artifacts", "ls", "--stage", "test_double_square"], env=env,
+                                    capture_output=True, text=True, timeout=120, check=True)
+            assert "d0" in listed.stdout and "d1" in listed.stdout
+        finally:
+            if worker is not None:
+                worker.terminate()
+                worker.wait(timeout=60)
+            subprocess.run([GYMFORGE, "ui", "--stop"], env=env, capture_output=True, timeout=120, check=False)
+    _assert_catalog_holds(Path(env["GYMFORGE_DATA"]), ["d0", "d1"])
+
+
+def _assert_catalog_holds(root: Path, partitions: list[str]) -> None:
+    """Every stage of both partitions is in the catalog, recorded by the run that published it."""
+    rows = Catalog(root).query("SELECT stage, partition, flow_run_id FROM artifacts ORDER BY partition, stage")
+    assert sorted(zip(rows["partition"], rows["stage"], strict=True)) == sorted(
+        (p, s) for p in partitions for s in ("test_double_other", "test_double_source", "test_double_square"))
+    assert rows["flow_run_id"].null_count() == 0
 
 
 def _wait_for_runs(env: dict[str, str], names: list[str], timeout_s: float = 300) -> list[str]:

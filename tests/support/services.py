@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -121,20 +122,24 @@ class Postgres:
 
 
 @contextlib.contextmanager
-def postgres_server(directory: Path) -> Iterator[Postgres]:
-    """A throwaway cluster (trust authentication, loopback only) with an empty ``prefect`` database. PostgreSQL
-    refuses to run as root: as root the cluster belongs to the ``postgres`` user the package creates."""
+def postgres_server() -> Iterator[Postgres]:
+    """A throwaway cluster (trust authentication, loopback only) with an empty ``prefect`` database, in a fresh
+    directory under the system temp dir (removed afterwards). PostgreSQL refuses to run as root: as root the cluster
+    belongs to the ``postgres`` user the package creates (pytest's own temp dirs are private to root)."""
     import asyncpg
 
     binaries, port = postgres_bin(), free_port()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix="gymforge-pg-"))
     as_owner: list[str] = []
     if os.geteuid() == 0:
         shutil.chown(directory, "postgres")
         as_owner = ["runuser", "-u", "postgres", "--"]
     data = directory / "pgdata"
-    subprocess.run([*as_owner, str(binaries / "initdb"), "-D", str(data), "-U", "gymforge", "--auth=trust",
-                    "--no-sync"], check=True, capture_output=True)
+    initdb = subprocess.run([*as_owner, str(binaries / "initdb"), "-D", str(data), "-U", "gymforge", "--auth=trust",
+                             "--no-sync"], capture_output=True, text=True, check=False)
+    if initdb.returncode != 0:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise RuntimeError(f"initdb failed: {initdb.stdout}{initdb.stderr}")
     process = subprocess.Popen([*as_owner, str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1",
                                 "-p", str(port), "-k", str(directory), "-c", "fsync=off"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -163,6 +168,7 @@ def postgres_server(directory: Path) -> Iterator[Postgres]:
         yield server
     finally:
         _stop(process)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 # --- Dask ----------------------------------------------------------------------------------------------------------
