@@ -1,0 +1,35 @@
+"""`gymforge midtrain` and `gymforge select`: bad input is one clear error before anything starts, nothing written."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from data_contracts.stage import StageError
+from flows.cli import app
+from flows.cli_midtrain import route_overrides
+
+
+def test_an_unknown_route_is_refused(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["midtrain", "--routes", "env,bogus", "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0 and "bogus" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dead_teacher_is_one_line_and_nothing_is_written(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["midtrain", "--routes", "env", "--teacher", "openai:http://127.0.0.1:9/v1#m",
+                                      "--out", str(tmp_path / "out")])
+    # `gymforge` (flows.cli.main) prints a TeacherError, a StageError, as one "error:" line
+    assert isinstance(result.exception, StageError)
+    assert "teacher openai:http://127.0.0.1:9/v1#m is unreachable" in str(result.exception)
+    assert not (tmp_path / "out").exists()
+
+
+def test_select_names_what_it_can_select_from() -> None:
+    result = CliRunner().invoke(app, ["select", "--in", "nope", "--k", "3"])
+    assert result.exit_code != 0 and "sft_set" in result.output
+
+
+def test_augmentation_routes_bring_their_parent_and_the_teacher() -> None:
+    overrides = route_overrides(["plan"], 5, "openai:http://h/v1#m")
+    assert overrides == {"midtrain_plan": {"teacher": "openai:http://h/v1#m"},
+                         "midtrain_env": {"n_tasks": 5, "teacher": "openai:http://h/v1#m"}}
