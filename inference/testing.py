@@ -161,3 +161,54 @@ class BernoulliTestEngine:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class HeavyTestEngine:
+    """A test double for Heavy Thinking with known skills: a trajectory answers item ``key`` right with probability
+    ``p`` (a Bernoulli draw seeded by the request seed and sample index; wrong ones box one of ``wrong_answers``);
+    a summary request (its last message lists attempts, ``inference.heavy_thinking``) boxes the right answer with
+    probability ``summary_skill`` when any attempt holds it, else the attempts' most common answer. So
+    self-consistency, best-of-k and Heavy Thinking have accuracies computable in advance."""
+
+    items: Mapping[str, tuple[float, str]]
+    summary_skill: float = 0.9
+    wrong_answers: tuple[str, ...] = ("zzyzx", "qwxyz", "xqzzy")
+    policy_version: int = 0
+
+    def __post_init__(self) -> None:
+        self._scripted = ScriptedEngine(self._answer, self.policy_version)
+
+    @property
+    def requests(self) -> list[Request]:
+        return self._scripted.requests
+
+    def _answer(self, request: Request, index: int) -> str:
+        rng = random.Random(f"{request.sampling.seed}/{index}")
+        last = str(request.messages[-1].get("content", ""))
+        if "### Attempt 1" in last:
+            key = last_user_content(replace_last(request))
+            right = self.items[key][1]
+            boxed = [a.split("\\boxed{", 1)[1].split("}", 1)[0] for a in last.split("### Attempt")[1:]
+                     if "\\boxed{" in a]
+            if right in boxed and rng.random() < self.summary_skill:
+                return f"Checked the attempts. \\boxed{{{right}}}"
+            common = max(boxed, key=boxed.count) if boxed else self.wrong_answers[0]
+            return f"Most attempts agree. \\boxed{{{common}}}"
+        key = last_user_content(request)
+        if key not in self.items:
+            raise KeyError(f"HeavyTestEngine has no item for key {key[:80]!r}")
+        p, right = self.items[key]
+        answer = right if rng.random() < p else rng.choice(self.wrong_answers)
+        return f"Working it out. \\boxed{{{answer}}}"
+
+    def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:
+        return self._scripted.generate(requests)
+
+    def close(self) -> None:
+        pass
+
+
+def replace_last(request: Request) -> Request:
+    """The request without its last message (a summary request's original conversation)."""
+    return Request(list(request.messages[:-1]), request.tools, request.sampling)
