@@ -37,6 +37,7 @@ from flows import (
     cli_data,
     cli_deploy,
     cli_envgen,
+    cli_eval,
     cli_inference,
     cli_midtrain,
     cli_noise,
@@ -59,7 +60,8 @@ console = Console(width=None if sys.stdout.isatty() else 120)  # logs and pipes 
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
 
-for room in (cli_data, cli_envgen, cli_noise, cli_inference, cli_deploy, cli_research, cli_train, cli_midtrain):
+for room in (cli_data, cli_envgen, cli_noise, cli_inference, cli_deploy, cli_research, cli_train, cli_midtrain,
+             cli_eval):
     room.register(app)
 
 
