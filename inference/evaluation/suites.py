@@ -136,12 +136,13 @@ SUITES: dict[str, Suite] = {suite.name: suite for suite in (
           False, {}, partition="eval"),
     Suite("noise", "Random Complex Tasks clean vs their noisy twins at levels 1-4 (the -Noise benchmarks' "
           "robustness gap)", ("noisy_eval", "eval_random_envs"), _twins, ("noise_level", "noise_type", "domain"),
-          (), True, {"levels": [1, 2, 3, 4]}),
+          (), True, {"levels": [1, 2, 3, 4]}, defaults={"samples": 4, "ks": [1, 2, 4]}),
     Suite("random_tasks", "Random Complex Tasks on unseen domains: Avg@4 over 3 runs",
           ("eval_random_envs",), _envs, ("run", "domain", "difficulty"), (), True, {},
-          defaults={"samples": 4}),
+          defaults={"samples": 4, "ks": [1, 2, 4]}),
     Suite("context", "context-management ablation (summary at thresholds, discard-all, hybrid) on the longest "
-          "Random Complex Tasks", ("eval_random_envs",), _long_horizon, ("difficulty",), ("context",), True, {}),
+          "Random Complex Tasks", ("eval_random_envs",), _long_horizon, ("difficulty",), ("context",), True, {},
+          defaults={"samples": 4, "ks": [1, 2, 4]}),
 )}
 
 
