@@ -17,7 +17,9 @@ from typing import Annotated
 
 import typer
 
-POOL = "cpu"  # the work pool prefect.yaml's deployments name
+POOL = "cpu"  # the work pool of prefect.yaml's data deployments
+GPU_POOL = "gpu"  # the work pool of its training deployments: one run at a time (DESIGN.md section 4)
+POOLS = (POOL, GPU_POOL)
 
 
 def project_dir() -> Path:
@@ -28,16 +30,16 @@ def project_dir() -> Path:
     return here
 
 
-async def _ensure_pool(limit: int | None) -> None:
+async def _ensure_pool(limit: int | None, name: str = POOL) -> None:
     from prefect import get_client
     from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
     from prefect.exceptions import ObjectAlreadyExists
 
     async with get_client() as client:
         try:
-            await client.create_work_pool(WorkPoolCreate(name=POOL, type="process", concurrency_limit=limit))
+            await client.create_work_pool(WorkPoolCreate(name=name, type="process", concurrency_limit=limit))
         except ObjectAlreadyExists:
-            await client.update_work_pool(POOL, WorkPoolUpdate(concurrency_limit=limit))
+            await client.update_work_pool(name, WorkPoolUpdate(concurrency_limit=limit))
 
 
 def register(app: typer.Typer) -> None:
@@ -46,13 +48,15 @@ def register(app: typer.Typer) -> None:
         limit: Annotated[int | None, typer.Option(help="Flow runs of the `cpu` pool at once (default: no limit; "
                                                       "runs share the worker's Dask cluster).")] = None,
     ) -> None:
-        """Create the `cpu` work pool and every deployment of prefect.yaml on the data root's Prefect server;
-        then start `gymforge worker` to run them."""
+        """Create the `cpu` and `gpu` work pools (the `gpu` pool runs one flow at a time) and every deployment of
+        prefect.yaml on the data root's Prefect server; then start `gymforge worker` (and `gymforge worker --pool
+        gpu`) to run them."""
         from flows.runtime import Runtime
 
         project = project_dir()
         with Runtime(dask=False) as rt:  # exports PREFECT_API_URL to this process and the deploy below
             asyncio.run(_ensure_pool(limit))
+            asyncio.run(_ensure_pool(1, GPU_POOL))
             done = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], cwd=project,
                                   capture_output=True, text=True, check=False)
             if done.returncode != 0:
@@ -63,17 +67,22 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def worker(
         limit: Annotated[int | None, typer.Option(help="Flow runs this worker runs at once.")] = None,
+        pool: Annotated[str, typer.Option(help="cpu (data refreshes, backfills) or gpu (training runs).")] = POOL,
     ) -> None:
-        """Run the `cpu` pool's flow runs (scheduled refreshes, backfills) until Ctrl-C, on the data root's Prefect
-        server and on one Dask cluster shared by every run."""
+        """Run a pool's flow runs until Ctrl-C on the data root's Prefect server: the `cpu` pool's on one Dask
+        cluster shared by every run, the `gpu` pool's (training) in the worker's own processes, one at a time."""
         from flows.runtime import Runtime
 
+        if pool not in POOLS:
+            raise typer.BadParameter(f"{pool!r}: choose one of {', '.join(POOLS)}", param_hint="--pool")
         project = project_dir()
-        command = [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type", "process"]
+        command = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"]
         if limit is not None:
             command += ["--limit", str(limit)]
-        with Runtime() as rt:  # the lease keeps the server up, the cluster serves every run (env inherited)
-            typer.echo(f"worker of pool {POOL!r} at {rt.ui_url}; Dask scheduler {rt.dask_address}")
+        # the lease keeps the server up; a cpu worker's cluster serves every run (env inherited), a gpu one has none
+        with Runtime(dask=pool == POOL) as rt:
+            where = f"Dask scheduler {rt.dask_address}" if pool == POOL else "training in the worker's processes"
+            typer.echo(f"worker of pool {pool!r} at {rt.ui_url}; {where}")
             process = subprocess.Popen(command, cwd=project)
             try:
                 process.wait()

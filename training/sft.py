@@ -380,7 +380,8 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
     losses = metrics.filter((pl.col("split") == "train") & (pl.col("name") == "loss")).sort("step")["value"]
     card = {"base": base, "data": {name: a.key for name, a in sorted(data.items())},
             "config": params.model_dump(mode="json"), "steps": steps, "examples": len(train),
-            "eval_examples": len(held), "metrics": final_eval(metrics), "code_version": dict(code_version())}
+            "eval_examples": len(held), "metrics": final_eval(metrics), "code_version": dict(code_version()),
+            "resumed_from_step": int(resume_from.name.split("-")[-1]) if resume_from else None}
     save_model(model, tokenizer, out_dir, card)
     saved = read_card(out_dir)
     summary = {"base": base, "steps": steps, "examples": len(train),

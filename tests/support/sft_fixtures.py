@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from data_contracts.schemas import TRAJECTORY
-from data_contracts.stage import FrameArtifact
+from data_contracts.stage import FrameArtifact, Params, stage
 
 TOOLS = [
     {"type": "function", "function": {"name": "lookup", "parameters": {
@@ -98,3 +98,14 @@ def micro_base(directory: Path, vocab_size: int = 400, seed: int = 0) -> Path:
     model.save_pretrained(str(directory))
     save(tokenizer, directory)
     return directory
+
+
+class NoParams(Params):
+    pass
+
+
+@stage(name="test_double_trajectories", version="1", params=NoParams,
+       outputs={"trajectories": TRAJECTORY.contract(min_rows=1)})
+def double_trajectories(inputs, params: NoParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Test double: ten short tool-calling conversations, as a published trajectory artifact."""
+    return {"trajectories": trajectories(10)}

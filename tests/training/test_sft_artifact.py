@@ -6,26 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sft_fixtures import micro_base, trajectories
+from sft_fixtures import double_trajectories, micro_base
 
 from data_contracts.catalog import Catalog
 from data_contracts.runner import execute_stage
-from data_contracts.schemas import TRAJECTORY
-from data_contracts.stage import Params, stage
 from data_contracts.store import ArtifactStore
 from inference.checkpoint import read_card, resolve_model
 from training.sft import SFTParams, with_inputs
-
-
-class _NoParams(Params):
-    pass
-
-
-@stage(name="test_double_trajectories", version="1", params=_NoParams,
-       outputs={"trajectories": TRAJECTORY.contract(min_rows=1)})
-def double_trajectories(inputs, params, partition):
-    """Test double: short tool-calling conversations (tests/support/sft_fixtures.py)."""
-    return {"trajectories": trajectories(10)}
 
 
 @pytest.fixture(scope="module")

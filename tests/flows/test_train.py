@@ -1,0 +1,189 @@
+"""The `train_sft` flow on a real Prefect server, as an ML engineer runs it: the tiny profile's config publishes a
+model artifact that `gymforge serve` and the `hf:` engine load, a re-run is a cache hit, a killed run publishes
+nothing and `--resume` continues from its last complete checkpoint, and the `train-sft` deployment runs on a `gpu`
+pool worker, one run at a time. A micro model and short conversations keep the training itself to seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sft_fixtures import double_trajectories, micro_base
+
+from data_contracts.catalog import Catalog
+from data_contracts.runner import execute_stage
+from data_contracts.store import ArtifactStore
+from inference.checkpoint import read_card
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+GYMFORGE = str(Path(sys.executable).parent / "gymforge")
+# The tiny profile's sft section, shortened for the micro model: every other field is the profile's.
+OVERRIDES = {"max_steps": 6, "save_steps": 3, "max_length": 1024, "learning_rate": 1e-2, "eval_tool_calls": 2}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """A data root holding a published trajectory artifact, and a base model directory."""
+    data = tmp_path_factory.mktemp("train") / "data"
+    key = execute_stage(ArtifactStore(data), Catalog(data), double_trajectories, {}, {}, "p0").key
+    return data, key, micro_base(data.parent / "base")
+
+
+@pytest.fixture()
+def env(root: tuple[Path, str, Path]) -> dict[str, str]:
+    data, _, _ = root
+    environ = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
+    return {**environ, "GYMFORGE_DATA": str(data)}
+
+
+def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env, monkeypatch):
+    from flows.runtime import Runtime
+    from flows.train import train_sft
+    from inference.engine import Request, SamplingParams
+    from inference.engines import load_engine
+
+    data, key, base = root
+    args = {"data": [key], "base": str(base), "profile": "tiny", "overrides": OVERRIDES, "data_dir": str(data)}
+    with Runtime(data, dask=False):
+        first = train_sft(**args)
+        again = train_sft(**args)
+    assert not first["cached"] and again["cached"] and again["key"] == first["key"]
+    assert first["steps"] == 6 and first["evaluation"]
+    model = ArtifactStore(data).get("sft", first["key"]).directory
+    assert read_card(model)["config"]["use_cpu"] is True  # the tiny profile's setting
+    assert not (data / "checkpoints" / "sft" / first["key"]).exists()  # served their purpose once published
+    assert (data / "figures" / f"sft-{first['key']}.png").is_file()
+
+    monkeypatch.setenv("GYMFORGE_DATA", str(data))
+    [[completion]] = load_engine(f"hf:{first['key']}").generate(
+        [Request(messages=[{"role": "user", "content": "Book 2 seats on X12."}], sampling=SamplingParams(0.0, 1.0, 4))])
+    assert completion.token_ids
+
+    port = _free_port()
+    server = subprocess.Popen([GYMFORGE, "serve", "--model", first["key"], "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        body = _wait_for_json(f"http://127.0.0.1:{port}/v1/models")
+        assert body["data"][0]["id"] == first["key"]
+        import httpx
+
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
+            "model": first["key"], "max_tokens": 4, "messages": [{"role": "user", "content": "Book 2 seats"}]})
+        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["role"] == "assistant"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, env):
+    from flows.train import plan_sft
+
+    data, key, base = root
+    settings = {**OVERRIDES, "max_steps": 400, "save_steps": 20, "eval_tool_calls": 0, "learning_rate": 1e-3}
+    command = [GYMFORGE, "train", "sft", "--data", key, "--base", str(base),
+               *(arg for name, value in settings.items() for arg in ("--set", f"{name}={value}"))]
+    planned = plan_sft([key], str(base), overrides=settings, data_dir=str(data))
+    checkpoints = planned.checkpoints
+
+    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(checkpoints.glob("checkpoint-*/gymforge_checkpoint_complete")):
+            assert run.poll() is None, "the run ended before its first checkpoint"
+            assert time.monotonic() < deadline, "no complete checkpoint within 300 s"
+            time.sleep(0.2)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=60)
+    store = ArtifactStore(data)
+    assert store.get("sft", planned.key) is None and not (data / "artifacts" / "sft" / planned.key).exists()
+    assert Catalog(data).query("SELECT * FROM artifacts WHERE key = ?", [planned.key]).is_empty()
+    saved = max(int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/gymforge_checkpoint_complete"))
+
+    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900,
+                             check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    artifact = store.get("sft", planned.key)
+    assert artifact is not None and f"sft {planned.key} published" in resumed.stdout
+    card = read_card(artifact.directory)
+    assert card["resumed_from_step"] >= saved and card["steps"] == 400
+    assert not store.leftovers() or all(p.name.startswith(".tmp-") for p in store.leftovers())
+
+
+def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(root, env):
+    data, key, base = root
+    worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert worker.stdout is not None
+        banner = worker.stdout.readline()  # the worker holds the data root's server up while it runs
+        assert "worker of pool 'gpu'" in banner, banner
+        deployed = subprocess.run([GYMFORGE, "deploy"], env=env, capture_output=True, text=True, timeout=300,
+                                  check=False)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        api_url = banner.split(" at ")[1].split(";")[0].rstrip("/") + "/api"
+        state, pool, deployment = _run_deployment(api_url, {
+            "data": [key], "base": str(base), "overrides": {**OVERRIDES, "max_steps": 4}, "data_dir": str(data)})
+        assert state == "Completed"
+        assert pool["concurrency_limit"] == 1 and pool["type"] == "process"
+        assert deployment["concurrency_limit"] == 1 and deployment["work_pool_name"] == "gpu"
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    assert Catalog(data).query("SELECT count(*) AS n FROM artifacts WHERE stage = 'sft' AND status = 'published'"
+                               )["n"][0] >= 1
+
+
+def _run_deployment(api_url: str, parameters: dict) -> tuple[str, dict, dict]:
+    import asyncio
+
+    from prefect import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        flow_run = run_deployment("train-sft/train-sft", parameters=parameters, timeout=0)
+
+        async def wait() -> tuple[str, dict, dict]:
+            async with get_client() as client:
+                deadline = time.monotonic() + 600
+                while True:
+                    run = await client.read_flow_run(flow_run.id)
+                    if run.state is not None and run.state.is_final():
+                        pool = await client.read_work_pool("gpu")
+                        deployment = await client.read_deployment(run.deployment_id)
+                        return (run.state.name, pool.model_dump(mode="json"),
+                                {"concurrency_limit": deployment.global_concurrency_limit.limit
+                                 if deployment.global_concurrency_limit else None,
+                                 "work_pool_name": deployment.work_pool_name})
+                    assert time.monotonic() < deadline, f"the run is still {run.state}"
+                    await asyncio.sleep(2)
+
+        return asyncio.run(wait())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_json(url: str, timeout_s: float = 180) -> dict:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return json.loads(httpx.get(url, timeout=5).text)
+        except (httpx.HTTPError, json.JSONDecodeError):
+            assert time.monotonic() < deadline, f"{url} did not answer in {timeout_s} s"
+            time.sleep(0.5)
