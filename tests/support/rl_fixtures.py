@@ -12,6 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import polars as pl
+
+from data_contracts.schemas import RL_MIX
+from data_contracts.stage import Params, stage
 from inference.engine import Completion, Request
 from inference.testing import BernoulliTestEngine, last_user_content
 from training.rl.scheduling import RLTask
@@ -69,3 +73,17 @@ class VersionedTestEngine:
 
 def _with_version(completion: Completion, version: int) -> Completion:
     return replace(completion, policy_version=version)
+
+
+class NoParams(Params):
+    pass
+
+
+@stage(name="test_double_prompts", version="1", params=NoParams, outputs={"mix": RL_MIX.contract(min_rows=1)})
+def double_prompts(inputs, params: NoParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Test double: twelve short prompts with their answers and reward, as a published prompt artifact."""
+    return {"mix": RL_MIX.frame([
+        {"id": f"p{i}", "category": "qa", "curriculum_stage": "stage1", "answer": f"{i}", "aliases": [],
+         "prompt": json.dumps([{"role": "user", "content": f"What is {i} + 0? Put it in \\boxed{{}}."}]),
+         "reward_fn": "two_way", "source_id": f"p{i}", "tokens": None, "pass_count": None, "pass_k": None}
+        for i in range(12)])}
