@@ -741,6 +741,17 @@ EVAL_SUMMARY = Record("eval_summary", "One figure of an evaluation: a metric of 
     failures=(JSON, "{agent, user, tool}: failure labels over the group's samples"),
 ), key=("strategy", "k", "metric", "group", "value"), required=("metric", "n"), json={"failures": "object"})
 
+HELDOUT_SCORE = Record("heldout_score", "One sampled attempt of a model at a held-out RL task, scored by the task's own "
+                        "reward (the experiments' unit of measurement).", _cols(
+    task_id=(pl.String, "the task, as the RL sources name it (source:id for prompts)"),
+    source=(pl.String, "the task's source: keychain, regular, qa... for prompts, the domain for environment tasks"),
+    kind=(pl.String, "prompt | env"),
+    noise_level=(pl.Int64, "0 for a clean task, a noisy twin's level otherwise"),
+    clean_task_id=(pl.String, "a noisy twin's clean task (pairs them for the robustness gap), null otherwise"),
+    sample=(pl.Int64, "the attempt's index, 0..k-1"),
+    reward=(pl.Float64, "the task's reward of the attempt, in [0, 1]"),
+), key=("task_id", "sample"), required=("source", "kind", "noise_level", "reward"))
+
 RECORDS: dict[str, Record] = {record.name: record for record in (
     QA_SEED, SEED_REJECTED, ITEM_REJECTED, PROMPT_REJECTED, WORLD_SEED, FILTERED_SEED, FILTERED_SEED_REJECTED,
     PASS_HISTOGRAM, KEYCHAIN, REGULAR_QA, NEEDLE, MATH_PROBLEM, RL_MIX, MIX_SUMMARY, ENTITY, DOCUMENT, RELATION,
@@ -748,6 +759,6 @@ RECORDS: dict[str, Record] = {record.name: record for record in (
     ENVIRONMENT_REJECTED, NOISY_TASK, NOISY_EVAL_TASK, NOISE_REJECTED, ROLLOUT, TRAJECTORY, LOSS_CURVE,
     TRAINING_SUMMARY, TRAJECTORY_REJECTED, SELECTION_SCORE, SELECTION_SUMMARY, RL_SAMPLE, RL_STEP,
     SEARCH_INDEX, SEARCH_QA, SEARCH_QA_REJECTED, RESEARCH_TASK, RESEARCH_TASK_REJECTED, RESEARCH_RUN, RESEARCH_CALL,
-    TRAINING_METRIC, SFT_REJECTED, EVAL_ITEM, EVAL_SUMMARY,
+    TRAINING_METRIC, SFT_REJECTED, EVAL_ITEM, EVAL_SUMMARY, HELDOUT_SCORE,
 )}
 """Every record by name."""
