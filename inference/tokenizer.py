@@ -8,7 +8,9 @@ length budget and the needles all build their ``PreTrainedTokenizerFast`` from t
 The chat template is ChatML (``<|im_start|>role ... <|im_end|>``) with OpenAI-style tool calling: tools are listed
 as JSON in the system turn, assistant tool calls are rendered as ``<tool_call>{"name": ..., "arguments": ...}
 </tool_call>`` and tool results as ``<tool_response>``. Assistant content and its ``<|im_end|>`` sit inside
-``{% generation %}`` so TRL's ``assistant_only_loss`` gets a mask (STACK.md, "TRL 1.16 on a tiny local model").
+``{% generation %}`` so TRL's ``assistant_only_loss`` gets a mask (STACK.md, "TRL 1.16 on a tiny local model");
+an assistant message carrying ``"train": false`` (the `trajectory` record's turn-level mask, as
+``gymforge export --format sft`` writes it) is rendered the same but left outside the mask.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ CHAT_TEMPLATE = """\
 {%- set args = fn.arguments if fn.arguments is defined else {} -%}
 {"name": {{ fn.name | tojson }}, "arguments": {{ args if args is string else args | tojson }}}
 {%- endmacro -%}
+{%- macro assistant_turn(message) -%}
+{%- if message.content %}{{ message.content }}{% endif -%}
+{%- for call in (message.tool_calls or []) -%}
+{%- if loop.first and message.content %}{{ '\\n' }}{% elif not loop.first %}{{ '\\n' }}{% endif -%}
+{{- '<tool_call>' + tool_call_json(call) + '</tool_call>' }}
+{%- endfor -%}
+{{- '<|im_end|>' }}
+{%- endmacro -%}
 {%- set system = messages[0].content if messages and messages[0].role == 'system' else none -%}
 {%- if system is not none or tools -%}
 {{- '<|im_start|>system\\n' }}
@@ -54,14 +64,13 @@ CHAT_TEMPLATE = """\
 {%- if message.role == 'system' and loop.first -%}
 {%- elif message.role == 'assistant' -%}
 {{- '<|im_start|>assistant\\n' }}
+{%- if message.train is defined and message.train is false -%}
+{{- assistant_turn(message) }}
+{%- else -%}
 {%- generation -%}
-{%- if message.content %}{{ message.content }}{% endif -%}
-{%- for call in (message.tool_calls or []) -%}
-{%- if loop.first and message.content %}{{ '\\n' }}{% elif not loop.first %}{{ '\\n' }}{% endif -%}
-{{- '<tool_call>' + tool_call_json(call) + '</tool_call>' }}
-{%- endfor -%}
-{{- '<|im_end|>' }}
+{{- assistant_turn(message) }}
 {%- endgeneration -%}
+{%- endif -%}
 {{- '\\n' }}
 {%- elif message.role == 'tool' -%}
 {{- '<|im_start|>tool\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}
