@@ -41,12 +41,14 @@ def _stated(task: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _hide(task: dict[str, Any], fact: dict[str, Any]) -> dict[str, Any] | None:
     """The task without ``fact``: its sentence gone from the request and the fact gone from the profile; None when
-    the value still shows elsewhere in the request (inside the intent)."""
+    the value could still be read elsewhere (inside the intent, or another profile fact the user would state)."""
     text = str(task["description"]).replace(f" My {fact['label']} is {fact['value']}.", "")
     if fact["value"] in text:
         return None
     profile = json_field(task["user_profile"])
     facts = [f for f in profile["facts"] if f is not fact and f != fact]
+    if any(fact["value"] in str(f["value"]) for f in facts):
+        return None
     return {**task, "description": text, "user_profile": json.dumps({**profile, "facts": facts})}
 
 
@@ -116,7 +118,7 @@ def decompose(ep: Episode, rng: random.Random, max_hidden: int) -> tuple[Episode
         options = _stated(task)
         rng.shuffle(options)
         for fact in options:
-            step = _hiding(domain, ep.env, task, calls, fact)
+            step = _hiding(domain, ep.env, task, calls, fact, {h["value"] for h in hidden})
             if step is not None:
                 task, calls = step[0], step[1]
                 hidden.append({"value": fact["value"], "label": fact["label"], "lookup": step[1][step[2]]["name"]})
@@ -130,8 +132,10 @@ def decompose(ep: Episode, rng: random.Random, max_hidden: int) -> tuple[Episode
 
 
 def _hiding(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], calls: list[dict[str, Any]],
-            fact: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
-    """(task without the fact, calls with the lookup inserted, the lookup's index) or None."""
+            fact: dict[str, Any], hidden: set[str]) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
+    """(task without the fact, calls with the lookup inserted, the lookup's index) or None. ``hidden`` holds the
+    values hidden before: a lookup whose key the user would have to state again (one of them) would undo that
+    hiding (a cycle: last name -> email -> last name), so it is refused."""
     first = next((i for i, c in enumerate(calls) for p, v in c["arguments"].items()
                   if render_value(v) == fact["value"]), None)
     if first is None:
@@ -151,7 +155,7 @@ def _hiding(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], c
     lookup, stated = found
     if stated is not None:  # the user now states what identifies the row instead of its id
         profile = json_field(new_task["user_profile"])
-        if any(f["label"] == stated["label"] for f in profile["facts"]):
+        if stated["value"] in hidden or any(f["label"] == stated["label"] for f in profile["facts"]):
             return None
         new_task = {**new_task, "description": f"{new_task['description']} My {stated['label']} is {stated['value']}.",
                     "user_profile": json.dumps({**profile, "facts": [*profile["facts"], stated]})}

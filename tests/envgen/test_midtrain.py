@@ -71,8 +71,11 @@ def test_decomposition_reverifies_and_leaves_no_argument_underivable(index: int,
     played = play(new, random.Random(seed))
     assert verify_execution(played.messages, _verify_input(new), new.env["db"]) is None
     assert 1 <= len(record) <= hidden
+    profile = json.dumps(json.loads(new.task["user_profile"])["facts"])
+    said = " ".join(str(m["content"]) for m in played.messages if m["role"] == "user")
     for h in record:
-        assert h["value"] not in played.messages[1]["content"]  # hidden from the request...
+        # hidden everywhere the user could read it from (the request, any reply, the profile)...
+        assert h["value"] not in said and h["value"] not in profile
         assert any(h["value"] in str(m["content"]) for m in played.messages if m["role"] == "tool")  # ...looked up
     for i, m in enumerate(played.messages):
         for call in m.get("tool_calls") or []:
