@@ -26,14 +26,23 @@ OVERRIDES = {"steps": 6, "batch_size": 8, "num_generations": 4, "controllers": 2
 
 
 def kill_a_controller_after_the_first_version(weights: Path, killed: list[int], stop: threading.Event) -> None:
-    """Once version 1 is published, SIGKILL one rollout controller process (a dead engine mid-run)."""
+    """Once version 1 is published, SIGKILL a rollout controller process while it generates (a dead engine mid-run:
+    an idle controller holds no samples, and killing one would requeue nothing)."""
     while not stop.is_set() and not (weights / "latest").exists():
         time.sleep(0.05)
-    for child in psutil.Process().children(recursive=True):
-        if "multiprocessing.spawn" in " ".join(child.cmdline()) and not stop.is_set():
-            child.kill()
-            killed.append(child.pid)
-            return
+    while not stop.is_set():
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if "multiprocessing.spawn" not in " ".join(child.cmdline()):
+                    continue
+                before = sum(child.cpu_times()[:2])
+                time.sleep(0.02)
+                if sum(child.cpu_times()[:2]) - before > 0.005:  # busy: it holds work in flight
+                    child.kill()
+                    killed.append(child.pid)
+                    return
+            except psutil.NoSuchProcess:
+                continue
 
 
 def test_the_flow_survives_a_killed_engine_and_publishes_a_model(tmp_path):
