@@ -24,7 +24,7 @@ class DecomposeParams(TrajectoryParams):
     distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones; -1: all")
 
 
-@stage(name=STAGE, version="1", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
+@stage(name=STAGE, version="2", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,
                        partition: str) -> dict[str, pl.DataFrame]:
