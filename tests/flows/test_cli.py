@@ -122,6 +122,20 @@ def test_fsck_reports_then_repairs(cli, tmp_path: Path) -> None:
     assert repaired.exit_code == 0 and not leftover.exists() and "agree" in repaired.output
 
 
+def test_artifacts_gc_removes_only_writes_older_than_the_bound(cli, tmp_path: Path) -> None:
+    stage = tmp_path / "artifacts" / "some_stage"
+    old, young = stage / ".tmp-abc-elsewhere-1-ffff", stage / ".tmp-abd-elsewhere-2-ffff"
+    for leftover, hours in ((old, 7), (young, 1)):  # other hosts' writers: only their age tells them apart
+        leftover.mkdir(parents=True)
+        os.utime(leftover, (time.time() - hours * 3600,) * 2)
+    refused = cli("--data-dir", tmp_path, "artifacts", "gc", "--older-than", "-1")
+    assert refused.exit_code == 2 and "give a number of hours >= 0" in refused.output and old.exists()
+    result = cli("--data-dir", tmp_path, "artifacts", "gc", "--older-than", "6")
+    assert result.exit_code == 0 and "1 uncommitted write(s) removed" in result.output, result.output
+    assert "artifacts/some_stage/.tmp-abc-elsewhere-1-ffff" in result.output
+    assert not old.exists() and young.exists()
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_quarantined_stage_is_said_once_with_what_it_blocked(tmp_path: Path) -> None:
