@@ -169,16 +169,10 @@ def heldout(task_id: str) -> bool:
     return hashlib.blake2b(task_id.encode(), digest_size=2).digest()[0] % 2 == 1
 
 
-def bootstrap_ci(values: Sequence[float], rounds: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and a percentile bootstrap 95% interval."""
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(rounds))
-    return sum(values) / len(values), means[int(0.025 * rounds)], means[int(0.975 * rounds)]
-
-
 def learning(args: argparse.Namespace) -> None:
     from inference.checkpoint import save_model
     from inference.engines import load_engine
+    from inference.metrics import paired_bootstrap_ci
     from inference.tokenizer import load as load_tokenizer
     from training.rl.config import RLConfig
     from training.rl.rollout import score_tasks
@@ -215,9 +209,9 @@ def learning(args: argparse.Namespace) -> None:
     for name, ids in groups.items():
         b = [sum(before[i]) / len(before[i]) for i in ids]
         a = [sum(after[i]) / len(after[i]) for i in ids]
-        mean, lo, hi = bootstrap_ci([y - x for x, y in zip(b, a, strict=True)])
+        diff = paired_bootstrap_ci(a, b, resamples=10_000)
         lines.append(f"| {name} | {len(ids)} | {sum(b) / len(b):.3f} | {sum(a) / len(a):.3f} | "
-                     f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] |")
+                     f"{diff.value:+.3f} [{diff.lo:+.3f}, {diff.hi:+.3f}] |")
     rewards = result.steps["reward_mean"].to_list()
     lines += ["", (f"Training reward, first 5 vs last 5 steps: {sum(rewards[:5]) / 5:.3f} -> "
               f"{sum(rewards[-5:]) / 5:.3f}; equal-reward groups (no gradient): "

@@ -29,15 +29,7 @@ class WeightSync(Protocol):
     def publish(self, state_dict: dict[str, Any], version: int) -> None: ...
 
     def reset(self, state_dict: dict[str, Any], version: int) -> None:
-        """Make ``version`` (these weights) the newest: a resumed run drops what the killed run published after its
-        checkpoint, so no engine loads weights from a future that did not happen."""
-        for path in self.directory.glob("v*.safetensors"):
-            if int(path.stem[1:]) > version:
-                path.unlink()
-        if version:
-            self.publish(state_dict, version)
-        else:
-            (self.directory / self.LATEST).unlink(missing_ok=True)
+        """Make ``version`` (these weights) the newest, dropping any later one (a resumed run)."""
 
     def latest(self) -> int | None: ...
 
