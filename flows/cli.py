@@ -38,6 +38,7 @@ from flows import (
     cli_deploy,
     cli_envgen,
     cli_eval,
+    cli_experiment,
     cli_inference,
     cli_midtrain,
     cli_noise,
@@ -61,7 +62,7 @@ UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broke
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
 
 for room in (cli_data, cli_envgen, cli_noise, cli_inference, cli_deploy, cli_research, cli_train, cli_midtrain,
-             cli_eval):
+             cli_eval, cli_experiment):
     room.register(app)
 
 

@@ -1,0 +1,58 @@
+"""`gymforge experiment`: the declared experiments (flows/experiments/declared.py), each run by one command as the
+`experiment` Prefect flow in this process on the data root's Prefect server (no Dask cluster: training never runs
+inside a Dask worker)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+experiment_app = typer.Typer(no_args_is_help=True, help="Declared experiments that replay the reports' comparisons "
+                                                        "(arms, seeds, held-out scores, intervals).")
+
+
+@experiment_app.command("ls")
+def ls() -> None:
+    """The declared experiments: name, arms, trainer, primary metric, seeds and the claim each replays."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from flows.experiments.declared import EXPERIMENTS
+
+    table = Table("name", "arms", "trainer", "primary metric", "seeds", "claim")
+    for e in EXPERIMENTS.values():
+        trainers = sorted({arm.trainer for arm in e.arms.values()})
+        table.add_row(e.name, ", ".join(e.arms), ", ".join(trainers), e.statistics.metrics[0], str(e.seeds), e.claim)
+    Console(width=160).print(table)
+
+
+@experiment_app.command("run")
+def run(
+    name: Annotated[str, typer.Argument(help="A declared experiment (`gymforge experiment ls`).")],
+    profile: Annotated[str, typer.Option(help="tiny | default | full, or a profile YAML: the stages' params and the "
+                                              "experiment's training budget.")] = "tiny",
+    seeds: Annotated[int | None, typer.Option(min=1, max=32, help="Training seeds per arm (default: the "
+                                                                  "experiment's).")] = None,
+) -> None:
+    """Run experiment NAME: every arm at every seed (data, training, held-out scores as catalog artifacts), the
+    comparisons with their intervals; prints the conclusion and the report's path."""
+    from rich.console import Console
+
+    from flows.experiments.declared import get_experiment
+    from flows.experiments.flow import experiment_flow
+    from flows.experiments.pipeline import PipelineExecutor
+    from flows.runtime import Runtime, data_root
+
+    PipelineExecutor(data_root(None)).check(get_experiment(name), profile)  # fail before any server starts
+    with Runtime(dask=False) as rt:
+        Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
+        result = experiment_flow(name=name, profile=profile, seeds=seeds, data_dir=str(rt.root))
+    console = Console()
+    console.print(result["conclusion"])
+    console.print(f"report: {result['page']} ({result['runs']} runs, {result['wall_s'] / 60:.1f} min)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this room's commands to the main app."""
+    app.add_typer(experiment_app, name="experiment")

@@ -1,0 +1,123 @@
+"""The five declared experiments: the reports' causal claims about data, replayed on the pipeline's own flows.
+
+Scale choices for the tiny model on 2 CPU cores (measured in EXPERIMENTS.md, not guessed): KeyChain and QA prompts
+are built at 512 tokens instead of the report's 16K, with a larger world whose eval split (30% of the questions)
+gives enough held-out seeds; every arm starts from the same base; budgets per profile set the trainer's steps.
+"""
+
+from __future__ import annotations
+
+from flows.experiments.config import Experiment
+
+# A world whose eval split is big enough to hold out multi-hop seeds (qa_seeds splits by a hash of the question).
+WORLD = {"world": {"n_entities": 600, "n_questions": 300, "n_distractors": 2, "eval_fraction": 0.3}}
+SHORT_CONTEXT = {"keychain": {"target_tokens": 512}}
+HELDOUT_QA = {"keychain": {"n": 24, "n_regular": 24, "split": "eval"}}
+RL_BUDGETS = {"tiny": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12},
+              "default": {"steps": 60, "batch_size": 16, "num_generations": 4, "checkpoint_every": 20}}
+SFT_BUDGETS = {"tiny": {"max_steps": 60}, "default": {"max_steps": 300}}
+
+KEYCHAIN_VS_QA = Experiment(
+    name="keychain_vs_qa",
+    title="KeyChain RL vs RL on plain long-context multi-hop QA",
+    claim=("LoongRL Table 4: RL on KeyChain data beats RL on the same multi-hop QA without the chains (72.4 vs 66.2 "
+           "on LongBench multi-hop QA)."),
+    expected="keychain > qa on held-out multi-hop QA with distractors",
+    arms={"keychain": {"description": "KeyChain items (2-hop UUID chains to the hidden question)",
+                       "train_on": ["keychain"], "data": {"keychain": {"n": 32, "n_regular": 0}}},
+          "qa": {"description": "the same seeds asked directly, same context extension, no chains",
+                 "train_on": ["keychain"], "data": {"keychain": {"n": 0, "n_regular": 32}}}},
+    data={**WORLD, **SHORT_CONTEXT},
+    evaluation={"heldout": ["keychain"], "data": HELDOUT_QA, "groups": ["regular", "keychain"],
+                "score": {"k": 4}},
+    statistics={"metrics": ["mean_reward", "pass_at_k"], "pass_k": 4},
+    budgets=RL_BUDGETS,
+    notes=("Arm qa trains on the keychain stage's `regular` output built from the same seeds (n = 0, n_regular = 32 "
+           "takes the first 32 kept seeds, as n = 32, n_regular = 0 does for the chains). Held out: KeyChain and "
+           "regular items built from the eval split's seeds only (no seed or distractor document of training)."),
+)
+
+NOISE_CURRICULUM = Experiment(
+    name="noise_curriculum",
+    title="RL with a noise curriculum vs clean-only RL",
+    claim=("LongCat-Flash-Thinking-2601 Table 1 / section 3.3.3: training with the noise curriculum lifts the noisy "
+           "score (VitaBench-Noise 13.3 -> 20.5) and shrinks the clean-noisy gap."),
+    expected="curriculum > clean on noisy twins of held-out tasks",
+    base={"model": "tiny_policy", "sft_on": ["small_envs"]},
+    arms={"curriculum": {"description": "clean tasks plus noisy twins admitted by the noise curriculum controller",
+                         "train_on": ["environments", "noisy_tasks"],
+                         "train": {"scheduling": {"noise_curriculum": True}}},
+          "clean": {"description": "the same clean tasks only", "train_on": ["environments"]}},
+    evaluation={"heldout": ["eval_random_envs", "noisy_eval"], "score": {"k": 4, "max_turns": 4}},
+    statistics={"metrics": ["noisy_score", "robustness_gap", "clean_score"]},
+    budgets=RL_BUDGETS,
+    notes=("The base is cold-started on small_envs' golden trajectories (SFT), so tool-call formats are known before "
+           "RL. Held out: tasks of unseen environments (eval_random_envs, the telecom domain held out) and their "
+           "noisy twins (noisy_eval); robustness_gap is clean minus noisy per clean task with twins (lower is "
+           "more robust)."),
+)
+
+MIDTRAIN_AUGMENTATION = Experiment(
+    name="midtrain_augmentation",
+    title="Mid-training with vs without planning and decomposition augmentations",
+    claim=("LongCat-Flash-Thinking-2601 Figure 2: planning-oriented mid-training data raises pass@k on agentic "
+           "tasks."),
+    expected="augmented > plain on pass@k of held-out environment tasks",
+    arms={"augmented": {"description": "environment trajectories plus their planning and decomposition rewrites",
+                        "train_on": ["midtrain_env", "midtrain_plan", "midtrain_decompose"], "trainer": "sft"},
+          "plain": {"description": "the environment trajectories alone", "train_on": ["midtrain_env"],
+                    "trainer": "sft"}},
+    evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4}},
+    statistics={"metrics": ["pass_at_k", "mean_reward"], "pass_k": 4},
+    budgets=SFT_BUDGETS, curve="loss",
+    notes="Same SFT steps for both arms: the augmented arm sees more distinct data per step, not more steps.",
+)
+
+KCG_SELECTION = Experiment(
+    name="kcg_selection",
+    title="Cold-start SFT on the KCG-selected subset vs a random subset of the same size vs the full set",
+    claim=("LongCat-Flash-Thinking-2601 section 3.1.2: selecting cold-start data by sliding-window perplexity with "
+           "K-Center-Greedy beats training on the full candidate set."),
+    expected="kcg > full and kcg > random on held-out environment tasks",
+    arms={"kcg": {"description": "sft_set's perplexity-weighted K-Center-Greedy selection", "train_on": ["sft_set"],
+                  "trainer": "sft"},
+          "random": {"description": "a seeded random subset of the same size", "train_on": ["sft_set"],
+                     "trainer": "sft", "data": {"sft_set": {"selection": "random"}}},
+          "full": {"description": "every candidate", "train_on": ["sft_set"], "trainer": "sft",
+                   "data": {"sft_set": {"k": 100000}}}},
+    evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4}},
+    statistics={"metrics": ["pass_at_k", "mean_reward"], "pass_k": 4},
+    budgets=SFT_BUDGETS, curve="loss",
+    notes=("Needs a random selection mode in sft_set (`selection: random`), which the stage does not offer yet: "
+           "the run stops before anything starts, naming the missing field."),
+)
+
+ASYNC_VS_SYNC = Experiment(
+    name="async_vs_sync",
+    title="Asynchronous vs synchronous RL at matched trained samples",
+    claim=("LongCat-Flash-Thinking-2601, DORA: streaming rollouts with bounded staleness raise throughput without "
+           "costing learning: reward against trained samples overlaps."),
+    expected="async = sync (no significant difference) at matched samples",
+    arms={"async": {"description": "streaming rollouts, max_staleness 2", "train_on": ["keychain"],
+                    "train": {"mode": "async", "max_staleness": 2}},
+          "sync": {"description": "a barrier per step (max_staleness 0)", "train_on": ["keychain"],
+                   "train": {"mode": "sync", "max_staleness": 0}}},
+    data={**WORLD, "keychain": {"target_tokens": 512, "n": 32, "n_regular": 0}},
+    evaluation={"heldout": ["keychain"], "data": HELDOUT_QA, "score": {"k": 4}},
+    statistics={"metrics": ["mean_reward"]},
+    budgets=RL_BUDGETS,
+    notes=("An equivalence claim: 'no difference detected' is evidence of overlap only as far as the interval is "
+           "narrow; read its width. The training data are keychain_vs_qa's KeyChain arm's (one artifact). "
+           "Throughput is bench_rl's (bench/RESULTS.md)."),
+)
+
+EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (KEYCHAIN_VS_QA, NOISE_CURRICULUM, MIDTRAIN_AUGMENTATION,
+                                                          KCG_SELECTION, ASYNC_VS_SYNC)}
+
+
+def get_experiment(name: str) -> Experiment:
+    from data_contracts.stage import StageError
+
+    if name not in EXPERIMENTS:
+        raise StageError(f"no experiment {name!r}; declared: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name]

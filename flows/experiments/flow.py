@@ -1,0 +1,98 @@
+"""The `experiment` flow: a declared experiment run end to end on a data root, every arm at every seed a Prefect
+task in this process (training never runs inside a Dask worker, DESIGN.md section 4), every artifact an ordinary
+catalog entry with its lineage, and the report as a Prefect artifact and a Markdown page (with its learning-curve
+PNG and the scores as Parquet) under ``<data root>/experiments/<name>/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.experiments import report
+from flows.experiments.config import Experiment
+from flows.experiments.core import ArmRun, Result, run_experiment
+from flows.experiments.declared import get_experiment
+from flows.experiments.pipeline import PipelineExecutor
+from flows.figures import figure_markdown
+from flows.runtime import data_root
+
+
+@task(task_run_name="{arm}/seed {seed}", cache_policy=NO_CACHE)  # the artifact store is the cache
+def arm_task(executor: PipelineExecutor, experiment: Experiment, arm: str, seed: int, profile: str) -> ArmRun:
+    return executor.run(experiment, arm, seed, profile)
+
+
+class _TaskExecutor:
+    """Each arm run a Prefect task of the flow run (its state, timing and logs in the UI)."""
+
+    def __init__(self, inner: PipelineExecutor) -> None:
+        self.inner = inner
+
+    def run(self, experiment: Experiment, arm: str, seed: int, profile: str) -> ArmRun:
+        return arm_task(self.inner, experiment, arm, seed, profile)
+
+
+def page_stem(experiment: Experiment, profile: str, seeds: int) -> str:
+    return f"{experiment.name}-{Path(profile).stem}-{seeds}seeds"
+
+
+def publish(result: Result, root: Path) -> dict[str, Any]:
+    """The page, the figure and the scores under the data root; the same report as Prefect artifacts."""
+    directory = root / "experiments" / result.experiment.name
+    stem = page_stem(result.experiment, result.profile, result.seeds)
+    page, text = report.write(result, directory, stem)
+    pl.concat([r.scores.with_columns(pl.lit(r.arm).alias("arm"), pl.lit(r.seed).alias("seed"))
+               for r in result.runs]).write_parquet(directory / f"{stem}.scores.parquet")
+    slug = result.experiment.name.replace("_", "-")
+    create_markdown_artifact(markdown=text, key=f"experiment-{slug}",
+                             description=f"experiment {result.experiment.name}: table, conclusion, runs")
+    figure = directory / f"{stem}.png"
+    if figure.is_file():
+        create_markdown_artifact(markdown=figure_markdown(figure, f"{result.experiment.name} learning curves"),
+                                 key=f"experiment-{slug}-curves")
+    create_table_artifact(key=f"experiment-{slug}-comparisons", table=[
+        {"metric": metric, "group": group, "a": c.a, "b": c.b, "a_score": round(c.a_score.value, 4),
+         "b_score": round(c.b_score.value, 4), "difference": round(c.difference.value, 4),
+         "ci_lo": round(c.difference.lo, 4), "ci_hi": round(c.difference.hi, 4), "p": round(c.p_value, 4)}
+        for (metric, group), comparisons in result.comparisons.items() for c in comparisons])
+    return {"page": str(page), "conclusion": report.conclusion(result), "wall_s": result.wall_s,
+            "runs": len(result.runs)}
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    parameters = flow_run.parameters
+    return f"experiment {parameters.get('name')} {Path(str(parameters.get('profile', 'tiny'))).stem}"
+
+
+@flow(name="experiment", flow_run_name=_run_name)
+def experiment_flow(name: str, profile: str = "tiny", seeds: int | None = None, data_dir: str | None = None
+                    ) -> dict[str, Any]:
+    """Run a declared experiment: every arm at seeds 0..seeds-1 (data, training, held-out scoring as artifacts),
+    then the declared comparisons with their intervals; publishes the report.
+
+    Args:
+        name: a declared experiment (`gymforge experiment ls`).
+        profile: tiny | default | full, or a path to a profile YAML; also picks the experiment's training budget.
+        seeds: training seeds per arm; none means the experiment's own.
+        data_dir: data root; none means $GYMFORGE_DATA, else ./data.
+    """
+    from prefect.runtime import flow_run
+
+    logger = get_run_logger()
+    experiment = get_experiment(name)
+    root = data_root(data_dir)
+    executor = PipelineExecutor(root, flow_run_id=flow_run.id)
+    executor.check(experiment, profile)
+    executor.store.clean_partial()  # a killed run's scratch space
+    result = run_experiment(experiment, _TaskExecutor(executor), profile=profile, seeds=seeds, on_run=lambda run: (
+        logger.info("%s seed %d: %s (%.0f s)", run.arm, run.seed, run.artifacts, run.wall_s)))
+    summary = publish(result, Path(executor.store.home))
+    logger.info("experiment %s: %s", name, summary["conclusion"])
+    return summary
