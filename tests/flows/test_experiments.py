@@ -1,0 +1,117 @@
+"""The experiment runner's statistics are honest: on a scripted trainer with a known effect the comparison finds
+it (the interval covers the truth and excludes 0), on a null effect it finds nothing at about the declared rate
+alpha; metrics pair the right units; the report states what the interval supports; every declared experiment is
+valid, and a bad one is refused before anything runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from experiment_fixtures import SCRIPTED, ScriptedTrainer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data_contracts.schemas import HELDOUT_SCORE
+from flows.experiments import report
+from flows.experiments.core import run_experiment, unit_values
+from flows.experiments.declared import EXPERIMENTS
+from flows.experiments.stats import compare
+
+
+def test_a_known_effect_is_detected_and_its_interval_covers_the_truth():
+    result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.25), seeds=3)
+    [c] = result.primary
+    assert c.significant and c.verdict == "a > b"
+    assert c.difference.lo > 0 and c.difference.lo < 0.25 < c.difference.hi
+    assert "Reproduced" in report.conclusion(result)
+
+
+def test_power_and_false_positive_rate_over_many_replicates():
+    """200 replicated experiments under a null effect reject at about alpha (0.05; the 99% binomial bound of 200
+    draws is 0.09), and a moderate effect is found in most replicates."""
+    def rejections(effect: float, replicates: int) -> float:
+        return float(np.mean([run_experiment(SCRIPTED, ScriptedTrainer(effect, replicate=r), seeds=3,
+                                             stats_seed=r).primary[0].significant for r in range(replicates)]))
+
+    assert rejections(0.0, 200) <= 0.09
+    assert rejections(0.2, 40) >= 0.8
+
+
+def test_run_to_run_variance_widens_the_interval():
+    """One lucky training run must not look like an effect: with large seed variance and no true effect, a test
+    over tasks alone rejects far more often than alpha, the hierarchical bootstrap does not."""
+    def rate(test: str) -> float:
+        hits = []
+        for r in range(60):
+            trainer = ScriptedTrainer(0.0, replicate=r, seed_sd=0.15)
+            a = np.array([trainer.run(SCRIPTED, "a", s, "tiny").scores.group_by("task_id").agg(pl.col("reward").mean())
+                          .sort("task_id")["reward"].to_numpy() for s in range(3)])
+            b = np.array([trainer.run(SCRIPTED, "b", s, "tiny").scores.group_by("task_id").agg(pl.col("reward").mean())
+                          .sort("task_id")["reward"].to_numpy() for s in range(3)])
+            hits.append(compare(a, b, test=test, resamples=400, seed=r).significant)
+        return float(np.mean(hits))
+
+    assert rate("paired_permutation") > 0.25 > rate("hierarchical_bootstrap")
+
+
+def test_a_null_effect_is_reported_as_such():
+    result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.0, replicate=3), seeds=3)
+    text = report.markdown(result)
+    assert "No difference detected" in text and "Not reproduced at this budget" in text
+    assert "| mean_reward | all | a − b |" in text
+
+
+def test_the_report_page_has_its_figure(tmp_path):
+    result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.3), seeds=2)
+    page, text = report.write(result, tmp_path, "scripted")
+    assert page.read_text() == text and (tmp_path / "scripted.png").stat().st_size > 1000
+    assert "![learning curves](scripted.png)" in text
+
+
+def _scores(rows):
+    return HELDOUT_SCORE.frame([{"kind": "env", "source": "d", "clean_task_id": None, **row} for row in rows])
+
+
+def test_the_robustness_gap_pairs_each_clean_task_with_its_own_twins():
+    rows = ([{"task_id": "c1", "noise_level": 0, "sample": i, "reward": 1.0} for i in range(2)]
+            + [{"task_id": "n1", "noise_level": 2, "clean_task_id": "c1", "sample": i, "reward": r}
+               for i, r in enumerate((0.0, 1.0))]
+            + [{"task_id": "c2", "noise_level": 0, "sample": i, "reward": 0.0} for i in range(2)]
+            + [{"task_id": "c3", "noise_level": 0, "sample": 0, "reward": 1.0}])  # c3 has no twin: no gap unit
+    scores = _scores(rows)
+    assert unit_values(scores, "robustness_gap") == {"c1": 0.5}
+    assert unit_values(scores, "noisy_score") == {"n1": 0.5}
+    assert unit_values(scores, "clean_score") == {"c1": 1.0, "c2": 0.0, "c3": 1.0}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=8), st.integers(1, 8))
+def test_pass_at_k_is_the_unbiased_estimate(attempts, k):
+    """Pass@k of one task equals the share of k-subsets of its attempts holding a correct one."""
+    from itertools import combinations
+
+    k = min(k, len(attempts))
+    scores = _scores([{"task_id": "t", "noise_level": 0, "sample": i, "reward": float(a)}
+                      for i, a in enumerate(attempts)])
+    subsets = list(combinations(attempts, k))
+    assert unit_values(scores, "pass_at_k", k)["t"] == pytest.approx(sum(map(any, subsets)) / len(subsets))
+
+
+def test_compare_refuses_arms_scored_on_different_units():
+    with pytest.raises(ValueError, match="different units"):
+        compare(np.zeros((3, 4)), np.zeros((3, 5)))
+
+
+def test_every_declared_experiment_names_its_arms_and_a_known_primary_metric():
+    assert set(EXPERIMENTS) == {"keychain_vs_qa", "noise_curriculum", "midtrain_augmentation", "kcg_selection",
+                                "async_vs_sync"}
+    for experiment in EXPERIMENTS.values():
+        assert experiment.comparisons and all(a in experiment.arms and b in experiment.arms
+                                              for a, b in experiment.comparisons)
+
+
+def test_a_comparison_of_an_undeclared_arm_is_refused():
+    with pytest.raises(ValueError, match="names an arm not declared"):
+        SCRIPTED.model_validate({**SCRIPTED.model_dump(), "statistics": {"metrics": ["mean_reward"],
+                                                                         "comparisons": [("a", "c")]}})
