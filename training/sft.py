@@ -273,21 +273,32 @@ def _callbacks(progress: bool) -> list[Any]:
     return [MarkComplete(), Report()]
 
 
+def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: list[dict],
+                 eval_turns: Sequence[CallTurn], params: SFTParams, output_dir: Path, resuming: bool = False,
+                 progress: bool = True) -> Any:
+    """The configured ``SFTTrainer`` over tokenized rows (``Example.row``), evaluating on ``eval_rows`` (loss) and
+    ``eval_turns`` (tool-call validity) when there are any."""
+    from datasets import Dataset
+
+    evaluate = bool(eval_rows)
+    trainer = _trainer_class()(
+        model=model, args=sft_config(params, output_dir, evaluate, resuming),
+        train_dataset=Dataset.from_list(train_rows), eval_dataset=Dataset.from_list(eval_rows) if evaluate else None,
+        processing_class=tokenizer, callbacks=_callbacks(progress),
+    )
+    trainer.eval_turns = tuple(eval_turns)
+    return trainer
+
+
 def fit(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: list[dict], eval_turns: Sequence[CallTurn],
         params: SFTParams, output_dir: Path, resume_from: Path | None, progress: bool = True
         ) -> tuple[Any, list[dict[str, Any]]]:
     """Train ``model`` with TRL (checkpoints in ``output_dir``, resuming from ``resume_from`` when given) and return
     it with the trainer's log history; evaluates before the first step (unless resuming) and at the end when there
     is an eval split."""
-    from datasets import Dataset
-
     evaluate = bool(eval_rows)
-    trainer = _trainer_class()(
-        model=model, args=sft_config(params, output_dir, evaluate, resume_from is not None),
-        train_dataset=Dataset.from_list(train_rows), eval_dataset=Dataset.from_list(eval_rows) if evaluate else None,
-        processing_class=tokenizer, callbacks=_callbacks(progress),
-    )
-    trainer.eval_turns = tuple(eval_turns)
+    trainer = make_trainer(model, tokenizer, train_rows, eval_rows, eval_turns, params, output_dir,
+                           resume_from is not None, progress)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     if evaluate:
         trainer.evaluate()

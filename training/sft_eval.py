@@ -74,19 +74,17 @@ def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
             "tool_call_exact": valid and call["arguments"] == dict(turn.arguments)}
 
 
-def tool_call_validity(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
-                       max_new_tokens: int = 160) -> dict[str, float]:
-    """The mean of each figure over ``turns`` (greedy decoding, one turn at a time); empty without turns."""
+def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
+                max_new_tokens: int = 160) -> list[dict[str, bool]]:
+    """The figures of each turn (greedy decoding, one turn at a time)."""
     import torch
 
     from inference.engines import render_prompt, stop_token_ids
 
-    if not turns:
-        return {}
     stops = sorted(stop_token_ids(tokenizer))
     device = next(model.parameters()).device
     limit = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-    totals = dict.fromkeys(FIGURES, 0.0)
+    scores = []
     was_training = model.training
     model.eval()
     try:
@@ -99,8 +97,14 @@ def tool_call_validity(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
                     out = model.generate(torch.tensor([prompt], device=device), max_new_tokens=budget,
                                          do_sample=False, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
                 text = tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)
-            for name, ok in score_call(text, turn).items():
-                totals[name] += ok
+            scores.append(score_call(text, turn))
     finally:
         model.train(was_training)
-    return {name: total / len(turns) for name, total in totals.items()}
+    return scores
+
+
+def tool_call_validity(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
+                       max_new_tokens: int = 160) -> dict[str, float]:
+    """The mean of each figure over ``turns``; empty without turns."""
+    scores = score_turns(model, tokenizer, turns, max_new_tokens)
+    return {name: sum(s[name] for s in scores) / len(scores) for name in FIGURES} if scores else {}

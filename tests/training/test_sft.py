@@ -163,6 +163,7 @@ def test_the_eval_split_is_stable_and_keeps_augmentations_with_their_parent():
 BOOK = TOOLS[1]
 
 
+@settings(deadline=None)  # jsonschema's first validator build can pass 200 ms on a loaded machine
 @given(st.text(min_size=1, max_size=8), st.integers(1, 9), st.sampled_from(["economy", "business", None]))
 def test_valid_arguments_pass_and_each_kind_of_fault_fails(item, seats, cabin):
     good = {"item_id": item, "seats": seats, **({"cabin": cabin} if cabin else {})}
