@@ -24,8 +24,29 @@ def parse_routes(spec: str) -> list[str]:
     return list(dict.fromkeys(routes))
 
 
-def route_overrides(routes: list[str], n: int | None, teacher: str | None) -> dict[str, dict[str, Any]]:
-    """Per stage: the item count --n sets, and the teacher."""
+ENV_ROUTES = ("env", "decompose", "reason", "plan")
+"""Routes built on midtrain_env's episodes (the ones --envs feeds)."""
+
+
+def check_bundles(envs: Path | None, routes: list[str]) -> str | None:
+    """The bundle directory midtrain_env reads (absolute), every bundle checked before anything starts."""
+    if envs is None:
+        return None
+    if not set(ENV_ROUTES) & set(routes):
+        raise typer.BadParameter(f"--envs feeds the routes {', '.join(ENV_ROUTES)}; --routes names none of them")
+    from data_contracts.stage import StageError
+    from tasks.midtrain_env import bundle_environments
+
+    try:
+        bundle_environments(envs)
+    except StageError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return str(envs.resolve())
+
+
+def route_overrides(routes: list[str], n: int | None, teacher: str | None,
+                    bundles: str | None = None) -> dict[str, dict[str, Any]]:
+    """Per stage: the item count --n sets, the teacher, and the environment bundles."""
     counts = {"midtrain_env": {"n_tasks": n}, "midtrain_longctx": {"n_keychain": n, "n_qa": n},
               "midtrain_text": {"texts_per_domain": None if n is None else max(1, math.ceil(n / TEXT_DOMAINS))}}
     overrides: dict[str, dict[str, Any]] = {}
@@ -36,6 +57,8 @@ def route_overrides(routes: list[str], n: int | None, teacher: str | None) -> di
         section = {k: v for k, v in counts.get(stage, {}).items() if v is not None}
         if teacher is not None:
             section["teacher"] = teacher
+        if bundles is not None and stage == "midtrain_env":
+            section["bundles"] = bundles
         if section:
             overrides[stage] = section
     return overrides
@@ -83,6 +106,9 @@ def register(app: typer.Typer) -> None:
                                                    "default: the profile's.")] = None,
         teacher: Annotated[str | None, typer.Option(help="reference (offline) or openai:URL#MODEL; default: the "
                                                          "profile's.")] = None,
+        envs: Annotated[Path | None, typer.Option(help="A directory of environment bundles (gymforge envgen "
+                                                       "--out) for the env-based routes; default: the "
+                                                       "environments artifact.")] = None,
         profile: Annotated[str, typer.Option(help="Params profile of every stage.")] = "tiny",
         data_dir: DataDirOpt = None,
     ) -> None:
@@ -94,9 +120,10 @@ def register(app: typer.Typer) -> None:
         if n is not None and n < 0:
             raise typer.BadParameter(f"--n {n}: must be >= 0")
         require_new_dir(out)
+        bundles = check_bundles(envs, chosen)
         probe_teacher(teacher)
         artifacts = _materialize_with_progress([ROUTES[r] for r in chosen], profile,
-                                               route_overrides(chosen, n, teacher), data_dir)
+                                               route_overrides(chosen, n, teacher, bundles), data_dir)
         table = Table(title=f"Mid-training trajectories -> {out}")
         for column in ("route", "kept", "rejected", "tokens (mean)", "most frequent rejection"):
             table.add_column(column)

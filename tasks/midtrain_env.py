@@ -8,18 +8,24 @@ runtime with the profile-grounded user, reasoning before each call. ``variants_p
 per task: the first as synthesized, the others with another choice of what the user states up front (the rest is
 asked for) and, with ``retry_prob``, a mistyped first call that fails and is recovered (a masked turn). A teacher
 may write the texts; every kept conversation re-verifies by execution.
+
+With ``bundles`` (a local directory of environment bundles, ``gymforge envgen --out``) the environments come from
+there instead of the `environments` artifact; a bundle that cannot be run (a missing or broken file, a database that
+is not SQLite, a spec that does not compile, a tool the spec lacks) is one error naming it, before any item.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 from pydantic import Field
 
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
-from data_contracts.stage import REJECTED, Artifact, rng_for, stage
-from envgen.midtrain.synth import Episode, Unusable, restate, retry_candidates, sample_task
+from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
+from envgen.midtrain.synth import ENV_FIELDS, Episode, Unusable, restate, retry_candidates, sample_task
 from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
 from tasks.trajectories import (
@@ -48,6 +54,44 @@ class MidtrainEnvParams(TrajectoryParams, TaskSettings):
                                   "first); -1 offers every tool of the environment")
     check_mutations: bool = Field(False, description="also require the four mutated trajectories of each task to "
                                   "score 0 (the RL task check; about 4x slower)")
+    bundles: str | None = Field(None, description="a local directory of environment bundles (gymforge envgen "
+                                "--out) to synthesize on instead of the environments artifact")
+
+    def local_inputs(self) -> list[str]:
+        return super().local_inputs() + ([self.bundles] if self.bundles else [])
+
+
+def bundle_environments(root: str | Path) -> list[dict[str, Any]]:
+    """The environment records of the bundles under ``root``, each checked to be runnable; StageError naming the
+    bundle and what is wrong otherwise."""
+    from envgen.bundle import BundleError, bundle_dirs, read_bundle
+
+    envs = []
+    try:
+        for path in bundle_dirs(Path(root)):
+            env, _ = read_bundle(path)
+            if (problem := _unrunnable(env)) is not None:
+                raise BundleError(f"bundle {path}: {problem}")
+            envs.append(env)
+    except (BundleError, OSError) as exc:
+        raise StageError(f"midtrain_env: {exc}") from None
+    return envs
+
+
+def _unrunnable(env: dict[str, Any]) -> str | None:
+    from pydantic import ValidationError
+
+    missing = [f for f in ENV_FIELDS if f not in env]
+    if missing:
+        return f"env.json lacks {', '.join(missing)}"
+    if not bytes(env["db"]).startswith(b"SQLite format 3\x00"):
+        return "db.sqlite is not a SQLite database"
+    try:
+        domain = domain_for(env)
+    except (ValidationError, ValueError, KeyError) as exc:
+        return f"env.json's spec_json is not a valid domain spec ({str(exc).splitlines()[0]})"
+    unknown = sorted(set(env["tool_names"]) - set(domain.tools))
+    return f"tool_names {unknown} are not tools of domain {domain.spec.name!r}" if unknown else None
 
 
 def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> tuple[list, list[dict[str, str]]]:
@@ -81,9 +125,10 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
 def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:
     """Verified environment-grounded trajectories: sampled chains, reverse-synthesized requests, played and kept
     only when the final database state passes the rubric."""
-    frame = inputs["environments"].read("environments")
-    frame = frame.filter(~pl.col("domain").is_in(list(params.heldout)) & ~pl.col("env_id").str.starts_with(EVAL_ENV_PREFIX))
-    envs = sorted(frame.to_dicts(), key=lambda e: (e["env_id"].rsplit("-", 1)[-1], e["domain"]))
+    every = (bundle_environments(params.bundles) if params.bundles
+             else inputs["environments"].read("environments").to_dicts())
+    envs = sorted((e for e in every if e["domain"] not in params.heldout and not e["env_id"].startswith(EVAL_ENV_PREFIX)),
+                  key=lambda e: (e["env_id"].rsplit("-", 1)[-1], e["domain"]))
     items, rejected = plan_items(envs, params, partition)
     teacher = open_teacher(params)
     try:

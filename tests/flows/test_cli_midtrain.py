@@ -33,3 +33,25 @@ def test_augmentation_routes_bring_their_parent_and_the_teacher() -> None:
     overrides = route_overrides(["plan"], 5, "openai:http://h/v1#m")
     assert overrides == {"midtrain_plan": {"teacher": "openai:http://h/v1#m"},
                          "midtrain_env": {"n_tasks": 5, "teacher": "openai:http://h/v1#m"}}
+
+
+def test_a_corrupt_environment_bundle_is_refused_before_anything_starts(tmp_path) -> None:
+    from envgen.bundle import BUNDLE_FILES
+
+    bundle = tmp_path / "envs" / "airline-0"
+    bundle.mkdir(parents=True)
+    for name in BUNDLE_FILES:
+        (bundle / name).write_text("{}\n")
+    (bundle / "env.json").write_text("{truncated")
+    args = ["midtrain", "--routes", "env,decompose", "--envs", str(tmp_path / "envs"), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and "env.json" in result.output and "invalid JSON" in result.output
+    assert not (tmp_path / "out").exists()
+    text_only = CliRunner().invoke(app, ["midtrain", "--routes", "text", "--envs", str(tmp_path / "envs"),
+                                         "--out", str(tmp_path / "out")])
+    assert text_only.exit_code != 0 and "--envs" in text_only.output
+
+
+def test_bundles_reach_midtrain_env_only() -> None:
+    overrides = route_overrides(["reason", "text"], None, None, "/b")
+    assert overrides == {"midtrain_env": {"bundles": "/b"}}
