@@ -210,3 +210,48 @@ def test_keychain_command_passes_its_settings_and_writes_the_file(monkeypatch, t
     frame = pl.read_parquet(out)
     assert frame.height == 3 and set(frame["key_format"]) == {"hex8"}
     assert all(1506 <= t <= 1536 for t in frame["tokens"])
+
+
+def _trajectories() -> pl.DataFrame:
+    call = {"id": "c0", "type": "function", "function": {"name": "get_user", "arguments": '{"user_id": "U1"}'}}
+    bad = {"id": "c1", "type": "function", "function": {"name": "get_user", "arguments": '{"user_id": "U9"}'}}
+    tools = [{"type": "function", "function": {"name": "get_user", "description": "d", "parameters": {
+        "type": "object", "properties": {"user_id": {"type": "string"}}, "required": ["user_id"]}}}]
+    rows = [
+        [{"role": "system", "content": "s"}, {"role": "user", "content": "I am U1."},
+         {"role": "assistant", "content": "Looking up U9.", "tool_calls": [bad]},
+         {"role": "tool", "tool_call_id": "c1", "content": '{"error": "no such user"}'},
+         {"role": "assistant", "content": "Looking up U1.", "tool_calls": [call]},
+         {"role": "tool", "tool_call_id": "c0", "content": '{"user_id": "U1"}'},
+         {"role": "assistant", "content": "Found you."}],
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+    ]
+    return pl.DataFrame({"id": ["t0", "t1"], "source": ["midtrain_env", "midtrain_text"],
+                         "messages": [json.dumps(m) for m in rows], "tools": [json.dumps(tools)] * 2,
+                         "train": [[False, False, False, False, True, False, True], [False, True]]})
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_export_sft_loads_with_datasets_and_keeps_the_turn_masks(suffix: str, tmp_path) -> None:
+    from datasets import load_dataset
+
+    frame = _trajectories()
+    artifact, out = tmp_path / "trajectories.parquet", tmp_path / f"sft{suffix}"
+    frame.write_parquet(artifact)
+    result = CliRunner().invoke(app, ["export", "--artifact", str(artifact), "--format", "sft", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = load_dataset(suffix.lstrip(".").replace("jsonl", "json"), data_files=str(out), split="train",
+                        cache_dir=str(tmp_path / "hf"))
+    assert data["id"] == ["t0", "t1"] and json.loads(data[0]["tools"])[0]["function"]["name"] == "get_user"
+    for example, row in zip(data, frame.iter_rows(named=True), strict=True):
+        source = json.loads(row["messages"])
+        assert [m["role"] for m in example["messages"]] == [m["role"] for m in source]
+        assert [m["train"] for m in example["messages"]] == row["train"]
+        calls = [[c["function"]["arguments"] for c in m["tool_calls"] or []] for m in example["messages"]]
+        assert calls == [[c["function"]["arguments"] for c in m.get("tool_calls") or []] for m in source]
+
+
+def test_export_sft_refuses_an_artifact_without_trajectories(mix_file, tmp_path) -> None:
+    result = CliRunner().invoke(app, ["export", "--artifact", str(mix_file), "--format", "sft",
+                                      "--out", str(tmp_path / "x.parquet")])
+    assert result.exit_code != 0 and "trajectory artifact" in result.output and not (tmp_path / "x.parquet").exists()
