@@ -23,7 +23,8 @@ Trainer = Literal["rl", "sft"]
 class Base(Params):
     """The model every arm starts from, the same for all arms and seeds (built once, then a cache hit)."""
 
-    model: str = Field("tiny_policy", description="stage of the base model artifact (built with the profile)")
+    model: str = Field("tiny_policy", description="stage of the base model artifact (built with the profile), or a "
+                                                  "local transformers directory")
     sft_on: list[str] = Field(default_factory=list, description="trajectory stages to cold-start the base on first "
                                                                 "(none: the base model as it is)")
     sft: dict[str, Any] = Field(default_factory=dict, description="overrides of the cold-start sft config")

@@ -15,6 +15,7 @@ new seed or arm computes only itself.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -72,16 +73,21 @@ class PipelineExecutor:
         return {name: runs[name].key for name in stages}
 
     def _execute(self, plan: Any) -> str:
-        return execute_stage(self.store, self.catalog, plan.stage, plan.params, plan.input_keys, self.partition,
-                             flow_run_id=self.flow_run_id).key
+        """A training plan through the store; its run directory goes once the model is published (as train_rl's)."""
+        key = execute_stage(self.store, self.catalog, plan.stage, plan.params, plan.input_keys, self.partition,
+                            flow_run_id=self.flow_run_id).key
+        shutil.rmtree(plan.checkpoints, ignore_errors=True)
+        return key
 
     def base(self, experiment: Experiment, profile: str) -> tuple[str, str]:
-        """(stage, key) of the model every arm starts from."""
+        """(stage, key) of the model every arm starts from; ("directory", path) for a local checkpoint."""
         base = experiment.base
-        keys = self._build([base.model, *base.sft_on], profile, experiment.data)
+        local = Path(base.model).expanduser().is_dir()
+        keys = self._build([*([] if local else [base.model]), *base.sft_on], profile, experiment.data)
+        model = str(Path(base.model).expanduser().resolve()) if local else keys[base.model]
         if not base.sft_on:
-            return base.model, keys[base.model]
-        plan = plan_sft([keys[s] for s in base.sft_on], keys[base.model], profile=profile, overrides=base.sft,
+            return ("directory" if local else base.model), model
+        plan = plan_sft([keys[s] for s in base.sft_on], model, profile=profile, overrides=base.sft,
                         partition=self.partition, data_dir=self.root)
         return "sft", self._execute(plan)
 
