@@ -8,6 +8,9 @@ and K-Center-Greedy selection time at 100,000 candidates against the naive O(n k
   computing 100,000 real MiniLM embeddings takes longer on 2 cores than the whole selection), weights uniform in
   [1, 3] like normalized perplexity scores; both implementations side by side in one run, same k.
 
+Wall and CPU seconds are both reported, with the load average: on a shared machine the wall time measures the
+other processes too, the process's CPU time (all its threads) what the work itself costs.
+
     .venv/bin/python -m bench.bench_midtrain [--tasks 48] [--candidates 100000] [--k 1000] [--no-record]
 """
 
@@ -17,6 +20,7 @@ import argparse
 import os
 import platform
 import time
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +46,8 @@ def environments(n: int) -> list[dict]:
     return envs
 
 
-def route_rates(n_tasks: int) -> list[tuple[str, int, int, float]]:
-    """(route, kept, rejected, seconds) per route."""
+def route_rates(n_tasks: int) -> list[tuple[str, int, int, float, float]]:
+    """(route, kept, rejected, wall seconds, CPU seconds) per route."""
     from tasks.midtrain_decompose import midtrain_decompose
     from tasks.midtrain_env import midtrain_env
     from tasks.midtrain_longctx import midtrain_longctx
@@ -67,29 +71,32 @@ def route_rates(n_tasks: int) -> list[tuple[str, int, int, float]]:
             (midtrain_longctx, {"n_keychain": 0, "n_qa": n_tasks})]
     out = []
     for stage, params in plan:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = stage.run(inputs, stage.parse_params(params), "b")
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         inputs[stage.name] = FrameArtifact({"trajectories": result["trajectories"]})
-        out.append((stage.name, result["trajectories"].height, result["rejected"].height, seconds))
+        out.append((stage.name, result["trajectories"].height, result["rejected"].height, seconds, cpu))
     return out
 
 
-def kcg(n: int, k: int) -> tuple[float, float, int]:
-    """(fast seconds, naive seconds, first step where the orders differ, or k when they agree)."""
+def _timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
+    start, cpu = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    return result, time.perf_counter() - start, time.process_time() - cpu
+
+
+def kcg(n: int, k: int) -> tuple[tuple[float, float], tuple[float, float], int]:
+    """((wall, CPU) seconds of k_center_greedy, the same of the naive loop, first step where the orders differ,
+    or k when they agree)."""
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(500, 384))
     x = (centers[rng.integers(0, 500, n)] + 0.5 * rng.normal(size=(n, 384))).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     w = rng.uniform(1.0, 3.0, n)
-    start = time.perf_counter()
-    fast, _ = k_center_greedy(x, k, w)
-    fast_s = time.perf_counter() - start
-    start = time.perf_counter()
-    naive, _ = k_center_greedy_naive(x, k, w)
-    naive_s = time.perf_counter() - start
+    (fast, _), *fast_s = _timed(k_center_greedy, x, k, w)
+    (naive, _), *naive_s = _timed(k_center_greedy_naive, x, k, w)
     differ = np.flatnonzero(fast != naive)
-    return fast_s, naive_s, int(differ[0]) if len(differ) else k
+    return tuple(fast_s), tuple(naive_s), int(differ[0]) if len(differ) else k
 
 
 def main() -> None:
@@ -101,18 +108,23 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=1000)
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
+    load = os.getloadavg()[0]
     rates = route_rates(args.tasks)
-    fast_s, naive_s, agree = kcg(args.candidates, args.k)
+    (fast_s, fast_cpu), (naive_s, naive_cpu), agree = kcg(args.candidates, args.k)
+    load = max(load, os.getloadavg()[0])
     lines = [(f"\n## bench_midtrain ({platform.machine()}, {os.cpu_count()} CPUs, "
-             f"{time.strftime('%Y-%m-%d')})"), "",
-             "| route (stage) | kept | rejected | verified share | seconds | verified trajectories/s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for name, kept, rejected, seconds in rates:
+             f"{time.strftime('%Y-%m-%d')}, load average up to {load:.1f})"), "",
+             ("| route (stage) | kept | rejected | verified share | wall s | CPU s | verified/s (wall) | "
+              "verified per CPU-s |"),
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, kept, rejected, seconds, cpu in rates:
         share = kept / max(kept + rejected, 1)
-        lines.append(f"| {name} | {kept} | {rejected} | {share:.2f} | {seconds:.1f} | {kept / seconds:.1f} |")
-    lines += ["", (f"K-Center-Greedy, {args.candidates:,} candidates x 384-d, k={args.k}: grouped BLAS "
-              f"{fast_s:.1f} s, naive numpy loop {naive_s:.1f} s (ratio {naive_s / fast_s:.2f}x); orders identical "
-              f"for the first {agree} of {args.k} picks (past that, float32 rounding ties)."), ""]
+        lines.append(f"| {name} | {kept} | {rejected} | {share:.2f} | {seconds:.1f} | {cpu:.1f} | "
+                     f"{kept / seconds:.1f} | {kept / cpu:.1f} |")
+    lines += ["", (f"K-Center-Greedy, {args.candidates:,} candidates x 384-d, k={args.k}: one BLAS pass per step "
+              f"{fast_s:.1f} s wall / {fast_cpu:.1f} s CPU, naive numpy loop {naive_s:.1f} s wall / {naive_cpu:.1f} "
+              f"s CPU (ratio {naive_s / fast_s:.2f}x wall, {naive_cpu / fast_cpu:.2f}x CPU); orders identical for "
+              f"the first {agree} of {args.k} picks (past that, float32 rounding ties)."), ""]
     report(lines, record=not args.no_record)
 
 

@@ -6,11 +6,11 @@ the first pick, with S empty, is ``argmax_i w_i``. With all weights equal it is 
 the embedding space); larger weights pull high-perplexity samples forward.
 
 ``k_center_greedy`` gives the order of ``k_center_greedy_naive`` (the O(n k) numpy loop: every step measures every
-point against the new center) with two savings: distances come from one BLAS matrix-vector pass (||x||^2 + ||c||^2
-- 2 x.c, no temporary copy of the points), and whole groups of points the new center cannot come closer to are
-skipped: points are grouped around anchors, and by the triangle inequality a group whose nearest possible member is
-farther from the new center than its farthest member's current distance keeps every distance unchanged
-(bench/bench_midtrain.py measures both on 100,000 candidates).
+point against the new center by subtracting it, an n x d temporary) from one BLAS matrix-vector pass per step
+(||x||^2 + ||c||^2 - 2 x.c) with every other step operation in place. Skipping groups of points by the triangle
+inequality was measured too and lost: 384-d sentence embeddings are too spread for the bound to prune, so the
+per-group passes cost more than the one pass (bench/bench_midtrain.py measures the two kept variants on 100,000
+candidates).
 """
 
 from __future__ import annotations
@@ -47,13 +47,7 @@ def k_center_greedy_naive(x: np.ndarray, k: int, weights: np.ndarray | None = No
     return picks, nearest
 
 
-def _dot_distances(points: np.ndarray, squares: np.ndarray, center: np.ndarray) -> np.ndarray:
-    """Euclidean distances by ||x||^2 + ||c||^2 - 2 x.c: one BLAS pass over the points, no temporary copy."""
-    return np.sqrt(np.maximum(squares + center @ center - 2.0 * (points @ center), 0.0))
-
-
-def k_center_greedy(x: np.ndarray, k: int, weights: np.ndarray | None = None,
-                    groups: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def k_center_greedy(x: np.ndarray, k: int, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(picks in order, each point's distance to its nearest pick): the order of ``k_center_greedy_naive`` (up to
     ties within float rounding, since distances come from dot products)."""
     n = len(x)
@@ -61,53 +55,22 @@ def k_center_greedy(x: np.ndarray, k: int, weights: np.ndarray | None = None,
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     if np.any(w < 0) or not np.all(np.isfinite(w)):
         raise ValueError("weights must be finite and non-negative")
+    squares = np.einsum("ij,ij->i", x, x).astype(np.float64)
     picks = np.empty(k, dtype=np.int64)
-    if k == 0:
-        return picks, np.full(n, np.inf)
-    m = max(1, min(n, groups or int(np.sqrt(n))))
-    anchors = x[np.linspace(0, n - 1, m).astype(np.int64)]
-    anchor_sq = np.einsum("ij,ij->i", anchors, anchors)
-    squares = np.einsum("ij,ij->i", x, x)
-    owner = np.empty(n, dtype=np.int64)
-    for start in range(0, n, 8192):  # nearest anchor of every point, in blocks (never n x m at once)
-        block = x[start:start + 8192]
-        owner[start:start + 8192] = np.argmin(anchor_sq[None, :] - 2.0 * block @ anchors.T, axis=1)
-    order = np.lexsort((np.arange(n), owner))  # grouped, each group in index order (ties go to the lowest index)
-    xs, ws, sq = np.ascontiguousarray(x[order]), w[order], squares[order]
-    bounds = np.searchsorted(owner[order], np.arange(m + 1))
-    radius = np.array([_dot_distances(xs[bounds[g]:bounds[g + 1]], sq[bounds[g]:bounds[g + 1]], anchors[g])
-                       .max(initial=0.0) for g in range(m)])
-    # Dot-product distances of float32 unit vectors are off by up to ~1e-3: a group is skipped only with room.
-    slack = 1e-3 if x.dtype == np.float32 else 1e-9
-    position = np.empty(n, dtype=np.int64)
-    position[order] = np.arange(n)
     nearest = np.full(n, np.inf)
-    selected = np.zeros(n, dtype=bool)
-    farthest = np.full(m, np.inf)  # per group: the largest current distance of a member
-    best_value = np.full(m, -np.inf)
-    best_index = np.full(m, n, dtype=np.int64)  # original index of each group's best member
+    value = w.copy()  # w * distance to the selected set; with none selected yet, w itself (the first pick)
     for step in range(k):
-        pick = _first(w) if step == 0 else int(best_index[best_value == best_value.max()].min())
+        pick = int(np.argmax(value))  # the first maximum: ties go to the lowest index, as in the naive loop
         picks[step] = pick
-        selected[position[pick]] = True
-        center = xs[position[pick]]
-        gap = _dot_distances(anchors, anchor_sq, center)
-        # Triangle inequality: no member of group g is nearer the new center than gap - radius; a group whose
-        # farthest member is already nearer than that to the selected set keeps every distance.
-        for g in np.nonzero(gap - radius - slack < farthest)[0]:
-            lo, hi = bounds[g], bounds[g + 1]
-            if lo == hi:
-                continue
-            near = np.minimum(nearest[lo:hi], _dot_distances(xs[lo:hi], sq[lo:hi], center))
-            nearest[lo:hi] = near
-            farthest[g] = near.max()
-            value = ws[lo:hi] * near
-            value[selected[lo:hi]] = -np.inf
-            j = int(np.argmax(value))
-            best_value[g], best_index[g] = value[j], order[lo + j]
-    out = np.empty(n)
-    out[order] = nearest
-    return picks, out
+        center = x[pick]
+        distance = squares + float(center @ center)
+        distance -= 2.0 * (x @ center)
+        np.maximum(distance, 0.0, out=distance)
+        np.sqrt(distance, out=distance)
+        np.minimum(nearest, distance, out=nearest)
+        np.multiply(w, nearest, out=value)
+        value[picks[:step + 1]] = -np.inf
+    return picks, nearest
 
 
 def k_center_greedy_brute(x: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
