@@ -1,5 +1,5 @@
 """The heldout_score stage: k attempts per held-out task by the task's own reward, a stable subset under
-max_tasks, the same rows for the same seed, and exactly one model."""
+max_tasks, and exactly one model."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _score(data, prompts_key, params):
     return ArtifactStore(data).get("heldout_score", run.key).read("scores")
 
 
-def test_k_attempts_per_task_a_stable_subset_and_the_same_rows_for_the_same_seed(tmp_path):
+def test_k_attempts_per_task_and_a_stable_subset(tmp_path):
     data = tmp_path / "data"
     prompts = execute_stage(ArtifactStore(data), Catalog(data), double_prompts, {}, {}, "p0").key
     params = {"model_name_or_path": str(tiny_checkpoint()), "k": 3, "max_tasks": 5, "max_tokens": 4}
