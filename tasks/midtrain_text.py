@@ -16,7 +16,7 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
-from data_contracts.stage import REJECTED, Artifact, rng_for, stage
+from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.compiler import compiled_domains
 from envgen.construct import sample_chain
 from envgen.midtrain.records import SCHEMA, verify_schema
@@ -80,7 +80,7 @@ def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, pa
     else:
         files = text_files(params.corpus)
         if not files:
-            raise ValueError(f"corpus directory {params.corpus} holds no .txt/.md files")
+            raise StageError(f"midtrain_text: corpus directory {params.corpus} holds no .txt/.md files")
         texts = [(f"{STAGE}:{path.stem}", "text", path.read_text(encoding="utf-8", errors="replace")) for path in files]
     count, teacher = token_counter(params, inputs), open_teacher(params)
     rows, rejected = [], []
