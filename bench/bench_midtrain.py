@@ -6,12 +6,15 @@ and K-Center-Greedy selection time at 100,000 candidates against the naive O(n k
   schema conformance, or the two-way answer); rate = kept / stage seconds (gate excluded), 1 process;
 - KCG: 100,000 L2-normalized 384-d float32 vectors drawn around 500 centers (sentence embeddings are clustered;
   computing 100,000 real MiniLM embeddings takes longer on 2 cores than the whole selection), weights uniform in
-  [1, 3] like normalized perplexity scores; both implementations side by side in one run, same k.
+  [1, 3] like normalized perplexity scores; both implementations side by side in one run, same k;
+- tiny: the tiny profile's sections of the mid-training stages and sft_set, run in turn on those inputs (what
+  they add to `make demo`).
 
 Wall and CPU seconds are both reported, with the load average: on a shared machine the wall time measures the
 other processes too, the process's CPU time (all its threads) what the work itself costs.
 
-    .venv/bin/python -m bench.bench_midtrain [--tasks 48] [--candidates 100000] [--k 1000] [--no-record]
+    .venv/bin/python -m bench.bench_midtrain [--part all|routes|kcg|tiny] [--tasks 48] [--candidates 100000]
+        [--k 1000] [--no-record]
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,29 +51,24 @@ def environments(n: int) -> list[dict]:
     return envs
 
 
-def route_rates(n_tasks: int) -> list[tuple[str, int, int, float, float]]:
-    """(route, kept, rejected, wall seconds, CPU seconds) per route."""
-    from tasks.midtrain_decompose import midtrain_decompose
-    from tasks.midtrain_env import midtrain_env
-    from tasks.midtrain_longctx import midtrain_longctx
-    from tasks.midtrain_plan import midtrain_plan
-    from tasks.midtrain_reason import midtrain_reason
-    from tasks.midtrain_text import midtrain_text
+def _inputs() -> dict[str, FrameArtifact]:
+    """What the stages read: a world, a tokenizer trained on it, four domains' graphs, eight environments."""
+    from data_contracts.schemas import DOMAIN_GRAPH, KEYCHAIN
     from tasks.tokenizer import tokenizer as tokenizer_stage
     from tasks.world import world as world_stage
 
     world = FrameArtifact(world_stage.run({}, world_stage.parse_params(
         {"n_entities": 600, "n_questions": 200, "n_distractors": 2}), "b"))
     tok = FrameArtifact(tokenizer_stage.run({"world": world}, tokenizer_stage.parse_params({"vocab_size": 4096}), "b"))
-    from data_contracts.schemas import DOMAIN_GRAPH, KEYCHAIN
-
     graphs = DOMAIN_GRAPH.frame([{"domain": d, "spec_json": compiled(d).spec.model_dump_json()} for d in DOMAINS])
-    inputs = {"environments": FrameArtifact({"environments": ENVIRONMENT.frame(environments(8))}), "tokenizer": tok,
-              "domain_graphs": FrameArtifact({"domains": graphs}), "world": world,
-              "keychain": FrameArtifact({"keychain": KEYCHAIN.frame()})}
-    plan = [(midtrain_env, {"n_tasks": n_tasks}), (midtrain_decompose, {}), (midtrain_reason, {}),
-            (midtrain_plan, {}), (midtrain_text, {"texts_per_domain": n_tasks // 4}),
-            (midtrain_longctx, {"n_keychain": 0, "n_qa": n_tasks})]
+    return {"environments": FrameArtifact({"environments": ENVIRONMENT.frame(environments(8))}), "tokenizer": tok,
+            "domain_graphs": FrameArtifact({"domains": graphs}), "world": world,
+            "keychain": FrameArtifact({"keychain": KEYCHAIN.frame()})}
+
+
+def run_plan(inputs: dict[str, FrameArtifact], plan: list[tuple[Any, dict[str, Any]]]
+             ) -> list[tuple[str, int, int, float, float]]:
+    """(stage, kept, rejected, wall seconds, CPU seconds) of each stage run in turn, each reading the ones before."""
     out = []
     for stage, params in plan:
         start, cpu = time.perf_counter(), time.process_time()
@@ -77,6 +77,41 @@ def route_rates(n_tasks: int) -> list[tuple[str, int, int, float, float]]:
         inputs[stage.name] = FrameArtifact({"trajectories": result["trajectories"]})
         out.append((stage.name, result["trajectories"].height, result["rejected"].height, seconds, cpu))
     return out
+
+
+def _route_stages() -> list[Any]:
+    from tasks.midtrain_decompose import midtrain_decompose
+    from tasks.midtrain_env import midtrain_env
+    from tasks.midtrain_longctx import midtrain_longctx
+    from tasks.midtrain_plan import midtrain_plan
+    from tasks.midtrain_reason import midtrain_reason
+    from tasks.midtrain_text import midtrain_text
+
+    return [midtrain_env, midtrain_decompose, midtrain_reason, midtrain_plan, midtrain_text, midtrain_longctx]
+
+
+def route_rates(n_tasks: int) -> list[tuple[str, int, int, float, float]]:
+    """(route, kept, rejected, wall seconds, CPU seconds) per route."""
+    counts = {"midtrain_env": {"n_tasks": n_tasks}, "midtrain_text": {"texts_per_domain": n_tasks // 4},
+              "midtrain_longctx": {"n_keychain": 0, "n_qa": n_tasks}}
+    return run_plan(_inputs(), [(stage, counts.get(stage.name, {})) for stage in _route_stages()])
+
+
+def tiny_profile_cost(workdir: Path) -> list[tuple[str, int, int, float, float]]:
+    """The tiny profile's mid-training stages and sft_set (what they add to `make demo`), the reference model an
+    untrained tiny policy of the profile's size (scoring costs the same as the trained one's)."""
+    from flows.profiles import load_profile
+    from tasks.sft_set import sft_set
+    from tasks.tokenizer import resolve_tokenizer
+    from training.tiny_model import init_model
+
+    profile = load_profile("tiny")
+    inputs = _inputs()
+    tok_dir = workdir / "tokenizer"
+    resolve_tokenizer("default", inputs).save_pretrained(tok_dir)
+    inputs["tiny_policy"] = FrameArtifact({}, directory=init_model("tiny", tok_dir, workdir / "model"))
+    plan = [(stage, profile.get(stage.name, {})) for stage in [*_route_stages(), sft_set]]
+    return run_plan(inputs, plan)
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
@@ -99,6 +134,17 @@ def kcg(n: int, k: int) -> tuple[tuple[float, float], tuple[float, float], int]:
     return tuple(fast_s), tuple(naive_s), int(differ[0]) if len(differ) else k
 
 
+def _table(rates: list[tuple[str, int, int, float, float]]) -> list[str]:
+    lines = [("| stage | kept | rejected | verified share | wall s | CPU s | verified/s (wall) | "
+              "verified per CPU-s |"),
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, kept, rejected, seconds, cpu in rates:
+        share = kept / max(kept + rejected, 1)
+        lines.append(f"| {name} | {kept} | {rejected} | {share:.2f} | {seconds:.1f} | {cpu:.1f} | "
+                     f"{kept / seconds:.1f} | {kept / max(cpu, 1e-9):.1f} |")
+    return lines
+
+
 def main() -> None:
     from bench import report
 
@@ -106,26 +152,31 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=48)
     parser.add_argument("--candidates", type=int, default=100_000)
     parser.add_argument("--k", type=int, default=1000)
+    parser.add_argument("--part", choices=("all", "routes", "kcg", "tiny"), default="all",
+                        help="routes: rates per route; kcg: selection at --candidates; tiny: the tiny profile's cost")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    rates = route_rates(args.tasks)
-    (fast_s, fast_cpu), (naive_s, naive_cpu), agree = kcg(args.candidates, args.k)
+    lines = [""]
+    if args.part in ("all", "routes"):
+        lines += ["Verified trajectories per route:", "", *_table(route_rates(args.tasks)), ""]
+    if args.part in ("all", "kcg"):
+        (fast_s, fast_cpu), (naive_s, naive_cpu), agree = kcg(args.candidates, args.k)
+        lines += [(f"K-Center-Greedy, {args.candidates:,} candidates x 384-d, k={args.k}: one BLAS pass per step "
+                   f"{fast_s:.1f} s wall / {fast_cpu:.1f} s CPU, naive numpy loop {naive_s:.1f} s wall / "
+                   f"{naive_cpu:.1f} s CPU (ratio {naive_s / fast_s:.2f}x wall, {naive_cpu / fast_cpu:.2f}x CPU); "
+                   f"orders identical for the first {agree} of {args.k} picks (past that, float32 rounding ties)."),
+                  ""]
+    if args.part in ("all", "tiny"):
+        with tempfile.TemporaryDirectory() as tmp:
+            rates = tiny_profile_cost(Path(tmp))
+        wall, cpu = sum(r[3] for r in rates), sum(r[4] for r in rates)
+        lines += ["The tiny profile's mid-training stages and sft_set, one process (what they add to `make demo`):",
+                  "", *_table(rates), "", f"Total: {wall:.1f} s wall, {cpu:.1f} s CPU.", ""]
     load = max(load, os.getloadavg()[0])
-    lines = [(f"\n## bench_midtrain ({platform.machine()}, {os.cpu_count()} CPUs, "
-             f"{time.strftime('%Y-%m-%d')}, load average up to {load:.1f})"), "",
-             ("| route (stage) | kept | rejected | verified share | wall s | CPU s | verified/s (wall) | "
-              "verified per CPU-s |"),
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, kept, rejected, seconds, cpu in rates:
-        share = kept / max(kept + rejected, 1)
-        lines.append(f"| {name} | {kept} | {rejected} | {share:.2f} | {seconds:.1f} | {cpu:.1f} | "
-                     f"{kept / seconds:.1f} | {kept / cpu:.1f} |")
-    lines += ["", (f"K-Center-Greedy, {args.candidates:,} candidates x 384-d, k={args.k}: one BLAS pass per step "
-              f"{fast_s:.1f} s wall / {fast_cpu:.1f} s CPU, naive numpy loop {naive_s:.1f} s wall / {naive_cpu:.1f} "
-              f"s CPU (ratio {naive_s / fast_s:.2f}x wall, {naive_cpu / fast_cpu:.2f}x CPU); orders identical for "
-              f"the first {agree} of {args.k} picks (past that, float32 rounding ties)."), ""]
-    report(lines, record=not args.no_record)
+    heading = (f"\n## bench_midtrain ({platform.machine()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}, "
+               f"load average up to {load:.1f})")
+    report([heading, *lines], record=not args.no_record)
 
 
 if __name__ == "__main__":
