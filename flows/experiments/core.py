@@ -17,7 +17,7 @@ import polars as pl
 
 from flows.experiments.config import Experiment, Metric
 from flows.experiments.stats import Comparison, compare
-from inference.metrics import pass_at_k
+from inference.metrics import Estimate, bootstrap_ci, pass_at_k
 
 ALL = "all"
 
@@ -38,6 +38,9 @@ class ArmRun:
 class Executor(Protocol):
     def run(self, experiment: Experiment, arm: str, seed: int, profile: str) -> ArmRun: ...
 
+    def score_base(self, experiment: Experiment, profile: str) -> pl.DataFrame | None:
+        """The base model's held-out scores (the reference every arm moved from), None when not measured."""
+
 
 @dataclass(frozen=True)
 class Result:
@@ -47,6 +50,7 @@ class Result:
     runs: list[ArmRun]
     comparisons: dict[tuple[str, str], list[Comparison]]  # (metric, group) -> one per declared comparison
     wall_s: float
+    base: dict[tuple[str, str], Estimate] = field(default_factory=dict)  # the untrained base model, same units
 
     @property
     def primary(self) -> list[Comparison]:
@@ -101,11 +105,12 @@ def run_experiment(experiment: Experiment, executor: Executor, *, profile: str =
             runs.append(run)
             if on_run is not None:
                 on_run(run)
-    return analyse(experiment, profile, seeds, runs, time.perf_counter() - started, stats_seed)
+    base = executor.score_base(experiment, profile)
+    return analyse(experiment, profile, seeds, runs, time.perf_counter() - started, stats_seed, base)
 
 
 def analyse(experiment: Experiment, profile: str, seeds: int, runs: list[ArmRun], wall_s: float,
-            stats_seed: int = 0) -> Result:
+            stats_seed: int = 0, base_scores: pl.DataFrame | None = None) -> Result:
     stats = experiment.statistics
     comparisons: dict[tuple[str, str], list[Comparison]] = {}
     for metric in stats.metrics:
@@ -120,4 +125,11 @@ def analyse(experiment: Experiment, profile: str, seeds: int, runs: list[ArmRun]
     if (stats.metrics[0], ALL) not in comparisons:
         raise ValueError(f"experiment {experiment.name}: the primary metric {stats.metrics[0]} has no unit scored in "
                          "every run")
-    return Result(experiment, profile, seeds, runs, comparisons, wall_s)
+    base = {}
+    if base_scores is not None:
+        for metric, group in comparisons:
+            scores = base_scores if group == ALL else base_scores.filter(pl.col("source") == group)
+            values = list(unit_values(scores, metric, stats.pass_k).values())
+            if values:
+                base[(metric, group)] = bootstrap_ci(values, resamples=stats.resamples, confidence=stats.confidence)
+    return Result(experiment, profile, seeds, runs, comparisons, wall_s, base)

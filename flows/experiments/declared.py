@@ -13,7 +13,7 @@ from flows.experiments.config import Experiment
 WORLD = {"world": {"n_entities": 600, "n_questions": 300, "n_distractors": 2, "eval_fraction": 0.3}}
 SHORT_CONTEXT = {"keychain": {"target_tokens": 512}}
 HELDOUT_QA = {"keychain": {"n": 24, "n_regular": 24, "split": "eval"}}
-RL_BUDGETS = {"tiny": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12},
+RL_BUDGETS = {"tiny": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12, "controllers": 1},
               "default": {"steps": 60, "batch_size": 16, "num_generations": 4, "checkpoint_every": 20}}
 SFT_BUDGETS = {"tiny": {"max_steps": 60}, "default": {"max_steps": 300}}
 
@@ -48,7 +48,7 @@ NOISE_CURRICULUM = Experiment(
                          "train_on": ["environments", "noisy_tasks"],
                          "train": {"scheduling": {"noise_curriculum": True}}},
           "clean": {"description": "the same clean tasks only", "train_on": ["environments"]}},
-    evaluation={"heldout": ["eval_random_envs", "noisy_eval"], "score": {"k": 4, "max_turns": 4}},
+    evaluation={"heldout": ["eval_random_envs", "noisy_eval"], "score": {"k": 2, "max_turns": 4}},
     statistics={"metrics": ["noisy_score", "robustness_gap", "clean_score"]},
     budgets=RL_BUDGETS,
     notes=("The base is cold-started on small_envs' golden trajectories (SFT), so tool-call formats are known before "

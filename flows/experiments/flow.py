@@ -27,6 +27,11 @@ def arm_task(executor: PipelineExecutor, experiment: Experiment, arm: str, seed:
     return executor.run(experiment, arm, seed, profile)
 
 
+@task(task_run_name="base model", cache_policy=NO_CACHE)
+def base_task(executor: PipelineExecutor, experiment: Experiment, profile: str) -> pl.DataFrame:
+    return executor.score_base(experiment, profile)
+
+
 class _TaskExecutor:
     """Each arm run a Prefect task of the flow run (its state, timing and logs in the UI)."""
 
@@ -35,6 +40,9 @@ class _TaskExecutor:
 
     def run(self, experiment: Experiment, arm: str, seed: int, profile: str) -> ArmRun:
         return arm_task(self.inner, experiment, arm, seed, profile)
+
+    def score_base(self, experiment: Experiment, profile: str) -> pl.DataFrame:
+        return base_task(self.inner, experiment, profile)
 
 
 def page_stem(experiment: Experiment, profile: str, seeds: int) -> str:

@@ -91,6 +91,27 @@ class PipelineExecutor:
                         partition=self.partition, data_dir=self.root)
         return "sft", self._execute(plan)
 
+    def _heldout(self, experiment: Experiment, profile: str) -> dict[str, str]:
+        return self._build(list(experiment.evaluation.heldout), profile,
+                           merged(experiment.data, experiment.evaluation.data))
+
+    def _score(self, experiment: Experiment, model: tuple[str, str], heldout: dict[str, str], seed: int) -> str:
+        """heldout_score of a model artifact (stage, key), or of a local directory ("directory", path)."""
+        stage, ref = model
+        params = {**experiment.evaluation.score, "seed": seed}
+        if stage == "directory":
+            scorer, keys = stage_named("heldout_score").with_inputs(list(heldout)), dict(heldout)
+            params["model_name_or_path"] = ref
+        else:
+            scorer, keys = stage_named("heldout_score").with_inputs([stage, *heldout]), {stage: ref, **heldout}
+        return execute_stage(self.store, self.catalog, scorer, params, keys, self.partition,
+                             flow_run_id=self.flow_run_id).key
+
+    def score_base(self, experiment: Experiment, profile: str) -> pl.DataFrame:
+        """The base model on the held-out units, attempts seeded as seed 0's."""
+        key = self._score(experiment, self.base(experiment, profile), self._heldout(experiment, profile), 0)
+        return self.store.get("heldout_score", key).read("scores")
+
     def run(self, experiment: Experiment, arm_name: str, seed: int, profile: str) -> ArmRun:
         started = time.perf_counter()
         arm = experiment.arms[arm_name]
@@ -106,12 +127,8 @@ class PipelineExecutor:
                             data_dir=self.root)
         model_key = self._execute(plan)
         model = self.store.get(arm.trainer, model_key)
-        heldout = self._build(list(experiment.evaluation.heldout), profile,
-                              merged(experiment.data, experiment.evaluation.data))
-        scorer = stage_named("heldout_score").with_inputs([arm.trainer, *heldout])
-        score_key = execute_stage(self.store, self.catalog, scorer, {**experiment.evaluation.score, "seed": seed},
-                                  {arm.trainer: model_key, **heldout}, self.partition,
-                                  flow_run_id=self.flow_run_id).key
+        heldout = self._heldout(experiment, profile)
+        score_key = self._score(experiment, (arm.trainer, model_key), heldout, seed)
         scores = self.store.get("heldout_score", score_key).read("scores")
         artifacts = {f"base {base_stage}": base_key, **{f"data {s}": k for s, k in data.items()},
                      f"model {arm.trainer}": model_key, **{f"held-out {s}": k for s, k in heldout.items()},

@@ -59,6 +59,11 @@ def markdown(result: Result, figure: Path | None = None) -> str:
     for (metric, group), comparisons in result.comparisons.items():
         for c in comparisons:
             lines.append(_row(metric + (f"@{stats.pass_k}" if metric == "pass_at_k" else ""), group, c))
+    if result.base:
+        lines += ["", "The base model before training, on the same held-out units (interval over units):", "",
+                  "| metric | held-out group | base model |", "|---|---|---|"]
+        lines += [f"| {metric} | {group} | {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] |"
+                  for (metric, group), e in result.base.items()]
     lines += ["", "## Conclusion", "", conclusion(result), ""]
     if figure is not None:
         lines += [f"![learning curves]({figure.name})", ""]

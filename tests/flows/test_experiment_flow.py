@@ -39,7 +39,7 @@ def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path
         again = experiment_flow(name="flow_test", data_dir=str(data))
     catalog = Catalog(data)
     scores = catalog.query("SELECT key FROM artifacts WHERE stage = 'heldout_score' AND status = 'published'")
-    assert scores.height == 2  # one per arm; the re-run made none
+    assert scores.height == 3  # one per arm and the base model's; the re-run made none
     models = catalog.query("SELECT input_key FROM lineage WHERE input_stage = 'rl' AND key IN "
                            f"({', '.join(repr(k) for k in scores['key'])})")
     assert models.height == 2
@@ -49,4 +49,5 @@ def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path
     assert str(page) == first["page"] == again["page"]
     text = page.read_text()
     assert "| mean_reward | all | fast − slow |" in text and "## Conclusion" in text
+    assert "| mean_reward | all | " in text.split("The base model before training")[1]  # scored once, a cache hit after
     assert (page.parent / "flow_test-tiny-1seeds.scores.parquet").is_file()
