@@ -77,6 +77,19 @@ def probe_teacher(teacher: str | None) -> None:
     Teacher(teacher).close()
 
 
+def probe_reference(reference: str) -> None:
+    """A reference model other than the tiny policy scores one text before any server or cluster starts: a dead
+    endpoint, one without prompt log-probabilities or a directory that is no checkpoint is one error."""
+    if reference == "tiny":
+        return
+    from inference.perplexity import probe
+
+    try:
+        probe(reference)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise typer.BadParameter(f"--reference {reference}: {exc}") from None
+
+
 def _materialize_with_progress(targets: list[str], profile: str, overrides: dict[str, dict[str, Any]],
                                data_dir: Path | None) -> dict[str, Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -144,6 +157,9 @@ def register(app: typer.Typer) -> None:
                                                           f"({', '.join(ROUTES.values())}) or sft_set (all).")],
         k: Annotated[int, typer.Option(help="Trajectories to select.")],
         out: Annotated[Path | None, typer.Option(help="Also write the selection here (.parquet or .jsonl).")] = None,
+        reference: Annotated[str | None, typer.Option(help="Perplexity reference: tiny (the tiny_policy artifact), "
+                                                           "hf:DIR or openai:URL#MODEL (an engine returning prompt "
+                                                           "log-probabilities); default: the profile's.")] = None,
         profile: Annotated[str, typer.Option(help="Params profile of every stage.")] = "tiny",
         data_dir: DataDirOpt = None,
     ) -> None:
@@ -160,6 +176,9 @@ def register(app: typer.Typer) -> None:
         section: dict[str, Any] = {"k": k}
         if source != "sft_set":
             section["proportions"] = {SFT_ROUTES[source]: 1.0}
+        if reference is not None:
+            section["reference"] = reference
+            probe_reference(reference)
         artifact = _materialize_with_progress(["sft_set"], profile, {"sft_set": section}, data_dir)["sft_set"]
         selected, summary = artifact.read("trajectories"), artifact.read("summary")
         if out is not None:

@@ -115,7 +115,12 @@ class OpenAIScorer:
     def _one(self, text: str) -> np.ndarray:
         body = {"model": self.model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 0,
                 "prompt_logprobs": 0}
-        response = self.client.post(self.url, json=body)
+        import httpx
+
+        try:
+            response = self.client.post(self.url, json=body)
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"{self.url} is unreachable ({type(exc).__name__}: {exc})") from None
         if response.status_code >= 400:
             raise RuntimeError(f"{self.url}: HTTP {response.status_code}: {response.text[:300]}")
         choice = (response.json().get("choices") or [{}])[0]
@@ -147,3 +152,13 @@ def load_scorer(spec: str) -> Scorer:
         return OpenAIScorer(url, model)
     raise ValueError(f"reference {spec!r}: use 'tiny', hf:DIR or openai:URL#MODEL (an engine returning prompt "
                      "log-probabilities)")
+
+
+def probe(spec: str) -> None:
+    """Score one short text with the reference ``spec``; raises ValueError or RuntimeError saying why it cannot
+    serve (a dead endpoint, one without prompt log-probabilities, not a checkpoint)."""
+    scorer = load_scorer(spec)
+    try:
+        scorer.token_logprobs(["The reference model answers."])
+    finally:
+        scorer.close()

@@ -28,7 +28,7 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
-from data_contracts.stage import REJECTED, Artifact, Check, stage
+from data_contracts.stage import REJECTED, Artifact, Check, StageError, stage
 from envgen.midtrain.compress import compress_steps
 from envgen.midtrain.records import EXECUTION, turn_mask, verify_row
 from envgen.runtime import json_field
@@ -208,13 +208,17 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
     from tasks.tokenizer import resolve_tokenizer
 
     tok = resolve_tokenizer(params.tokenizer, inputs)
-    scorer = open_scorer(params, inputs)
-    try:  # the conversation as the model reads it: the project's chat template, tools included
-        texts = [tok.apply_chat_template(json_field(r["messages"]), tools=json_field(r["tools"]) or None,
-                                         tokenize=False) for r in pool]
-        logprobs = scorer.token_logprobs(texts) if texts else []
-    finally:
-        scorer.close()
+    # the conversation as the model reads it: the project's chat template, tools included
+    texts = [tok.apply_chat_template(json_field(r["messages"]), tools=json_field(r["tools"]) or None,
+                                     tokenize=False) for r in pool]
+    try:  # without scores there is no selection: a reference that fails is the stage's error, not a row's
+        scorer = open_scorer(params, inputs)
+        try:
+            logprobs = scorer.token_logprobs(texts) if texts else []
+        finally:
+            scorer.close()
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise StageError(f"sft_set: reference {params.reference}: {exc}") from None
     scores = np.array([sliding_window_score(lp, params.window, params.stride) for lp in logprobs])
     means = [mean_perplexity(lp) for lp in logprobs]
     weights = (scores / scores.max()) ** params.alpha if len(scores) else scores

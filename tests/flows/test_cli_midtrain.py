@@ -55,3 +55,11 @@ def test_a_corrupt_environment_bundle_is_refused_before_anything_starts(tmp_path
 def test_bundles_reach_midtrain_env_only() -> None:
     overrides = route_overrides(["reason", "text"], None, None, "/b")
     assert overrides == {"midtrain_env": {"bundles": "/b"}}
+
+
+def test_select_probes_its_reference_before_anything_starts(tmp_path) -> None:
+    dead = CliRunner().invoke(app, ["select", "--in", "sft_set", "--k", "3", "--reference",
+                                    "openai:http://127.0.0.1:9/v1#m", "--data-dir", str(tmp_path / "data")])
+    assert dead.exit_code != 0 and "unreachable" in dead.output and not (tmp_path / "data").exists()
+    bogus = CliRunner().invoke(app, ["select", "--in", "sft_set", "--k", "3", "--reference", "gpt:x"])
+    assert bogus.exit_code != 0 and "openai:URL#MODEL" in bogus.output

@@ -46,6 +46,14 @@ def test_the_openai_scorer_reads_prompt_logprobs_in_both_wire_formats() -> None:
         OpenAIScorer("http://x/v1", "m", transport=_server({"choices": [{}]})).token_logprobs(["abc"])
 
 
+def test_a_dead_reference_endpoint_is_one_clear_error() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(RuntimeError, match=r"http://x/v1/completions is unreachable \(ConnectError"):
+        OpenAIScorer("http://x/v1", "m", transport=httpx.MockTransport(refuse)).token_logprobs(["abc"])
+
+
 def test_a_dead_or_garbage_teacher_is_one_clear_error() -> None:
     with pytest.raises(TeacherError, match="openai:http://127.0.0.1:9/v1#m.*unreachable"):
         Teacher("openai:http://127.0.0.1:9/v1#m", retries=0, timeout_s=2)
