@@ -14,6 +14,7 @@ ROUTES = {"env": "midtrain_env", "text": "midtrain_text", "decompose": "midtrain
           "reason": "midtrain_reason", "plan": "midtrain_plan", "longctx": "midtrain_longctx"}
 """Route name on the command line -> its stage."""
 TEXT_DOMAINS = 22  # shipped domains that are not held out: --n texts are spread over them
+STAGE_SFT = "sft_set"
 
 
 def parse_routes(spec: str) -> list[str]:
@@ -90,6 +91,44 @@ def probe_reference(reference: str) -> None:
         raise typer.BadParameter(f"--reference {reference}: {exc}") from None
 
 
+def keyed_selection(ref: str, section: dict[str, Any], profile: str, data_dir: Path | None) -> Any:
+    """sft_set over one published route artifact named by its key, through the store: the artifact, the
+    midtrain_env artifact it augments (its parents, so lineage resolves; they are candidates the proportions leave
+    out), the tokenizer it was counted with and the profile's tiny_policy; only that route is selected."""
+    from rich.console import Console
+
+    from data_contracts.catalog import Catalog
+    from data_contracts.runner import execute_stage
+    from data_contracts.stage import StageError
+    from data_contracts.store import ArtifactStore
+    from flows.profiles import parse, stage_params
+    from flows.runtime import data_root
+    from flows.train import published
+    from tasks.sft_set import ROUTES as SFT_ROUTES
+    from tasks.sft_set import sft_set
+
+    root = data_root(data_dir)
+    store, catalog = ArtifactStore(root), Catalog(root)
+    try:
+        artifact = published(catalog, store, ref)
+    except StageError as exc:
+        raise typer.BadParameter(f"--in {ref!r}: not a route stage ({', '.join(SFT_ROUTES)}) or sft_set, and "
+                                 f"{exc}") from None
+    if artifact.stage not in SFT_ROUTES:
+        raise typer.BadParameter(f"--in {ref!r}: artifact {artifact.stage}/{artifact.key} is no mid-training route "
+                                 f"({', '.join(SFT_ROUTES)})")
+    upstream = artifact.manifest["input_keys"]
+    keys = {artifact.stage: artifact.key, "tokenizer": upstream["tokenizer"]}
+    if artifact.stage != "midtrain_env" and "midtrain_env" in upstream:
+        keys["midtrain_env"] = upstream["midtrain_env"]
+    params = parse(STAGE_SFT, stage_params(profile, {STAGE_SFT: {
+        **section, "proportions": {SFT_ROUTES[artifact.stage]: 1.0}}})[STAGE_SFT])
+    keys["tiny_policy"] = _materialize_with_progress(["tiny_policy"], profile, {}, data_dir)["tiny_policy"].key
+    with Console().status(f"sft_set over {artifact.stage}/{artifact.key}"):
+        run = execute_stage(store, catalog, sft_set.with_inputs(list(keys)), params, keys, "default")
+    return store.get(STAGE_SFT, run.key)
+
+
 def _materialize_with_progress(targets: list[str], profile: str, overrides: dict[str, dict[str, Any]],
                                data_dir: Path | None) -> dict[str, Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -154,7 +193,8 @@ def register(app: typer.Typer) -> None:
     @app.command("select")
     def select(
         source: Annotated[str, typer.Option("--in", help="The trajectories to select from: a route stage "
-                                                          f"({', '.join(ROUTES.values())}) or sft_set (all).")],
+                                                          f"({', '.join(ROUTES.values())}), sft_set (all), or "
+                                                          "the key of a published route artifact.")],
         k: Annotated[int, typer.Option(help="Trajectories to select.")],
         out: Annotated[Path | None, typer.Option(help="Also write the selection here (.parquet or .jsonl).")] = None,
         reference: Annotated[str | None, typer.Option(help="Perplexity reference: tiny (the tiny_policy artifact), "
@@ -169,17 +209,18 @@ def register(app: typer.Typer) -> None:
 
         from tasks.sft_set import ROUTES as SFT_ROUTES
 
-        if source != "sft_set" and source not in SFT_ROUTES:
-            raise typer.BadParameter(f"--in {source!r}: use one of {', '.join(SFT_ROUTES)} or sft_set")
         if k < 1:
             raise typer.BadParameter(f"--k {k}: must be >= 1")
         section: dict[str, Any] = {"k": k}
-        if source != "sft_set":
+        if source in SFT_ROUTES:
             section["proportions"] = {SFT_ROUTES[source]: 1.0}
         if reference is not None:
             section["reference"] = reference
             probe_reference(reference)
-        artifact = _materialize_with_progress(["sft_set"], profile, {"sft_set": section}, data_dir)["sft_set"]
+        if source == STAGE_SFT or source in SFT_ROUTES:
+            artifact = _materialize_with_progress([STAGE_SFT], profile, {STAGE_SFT: section}, data_dir)[STAGE_SFT]
+        else:
+            artifact = keyed_selection(source, section, profile, data_dir)
         selected, summary = artifact.read("trajectories"), artifact.read("summary")
         if out is not None:
             write_frame(selected, out)

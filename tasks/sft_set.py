@@ -88,7 +88,8 @@ def embed_text(messages: list[dict[str, Any]], chars: int) -> str:
 
 
 def _candidates(inputs: Mapping[str, Artifact]) -> pl.DataFrame:
-    frames = [inputs[name].read("trajectories") for name in ROUTES]
+    """Every route's trajectories the stage reads (all routes, or those ``with_inputs`` names: one artifact)."""
+    frames = [inputs[name].read("trajectories") for name in ROUTES if name in inputs]
     return pl.concat(frames).unique("id", keep="first", maintain_order=True) if frames else TRAJECTORY.frame()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+import typer
 from typer.testing import CliRunner
 
 from data_contracts.stage import StageError
@@ -24,9 +26,36 @@ def test_a_dead_teacher_is_one_line_and_nothing_is_written(tmp_path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_select_names_what_it_can_select_from() -> None:
-    result = CliRunner().invoke(app, ["select", "--in", "nope", "--k", "3"])
-    assert result.exit_code != 0 and "sft_set" in result.output
+def test_select_names_what_it_can_select_from(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["select", "--in", "nope", "--k", "3", "--data-dir", str(tmp_path)])
+    assert result.exit_code != 0 and "sft_set" in result.output and "no artifact 'nope'" in result.output
+
+
+def test_a_keyed_selection_reads_that_artifact_and_its_parents_and_selects_its_route(monkeypatch, tmp_path) -> None:
+    from types import SimpleNamespace
+
+    import data_contracts.runner
+    import flows.cli_midtrain as cli
+    import flows.train
+
+    found = SimpleNamespace(stage="midtrain_decompose", key="K1",
+                            manifest={"input_keys": {"midtrain_env": "E1", "tokenizer": "T1"}})
+    monkeypatch.setattr(flows.train, "published", lambda catalog, store, ref: found)
+    monkeypatch.setattr(cli, "_materialize_with_progress", lambda *args: {"tiny_policy": SimpleNamespace(key="P1")})
+    seen = {}
+
+    def execute(store, catalog, stage, params, keys, partition):
+        seen.update(stage=stage, params=params, keys=keys)
+        return SimpleNamespace(key="S1")
+
+    monkeypatch.setattr(data_contracts.runner, "execute_stage", execute)
+    cli.keyed_selection("K1", {"k": 3}, "tiny", tmp_path)
+    assert seen["keys"] == {"midtrain_decompose": "K1", "midtrain_env": "E1", "tokenizer": "T1", "tiny_policy": "P1"}
+    assert seen["stage"].name == "sft_set" and set(seen["stage"].inputs) == set(seen["keys"])
+    assert seen["params"].proportions == {"decompose": 1.0} and seen["params"].k == 3
+    found.stage = "keychain"
+    with pytest.raises(typer.BadParameter, match="no mid-training route"):
+        cli.keyed_selection("K1", {"k": 3}, "tiny", tmp_path)
 
 
 def test_augmentation_routes_bring_their_parent_and_the_teacher() -> None:
