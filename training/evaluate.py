@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from pydantic import Field, field_validator
@@ -44,7 +45,9 @@ class EvaluateParams(EvalConfig):
                                                  "openai:URL#MODEL, hf:DIR or vllm:DIR")
     summary_engine: str | None = Field(None, description="Heavy Thinking's summary model (an engine spec); None: "
                                                          "the evaluated model itself")
-    max_batch_size: int = Field(16, gt=0, description="sequences per forward pass of an in-process engine")
+    engine_options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword options of the engines (openai: max_concurrency, timeout_s, "
+        "max_retries, backoff_s; hf: device, dtype, max_batch_size)")
     resamples: int = Field(1000, ge=100, description="bootstrap resamples of every interval")
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="coverage of the bootstrap intervals")
     overlap_ids: tuple[str, ...] = Field((), description="ids of suite items found in the model's training data "
@@ -136,9 +139,8 @@ def load(spec: str, params: EvaluateParams) -> Engine:
     """The engine a spec names; a StageError says why a model does not load."""
     from inference.engines import load_engine
 
-    options = {"max_batch_size": params.max_batch_size} if spec.startswith("hf:") else {}
     try:
-        return load_engine(spec, **options)
+        return load_engine(spec, **params.engine_options)
     except Exception as exc:  # noqa: BLE001 - whatever the loader raises, the user needs the model named
         raise StageError(f"model {spec} does not load: {type(exc).__name__}: {exc}") from None
 

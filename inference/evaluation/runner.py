@@ -122,7 +122,7 @@ def is_infrastructure(exc: BaseException) -> bool:
         status = _STATUS.search(str(exc))
         if status:
             return int(status.group(1)) in RETRY_STATUS
-        return bool(re.search(r"\w+Error after \d+ attempts", str(exc)))  # the HTTP engine's transport failures
+        return bool(re.search(r": [A-Za-z]\w* after \d+ attempts", str(exc)))  # the HTTP engine's transport errors
     return False
 
 
@@ -464,8 +464,8 @@ class Outcome:
 
 
 def cap(items: Sequence[EvalItem], max_items: int | None) -> list[EvalItem]:
-    """At most ``max_items`` (whole groups: a clean task with its noisy twins), taken across runs in turn (run 0's
-    first group, run 1's first, ...) so every run counts."""
+    """Whole groups (a clean task with its noisy twins) until ``max_items`` are taken, so the last group may pass
+    it; taken across runs in turn (run 0's first group, run 1's first, ...) so every run counts."""
     if max_items is None or len(items) <= max_items:
         return list(items)
     groups: dict[str, list[tuple[int, EvalItem]]] = {}
