@@ -1,5 +1,5 @@
 """Stage `midtrain_decompose`: tool-decomposition augmentation (LongCat-Flash-Thinking-2601 section 2, "Tool
-Decomposition Augmentation"; the procedure is ``envgen.midtrain.augment.decompose``): values the user stated are
+Decomposition Augmentation"; the procedure is ``envgen.midtrain.augment.decompose``): values the user gives are
 progressively hidden in the environment state, so the agent must first look each up with another tool; the new
 episode is played and re-verified by execution, and how many values were hidden is recorded."""
 
@@ -24,7 +24,7 @@ class DecomposeParams(TrajectoryParams):
     distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones; -1: all")
 
 
-@stage(name=STAGE, version="2", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
+@stage(name=STAGE, version="3", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,
                        partition: str) -> dict[str, pl.DataFrame]:

@@ -1,8 +1,8 @@
 """Augmentations of a verified environment episode (LongCat-Flash-Thinking-2601 section 2): each returns a new
 ``Episode`` the reference agent plays again, so every augmented trajectory is verified by execution like its parent.
 
-- tool decomposition: a value the user states is hidden in the environment state: dropped from the request and
-  the profile, and looked up instead with another tool whose result holds it (the report's recipient that must be
+- tool decomposition: a value the user gives (stated in the request, or told when asked) is hidden in the
+  environment state: dropped from the request and the profile, and looked up instead with another tool whose result holds it (the report's recipient that must be
   read from the contacts database); repeated up to ``max_hidden`` times;
 - reasoning decomposition (multi-step decision enrichment): at each action, alternative candidates (a neighbouring
   tool of the graph, a wrong row, a missing argument) compared in the reasoning before the executed one is chosen;
@@ -32,11 +32,12 @@ from envgen.tools import Executor, call_tool
 LOOKUP_KINDS = ("get", "lookup", "find", "list_by")
 
 
-def _stated(task: dict[str, Any]) -> list[dict[str, Any]]:
-    """Facts the user states in the request with their own sentence (the ones decomposition may hide)."""
+def _hideable(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Facts the user gives (the ones decomposition may hide): stated in the request with their own sentence, or
+    not in the request at all, so the agent would ask for them."""
     text = str(task["description"])
     return [f for f in json_field(task["user_profile"])["facts"]
-            if "." not in f["name"] and f" My {f['label']} is {f['value']}." in text]
+            if "." not in f["name"] and (f" My {f['label']} is {f['value']}." in text or f["value"] not in text)]
 
 
 def _hide(task: dict[str, Any], fact: dict[str, Any]) -> dict[str, Any] | None:
@@ -110,12 +111,12 @@ def _only_value(domain: CompiledDomain, tool: Tool, content: dict[str, Any], sem
 
 
 def decompose(ep: Episode, rng: random.Random, max_hidden: int) -> tuple[Episode, list[dict[str, str]]]:
-    """Hide up to ``max_hidden`` stated values, each behind a lookup inserted before its first use; raises Unusable
+    """Hide up to ``max_hidden`` values the user gives, each behind a lookup inserted before its first use; raises Unusable
     when none can be hidden. Returns the new episode and what was hidden (value, label, lookup tool)."""
     domain = domain_for(ep.env)
     task, calls, hidden = ep.task, list(ep.calls), []
     for _ in range(max_hidden):
-        options = _stated(task)
+        options = _hideable(task)
         rng.shuffle(options)
         for fact in options:
             step = _hiding(domain, ep.env, task, calls, fact, {h["value"] for h in hidden})
@@ -126,7 +127,7 @@ def decompose(ep: Episode, rng: random.Random, max_hidden: int) -> tuple[Episode
         else:
             break
     if not hidden:
-        raise Unusable("decompose: no stated value can be looked up in the environment instead")
+        raise Unusable("decompose: no value the user gives can be looked up in the environment instead")
     actions = json.dumps(calls)
     return Episode(ep.env, {**task, "golden_actions": actions}, calls), hidden
 
