@@ -24,7 +24,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -160,9 +160,11 @@ def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
 
 
 def _refresh_with_progress(
-    stages: Sequence[str] | None, profile: str, partition: str, force: bool, keep_ui: bool = False
+    stages: Sequence[str] | None, profile: str, partition: str, force: bool, keep_ui: bool = False,
+    then: Callable[[Any, list[dict[str, Any]]], None] | None = None,
 ) -> None:
-    """Run data_refresh on a Runtime with a progress bar (a step per stage), print the summary and the UI URL."""
+    """Run data_refresh on a Runtime with a progress bar (a step per stage), print the summary and the UI URL;
+    ``then(runtime, summary)`` runs next on the same Runtime (the demo's training)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -194,6 +196,8 @@ def _refresh_with_progress(
                 raise
         console.print(_summary_table(summary, title))
         console.print(f"Data Docs: {rt.home / 'data_docs' / 'index.html'}")
+        if then is not None:
+            then(rt, summary)
         if keep_ui:
             _wait_for_ctrl_c(rt.ui_url)
         elif rt.started_server:
@@ -213,9 +217,11 @@ def demo(
     partition: Annotated[str, typer.Option(help="Partition to materialize.")] = "default",
     keep_ui: Annotated[bool, typer.Option("--keep-ui", help="Keep the Prefect server up until Ctrl-C.")] = False,
 ) -> None:
-    """Run every registered stage's DAG on a profile, then print the UI URL and a summary."""
+    """Run every registered stage's DAG on a profile, then cold-start SFT of the tiny policy on its cold-start
+    set (the `train-sft` flow); print the UI URL and a summary."""
     with _clean_errors():
-        _refresh_with_progress(None, profile, partition, force=False, keep_ui=keep_ui)
+        _refresh_with_progress(None, profile, partition, force=False, keep_ui=keep_ui,
+                               then=lambda rt, summary: cli_train.demo_sft(rt, summary, profile, partition))
 
 
 @app.command()

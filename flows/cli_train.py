@@ -38,7 +38,6 @@ def sft(
     """Cold-start SFT (TRL SFTTrainer) of BASE on trajectory artifacts, published as a model artifact; prints the
     held-out evaluation before and after."""
     from rich.console import Console
-    from rich.table import Table
 
     from flows.runtime import Runtime
     from flows.train import plan_sft, train_sft
@@ -49,6 +48,14 @@ def sft(
         Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
         result = train_sft(data=list(data), base=base, profile=profile, overrides=overrides or None,
                            resume=resume, partition=partition, data_dir=str(rt.root))
+    print_result(result)
+
+
+def print_result(result: dict[str, Any]) -> None:
+    """The run in one line, the held-out evaluation before and after as a table, and how to serve the model."""
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     status = "cached" if result["cached"] else "published"
     console.print(f"sft {result['key']} {status}: {result['steps']} steps on {result['examples']} examples "
@@ -104,6 +111,24 @@ def rl(
                     f"and last steps), staleness <= {result['staleness_max']}, {result['samples_per_s']:.2f} "
                     f"samples/s, engine load {result['engine_load']:.0%}; dropped: {dropped} -> {result['model']}")
     Console().print(f"serve it: gymforge serve --model {result['key']}")
+
+
+DEMO_DATA = ("sft_set", "small_envs")  # the cold-start set, else the small environments' golden trajectories
+DEMO_BASE = "tiny_policy"
+
+
+def demo_sft(runtime: Any, summary: list[dict[str, Any]], profile: str, partition: str) -> None:
+    """`gymforge demo`'s last step: SFT of the tiny policy on the refresh's cold-start set, on the same server."""
+    from flows.train import train_sft
+
+    keys = {row["stage"]: row["key"] for row in summary if row["status"] in ("published", "cached")}
+    data = next((name for name in DEMO_DATA if name in keys), None)
+    if data is None or DEMO_BASE not in keys:
+        typer.echo(f"sft skipped: the refresh published no {' or '.join(DEMO_DATA)} and {DEMO_BASE}")
+        return
+    typer.echo(f"sft: {DEMO_BASE} on {data} (profile {profile})")
+    print_result(train_sft(data=[keys[data]], base=keys[DEMO_BASE], profile=profile, partition=partition,
+                           data_dir=str(runtime.root)))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,46 @@
+"""`gymforge demo`'s SFT step: it trains the refresh's tiny policy on the cold-start set (the small environments'
+trajectories when there is none), and says in one line why it skips when the refresh published neither."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flows.train
+from flows import cli_train
+
+
+class Runtime:
+    root = Path("/data")
+
+
+def row(stage: str, status: str = "published") -> dict[str, Any]:
+    return {"stage": stage, "key": f"{stage}-key", "status": status}
+
+
+@pytest.fixture()
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """train_sft replaced by a recorder (the flow itself runs in tests/flows/test_train.py)."""
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(flows.train, "train_sft", lambda **kwargs: seen.append(kwargs) or {"result": True})
+    monkeypatch.setattr(cli_train, "print_result", lambda result: seen.append(result))
+    return seen
+
+
+@pytest.mark.parametrize(("summary", "data"), [
+    ([row("tiny_policy"), row("small_envs"), row("sft_set", "cached")], "sft_set-key"),
+    ([row("small_envs"), row("tiny_policy", "cached"), row("sft_set", "quarantined")], "small_envs-key"),
+])
+def test_the_demo_trains_the_tiny_policy_on_the_cold_start_set(calls, summary, data):
+    cli_train.demo_sft(Runtime(), summary, "tiny", "default")
+    assert calls == [{"data": [data], "base": "tiny_policy-key", "profile": "tiny", "partition": "default",
+                      "data_dir": "/data"}, {"result": True}]
+
+
+@pytest.mark.parametrize("summary", [[row("tiny_policy")], [row("sft_set"), row("tiny_policy", "failed")]])
+def test_the_demo_says_why_it_skips_sft(calls, summary, capsys):
+    cli_train.demo_sft(Runtime(), summary, "tiny", "default")
+    assert calls == []
+    assert "sft skipped: the refresh published no sft_set or small_envs and tiny_policy" in capsys.readouterr().out
