@@ -91,7 +91,7 @@ TOKENIZER_CONTRACT = TOKENIZER.contract(
 
 @stage(
     name="tokenizer",
-    version="1",
+    version="2",  # 2: the chat template leaves turns flagged train: false out of the generation mask
     inputs=("world",),
     params=TokenizerParams,
     outputs={"tokenizer": TOKENIZER_CONTRACT},
