@@ -1,0 +1,86 @@
+"""`gymforge eval` and the `evaluate` flow: bad input (an unknown suite, an endpoint that is down, a model that does not
+load, a comparison with nothing to compare) is one clear error before anything starts; on a real Prefect server the
+tiny profile's flow measures a served test double at its configured accuracy, re-runs from the cache, evaluates a
+tiny checkpoint the same way, and compares the two models with a report."""
+
+from __future__ import annotations
+
+import pytest
+from inference_support import tiny_checkpoint
+from typer.testing import CliRunner
+
+from data_contracts.catalog import Catalog
+from data_contracts.runner import execute_stage
+from data_contracts.stage import StageError
+from data_contracts.store import ArtifactStore
+from flows.cli import app
+
+DEAD = "openai:http://127.0.0.1:9/v1#m"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", DEAD, "--suites", "math,nope"], "unknown suite 'nope'; suites: keychain"),
+    (["--model", DEAD, "--suites", "math"], "endpoint http://127.0.0.1:9/v1 does not answer"),
+    (["--model", "hf:{tmp}", "--suites", "math"], "is not a transformers checkpoint directory"),
+    (["--model", "openai:localhost#m", "--suites", "math"], "expected openai:http(s)://HOST:PORT/v1#MODEL"),
+    (["--model", DEAD, "--suites", "math", "--set", "ks=[4,2]"], "ascending order"),
+])
+def test_bad_input_is_one_error_before_anything_starts(args, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("GYMFORGE_DATA", str(tmp_path / "data"))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    result = CliRunner().invoke(app, ["eval", "run", *(a.replace("{tmp}", str(tmp_path)) for a in args)])
+    assert result.exit_code != 0
+    assert message in str(result.exception) + result.output
+    assert not (tmp_path / "data" / "prefect").exists()  # no server was started
+
+
+def test_compare_names_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("GYMFORGE_DATA", str(tmp_path))
+    result = CliRunner().invoke(app, ["eval", "compare", "openai:http://h:1/v1#a", "openai:http://h:1/v1#b"])
+    assert isinstance(result.exception, StageError) and "no evaluation of 'openai:http://h:1/v1#a'" in str(
+        result.exception)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp_path):
+    import polars as pl
+    from eval_fixtures import EngineServer, serve
+
+    from flows.evaluate import compare_models, evaluate
+    from flows.registry import stage_named
+    from flows.runtime import Runtime
+    from inference.testing import BernoulliTestEngine
+    from training.evaluate import suite_items
+
+    data = tmp_path / "data"
+    store = ArtifactStore(data)
+    # The tiny profile's math suite: 6 hard and 6 four-choice problems on their own partition (made here first to
+    # configure the test double on them; the flow then finds them in the cache).
+    math = execute_stage(store, Catalog(data), stage_named("math_seeds"), {"n_hard": 6, "n_easy": 6}, {}, "eval")
+    items = suite_items("math", {"math_seeds": store.get("math_seeds", math.key)})
+    p = 0.5
+    double = BernoulliTestEngine({str(i.messages[-1]["content"]): (p, str(i.answer)) for i in items}, exact=False)
+    overrides = {"max_items": 12, "strategies": ["single", "self_consistency", "best_of_k"]}
+    with Runtime(data, dask=False), serve(EngineServer(double)) as url:
+        spec = f"openai:{url}#scripted"
+        known = evaluate(model=spec, suites=["math"], profile="tiny", data_dir=str(data),
+                         overrides={**overrides, "engine_options": {"max_retries": 0}})
+        again = evaluate(model=spec, suites=["math"], profile="tiny", data_dir=str(data),
+                         overrides={**overrides, "engine_options": {"max_retries": 0}})
+        checkpoint = f"hf:{tiny_checkpoint()}"
+        tiny = evaluate(model=checkpoint, suites=["math"], profile="tiny", data_dir=str(data),  # one short sample
+                        overrides={"max_items": 12, "ks": [1], "strategies": ["single"], "sampling": {"max_tokens": 4}})
+    [run] = known["evaluations"]
+    assert not run["cached"] and again["evaluations"][0]["cached"] and again["evaluations"][0]["key"] == run["key"]
+    avg = next(r for r in run["headline"] if r["metric"] == "avg@k" and r["strategy"] == "sample")
+    assert avg["n"] == 12 and avg["ci_lo"] <= p <= avg["ci_hi"]  # the metrics measure the configured accuracy
+    assert (data / "reports").is_dir() and tiny["report"].endswith(".html")
+    assert not any((data / "checkpoints" / "evaluate").iterdir())  # published: nothing left to resume
+
+    label_a, label_b, table = compare_models(spec, checkpoint, data_dir=str(data), html=tmp_path / "ab.html")
+    assert (label_a, label_b) == (spec, checkpoint) and not table.is_empty()
+    single = table.filter((pl.col("strategy") == "single") & (pl.col("k") == 1)).row(0, named=True)
+    assert single["n"] == 12 and single["ci_lo"] <= single["difference"] <= single["ci_hi"]
+    page = (tmp_path / "ab.html").read_text()
+    assert "<img" in page and spec in page
