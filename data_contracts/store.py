@@ -318,7 +318,14 @@ class ArtifactStore:
         without RENAME_EXCHANGE has moved the old copy aside and not yet put the new one in place, the old copy is
         the published one."""
         path = self.path(stage, key)
-        for candidate in (path, *sorted(path.parent.glob(f"{_PREV}{key}-*"))):
+
+        def candidates() -> Iterator[Path]:
+            yield path
+            # listed only when the final copy is not complete: a stage directory may hold thousands of keys, and
+            # globbing it for every key made Catalog.rebuild quadratic (bench/bench_scale.py)
+            yield from sorted(path.parent.glob(f"{_PREV}{key}-*"))
+
+        for candidate in candidates():
             try:
                 manifest = json.loads((candidate / MANIFEST).read_text(encoding="utf-8"))
             except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
