@@ -398,7 +398,7 @@ def run_envs(engine: Engine, summary_engine: Engine, items: Sequence[EvalItem], 
     n = cfg.n_samples
     out: dict[str, list[dict[str, Any]]] = {}
     by_item: dict[str, list[Rollout]] = {}
-    if set(ctx.strategies) - {"context"}:
+    if ctx.strategies != ("context",):  # the plain samples (Avg@k, Pass@k, gaps), unless only the ablation runs
         rollouts = run_episodes(engine, _episodes(items, ctx, n, ""), _agent(cfg), ctx.suite)
         for item, group in zip(items, _grouped(rollouts, items, n), strict=True):
             by_item[item.id] = group

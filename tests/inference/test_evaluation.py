@@ -236,6 +236,13 @@ def test_episodes_under_every_strategy_and_context():
     assert json.loads(by[("sample", 2)]["stop_reasons"]) == {"done": 2}
 
 
+def test_episodes_without_strategies_are_the_plain_samples():
+    env, task = airline_env_and_task()
+    item = EvalItem(id=task["task_id"], kind="env", source="airline", env=env, task=task)
+    _, items = run(ScriptedEngine(golden_policy), [item], EvalConfig(ks=(1, 2), max_turns=4), ())
+    assert items.select("strategy", "k", "score", "n_samples").rows() == [("sample", 2, 1.0, 2)]
+
+
 def rows(specs):
     base = {"suite": "noise", "variant": "default", "source": "d", "domain": "d", "difficulty": None, "length": None,
             "run": 0, "strategy": "sample", "k": 4, "n_samples": 4, "tokens": 40, "summary_prompt_tokens": 0,
