@@ -1,7 +1,8 @@
 """Beyond one machine, as users run it: a ``dask scheduler`` with two ``dask worker`` processes that share no disk with
 the driver (each its own cache directory), a data root on an S3 API server (moto's server mode), Prefect on a real
-PostgreSQL, two refreshes at once on one data root, a worker killed mid-task, and every bad setting refused with one
-clear line before any stage runs. Every run goes through the ``gymforge`` command line in its own process."""
+PostgreSQL, two refreshes and a backfill at once on one data root, a worker killed mid-task, and every bad setting
+refused with one clear line before any stage runs. Every run goes through the ``gymforge`` command line in its own
+process."""
 
 from __future__ import annotations
 
@@ -106,6 +107,15 @@ def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskClu
     checked = gymforge("--data-dir", remote, "artifacts", "fsck", env=elsewhere)
     assert checked.returncode == 0 and "store and catalog agree" in checked.stdout, checked.stdout + checked.stderr
 
+    # a writer killed before its commit left an attempt no manifest names: gc removes it, the artifacts stay
+    store = ArtifactStore(remote)
+    stage, key = next(iter(reference))
+    dead = f"{store.base}/artifacts/{stage}/{key}/a1000-otherhost-1-abcd"
+    store.fs.pipe_file(f"{dead}/rows.parquet", b"partial")
+    collected = gymforge("--data-dir", remote, "artifacts", "gc", env=elsewhere)
+    assert collected.returncode == 0 and "1 uncommitted write(s) removed" in collected.stdout, collected.stdout
+    assert store.leftovers() == [] and _outputs(remote, "c0") == reference
+
 
 def test_a_worker_killed_mid_task_is_survived(cluster: DaskCluster, s3: S3Server, server: str,
                                               tmp_path: Path) -> None:
@@ -140,14 +150,18 @@ def _published_stages(output: str) -> list[str]:
             if line.split()[:1] and line.split()[0] in SQUARE and " published " in f" {line} "]
 
 
-def test_two_refreshes_at_once_on_one_data_root(cluster: DaskCluster, s3: S3Server, tmp_path: Path) -> None:
-    """Both start the data root's Prefect server race-free (one wins, the other leases it), publish each artifact
-    once between them, and a reader of the catalog meanwhile never sees "database is locked"."""
+def test_two_refreshes_and_a_backfill_at_once_on_one_data_root(cluster: DaskCluster, s3: S3Server,
+                                                               tmp_path: Path) -> None:
+    """Two refreshes and a backfill of the same partition, started together: they start the data root's Prefect
+    server race-free (one wins, the others lease it), publish each artifact once between them, and neither they nor a
+    reader of the catalog meanwhile sees "database is locked"."""
     root = tmp_path / "data"
     env = _env(tmp_path, s3)
-    runs = [subprocess.Popen([GYMFORGE, "--data-dir", str(root), "--dask-address", cluster.address, "run",
-                              "test_double_square", "--partition", "both"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    common = [GYMFORGE, "--data-dir", str(root), "--dask-address", cluster.address]
+    commands = [[*common, "run", "test_double_square", "--partition", "both"]] * 2
+    commands.append([*common, "backfill", "--stage", "test_double_square", "--partitions", "both", "--serve"])
+    runs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for command in commands]
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -163,15 +177,20 @@ def test_two_refreshes_at_once_on_one_data_root(cluster: DaskCluster, s3: S3Serv
     reader = threading.Thread(target=read_catalog)
     reader.start()
     try:
-        outputs = [run.communicate(timeout=300)[0] for run in runs]
+        outputs = [run.communicate(timeout=600)[0] for run in runs]  # three runs on two cores
     finally:
         stop.set()
         reader.join()
-    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert [run.returncode for run in runs] == [0, 0, 0], outputs
     assert errors == []
     assert not any("locked" in output for output in outputs)
-    published = sorted(stage for output in outputs for stage in _published_stages(output))
-    assert published == sorted(SQUARE)  # each artifact published by exactly one of the two runs
+    [backfill_run] = [line.split()[1] for line in outputs[2].splitlines() if line.split()[:1] == ["both"]]
+    assert "Completed" in outputs[2]
+    # each artifact published by exactly one of the three: the refreshes say so in their summaries, the backfill's
+    # copies carry its flow run id
+    by_backfill = [m["stage"] for m, _ in ArtifactStore(root).manifests() if m["flow_run_id"] == backfill_run]
+    published = sorted([stage for output in outputs[:2] for stage in _published_stages(output)] + by_backfill)
+    assert published == sorted(SQUARE)
     catalog = Catalog(root)
     assert sorted(catalog.artifacts()["stage"].to_list()) == sorted(SQUARE)
     assert fsck.check(ArtifactStore(root), catalog) == []
