@@ -179,23 +179,30 @@ def tiny(args: argparse.Namespace) -> None:
 
     tune_allocator()
     model = _tiny_policy(args.data_dir)
-    items = cap(_suite_items(args.data_dir, "math"), args.items)
+    every = _suite_items(args.data_dir, "math")
+    items, many = cap(every, args.items), cap(every, args.throughput_items)
     config = _tiny_config({"max_items": None})
     engine = load_engine(f"hf:{model}", max_batch_size=32)
-    _, summary, elapsed = _run(engine, items, "math", config, STRATEGIES)
+    rows, summary, elapsed = _run(engine, items, "math", config, STRATEGIES)
+    single = rows.filter(pl.col("strategy") == "single")
     lines = [f"\n## bench_eval tiny ({time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores)", "",
              (f"The pipeline's tiny policy ({Path(model).parent.name}) on {len(items)} items of the math suite, the tiny "
              f"profile's evaluate settings (widths {list(config.ks)}, {config.sampling.max_tokens} new tokens, Heavy "
              f"Thinking summaries of {config.heavy.summary_max_tokens}); bootstrap 95% intervals over items."), "",
              *budget_lines(summary), "", _figure(summary, "eval_budget_tiny", "tiny policy, math"),
-             f"Wall time {elapsed:.1f} s.", "", "Throughput, single sample per item (the same items, side by side):",
-             "", "| engine batch (items per call) | items/s |", "| --- | --- |"]
-    single = _tiny_config({"ks": [1], "samples": 1, "max_items": None})
-    for batch in args.batches:
-        engine = load_engine(f"hf:{model}", max_batch_size=batch)
-        config = single.model_copy(update={"batch_size": batch})
-        _, _, seconds = _run(engine, items, "math", config, ())
-        lines.append(f"| {batch} | {len(items) / seconds:.2f} |")
+             (f"Single samples with a boxed answer: {single['answer'].is_not_null().sum()} of {single.height}; "
+             f"wall time {elapsed:.1f} s."), "",
+             (f"Throughput on {len(many)} math items, one sample each, batch sizes interleaved over {args.rounds} "
+             "rounds (the best round; the machine is shared):"), "",
+             "| engine batch (items per call) | items/s |", "| --- | --- |"]
+    one = _tiny_config({"ks": [1], "samples": 1, "max_items": None})
+    best: dict[int, float] = {}
+    for _ in range(args.rounds):
+        for batch in args.batches:
+            engine = load_engine(f"hf:{model}", max_batch_size=batch)
+            _, _, seconds = _run(engine, many, "math", one.model_copy(update={"batch_size": batch}), ())
+            best[batch] = min(best.get(batch, seconds), seconds)
+    lines += [f"| {batch} | {len(many) / seconds:.2f} |" for batch, seconds in best.items()]
     report(lines, not args.no_record)
 
 
@@ -260,6 +267,8 @@ def main() -> None:
     t = sub.add_parser("tiny", help="the tiny policy's budget curves and throughput on the math suite")
     t.add_argument("--items", type=int, default=16)
     t.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
+    t.add_argument("--throughput-items", type=int, default=64)
+    t.add_argument("--rounds", type=int, default=2)
     r = sub.add_parser("robustness", help="the tiny policy's robustness gap and context ablation")
     r.add_argument("--items", type=int, default=6)
     r.add_argument("--context-items", type=int, default=2)
