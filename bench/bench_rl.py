@@ -2,11 +2,12 @@
 
 ``throughput``: the same RL run (the tiny profile's small environments, a real policy in two controller processes,
 real training steps) twice, side by side: asynchronous with ``max_staleness`` 2 and the synchronous baseline (a
-barrier per step), every tool call taking a lognormal time (median ``--median`` s, sigma ``--sigma``: p99 / median =
-exp(2.326 sigma), 26x at 1.4), as a remote tool service would. Figures: trained samples per second, consumed samples
-per second, the engines' request load ratio (engine-busy time over wall time), the staleness histogram of the
-trained samples, and reward against trained samples (asynchrony must not cost learning), plotted with throughput
-over time to ``bench/figures/rl_async_vs_sync.png``.
+barrier per step), every environment step taking a lognormal time (median ``--median`` s, sigma ``--sigma``: p99 /
+median = exp(2.326 sigma), 26x at 1.4), as remote tools and a user simulator would. Figures: consumed samples per
+second (the samples steps were taken on, equal-reward groups included) and trained samples per second, the engines'
+request load ratio (engine-busy time over wall time), the staleness histogram of the consumed samples, and reward
+against trained samples (asynchrony must not cost learning), plotted with throughput over time to
+``bench/figures/rl_async_vs_sync.png``.
 
 ``learning``: held-out reward before and after RL from a base model (an SFT checkpoint): the tasks split by a stable
 hash of their ids (half trained on, half held out), ``--k`` samples per held-out task before and after ``--steps``
@@ -44,22 +45,21 @@ FIGURES = Path(__file__).with_name("figures")
 
 
 class SlowTools:
-    """An environment whose every tool call takes a lognormal time, awaited so the controller's other episodes run
-    meanwhile (a tool service over the network, not local SQL)."""
+    """An environment whose every step (a tool call or the simulated user's reply) takes a lognormal time, awaited so
+    the controller's other episodes run meanwhile (tools and user simulator behind a network, not local SQL)."""
 
     def __init__(self, record: Mapping[str, Any], median_s: float, sigma: float) -> None:
         from envgen.noise.environment import NoisyEnvironment
 
         self.env = NoisyEnvironment(dict(record))
         self.median_s, self.sigma = median_s, sigma
-        self.rng = random.Random()
+        self.rng = random.Random(str(record.get("env_id")))
 
     async def areset(self, task: Any, user: Any = None) -> Any:
         return await self.env.areset(task, user)
 
     async def astep(self, message: Mapping[str, Any]) -> Any:
-        for _ in message.get("tool_calls") or []:
-            await asyncio.sleep(self.median_s * self.rng.lognormvariate(0.0, self.sigma))
+        await asyncio.sleep(self.median_s * self.rng.lognormvariate(0.0, self.sigma))
         return await self.env.astep(message)
 
     def __getattr__(self, name: str) -> Any:
@@ -96,7 +96,9 @@ def resolve(data_dir: str, base: str, task_refs: Sequence[str]) -> tuple[Path, l
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    """The machine and how busy it was (the 15-minute load average: other work shares the cores)."""
+    return (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"load average {os.getloadavg()[2]:.1f}")
 
 
 # --- throughput --------------------------------------------------------------------------------------------------
@@ -132,32 +134,36 @@ def throughput(args: argparse.Namespace) -> None:
     for name, config in arms.items():
         print(f"{name}: {config.steps} steps of {config.batch_size} samples ...", flush=True)
         results[name] = run_arm(model_dir, tasks, config, args.median, args.sigma)
-    draws = sorted(args.median * random.Random(0).lognormvariate(0.0, args.sigma) for _ in range(100_000))
+    rng = random.Random(0)
+    draws = sorted(args.median * rng.lognormvariate(0.0, args.sigma) for _ in range(100_000))
     p50, p99 = draws[len(draws) // 2], draws[int(len(draws) * 0.99)]
     lines = [
         "", f"## Asynchronous vs synchronous RL ({time.strftime('%Y-%m-%d')}, {machine()})", "",
         (f"`python -m bench.bench_rl throughput`: {len(tasks)} environment tasks of `{', '.join(args.tasks)}`, base "
         f"`{args.base}`, {args.steps} steps of {args.batch_size} samples (G = {args.group}), 2 controller processes "
-        f"x {args.concurrency} samples in flight, tool latency lognormal (median {p50 * 1000:.0f} ms, p99 "
+        f"x {args.concurrency} samples in flight, environment-step latency lognormal (median {p50 * 1000:.0f} ms, p99 "
         f"{p99 * 1000:.0f} ms = {p99 / p50:.0f}x median). Asynchronous: max_staleness 2; synchronous: a barrier per "
         "step (max_staleness 0)."), "",
-        ("| arm | wall s | trained samples/s | consumed samples/s | engine load | staleness of trained samples | "
-        "stale drops | final reward (mean of last 3 steps) |"),
-        "|---|---|---|---|---|---|---|---|",
+        ("| arm | wall s | generated | consumed samples/s | trained samples/s | engine load | staleness of consumed "
+         "samples | stale drops | final reward (mean of last 3 steps) |"),
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    rates = {}
     for name, (result, wall, load) in results.items():
-        trained = result.samples.filter(result.samples["trained"])
-        histogram = Counter(trained["staleness"].to_list())
-        stale = result.samples.filter(result.samples["drop_reason"] == "stale").height
+        samples = result.samples
+        consumed = samples.filter(samples["trained"] | (samples["drop_reason"] == "equal rewards: no gradient"))
+        trained = samples.filter(samples["trained"])
+        histogram = Counter(consumed["staleness"].to_list())
+        stale = samples.filter(samples["drop_reason"] == "stale").height
         rewards = result.steps["reward_mean"].to_list()
-        lines.append(f"| {name} | {wall:.0f} | {trained.height / wall:.2f} | {result.samples.height / wall:.2f} | "
-                     f"{load:.0%} | {dict(sorted(histogram.items()))} | {stale} | "
-                     f"{sum(rewards[-3:]) / len(rewards[-3:]):.3f} |")
-    ratio = (results["async"][0].samples["trained"].sum() / results["async"][1]) / max(
-        1e-9, results["sync"][0].samples["trained"].sum() / results["sync"][1])
+        rates[name] = consumed.height / wall, trained.height / wall
+        lines.append(f"| {name} | {wall:.0f} | {samples.height} | {rates[name][0]:.2f} | {rates[name][1]:.2f} | {load:.0%} | "
+                     f"{dict(sorted(histogram.items()))} | {stale} | {sum(rewards[-3:]) / len(rewards[-3:]):.3f} |")
+    # A consumed sample went into a step (equal-reward groups carry no gradient but are the same work to produce).
+    ratio = rates["async"][0] / max(1e-9, rates["sync"][0])
     figure = plot_runs({name: (result.steps, result.samples) for name, (result, _, _) in results.items()},
                        FIGURES / "rl_async_vs_sync.png", "asynchronous vs synchronous RL")
-    lines += ["", (f"Asynchronous / synchronous trained samples per second: **{ratio:.2f}x**. Reward against trained "
+    lines += ["", (f"Asynchronous / synchronous consumed samples per second: **{ratio:.2f}x**. Reward against trained "
               f"samples: `{figure.relative_to(Path(__file__).parent)}`."), ""]
     report(lines, record=not args.no_record)
 
