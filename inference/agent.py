@@ -230,6 +230,10 @@ class PromptItem:
     columns: Mapping[str, Any]
 
 
+QA_PROMPT_TOKENS = 512
+"""Default size of a QA seed prompt's documents, in tokens (~4 characters each): short enough for the tiny policy."""
+
+
 def qa_prompt_items(seeds: pl.DataFrame, max_prompt_tokens: int) -> list[PromptItem]:
     """One prompt per QA seed (the difficulty filter's and the tiny policy's): the question and its documents,
     supporting ones first, kept short."""

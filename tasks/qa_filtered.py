@@ -11,7 +11,7 @@ from pydantic import Field
 from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED
 from data_contracts.stage import Artifact, stage
 from envgen.rewards import get_reward
-from inference.agent import AgentConfig, qa_prompt_items, rollout_prompts
+from inference.agent import QA_PROMPT_TOKENS, AgentConfig, qa_prompt_items, rollout_prompts
 from inference.engine import Engine
 from tasks.difficulty import FilterParams, filter_outputs, split_by_window, with_engine
 
@@ -20,7 +20,7 @@ class QAFilterParams(FilterParams):
     batch_size: int = Field(32, gt=0, description="items per engine call (each item asks for k samples)")
     reward: str = Field("two_way", description="reward function of envgen/rewards.py REWARDS scoring an answer")
     max_prompt_tokens: int = Field(
-        512, gt=0, description="documents are cut (by characters, ~4 per token) so the prompt stays short"
+        QA_PROMPT_TOKENS, gt=0, description="documents are cut (by characters, ~4 per token) so the prompt stays short"
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.schemas import RL_MIX
+from data_contracts.schemas import QA_SEED, RL_MIX
 from data_contracts.stage import Params, stage
 from inference.engine import Completion, Request
 from inference.testing import BernoulliTestEngine, last_user_content
@@ -87,3 +87,18 @@ def double_prompts(inputs, params: NoParams, partition: str) -> dict[str, pl.Dat
          "prompt": json.dumps([{"role": "user", "content": f"What is {i} + 0? Put it in \\boxed{{}}."}]),
          "reward_fn": "two_way", "source_id": f"p{i}", "tokens": None, "pass_count": None, "pass_k": None}
         for i in range(12)])}
+
+
+class QASeedParams(Params):
+    max_prompt_tokens: int = 16
+
+
+@stage(name="test_qa_seeds", version="1", params=QASeedParams, outputs={"seeds": QA_SEED.contract(min_rows=1)})
+def qa_seed_rows(inputs, params: QASeedParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Test double: three QA seeds with long documents, as a difficulty filter's output (its prompt budget in
+    ``max_prompt_tokens``)."""
+    return {"seeds": QA_SEED.frame([
+        {"id": f"q{i}", "source": "world", "question": f"Who founded firm {i}?", "answer": f"Founder {i}",
+         "aliases": [], "hops": 2, "type": "bridge", "split": "train",
+         "docs": json.dumps([{"title": f"Firm {i}", "text": "x" * 400, "is_supporting": True}])}
+        for i in range(3)])}

@@ -3,6 +3,9 @@
 - Prompts: an output with ``prompt`` and ``answer`` columns (``rl_mix``, ``keychain`` and its ``regular`` output,
   ``needles``). The reward is the row's ``reward_fn`` when it has one (``rl_mix``), else the hardened two-way match
   (``needle_all`` for needles); the source is the row's ``category``, else the output's name.
+- QA seeds: an output with ``question``, ``answer`` and ``docs`` columns (``qa_filtered``, ``qa_seeds``), asked as
+  the difficulty filter asked them (its ``max_prompt_tokens``), so a filtered item's pass rate is that of the prompt
+  RL trains on; source ``qa``, reward the two-way match.
 - Tool environments: a ``tasks`` output whose rows name an ``env_id`` (``environments``, ``small_envs``,
   ``task_filtered``, ``noisy_tasks``), their environments from any input's ``environments`` output. A noisy twin
   keeps its level, so the noise curriculum can admit it in turn.
@@ -37,10 +40,12 @@ def load_tasks(inputs: Mapping[str, Artifact]) -> list[RLTask]:
     for name, artifact in sorted(inputs.items()):
         if artifact.manifest.get("kind") == "model":
             continue
-        found = _prompt_tasks(name, artifact) + _environment_tasks(name, artifact, environments)
+        found = (_prompt_tasks(name, artifact) + _qa_seed_tasks(artifact)
+                 + _environment_tasks(name, artifact, environments))
         if not found:
             raise StageError(f"input {name}/{artifact.key} offers no RL tasks: it has no output with prompt and "
-                             f"answer columns and no tasks output with env_id (its outputs: {', '.join(artifact.outputs)})")
+                             "answer (or question, answer and docs) columns and no tasks output with env_id (its "
+                             f"outputs: {', '.join(artifact.outputs)})")
         tasks += found
     ids = [task.task_id for task in tasks]
     if len(set(ids)) != len(ids):
@@ -72,6 +77,24 @@ def _prompt_tasks(stage: str, artifact: Artifact) -> list[RLTask]:
             tasks.append(RLTask(f"{source}:{row['id']}", "prompt", source, payload,
                                 capability="planning" if source in ("keychain", "qa", "regular") else "basic",
                                 prior_pass_rate=_pass_rate(row)))
+    return tasks
+
+
+def _qa_seed_tasks(artifact: Artifact) -> list[RLTask]:
+    from inference.agent import QA_PROMPT_TOKENS, qa_prompt_items
+
+    budget = int(artifact.manifest.get("params", {}).get("max_prompt_tokens") or QA_PROMPT_TOKENS)
+    tasks = []
+    for output in artifact.outputs:
+        if not {"question", "answer", "docs"} <= _columns(artifact, output):
+            continue
+        frame = artifact.read(output)
+        passes = {str(row["id"]): _pass_rate(row) for row in frame.iter_rows(named=True)}
+        for item in qa_prompt_items(frame, budget):
+            payload = {"prompt": item.messages, "answer": item.columns["answer"],
+                       "aliases": list(item.columns["aliases"]), "reward_fn": DEFAULT_REWARD}
+            tasks.append(RLTask(f"qa:{item.id}", "prompt", "qa", payload, capability="planning",
+                                prior_pass_rate=passes[item.id]))
     return tasks
 
 
