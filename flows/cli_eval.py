@@ -32,6 +32,7 @@ def run(
 ) -> None:
     """Evaluate MODEL on SUITES: one evaluation artifact per suite variant, an HTML report, a table per suite."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from flows.cli_train import parse_settings
@@ -47,8 +48,8 @@ def run(
                           partition=partition, data_dir=str(rt.root), progress=True)
     console = Console()
     for evaluation in result["evaluations"]:
-        table = Table(title=f"{evaluation['suite']} [{evaluation['variant']}] {evaluation['key']} "
-                            f"({'cached' if evaluation['cached'] else 'published'})")
+        table = Table(title=escape(f"{evaluation['suite']} [{evaluation['variant']}] {evaluation['key']} "
+                                   f"({'cached' if evaluation['cached'] else 'published'})"))
         for column in HEADLINE:
             table.add_column(column)
         for row in evaluation["headline"]:

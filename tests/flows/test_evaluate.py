@@ -43,7 +43,7 @@ def test_compare_names_what_is_missing(tmp_path, monkeypatch):
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp_path):
+def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp_path, monkeypatch):
     import polars as pl
     from eval_fixtures import EngineServer, serve
 
@@ -66,13 +66,16 @@ def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp
         spec = f"openai:{url}#scripted"
         known = evaluate(model=spec, suites=["math"], profile="tiny", data_dir=str(data),
                          overrides={**overrides, "engine_options": {"max_retries": 0}})
-        again = evaluate(model=spec, suites=["math"], profile="tiny", data_dir=str(data),
-                         overrides={**overrides, "engine_options": {"max_retries": 0}})
+        monkeypatch.setenv("GYMFORGE_DATA", str(data))  # the CLI runs the same flow on this server and root
+        again = CliRunner().invoke(app, ["eval", "run", "--model", spec, "--suites", "math", "--set", "max_items=12",
+                                         "--set", "strategies=[single, self_consistency, best_of_k]",
+                                         "--set", "engine_options={max_retries: 0}"])
         checkpoint = f"hf:{tiny_checkpoint()}"
         tiny = evaluate(model=checkpoint, suites=["math"], profile="tiny", data_dir=str(data),  # one short sample
                         overrides={"max_items": 12, "ks": [1], "strategies": ["single"], "sampling": {"max_tokens": 4}})
     [run] = known["evaluations"]
-    assert not run["cached"] and again["evaluations"][0]["cached"] and again["evaluations"][0]["key"] == run["key"]
+    assert again.exit_code == 0, again.output
+    assert not run["cached"] and f"math [eval] {run['key']} (cached)" in again.output and "report:" in again.output
     avg = next(r for r in run["headline"] if r["metric"] == "avg@k" and r["strategy"] == "sample")
     assert avg["n"] == 12 and avg["ci_lo"] <= p <= avg["ci_hi"]  # the metrics measure the configured accuracy
     assert (data / "reports").is_dir() and tiny["report"].endswith(".html")
