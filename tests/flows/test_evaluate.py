@@ -1,7 +1,8 @@
 """`gymforge eval` and the `evaluate` flow: bad input (an unknown suite, an endpoint that is down, a model that does not
 load, a comparison with nothing to compare) is one clear error before anything starts; on a real Prefect server the
 tiny profile's flow measures a served test double at its configured accuracy, re-runs from the cache, evaluates a
-tiny checkpoint the same way, and compares the two models with a report."""
+tiny checkpoint the same way, flags the items a model artifact's lineage trained on, and compares two models with a
+report."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_compare_names_what_is_missing(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp_path, monkeypatch):
     import polars as pl
-    from eval_fixtures import EngineServer, serve
+    from eval_fixtures import EngineServer, serve, tiny_model, trainset
 
     from flows.evaluate import compare_models, evaluate
     from flows.registry import stage_named
@@ -71,14 +72,22 @@ def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp
                                          "--set", "strategies=[single, self_consistency, best_of_k]",
                                          "--set", "engine_options={max_retries: 0}"])
         checkpoint = f"hf:{tiny_checkpoint()}"
-        tiny = evaluate(model=checkpoint, suites=["math"], profile="tiny", data_dir=str(data),  # one short sample
-                        overrides={"max_items": 12, "ks": [1], "strategies": ["single"], "sampling": {"max_tokens": 4}})
+        short = {"max_items": 12, "ks": [1], "strategies": ["single"], "sampling": {"max_tokens": 4}}
+        tiny = evaluate(model=checkpoint, suites=["math"], profile="tiny", data_dir=str(data), overrides=short)
+        # A model artifact whose training data (its lineage) holds one of the suite's items: flagged, left out.
+        trained = execute_stage(store, Catalog(data), trainset, {"ids": [items[0].id], "eval_ids": []}, {}, "p0").key
+        model = execute_stage(store, Catalog(data), tiny_model, {}, {"test_double_trainset": trained}, "p0").key
+        flagged = evaluate(model=model, suites=["math"], profile="tiny", data_dir=str(data), overrides=short)
     [run] = known["evaluations"]
     assert again.exit_code == 0, again.output
     assert not run["cached"] and f"math [eval] {run['key']} (cached)" in again.output and "report:" in again.output
     avg = next(r for r in run["headline"] if r["metric"] == "avg@k" and r["strategy"] == "sample")
     assert avg["n"] == 12 and avg["ci_lo"] <= p <= avg["ci_hi"]  # the metrics measure the configured accuracy
     assert (data / "reports").is_dir() and tiny["report"].endswith(".html")
+    [seen] = flagged["evaluations"]
+    single = next(r for r in seen["headline"] if r["strategy"] == "single")
+    assert seen["overlap"] == 1 and (single["n"], single["n_overlap"]) == (11, 1)
+    assert store.get("evaluate", seen["key"]).manifest["input_keys"]["test_double_tiny_model"] == model
     assert not any((data / "checkpoints" / "evaluate").iterdir())  # published: nothing left to resume
 
     label_a, label_b, table = compare_models(spec, checkpoint, data_dir=str(data), html=tmp_path / "ab.html")

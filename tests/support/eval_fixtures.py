@@ -17,6 +17,7 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.stage import Contract, DirectoryContract, Params, stage
+from inference.checkpoint import MODEL_DIRECTORY
 from inference.engine import Engine, Request, SamplingParams
 from inference.evaluation.items import EvalItem
 
@@ -131,3 +132,19 @@ def finetuned(inputs, params: NoParams, partition: str, out_dir: Path) -> dict[s
     """A second model built from the first (the overlap check walks models back through the lineage)."""
     (out_dir / "weights.txt").write_text("test double, again")
     return {"summary": pl.DataFrame({"rows": [0]})}
+
+
+@stage(name="test_double_tiny_model", version="1", params=NoParams, inputs=("test_double_trainset",), kind="model",
+       directory=MODEL_DIRECTORY, outputs={"summary": Contract(columns={"rows": pl.Int64})})
+def tiny_model(inputs, params: NoParams, partition: str, out_dir: Path) -> dict[str, pl.DataFrame]:
+    """The tests' tiny checkpoint published as a model artifact whose lineage holds the trainset (not trained on it:
+    a test double of a fine-tuned model for the overlap check)."""
+    from inference_support import tiny_checkpoint
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inference.checkpoint import save_model
+
+    source = tiny_checkpoint()
+    save_model(AutoModelForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source), out_dir,
+               {"kind": "test double", "trained_on": inputs["test_double_trainset"].key})
+    return {"summary": pl.DataFrame({"rows": [inputs["test_double_trainset"].read("rows").height]})}
