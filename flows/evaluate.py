@@ -44,7 +44,8 @@ from inference.evaluation.report import (
 )
 from inference.evaluation.suites import Suite, check_suites, get_suite
 from inference.evaluation.summary import compare
-from training.evaluate import EvaluateParams, overlap, suite_items, training_ids, with_inputs
+from training.evaluate import EvaluateParams, overlap, suite_items, training_ids
+from training.evaluate import evaluate as evaluate_stage
 
 ENGINE_KINDS = ("hf:", "openai:", "vllm:")
 
@@ -163,7 +164,7 @@ def plan_evaluation(model: str, suites: Sequence[str], *, profile: str = "tiny",
                       "engine": ref.engine, "overlap_ids": list(overlap(items, trained))}
             params = parse("evaluate", {**base.model_dump(exclude={"suites"}), **update})
             input_keys = {name: run.key for name, run in data.items()} | ({ref.stage: ref.key} if ref.key else {})
-            stage = with_inputs(list(input_keys))
+            stage = evaluate_stage.with_inputs(list(input_keys))
             key = store.artifact_key(stage, params, input_keys, variant.partition)
             checkpoints = Path(store.home) / "checkpoints" / stage.name / key
             params = params.model_copy(update={"checkpoint_dir": str(checkpoints)})

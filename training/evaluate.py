@@ -1,6 +1,6 @@
 """Stage `evaluate`: one suite variant under one model, as an artifact (per-item rows + summary).
 
-Inputs are resolved per run (``with_inputs``, as the ``sft`` stage does): the suite's data artifacts and, unless
+Inputs are resolved per run (``Stage.with_inputs``, as the ``sft`` stage does): the suite's data artifacts and, unless
 ``engine`` names one, the model as a model artifact (evaluated in-process with transformers). Any engine spec works
 the same way: ``openai:URL#MODEL`` (a hosted model, ``vllm serve``, ``gymforge serve``), ``hf:DIR``, ``vllm:DIR``.
 Items come from the suite (``inference.evaluation.suites``), tasks through ``training.rl.sources.load_tasks``; the
@@ -15,7 +15,6 @@ scored as wrong answers.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from pydantic import Field, field_validator
 
 from data_contracts.catalog import Catalog
 from data_contracts.schemas import EVAL_ITEM, EVAL_SUMMARY, in_set
-from data_contracts.stage import Artifact, Check, Stage, StageError, stage
+from data_contracts.stage import Artifact, Check, StageError, stage
 from data_contracts.store import ArtifactStore
 from inference.engine import Engine
 from inference.evaluation.items import EvalItem
@@ -151,11 +150,6 @@ def suite_items(name: str, data: Mapping[str, Artifact]) -> list[EvalItem]:
 
     suite = get_suite(name)
     return suite.read(data, load_tasks(data) if suite.uses_tasks else [])
-
-
-def with_inputs(names: Sequence[str]) -> Stage:
-    """The ``evaluate`` stage reading these input stages (a suite's data, and the model artifact if any)."""
-    return dataclasses.replace(evaluate, inputs=tuple(sorted(names)))
 
 
 # --- training-data overlap --------------------------------------------------------------------------------------

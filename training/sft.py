@@ -1,7 +1,7 @@
 """Stage `sft`: cold-start supervised fine-tuning with TRL's ``SFTTrainer`` (LongCat-Flash-Thinking-2601, "Cold-Start
 Policy Initialization"), published as a model artifact.
 
-Inputs are resolved per run (``with_inputs``): one or more trajectory artifacts (``sft_set``, ``small_envs``, any
+Inputs are resolved per run (``Stage.with_inputs``): one or more trajectory artifacts (``sft_set``, ``small_envs``, any
 artifact with a ``trajectory`` output) and, optionally, the base model as a model artifact; a local transformers
 directory as base is ``model_name_or_path`` instead (its content enters the artifact key). The examples are the
 trajectories tokenized with the base model's chat template and tools, loss on the assistant turns whose ``train``
@@ -34,7 +34,7 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from data_contracts.schemas import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
-from data_contracts.stage import REJECTED, Artifact, Params, Stage, StageError, stage
+from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, read_card, save_model
 from inference.cpu import tune_allocator
@@ -130,11 +130,6 @@ def split_inputs(inputs: Mapping[str, Artifact], params: SFTParams) -> tuple[Pat
     if not params.model_name_or_path:
         raise StageError("sft needs a base model: a model artifact input or model_name_or_path")
     return Path(params.model_name_or_path), params.model_name_or_path, data
-
-
-def with_inputs(names: Sequence[str]) -> Stage:
-    """The ``sft`` stage reading these input stages (trajectory artifacts and at most one model artifact)."""
-    return dataclasses.replace(sft, inputs=tuple(sorted(names)))
 
 
 def load_base(path: Path) -> tuple[Any, Any]:

@@ -18,7 +18,7 @@ from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore
 from inference.testing import BernoulliTestEngine
-from training.evaluate import EvaluateParams, overlap, suite_items, training_ids, with_inputs
+from training.evaluate import EvaluateParams, evaluate, overlap, suite_items, training_ids
 
 # Four hard and four four-choice problems; the HTTP engine fails fast so an outage is seen at once.
 MATH = {"n_hard": 4, "n_easy": 4}
@@ -57,7 +57,7 @@ def test_a_served_engine_is_measured_as_configured(root, tmp_path):
     store, catalog, key = root
     server = EngineServer(known_engine(store, key))
     with serve(server) as url:
-        run = execute_stage(store, catalog, with_inputs(["math_seeds"]), params(url, tmp_path), {"math_seeds": key},
+        run = execute_stage(store, catalog, evaluate.with_inputs(["math_seeds"]), params(url, tmp_path), {"math_seeds": key},
                             "eval")
     items = store.get("evaluate", run.key).read("items")
     assert set(items["status"]) == {"scored"} and items["item_id"].n_unique() == 8
@@ -71,7 +71,7 @@ def test_a_served_engine_is_measured_as_configured(root, tmp_path):
 def test_an_endpoint_down_mid_run_is_one_error_and_the_next_run_resumes(root, tmp_path):
     store, catalog, key = root
     server = EngineServer(known_engine(store, key), fail_after=2)  # the first batch of two, then 503s
-    stage, p = with_inputs(["math_seeds"]), None
+    stage, p = evaluate.with_inputs(["math_seeds"]), None
     with serve(server) as url:
         p = params(url, tmp_path)
         with pytest.raises(StageError, match=r"failed on 6 of 8 items after 1 retries .*run the evaluation again"):
@@ -92,7 +92,7 @@ def test_a_tolerated_outage_publishes_the_items_unscored(root, tmp_path):
     store, catalog, key = root
     server = EngineServer(known_engine(store, key), down=True)
     with serve(server) as url:
-        run = execute_stage(store, catalog, with_inputs(["math_seeds"]), params(url, tmp_path, max_infra_error_fraction=1.0),
+        run = execute_stage(store, catalog, evaluate.with_inputs(["math_seeds"]), params(url, tmp_path, max_infra_error_fraction=1.0),
                             {"math_seeds": key}, "eval")
     items = store.get("evaluate", run.key).read("items")
     assert set(items["status"]) == {"infra_error"} and items["score"].null_count() == items.height
@@ -102,7 +102,7 @@ def test_a_tolerated_outage_publishes_the_items_unscored(root, tmp_path):
 
 def test_bad_input_is_one_clear_error(root, tmp_path):
     store, catalog, key = root
-    stage = with_inputs(["math_seeds"])
+    stage = evaluate.with_inputs(["math_seeds"])
     with pytest.raises(StageError, match=r"model hf:.*missing.* does not load"):
         execute_stage(store, catalog, stage, {"suite": "math", "engine": f"hf:{tmp_path / 'missing'}"},
                       {"math_seeds": key}, "eval")

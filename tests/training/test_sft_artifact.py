@@ -12,7 +12,7 @@ from data_contracts.catalog import Catalog
 from data_contracts.runner import execute_stage
 from data_contracts.store import ArtifactStore
 from inference.checkpoint import read_card, resolve_model
-from training.sft import SFTParams, with_inputs
+from training.sft import SFTParams, sft
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]
     data = execute_stage(store, catalog, double_trajectories, {}, {}, "p0")
     params = SFTParams(model_name_or_path=str(base), max_steps=3, learning_rate=1e-2, use_cpu=True,
                        max_length=1024, eval_tool_calls=1, save_steps=2)
-    sft = with_inputs(["test_double_trajectories"])
-    run = execute_stage(store, catalog, sft, params, {"test_double_trajectories": data.key}, "p0")
+    stage = sft.with_inputs(["test_double_trajectories"])
+    run = execute_stage(store, catalog, stage, params, {"test_double_trajectories": data.key}, "p0")
     return root, run.key, data.key
 
 
@@ -43,7 +43,7 @@ def test_the_model_is_published_with_its_card_and_lineage(published):
 
 def test_an_identical_run_is_a_cache_hit(published):
     root, key, data_key = published
-    again = execute_stage(ArtifactStore(root), Catalog(root), with_inputs(["test_double_trajectories"]),
+    again = execute_stage(ArtifactStore(root), Catalog(root), sft.with_inputs(["test_double_trajectories"]),
                           ArtifactStore(root).get("sft", key).manifest["params"],
                           {"test_double_trajectories": data_key}, "p0")
     assert again.cached and again.key == key
