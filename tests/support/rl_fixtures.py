@@ -14,8 +14,8 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.schemas import QA_SEED, RL_MIX
-from data_contracts.stage import Params, stage
+from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED, RL_MIX
+from data_contracts.stage import REJECTED, Params, stage
 from inference.engine import Completion, Request
 from inference.testing import BernoulliTestEngine, last_user_content
 from training.rl.scheduling import RLTask
@@ -93,12 +93,16 @@ class QASeedParams(Params):
     max_prompt_tokens: int = 16
 
 
-@stage(name="test_qa_seeds", version="1", params=QASeedParams, outputs={"seeds": QA_SEED.contract(min_rows=1)})
+def _seed(i: int) -> dict:
+    return {"id": f"q{i}", "source": "world", "question": f"Who founded firm {i}?", "answer": f"Founder {i}",
+            "aliases": [], "hops": 2, "type": "bridge", "split": "train", "pass_count": i, "pass_k": 4,
+            "docs": json.dumps([{"title": f"Firm {i}", "text": "x" * 400, "is_supporting": True}])}
+
+
+@stage(name="test_qa_seeds", version="1", params=QASeedParams,
+       outputs={"seeds": FILTERED_SEED.contract(min_rows=1), REJECTED: FILTERED_SEED_REJECTED.contract()})
 def qa_seed_rows(inputs, params: QASeedParams, partition: str) -> dict[str, pl.DataFrame]:
-    """Test double: three QA seeds with long documents, as a difficulty filter's output (its prompt budget in
-    ``max_prompt_tokens``)."""
-    return {"seeds": QA_SEED.frame([
-        {"id": f"q{i}", "source": "world", "question": f"Who founded firm {i}?", "answer": f"Founder {i}",
-         "aliases": [], "hops": 2, "type": "bridge", "split": "train",
-         "docs": json.dumps([{"title": f"Firm {i}", "text": "x" * 400, "is_supporting": True}])}
-        for i in range(3)])}
+    """Test double: a difficulty filter's output (its prompt budget in ``max_prompt_tokens``): three kept QA seeds
+    with long documents and pass counts 0-2 of 4, and one set aside as too easy."""
+    return {"seeds": FILTERED_SEED.frame([_seed(i) for i in range(3)]),
+            REJECTED: FILTERED_SEED_REJECTED.frame([{**_seed(4), "reason": "too_easy"}])}

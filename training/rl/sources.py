@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from data_contracts.stage import Artifact, StageError
+from data_contracts.stage import REJECTED, Artifact, StageError
 from training.rl.scheduling import RLTask
 
 PROMPT_REWARDS = {"needles": "needle_all"}
@@ -53,6 +53,11 @@ def load_tasks(inputs: Mapping[str, Artifact]) -> list[RLTask]:
     return tasks
 
 
+def _offered(artifact: Artifact) -> list[str]:
+    """The outputs that may hold tasks: not what the stage set aside (a filter's too easy or too hard items)."""
+    return [output for output in artifact.outputs if output != REJECTED]
+
+
 def _columns(artifact: Artifact, output: str) -> set[str]:
     return set(artifact.scan(output).collect_schema().names())
 
@@ -61,7 +66,7 @@ def _prompt_tasks(stage: str, artifact: Artifact) -> list[RLTask]:
     from envgen.rewards import REWARDS
 
     tasks = []
-    for output in artifact.outputs:
+    for output in _offered(artifact):
         if not {"prompt", "answer"} <= _columns(artifact, output):
             continue
         frame = artifact.read(output)
@@ -85,7 +90,7 @@ def _qa_seed_tasks(artifact: Artifact) -> list[RLTask]:
 
     budget = int(artifact.manifest.get("params", {}).get("max_prompt_tokens") or QA_PROMPT_TOKENS)
     tasks = []
-    for output in artifact.outputs:
+    for output in _offered(artifact):
         if not {"question", "answer", "docs"} <= _columns(artifact, output):
             continue
         frame = artifact.read(output)
