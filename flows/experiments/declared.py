@@ -44,6 +44,7 @@ NOISE_CURRICULUM = Experiment(
            "score (VitaBench-Noise 13.3 -> 20.5) and shrinks the clean-noisy gap."),
     expected="curriculum > clean on noisy twins of held-out tasks",
     base={"model": "tiny_policy", "sft_on": ["small_envs"]},
+    data=WORLD,  # the same world (and so the same tiny_policy) as the KeyChain experiments
     arms={"curriculum": {"description": "clean tasks plus noisy twins admitted by the noise curriculum controller",
                          "train_on": ["environments", "noisy_tasks"],
                          "train": {"scheduling": {"noise_curriculum": True}}},
@@ -67,6 +68,7 @@ MIDTRAIN_AUGMENTATION = Experiment(
                         "train_on": ["midtrain_env", "midtrain_plan", "midtrain_decompose"], "trainer": "sft"},
           "plain": {"description": "the environment trajectories alone", "train_on": ["midtrain_env"],
                     "trainer": "sft"}},
+    data=WORLD,
     evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4}},
     statistics={"metrics": ["pass_at_k", "mean_reward"], "pass_k": 4},
     budgets=SFT_BUDGETS, curve="loss",
@@ -85,6 +87,7 @@ KCG_SELECTION = Experiment(
                      "trainer": "sft", "data": {"sft_set": {"selection": "random"}}},
           "full": {"description": "every candidate", "train_on": ["sft_set"], "trainer": "sft",
                    "data": {"sft_set": {"k": 100000}}}},
+    data=WORLD,
     evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4}},
     statistics={"metrics": ["pass_at_k", "mean_reward"], "pass_k": 4},
     budgets=SFT_BUDGETS, curve="loss",
