@@ -106,3 +106,16 @@ def qa_seed_rows(inputs, params: QASeedParams, partition: str) -> dict[str, pl.D
     with long documents and pass counts 0-2 of 4, and one set aside as too easy."""
     return {"seeds": FILTERED_SEED.frame([_seed(i) for i in range(3)]),
             REJECTED: FILTERED_SEED_REJECTED.frame([{**_seed(4), "reason": "too_easy"}])}
+
+
+def manager_that_dies(weights_dir: str, engine: str, pids: Any) -> None:
+    """Test helper run as a process: a manager that starts one controller process, reports its pid and waits to be
+    killed."""
+    from training.rl.config import RLConfig
+    from training.rl.rollout import ControllerSpec, ProcessLauncher
+
+    launcher = ProcessLauncher()
+    inbox, outbox = launcher.queue(), launcher.queue()  # held: the controller unpickles them after start returns
+    handle = launcher.start(0, ControllerSpec(engine, weights_dir, RLConfig()), inbox, outbox)
+    pids.put(handle.pid)
+    time.sleep(600)

@@ -187,6 +187,10 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
 
     while not fatal.is_set():
         work = await loop.run_in_executor(None, _get, inbox)
+        if _orphaned():  # the manager's process was killed without stopping us: generate for no one no longer
+            for task in running:
+                task.cancel()
+            return
         if work is None:
             continue
         if work == "stop":
@@ -199,6 +203,11 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
     if fatal.is_set():
         raise _EngineTimeout
     await asyncio.gather(*running, return_exceptions=True)
+
+
+def _orphaned() -> bool:
+    parent = mp.parent_process()
+    return parent is not None and not parent.is_alive()
 
 
 def _get(inbox: Any) -> Any:

@@ -4,13 +4,15 @@ handed out again. Controllers run as threads over a test-double engine here; the
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import threading
 import time
 
 import polars as pl
+import psutil
 import pytest
 from inference_support import tiny_checkpoint
-from rl_fixtures import VersionedTestEngine, prompt_task, prompt_tasks
+from rl_fixtures import VersionedTestEngine, manager_that_dies, prompt_task, prompt_tasks
 
 from envgen import rewards
 from training.rl.config import RLConfig
@@ -99,3 +101,23 @@ def test_a_hung_engine_restarts_its_controller_and_its_samples_are_handed_out_ag
 def test_controllers_that_keep_dying_stop_the_run_with_the_last_failure(tmp_path):
     with pytest.raises(Exception, match="restarted .* times .*max_restarts=1"):
         run(tmp_path, "hf:/no/such/model", max_restarts=1)
+
+
+def test_a_controller_leaves_when_its_manager_is_killed(tmp_path):
+    context = mp.get_context("spawn")
+    pids = context.Queue()
+    manager = context.Process(target=manager_that_dies, args=(str(tmp_path), f"hf:{tiny_checkpoint()}", pids))
+    manager.start()
+    controller = psutil.Process(pids.get(timeout=120))
+    deadline = time.monotonic() + 120
+    while True:  # wait until it idles in its loop, its engine loaded
+        busy = sum(controller.cpu_times()[:2])
+        time.sleep(1.0)
+        if sum(controller.cpu_times()[:2]) - busy < 0.1:
+            break
+        assert time.monotonic() < deadline, "the controller never became idle"
+    manager.kill()  # SIGKILL: no chance to stop its controllers
+    deadline = time.monotonic() + 60
+    while controller.is_running() and controller.status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the orphaned controller is still running"
+        time.sleep(0.2)
