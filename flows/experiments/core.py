@@ -93,9 +93,11 @@ def matrices(runs: Sequence[ArmRun], arms: Sequence[str], metric: Metric, pass_k
 
 
 def run_experiment(experiment: Experiment, executor: Executor, *, profile: str = "tiny", seeds: int | None = None,
-                   on_run: Callable[[ArmRun], None] | None = None, stats_seed: int = 0) -> Result:
-    """Every arm at seeds 0..seeds-1, interleaved by seed (a run cut short leaves whole seeds behind it), then the
-    declared comparisons on every metric, over all units and per declared group."""
+                   on_run: Callable[[ArmRun], None] | None = None, on_seed: Callable[[Result], None] | None = None,
+                   stats_seed: int = 0) -> Result:
+    """Every arm at seeds 0..seeds-1, interleaved by seed, then the declared comparisons on every metric, over all
+    units and per declared group. ``on_seed`` gets the analysis of the seeds so far after every whole seed but the
+    last, so a run cut short still leaves its evidence."""
     seeds = seeds or experiment.seeds
     started = time.perf_counter()
     runs = []
@@ -105,6 +107,8 @@ def run_experiment(experiment: Experiment, executor: Executor, *, profile: str =
             runs.append(run)
             if on_run is not None:
                 on_run(run)
+        if on_seed is not None and seed < seeds - 1:
+            on_seed(analyse(experiment, profile, seed + 1, list(runs), time.perf_counter() - started, stats_seed))
     base = executor.score_base(experiment, profile)
     return analyse(experiment, profile, seeds, runs, time.perf_counter() - started, stats_seed, base)
 

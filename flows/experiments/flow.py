@@ -5,7 +5,6 @@ PNG and the scores as Parquet) under ``<data root>/experiments/<name>/``."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.experiments import report
 from flows.experiments.config import Experiment
-from flows.experiments.core import ArmRun, Result, analyse, run_experiment
+from flows.experiments.core import ArmRun, Result, run_experiment
 from flows.experiments.declared import get_experiment
 from flows.experiments.pipeline import PipelineExecutor
 from flows.figures import figure_markdown
@@ -101,19 +100,12 @@ def experiment_flow(name: str, profile: str = "tiny", seeds: int | None = None, 
     executor.check(experiment, profile)
     executor.store.clean_partial()  # a killed run's scratch space
     home = Path(executor.store.home)
-    done: list[ArmRun] = []
-    started = time.perf_counter()
 
-    def on_run(run: ArmRun) -> None:
-        logger.info("%s seed %d: %s (%.0f s)", run.arm, run.seed, run.artifacts, run.wall_s)
-        done.append(run)
-        if len(done) % len(experiment.arms) == 0 and len(done) < len(experiment.arms) * (seeds or experiment.seeds):
-            # every whole seed updates a partial page, so a run cut short still leaves its evidence
-            partial = analyse(experiment, profile, len(done) // len(experiment.arms), list(done),
-                              time.perf_counter() - started)
-            report.write(partial, home / "experiments" / name, page_stem(experiment, profile, partial.seeds))
+    def on_seed(partial: Result) -> None:  # the page of the seeds so far, e.g. NAME-tiny-1seeds.md
+        report.write(partial, home / "experiments" / name, page_stem(experiment, profile, partial.seeds))
 
-    result = run_experiment(experiment, _TaskExecutor(executor), profile=profile, seeds=seeds, on_run=on_run)
+    result = run_experiment(experiment, _TaskExecutor(executor), profile=profile, seeds=seeds, on_run=lambda run: (
+        logger.info("%s seed %d: %s (%.0f s)", run.arm, run.seed, run.artifacts, run.wall_s)), on_seed=on_seed)
     summary = publish(result, home)
     logger.info("experiment %s: %s", name, summary["conclusion"])
     return summary

@@ -115,3 +115,10 @@ def test_a_comparison_of_an_undeclared_arm_is_refused():
     with pytest.raises(ValueError, match="names an arm not declared"):
         SCRIPTED.model_validate({**SCRIPTED.model_dump(), "statistics": {"metrics": ["mean_reward"],
                                                                          "comparisons": [("a", "c")]}})
+
+
+def test_every_whole_seed_but_the_last_is_analysed_on_its_own():
+    partials = []
+    result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.3), seeds=3, on_seed=partials.append)
+    assert [p.seeds for p in partials] == [1, 2] and [len(p.runs) for p in partials] == [2, 4]
+    assert result.seeds == 3 and len(result.runs) == 6
