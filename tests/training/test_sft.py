@@ -23,7 +23,6 @@ from training.sft import (
     metrics_frame,
     prepare_checkpoints,
     sft,
-    with_inputs,
 )
 from training.sft_data import build_examples, encode, in_eval_split, read_trajectories
 from training.sft_eval import CallTurn, argument_problem, call_turns, score_call
@@ -344,4 +343,4 @@ def test_inputs_name_one_base_and_some_data(base, tmp_path):
         sft.run(only_model, SFTParams(**FAST), "p0", out)
     with pytest.raises(StageError, match="needs a base model"):
         sft.run({"trajs": _inputs(base)["trajs"]}, SFTParams(**FAST), "p0", out)
-    assert with_inputs(["sft_set", "tiny_policy"]).inputs == ("sft_set", "tiny_policy")
+    assert sft.with_inputs(["tiny_policy", "sft_set"]).inputs == ("sft_set", "tiny_policy")
