@@ -1,7 +1,7 @@
 """The five declared experiments: the reports' causal claims about data, replayed on the pipeline's own flows.
 
 Scale choices for the tiny model on 2 CPU cores (measured in EXPERIMENTS.md, not guessed): KeyChain and QA prompts
-are built at 512 tokens instead of the report's 16K, with a larger world whose eval split (30% of the questions)
+are built at 1,024 tokens instead of the report's 16K, with a larger world whose eval split (30% of the questions)
 gives enough held-out seeds; every arm starts from the same base; budgets per profile set the trainer's steps.
 """
 
@@ -11,8 +11,11 @@ from flows.experiments.config import Experiment
 
 # A world whose eval split is big enough to hold out multi-hop seeds (qa_seeds splits by a hash of the question).
 WORLD = {"world": {"n_entities": 600, "n_questions": 300, "n_distractors": 2, "eval_fraction": 0.3}}
-SHORT_CONTEXT = {"keychain": {"target_tokens": 512}}
-HELDOUT_QA = {"keychain": {"n": 24, "n_regular": 24, "split": "eval"}}
+# 1,024 tokens: at 512 every seed's own documents (median 304, max 503 tokens) left no room for the chain, the
+# instruction and the question (all 32 items rejected: own_context_exceeds_target); the report builds 16K.
+SHORT_CONTEXT = {"keychain": {"target_tokens": 1024}}
+# The eval split keeps 23 seeds after qa_filtered: each is either a KeyChain or a regular item, never both.
+HELDOUT_QA = {"keychain": {"n": 12, "n_regular": 12, "split": "eval"}}
 RL_BUDGETS = {"tiny": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12, "controllers": 1},
               "default": {"steps": 60, "batch_size": 16, "num_generations": 4, "checkpoint_every": 20}}
 SFT_BUDGETS = {"tiny": {"max_steps": 60}, "default": {"max_steps": 300}}
@@ -105,7 +108,7 @@ ASYNC_VS_SYNC = Experiment(
                     "train": {"mode": "async", "max_staleness": 2}},
           "sync": {"description": "a barrier per step (max_staleness 0)", "train_on": ["keychain"],
                    "train": {"mode": "sync", "max_staleness": 0}}},
-    data={**WORLD, "keychain": {"target_tokens": 512, "n": 32, "n_regular": 0}},
+    data={**WORLD, "keychain": {**SHORT_CONTEXT["keychain"], "n": 32, "n_regular": 0}},
     evaluation={"heldout": ["keychain"], "data": HELDOUT_QA, "score": {"k": 4}},
     statistics={"metrics": ["mean_reward"]},
     budgets=RL_BUDGETS,
