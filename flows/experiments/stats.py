@@ -99,7 +99,9 @@ def compare(a: np.ndarray, b: np.ndarray, names: tuple[str, str] = ("A", "B"), *
     ma = _resampled_means(a, _seed_draws(rng, a.shape[0], resamples), units)
     mb = _resampled_means(b, _seed_draws(rng, b.shape[0], resamples), units)
     tail = alpha / 2
-    score = lambda x, draws: Interval(float(x.mean()), *map(float, np.quantile(draws, [tail, 1 - tail])))
+    def score(x: np.ndarray, draws: np.ndarray) -> Interval:  # a mean stays within its values' range
+        return Interval(float(x.mean()), *map(float, np.quantile(np.clip(draws, x.min(), x.max()), [tail, 1 - tail])))
+
     diff = ma - mb
     point = float(a.mean() - b.mean())
     if test == "hierarchical_bootstrap":

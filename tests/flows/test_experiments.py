@@ -122,3 +122,10 @@ def test_every_whole_seed_but_the_last_is_analysed_on_its_own():
     result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.3), seeds=3, on_seed=partials.append)
     assert [p.seeds for p in partials] == [1, 2] and [len(p.runs) for p in partials] == [2, 4]
     assert result.seeds == 3 and len(result.runs) == 6
+
+
+def test_an_arm_interval_stays_within_the_range_of_its_scores():
+    a = np.array([[0.0, 0.0, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0]])
+    c = compare(a, np.zeros((3, 4)))
+    assert 0.0 <= c.a_score.lo <= c.a_score.value <= c.a_score.hi <= 0.5
+    assert c.b_score.lo == c.b_score.hi == 0.0
