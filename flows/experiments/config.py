@@ -70,6 +70,9 @@ class Experiment(Params):
     title: str = Field(description="one line")
     claim: str = Field(description="the report's result this replays, with its source (table / figure / section)")
     expected: str = Field(description="the direction the report found, as an arm comparison (e.g. keychain > qa)")
+    equivalence: bool = Field(False, description="the report's claim is that the arms do not differ (a = b): "
+                                                 "no significant difference is then consistent with it, and the "
+                                                 "interval's width says how close")
     arms: dict[str, Arm] = Field(min_length=2, description="arm name -> arm")
     base: Base = Field(default_factory=Base, description="the shared starting model")
     data: Overrides = Field(default_factory=dict, description="stage overrides shared by every arm and the "

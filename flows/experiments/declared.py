@@ -103,7 +103,7 @@ ASYNC_VS_SYNC = Experiment(
     title="Asynchronous vs synchronous RL at matched trained samples",
     claim=("LongCat-Flash-Thinking-2601, DORA: streaming rollouts with bounded staleness raise throughput without "
            "costing learning: reward against trained samples overlaps."),
-    expected="async = sync (no significant difference) at matched samples",
+    expected="async = sync (no significant difference) at matched samples", equivalence=True,
     arms={"async": {"description": "streaming rollouts, max_staleness 2", "train_on": ["keychain"],
                     "train": {"mode": "async", "max_staleness": 2}},
           "sync": {"description": "a barrier per step (max_staleness 0)", "train_on": ["keychain"],

@@ -30,10 +30,14 @@ def conclusion(result: Result) -> str:
                          f"{c.difference.value:+.3f}, {level} interval [{c.difference.lo:+.3f}, "
                          f"{c.difference.hi:+.3f}] includes 0 (p = {c.p_value:.3f}); at this budget an effect "
                          f"smaller than about ±{half:.3f} cannot be told from noise.")
-    lines.append(f"- The report's direction: {experiment.expected}. "
-                 + ("Reproduced." if all(c.significant and c.difference.value > 0 for c in result.primary) else
-                    "Reversed at this scale." if any(c.significant and c.difference.value < 0 for c in result.primary)
-                    else "Not reproduced at this budget (no significant difference)."))
+    if experiment.equivalence:
+        verdict = ("Contradicted: the arms differ." if any(c.significant for c in result.primary) else
+                   "Consistent (no significant difference), as far as the interval's width allows.")
+    else:
+        verdict = ("Reproduced." if all(c.significant and c.difference.value > 0 for c in result.primary) else
+                   "Reversed at this scale." if any(c.significant and c.difference.value < 0 for c in result.primary)
+                   else "Not reproduced at this budget (no significant difference).")
+    lines.append(f"- The report's direction: {experiment.expected}. {verdict}")
     return "\n".join(lines)
 
 

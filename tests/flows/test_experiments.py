@@ -129,3 +129,9 @@ def test_an_arm_interval_stays_within_the_range_of_its_scores():
     c = compare(a, np.zeros((3, 4)))
     assert 0.0 <= c.a_score.lo <= c.a_score.value <= c.a_score.hi <= 0.5
     assert c.b_score.lo == c.b_score.hi == 0.0
+
+
+def test_an_equivalence_claim_reads_a_null_as_consistent_and_a_difference_as_contradicting():
+    equal = SCRIPTED.model_copy(update={"equivalence": True, "expected": "a = b"})
+    assert "Consistent" in report.conclusion(run_experiment(equal, ScriptedTrainer(0.0, replicate=3), seeds=3))
+    assert "Contradicted" in report.conclusion(run_experiment(equal, ScriptedTrainer(0.3), seeds=3))
