@@ -330,6 +330,7 @@ class RolloutManager:
         self.events: Counter[str] = Counter()
         self.restarts = 0
         self.last_failure = ""
+        self.crash: str | None = None  # why the manager's own loop stopped, if it did: the run cannot go on
         self.lock = threading.Lock()  # held by the manager's loop; the trainer takes it to checkpoint
         self._tasks: dict[str, RLTask] = {}
         self._pending: list[Work] = []
@@ -414,13 +415,16 @@ class RolloutManager:
     # -- the loop -------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            with self.lock:
-                self._collect()
-                self._revive()
-                self.admit()
-                self._dispatch()
-            time.sleep(0.01)
+        try:
+            while not self._stop.is_set():
+                with self.lock:
+                    self._collect()
+                    self._revive()
+                    self.admit()
+                    self._dispatch()
+                time.sleep(0.01)
+        except Exception as exc:  # noqa: BLE001 - nothing would admit or collect again: the trainer ends the run
+            self.crash = f"the rollout manager stopped: {type(exc).__name__}: {exc}"
 
     def _dispatch(self) -> None:
         for controller in sorted(self._controllers, key=lambda c: len(c.in_flight)):

@@ -340,7 +340,10 @@ class RLRun:
         return self._result()
 
     def _failed(self) -> str | None:
-        """Why the run must stop, when every controller keeps dying (an engine that cannot load, say)."""
+        """Why the run must stop: the manager's loop stopped, or every controller keeps dying (an engine that cannot
+        load, say)."""
+        if self.manager.crash:
+            return self.manager.crash
         if self.manager.failed:
             return (f"rollout controllers were restarted {self.manager.restarts} times (max_restarts="
                     f"{self.config.max_restarts}); the last failure: {self.manager.last_failure}")

@@ -103,6 +103,22 @@ def test_controllers_that_keep_dying_stop_the_run_with_the_last_failure(tmp_path
         run(tmp_path, "hf:/no/such/model", max_restarts=1)
 
 
+def test_a_manager_that_breaks_ends_the_run_with_the_reason_instead_of_hanging(tmp_path, monkeypatch):
+    from training.rl.scheduling import Scheduler
+
+    original, calls = Scheduler.next_groups, []
+
+    def breaks_after_a_few(self, n, step):
+        calls.append(step)
+        if len(calls) > 3:
+            raise KeyError("no such task")
+        return original(self, n, step)
+
+    monkeypatch.setattr(Scheduler, "next_groups", breaks_after_a_few)
+    with pytest.raises(Exception, match="the rollout manager stopped: KeyError"):
+        run(tmp_path, VersionedTestEngine(p=[0.5] * 6), steps=8, checkpoint_every=8)
+
+
 def test_a_controller_leaves_when_its_manager_is_killed(tmp_path):
     context = mp.get_context("spawn")
     pids = context.Queue()
