@@ -303,6 +303,7 @@ class _Controller:
     inbox: Any
     handle: Handle
     in_flight: dict[str, Work] = field(default_factory=dict)
+    sent_at: dict[str, float] = field(default_factory=dict)  # when each sample in flight was handed out
     known: set[str] = field(default_factory=set)  # task ids this controller has been sent
     busy_s: float = 0.0
 
@@ -431,6 +432,7 @@ class RolloutManager:
             while self._pending and len(controller.in_flight) < self.config.concurrency and controller.handle.is_alive():
                 work = self._pending.pop(0)
                 controller.in_flight[work.sample_id] = work
+                controller.sent_at[work.sample_id] = time.monotonic()
                 if work.task_id not in controller.known:
                     controller.known.add(work.task_id)
                     work = replace(work, task=self._tasks[work.task_id])
@@ -447,6 +449,7 @@ class RolloutManager:
             elif kind == "fatal":
                 self._replace(controller, payload)
             elif kind == "done" and controller.in_flight.pop(payload.sample_id, None) is not None:
+                controller.sent_at.pop(payload.sample_id, None)
                 self._finish(payload)
 
     def _finish(self, sample: Sample) -> None:
@@ -464,10 +467,17 @@ class RolloutManager:
     def _revive(self) -> None:
         if self.failed:
             return
+        # No sample takes longer than an engine call per turn: one held past that is stuck outside the engine (an
+        # environment step or a reward blocking the controller's loop, where the engine-call timeout cannot fire).
+        stuck_after = self.config.request_timeout_s * (self.config.sampling.max_turns + 1)
+        now = time.monotonic()
         for controller in list(self._controllers):
             if not controller.handle.is_alive():
                 code = getattr(controller.handle, "exitcode", None)
                 self._replace(controller, f"controller {controller.uid} exited with code {code}")
+            elif controller.sent_at and now - min(controller.sent_at.values()) > stuck_after:
+                controller.handle.kill()
+                self._replace(controller, f"controller {controller.uid} held a sample over {stuck_after:g} s")
 
     def _replace(self, controller: _Controller, reason: str) -> None:
         """Retire a dead or failed controller, hand its samples out again, start another in its place."""

@@ -98,6 +98,28 @@ def test_a_hung_engine_restarts_its_controller_and_its_samples_are_handed_out_ag
     assert result.steps.height == 6  # the run went on
 
 
+def test_a_controller_blocked_outside_the_engine_is_replaced_and_its_samples_handed_out_again(tmp_path, monkeypatch):
+    # A reward that blocks the controller's loop once for 5 s: the engine-call timeout cannot fire, the manager's
+    # watchdog (request_timeout_s x (max_turns + 1) = 0.4 s) replaces the controller. Engine calls take 0.05 s, so
+    # the run outlasts the watchdog.
+    blocked = threading.Event()
+
+    def blocks_once(completions, **columns):
+        if not blocked.is_set():
+            blocked.set()
+            time.sleep(5.0)
+        return rewards.REWARDS["two_way"](completions, **columns)
+
+    monkeypatch.setitem(rewards.REWARDS, "blocks_once", blocks_once)
+    tasks = [prompt_task(i, reward_fn="blocks_once") for i in range(6)]
+    engine = VersionedTestEngine(p=[0.5] * 6, latency_median_s=0.05)
+    rl, result = run(tmp_path, engine, tasks=tasks, request_timeout_s=0.2, sampling={"max_turns": 1}, steps=8,
+                     checkpoint_every=8)
+    assert result.events["controller restarted"] >= 1 and result.events["requeued"] >= 1
+    assert "held a sample over 0.4 s" in rl.manager.last_failure
+    assert result.steps.height == 8
+
+
 def test_controllers_that_keep_dying_stop_the_run_with_the_last_failure(tmp_path):
     with pytest.raises(Exception, match="restarted .* times .*max_restarts=1"):
         run(tmp_path, "hf:/no/such/model", max_restarts=1)
