@@ -13,7 +13,7 @@ artifacts.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,14 +169,20 @@ def report(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
             "rejected": artifact.rows.get("rejected", 0)}
 
 
-def _sft_run_name() -> str:
-    from prefect.runtime import flow_run
+def run_name(flow_name: str) -> Callable[[], str]:
+    """A training flow's run name in the UI: the flow, then the profile and partition it was given."""
 
-    parameters = flow_run.parameters
-    return f"train-sft {Path(str(parameters.get('profile', 'tiny'))).stem}/{parameters.get('partition', 'default')}"
+    def name() -> str:
+        from prefect.runtime import flow_run
+
+        parameters = flow_run.parameters
+        profile = Path(str(parameters.get("profile", "tiny"))).stem
+        return f"{flow_name} {profile}/{parameters.get('partition', 'default')}"
+
+    return name
 
 
-@flow(name="train-sft", flow_run_name=_sft_run_name)
+@flow(name="train-sft", flow_run_name=run_name("train-sft"))
 def train_sft(
     data: list[str],
     base: str,
@@ -267,14 +273,7 @@ def report_rl(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
             "dropped": dict(drops.iter_rows())}
 
 
-def _rl_run_name() -> str:
-    from prefect.runtime import flow_run
-
-    parameters = flow_run.parameters
-    return f"train-rl {Path(str(parameters.get('profile', 'tiny'))).stem}/{parameters.get('partition', 'default')}"
-
-
-@flow(name="train-rl", flow_run_name=_rl_run_name)
+@flow(name="train-rl", flow_run_name=run_name("train-rl"))
 def train_rl(
     tasks: list[str],
     base: str,
