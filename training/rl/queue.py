@@ -33,11 +33,11 @@ class Sample:
     weight: float = 1.0  # a self-verification sample's weight: the quality of the rollout it judges
 
     @property
-    def versions(self) -> tuple[int, int]:
-        """(oldest, newest) policy version among the sample's tokens."""
-        turns = self.rollout.turns() if self.rollout is not None else []
-        found = [turn.policy_version for turn in turns] or [0]
-        return min(found), max(found)
+    def versions(self) -> tuple[int, int] | None:
+        """(oldest, newest) policy version among the sample's tokens; None when no policy wrote any (an episode
+        whose first prompt overflowed the context window ends before an engine call)."""
+        found = [turn.policy_version for turn in self.rollout.turns()] if self.rollout is not None else []
+        return (min(found), max(found)) if found else None
 
 
 @dataclass
@@ -108,7 +108,10 @@ class SampleQueue:
         failed = [s.drop_reason for s in group.samples.values() if s.drop_reason]
         if failed:
             return failed[0]
-        if any(trainer_version - s.versions[0] > self.max_staleness for s in group.samples.values()):
+        # A sample no policy wrote is never stale: counting it as version 0 once dropped every such group for good
+        # after max_staleness + 1 versions, and a run whose tasks all overflow the context stalled there.
+        if any(v is not None and trainer_version - v[0] > self.max_staleness
+               for v in (s.versions for s in group.samples.values())):
             return "stale"
         return None
 

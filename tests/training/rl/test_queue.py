@@ -61,3 +61,15 @@ def test_state_and_restore_keep_waiting_samples_and_counts():
 def test_take_returns_early_when_told_to_stop():
     queue = SampleQueue(group_size=2, max_staleness=1)
     assert queue.take(1, trainer_version=0, stop=lambda: True) == []
+
+
+def test_a_sample_no_policy_wrote_is_never_stale():
+    """An episode whose first prompt overflows the context window ends before any engine call: it has no policy
+    version, and a trainer far ahead must still consume its group (it used to count as version 0 and be dropped at
+    every version past max_staleness, so a run on such tasks stalled)."""
+    queue = SampleQueue(group_size=2, max_staleness=1)
+    for index in range(2):
+        empty = Rollout(f"long#{index}", "long", "env", "long", [], [Segment(turns=[])], 0.0, {}, False)
+        queue.put(Sample(f"long#{index}", "long", "long", "env", empty, 0.0))
+    [group] = queue.take(1, trainer_version=7, timeout=0.05)
+    assert [s.versions for s in group] == [None, None] and queue.drops == {}
