@@ -30,8 +30,11 @@ def ls() -> None:
 @experiment_app.command("run")
 def run(
     name: Annotated[str, typer.Argument(help="A declared experiment (`gymforge experiment ls`).")],
-    profile: Annotated[str, typer.Option(help="tiny | default | full, or a profile YAML: the stages' params and the "
-                                              "experiment's training budget.")] = "tiny",
+    profile: Annotated[str, typer.Option(help="tiny | default | full, or a profile YAML: the stages' params and "
+                                              "trainer configs.")] = "tiny",
+    budget: Annotated[str, typer.Option(help="The experiment's training budget on top of the profile: smoke (a "
+                                             "few minutes) or default (under an hour per experiment on 2 cores at "
+                                             "the tiny profile).")] = "default",
     seeds: Annotated[int | None, typer.Option(min=1, max=32, help="Training seeds per arm (default: the "
                                                                   "experiment's).")] = None,
 ) -> None:
@@ -44,10 +47,11 @@ def run(
     from flows.experiments.pipeline import PipelineExecutor
     from flows.runtime import Runtime, data_root
 
-    PipelineExecutor(data_root(None)).check(get_experiment(name), profile)  # fail before any server starts
+    PipelineExecutor(data_root(None)).check(get_experiment(name).with_budget(budget), profile)  # before a server
     with Runtime(dask=False) as rt:
         Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
-        result = experiment_flow(name=name, profile=profile, seeds=seeds, data_dir=str(rt.root))
+        result = experiment_flow(name=name, profile=profile, budget=budget, seeds=seeds,
+                                 data_dir=str(rt.root))
     console = Console()
     console.print(result["conclusion"])
     console.print(f"report: {result['page']} ({result['runs']} runs, {result['wall_s'] / 60:.1f} min)")

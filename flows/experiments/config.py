@@ -1,4 +1,4 @@
-"""An experiment, declared: arms (what each trains on and how), seeds, budgets per profile, the held-out data, the
+"""An experiment, declared: arms (what each trains on and how), seeds, training budgets, the held-out data, the
 metrics and the statistical test. Strict pydantic models (extra keys forbidden, a description per field), so a
 declaration with a typo fails at import, and every knob is data a reader can check against the report it replays.
 
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from data_contracts.stage import Params
+from data_contracts.stage import Params, StageError
 from flows.experiments.stats import Test
 
 Overrides = dict[str, dict[str, Any]]
@@ -80,8 +80,11 @@ class Experiment(Params):
     evaluation: Evaluation = Field(description="the held-out scoring")
     statistics: Statistics = Field(description="metrics and test")
     seeds: int = Field(3, ge=1, le=32, description="training seeds per arm (the trainer's seed = 0..seeds-1)")
-    budgets: dict[str, dict[str, Any]] = Field(default_factory=dict, description="profile -> trainer overrides "
-                                               "every arm gets under that profile (steps, batch size...)")
+    budgets: dict[str, dict[str, Any]] = Field(default_factory=dict, description="budget name (smoke, default) -> "
+                                               "trainer overrides every arm gets (steps, batch size...), on top of "
+                                               "the profile's trainer config")
+    budget: str = Field("default", description="the budget of ``budgets`` a run uses (no budgets: the profile's "
+                                               "trainer config as it is)")
     curve: Literal["reward", "loss"] = Field("reward", description="learning curve: rl training reward against "
                                              "trained samples, or sft training loss against steps")
     notes: str = Field("", description="what a reader should know: scale choices, what is not measured")
@@ -94,6 +97,8 @@ class Experiment(Params):
         if self.statistics.pass_k > int(self.evaluation.score.get("k", 4)):
             raise ValueError(f"pass_k={self.statistics.pass_k} exceeds the attempts per task "
                              f"(evaluation.score.k={self.evaluation.score.get('k', 4)})")
+        if self.budgets and self.budget not in self.budgets:
+            raise ValueError(f"no budget {self.budget!r}; declared: {', '.join(self.budgets)}")
         return self
 
     @property
@@ -103,6 +108,13 @@ class Experiment(Params):
         first, *others = self.arms
         return [(first, other) for other in others]
 
-    def budget(self, profile: str) -> dict[str, Any]:
-        """Trainer overrides of ``profile``: its own budget, else the tiny one (a profile path gets tiny's)."""
-        return dict(self.budgets.get(profile, self.budgets.get("tiny", {})))
+    @property
+    def trainer_budget(self) -> dict[str, Any]:
+        """The trainer overrides of the chosen budget."""
+        return dict(self.budgets.get(self.budget, {}))
+
+    def with_budget(self, budget: str) -> Experiment:
+        """This experiment under another of its budgets; a StageError (one line for the user) names an unknown one."""
+        if self.budgets and budget not in self.budgets:
+            raise StageError(f"experiment {self.name}: no budget {budget!r}; declared: {', '.join(self.budgets)}")
+        return self.model_copy(update={"budget": budget})

@@ -2,7 +2,8 @@
 
 Scale choices for the tiny model on 2 CPU cores (measured in EXPERIMENTS.md, not guessed): KeyChain and QA prompts
 are built at 1,024 tokens instead of the report's 16K, with a larger world whose eval split (30% of the questions)
-gives enough held-out seeds; every arm starts from the same base; budgets per profile set the trainer's steps.
+gives enough held-out seeds; every arm starts from the same base; the budget (smoke or default) sets the trainer's
+steps.
 """
 
 from __future__ import annotations
@@ -16,9 +17,16 @@ WORLD = {"world": {"n_entities": 600, "n_questions": 300, "n_distractors": 2, "e
 SHORT_CONTEXT = {"keychain": {"target_tokens": 1024}}
 # The eval split keeps 23 seeds after qa_filtered: each is either a KeyChain or a regular item, never both.
 HELDOUT_QA = {"keychain": {"n": 12, "n_regular": 12, "split": "eval"}}
-RL_BUDGETS = {"tiny": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12, "controllers": 1},
+# smoke: minutes, to see an experiment run end to end; default: under an hour per experiment on 2 cores.
+# The KeyChain experiments' base: tiny_policy knows its QA format at 128 tokens only and answers 1,024-token items
+# with years whatever is asked (0/76 held-out attempts); a cold start on long multi-hop QA of the train split with the
+# boxed answer alone (the 48 tokens it samples cut any reasoning short) teaches it the answer's place and type at
+# this length. KeyChain items stay out of it: they are the keychain arm's training data. Measured in EXPERIMENTS.md.
+LONG_QA_BASE = {"model": "tiny_policy", "sft_on": ["midtrain_longctx"], "sft": {"max_steps": 300}}
+LONG_QA = {"midtrain_longctx": {"n_keychain": 0, "n_qa": 256, "answer": "direct", "qa_doc_chars": 4000}}
+RL_BUDGETS = {"smoke": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12, "controllers": 1},
               "default": {"steps": 60, "batch_size": 16, "num_generations": 4, "checkpoint_every": 20}}
-SFT_BUDGETS = {"tiny": {"max_steps": 60}, "default": {"max_steps": 300}}
+SFT_BUDGETS = {"smoke": {"max_steps": 60}, "default": {"max_steps": 300}}
 
 KEYCHAIN_VS_QA = Experiment(
     name="keychain_vs_qa",
@@ -30,7 +38,8 @@ KEYCHAIN_VS_QA = Experiment(
                        "train_on": ["keychain"], "data": {"keychain": {"n": 32, "n_regular": 0}}},
           "qa": {"description": "the same seeds asked directly, same context extension, no chains",
                  "train_on": ["keychain"], "data": {"keychain": {"n": 0, "n_regular": 32}}}},
-    data={**WORLD, **SHORT_CONTEXT},
+    base=LONG_QA_BASE,
+    data={**WORLD, **SHORT_CONTEXT, **LONG_QA},
     evaluation={"heldout": ["keychain"], "data": HELDOUT_QA, "groups": ["regular", "keychain"],
                 "score": {"k": 4}},
     statistics={"metrics": ["mean_reward", "pass_at_k"], "pass_k": 4},
@@ -46,7 +55,7 @@ NOISE_CURRICULUM = Experiment(
     claim=("LongCat-Flash-Thinking-2601 Table 1 / section 3.3.3: training with the noise curriculum lifts the noisy "
            "score (VitaBench-Noise 13.3 -> 20.5) and shrinks the clean-noisy gap."),
     expected="curriculum > clean on noisy twins of held-out tasks",
-    base={"model": "tiny_policy", "sft_on": ["small_envs"]},
+    base={"model": "tiny_policy", "sft_on": ["small_envs"], "sft": {"max_steps": 300}},
     data=WORLD,  # the same world (and so the same tiny_policy) as the KeyChain experiments
     arms={"curriculum": {"description": "clean tasks plus noisy twins admitted by the noise curriculum controller",
                          "train_on": ["environments", "noisy_tasks"],
@@ -94,8 +103,8 @@ KCG_SELECTION = Experiment(
     evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4}},
     statistics={"metrics": ["pass_at_k", "mean_reward"], "pass_k": 4},
     budgets=SFT_BUDGETS, curve="loss",
-    notes=("Needs a random selection mode in sft_set (`selection: random`), which the stage does not offer yet: "
-           "the run stops before anything starts, naming the missing field."),
+    notes=("The three arms select from the same candidates with the same per-route quotas (`selection: random` "
+           "draws each route's share at random; `k` above the candidates keeps them all)."),
 )
 
 ASYNC_VS_SYNC = Experiment(
@@ -108,7 +117,8 @@ ASYNC_VS_SYNC = Experiment(
                     "train": {"mode": "async", "max_staleness": 2}},
           "sync": {"description": "a barrier per step (max_staleness 0)", "train_on": ["keychain"],
                    "train": {"mode": "sync", "max_staleness": 0}}},
-    data={**WORLD, "keychain": {**SHORT_CONTEXT["keychain"], "n": 32, "n_regular": 0}},
+    base=LONG_QA_BASE,
+    data={**WORLD, **LONG_QA, "keychain": {**SHORT_CONTEXT["keychain"], "n": 32, "n_regular": 0}},
     evaluation={"heldout": ["keychain"], "data": HELDOUT_QA, "score": {"k": 4}},
     statistics={"metrics": ["mean_reward"]},
     budgets=RL_BUDGETS,

@@ -46,7 +46,7 @@ class _TaskExecutor:
 
 
 def page_stem(experiment: Experiment, profile: str, seeds: int) -> str:
-    return f"{experiment.name}-{Path(profile).stem}-{seeds}seeds"
+    return f"{experiment.name}-{Path(profile).stem}-{experiment.budget}-{seeds}seeds"
 
 
 def publish(result: Result, root: Path) -> dict[str, Any]:
@@ -76,25 +76,27 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     parameters = flow_run.parameters
-    return f"experiment {parameters.get('name')} {Path(str(parameters.get('profile', 'tiny'))).stem}"
+    return (f"experiment {parameters.get('name')} {Path(str(parameters.get('profile', 'tiny'))).stem} "
+            f"{parameters.get('budget', 'default')}")
 
 
 @flow(name="experiment", flow_run_name=_run_name)
-def experiment_flow(name: str, profile: str = "tiny", seeds: int | None = None, data_dir: str | None = None
-                    ) -> dict[str, Any]:
+def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", seeds: int | None = None,
+                    data_dir: str | None = None) -> dict[str, Any]:
     """Run a declared experiment: every arm at seeds 0..seeds-1 (data, training, held-out scoring as artifacts),
     then the declared comparisons with their intervals; publishes the report.
 
     Args:
         name: a declared experiment (`gymforge experiment ls`).
-        profile: tiny | default | full, or a path to a profile YAML; also picks the experiment's training budget.
+        profile: tiny | default | full, or a path to a profile YAML: the stages' params and trainer configs.
+        budget: the experiment's training budget on top of the profile (smoke | default).
         seeds: training seeds per arm; none means the experiment's own.
         data_dir: data root; none means $GYMFORGE_DATA, else ./data.
     """
     from prefect.runtime import flow_run
 
     logger = get_run_logger()
-    experiment = get_experiment(name)
+    experiment = get_experiment(name).with_budget(budget)
     root = data_root(data_dir)
     executor = PipelineExecutor(root, flow_run_id=flow_run.id)
     executor.check(experiment, profile)

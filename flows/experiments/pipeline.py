@@ -59,7 +59,7 @@ class PipelineExecutor:
         for layer in (experiment.data, experiment.evaluation.data, *(a.data for a in experiment.arms.values())):
             stage_params(profile, merged(experiment.data, layer))
         for name, arm in experiment.arms.items():
-            overrides = {**experiment.budget(profile), **arm.train, "seed": 0}
+            overrides = {**experiment.trainer_budget, **arm.train, "seed": 0}
             try:
                 parse(arm.trainer, {**stage_params(profile).get(arm.trainer, {}), **overrides})
             except StageError as exc:
@@ -117,7 +117,7 @@ class PipelineExecutor:
         arm = experiment.arms[arm_name]
         base_stage, base_key = self.base(experiment, profile)
         data = self._build(list(arm.train_on), profile, merged(experiment.data, arm.data))
-        overrides = {**experiment.budget(profile), **arm.train, "seed": seed}
+        overrides = {**experiment.trainer_budget, **arm.train, "seed": seed}
         refs = [data[s] for s in arm.train_on]
         if arm.trainer == "rl":
             plan = plan_rl(refs, base_key, profile=profile, overrides=overrides, partition=self.partition,

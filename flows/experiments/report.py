@@ -51,10 +51,10 @@ def markdown(result: Result, figure: Path | None = None) -> str:
     e = result.experiment
     stats = e.statistics
     lines = [f"# Experiment {e.name}: {e.title}", "", f"**Claim replayed:** {e.claim}", "",
-             (f"Profile `{result.profile}`, {result.seeds} seed(s) per arm, wall time {result.wall_s / 60:.1f} min. "
+             (f"Profile `{result.profile}`, budget `{e.budget}`, {result.seeds} seed(s) per arm, wall time {result.wall_s / 60:.1f} min. "
              f"Test: {stats.test.replace('_', ' ')}, {stats.confidence:.0%} intervals, {stats.resamples} resamples."),
              "", "| arm | trains on | trainer | overrides |", "|---|---|---|---|"]
-    budget = e.budget(result.profile)
+    budget = e.trainer_budget
     for name, arm in e.arms.items():
         lines.append(f"| {name} | {', '.join(arm.train_on)} — {arm.description} | {arm.trainer} | "
                      f"`{ {**budget, **arm.train} }` |")
@@ -105,7 +105,7 @@ def curves_figure(result: Result, path: Path) -> Path | None:
                             alpha=0.2)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{result.experiment.name} ({result.profile})")
+        ax.set_title(f"{result.experiment.name} ({result.profile}, {result.experiment.budget} budget)")
         ax.legend()
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)

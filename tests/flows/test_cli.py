@@ -85,6 +85,15 @@ def _gymforge(*args: str, data: Path) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=120, check=False)
 
 
+@pytest.mark.parametrize(("args", "message"), [(("nope",), "no experiment 'nope'"),
+                                               (("keychain_vs_qa", "--budget", "huge"),
+                                                "no budget 'huge'; declared: smoke, default")])
+def test_an_unknown_experiment_or_budget_is_one_line(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    result = _gymforge("experiment", "run", *args, data=tmp_path)
+    assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "experiments").exists()  # refused before anything ran
+
+
 @pytest.mark.parametrize("where", ["a file", "under a file"])
 def test_a_data_root_that_is_a_file_is_one_line(tmp_path: Path, where: str) -> None:
     (tmp_path / "f").write_text("x")

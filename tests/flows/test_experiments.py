@@ -111,6 +111,11 @@ def test_every_declared_experiment_names_its_arms_and_a_known_primary_metric():
                                               for a, b in experiment.comparisons)
 
 
+def test_a_budget_sets_every_arms_trainer_overrides():
+    experiment = EXPERIMENTS["keychain_vs_qa"]
+    assert experiment.trainer_budget["steps"] == 60 and experiment.with_budget("smoke").trainer_budget["steps"] == 12
+
+
 def test_a_comparison_of_an_undeclared_arm_is_refused():
     with pytest.raises(ValueError, match="names an arm not declared"):
         SCRIPTED.model_validate({**SCRIPTED.model_dump(), "statistics": {"metrics": ["mean_reward"],
