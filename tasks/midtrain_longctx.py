@@ -6,7 +6,10 @@
 - multi-hop QA seeds of the world (the `world` artifact, train split): the documents and the question, then an
   answer that verifies every condition of the question with the entity and value that meet it.
 
-Each is verified by the two-way reward and by reasoning completeness (every condition, every key stated).
+Each is verified by the two-way reward and by reasoning completeness (every condition, every key stated). With
+``answer: direct`` the assistant turn is the boxed answer alone (verified by the two-way reward only): a cold start
+for a model whose generation budget is a few dozen tokens (the tiny profile samples 48), where the reasoning would
+be cut off before its answer.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 from collections.abc import Mapping
 
 import polars as pl
+from typing import Literal
+
 from pydantic import Field
 
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
@@ -31,13 +36,15 @@ class LongCtxParams(TrajectoryParams):
     n_keychain: int = Field(64, ge=0, description="most KeyChain trajectories")
     n_qa: int = Field(64, ge=0, description="most multi-hop QA trajectories (world seeds of the train split)")
     qa_doc_chars: int = Field(6000, ge=200, description="characters of documents in a QA prompt (supporting first)")
+    answer: Literal["reasoning", "direct"] = Field("reasoning", description="reasoning: every key and condition "
+                                                   "stated, then the boxed answer; direct: the boxed answer alone")
 
 
 def _aliases(value) -> list[str]:
     return json.loads(value) if isinstance(value, str) else list(value or [])
 
 
-@stage(name=STAGE, version="1", params=LongCtxParams, inputs=("keychain", "world", "tokenizer"),
+@stage(name=STAGE, version="2", params=LongCtxParams, inputs=("keychain", "world", "tokenizer"),
        outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_longctx(inputs: Mapping[str, Artifact], params: LongCtxParams, partition: str) -> dict[str, pl.DataFrame]:
     """KeyChain and multi-hop QA trajectories that state every condition they verify."""
@@ -71,6 +78,8 @@ def midtrain_longctx(inputs: Mapping[str, Artifact], params: LongCtxParams, part
                       row["answer"], _aliases(row["aliases"]), conds))
     rows = []
     for item_id, seed_id, messages, answer, aliases, conds in items:
+        if params.answer == "direct":
+            messages, conds = [*messages[:-1], {"role": "assistant", "content": f"\\boxed{{{answer}}}"}], []
         verify_input = {"answer": answer, "aliases": aliases, "conditions": conds, "limits": params.limits()}
         tokens = count(messages, [])
         failed = verify_answer(messages, verify_input)

@@ -37,3 +37,10 @@ def test_keychain_and_qa_answers_follow_every_key_and_condition() -> None:
         messages = json.loads(row["messages"])
         messages[-1]["content"] = answer.replace(dropped, "")
         assert "leaves out" in verify_row({**row, "messages": json.dumps(messages)})
+
+    direct = stage.midtrain_longctx.run(inputs, stage.midtrain_longctx.parse_params(
+        {"n_keychain": 3, "n_qa": 4, "answer": "direct"}), "t")["trajectories"]
+    assert direct["id"].to_list() == kept["id"].to_list()  # the same items, with the boxed answer alone
+    for row in direct.iter_rows(named=True):
+        final = json.loads(row["messages"])[-1]["content"]
+        assert final == f"\\boxed{{{json.loads(row['verify_input'])['answer']}}}" and verify_row(row) is None
