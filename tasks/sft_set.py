@@ -21,14 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
-from data_contracts.stage import REJECTED, Artifact, Check, StageError, stage
+from data_contracts.stage import REJECTED, Artifact, Check, StageError, rng_for, stage
 from envgen.midtrain.compress import compress_steps
 from envgen.midtrain.records import EXECUTION, turn_mask, verify_row
 from envgen.runtime import json_field
@@ -46,6 +46,9 @@ STATUSES = ("selected", "not_selected", "duplicate", "near_duplicate", "too_long
 
 class SFTSetParams(TrajectoryParams):
     k: int = Field(512, ge=1, description="trajectories selected")
+    selection: Literal["kcg", "random"] = Field("kcg", description="kcg: perplexity-weighted K-Center-Greedy; "
+                                                "random: a seeded random subset of the same size per route (the "
+                                                "baseline the selection is measured against)")
     proportions: dict[str, float] = Field(default_factory=dict, description="route -> share of k (routes: "
                                           "midtrain_env, decompose, reason, plan, midtrain_text, midtrain_longctx); "
                                           "empty: each route's share of the candidates")
@@ -169,7 +172,7 @@ SCORES_CONTRACT = SELECTION_SCORE.contract(
                 "scores": SCORES_CONTRACT, "summary": SELECTION_SUMMARY.contract()})
 def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str) -> dict[str, pl.DataFrame]:
     """The cold-start SFT set: masked, re-verified, deduplicated, mixed across routes and selected by sliding-window
-    perplexity K-Center-Greedy."""
+    perplexity K-Center-Greedy (or at random, as its baseline)."""
     from inference.embeddings import embed
     from inference.perplexity import mean_perplexity, sliding_window_score
 
@@ -227,9 +230,13 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
     routes = [r["source"] for r in pool]
     quota = quotas(routes, params.k, params.proportions)
     order: dict[int, int] = {}
-    for route, wanted in quota.items():
+    for n_route, (route, wanted) in enumerate(quota.items()):
         members = np.array([i for i, r in enumerate(routes) if r == route])
-        picks, _ = k_center_greedy(vectors[members], wanted, weights[members])
+        if params.selection == "kcg":
+            picks, _ = k_center_greedy(vectors[members], wanted, weights[members])
+        else:
+            picks = rng_for(params.seed, STAGE, partition, n_route + 1).sample(range(len(members)),
+                                                                              min(wanted, len(members)))
         order.update({int(members[p]): len(order) + n for n, p in enumerate(picks)})
     chosen = sorted(order, key=order.get)
     distance = _nearest(vectors, chosen)

@@ -111,6 +111,13 @@ def test_sft_set_end_to_end_and_its_export_tokenizes_with_the_masks_the_records_
     summary = dict(zip(out["summary"]["name"], out["summary"]["value"], strict=True))
     assert summary["coverage_max_distance"] <= summary["coverage_max_distance_random"] + 1e-9
 
+    # The random baseline: the same size from every route, drawn by the seed (the kcg_selection experiment's arm).
+    randomly = sft_set.run(inputs, sft_set.parse_params({**params.model_dump(), "selection": "random"}), "t")
+    by_route = {name: o["trajectories"]["source"].value_counts(sort=True).rows() for name, o in (("kcg", out),
+                                                                                                ("random", randomly))}
+    assert by_route["random"] == by_route["kcg"]
+    assert randomly["scores"].filter(pl.col("status") == "selected")["pick"].sort().to_list() == list(range(10))
+
     from flows.cli_data import sft_frame
 
     path = tmp_path / "sft.parquet"
