@@ -543,8 +543,7 @@ RL_SAMPLE = Record("rl_sample", "A sample an RL run consumed or dropped: the aud
     group_id=(pl.String, "the group: samples of one task copy, advantages taken within it"),
     task_id=(pl.String, "the task or prompt"),
     source=(pl.String, "the domain of an environment task, the category of a prompt"),
-    min_policy_version=(pl.Int64, "oldest policy version among the sample's tokens (null: it has none, e.g. an "
-                                  "episode whose first prompt overflowed the context window)"),
+    min_policy_version=(pl.Int64, "oldest policy version among the sample's tokens (null: it has none)"),
     max_policy_version=(pl.Int64, "newest policy version among the sample's tokens (null: it has none)"),
     trainer_version=(pl.Int64, "the trainer version that consumed (or dropped) it"),
     staleness=(pl.Int64, "trainer_version - min_policy_version (0 for a sample without tokens)"),

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-
-import polars as pl
 from typing import Literal
 
+import polars as pl
 from pydantic import Field
 
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
