@@ -28,6 +28,7 @@ import polars as pl
 import torch
 
 from data_contracts.schemas import RL_SAMPLE, RL_STEP
+from data_contracts.stage import StageError
 from training.rl.config import RLConfig
 from training.rl.losses import behaviour_weight, group_advantages, policy_loss
 from training.rl.queue import Sample, SampleQueue
@@ -38,8 +39,13 @@ from training.rl.weights import FileWeightSync
 NO_GRADIENT = "equal rewards: no gradient"
 
 
-class RLRunError(RuntimeError):
-    """The run cannot go on (every controller keeps dying, a checkpoint does not match the run)."""
+UNWRITTEN_LIMIT = 4
+"""Batches of samples without a single generated token after which a run stops: its tasks cannot be learned."""
+
+
+class RLRunError(StageError):
+    """The run cannot go on (every controller keeps dying, a checkpoint does not match the run, no sample reaches
+    the policy): one line for the user, not a traceback."""
 
 
 # --- scoring sampled tokens ----------------------------------------------------------------------------------------
@@ -297,6 +303,7 @@ class RLRun:
         self.sample_rows: list[dict[str, Any]] = []
         self.step_rows: list[dict[str, Any]] = []
         self.consumed = 0  # accepted samples the trainer took (trained or reported as carrying no gradient)
+        self.unwritten: Counter[str] = Counter()  # consumed samples the policy wrote no token of, by stop reason
         self.elapsed_before = 0.0  # run time before a resume, so samples/s continues
         self.resumed_from = self._restore() if self.resume else None
 
@@ -333,6 +340,8 @@ class RLRun:
                 self.weights.publish(trainer.model.state_dict(), trainer.version)
                 self.manager.version = trainer.version  # only now: engines can already load this version
                 self._log(groups, result, trainer.version - 1, time.monotonic() - started)
+                if self.unwritten.total() == self.consumed >= UNWRITTEN_LIMIT * config.batch_size:
+                    raise RLRunError(self._unwritten())
                 if trainer.version % config.checkpoint_every == 0 or trainer.version == config.steps:
                     self._checkpoint(time.monotonic() - started)
         finally:
@@ -349,9 +358,16 @@ class RLRun:
                     f"{self.config.max_restarts}); the last failure: {self.manager.last_failure}")
         return None
 
+    def _unwritten(self) -> str:
+        reasons = ", ".join(f"{reason} x{n}" for reason, n in self.unwritten.most_common())
+        return (f"the first {self.consumed} samples ended before the policy wrote a token ({reasons}): nothing can be "
+                "learned from them; a context_overflow means the tasks' prompts do not fit the model's context window "
+                "(small_envs renders environment tasks with compact tool schemas for small models)")
+
     def _log(self, groups: Sequence[Sequence[Sample]], result: Any, version: int, elapsed: float) -> None:
         samples = [s for group in groups for s in group]
         self.consumed += len(samples)
+        self.unwritten.update(s.rollout.stop_reason for s in samples if s.versions is None and s.rollout is not None)
         for s in samples:
             self.sample_rows.append(_sample_row(s, version, result.advantages.get(s.sample_id),
                                                 result.untrained.get(s.sample_id)))

@@ -130,3 +130,47 @@ def test_the_synchronous_baseline_trains_every_batch_on_the_version_that_sampled
 def test_bad_configs_say_what_to_set(settings, message):
     with pytest.raises(ValidationError, match=message):
         RLConfig(**settings)
+
+
+class ShortContextTestEngine(VersionedTestEngine):
+    """A test double whose context window no prompt fits (as a 4,096-position model with a 10K-token tool list)."""
+
+    max_positions = 8
+
+    def render(self, request) -> list[int]:
+        return [0] * 64
+
+
+class IdleTestEnvironment:
+    """A test-double environment: one user message, no tools, reward 0."""
+
+    def __init__(self, record) -> None:
+        pass
+
+    async def areset(self, task):
+        from envgen.runtime import Observation
+
+        return Observation([{"role": "user", "content": "book a room"}], [])
+
+    def score(self):
+        from envgen.runtime import EpisodeScore
+
+        return EpisodeScore(0.0, {}, None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_run_whose_samples_never_reach_the_policy_stops_and_says_why(tmp_path):
+    """Every episode overflows the context before the first engine call: nothing can be learned, and the run must say
+    so after a few batches instead of publishing versions trained on nothing (it once stalled here for good)."""
+    from training.rl.scheduling import RLTask
+    from training.rl.trainer import UNWRITTEN_LIMIT, RLRunError
+
+    tasks = [RLTask(f"t{i}", "env", "hotel", {"task": {"id": f"t{i}"}, "env": {"env_id": "e"}}) for i in range(4)]
+    config = RLConfig(steps=20, batch_size=4, num_generations=2, controllers=1, concurrency=2, max_staleness=1)
+    rl = RLRun(tiny_checkpoint(), tasks, config, tmp_path / "run", engine=ShortContextTestEngine(p=[0.5]),
+               launcher=ThreadLauncher(), make_env=IdleTestEnvironment)
+    with pytest.raises(RLRunError, match=r"before the policy wrote a token \(context_overflow x16\)"):
+        rl.run()
+    assert rl.trainer.version == UNWRITTEN_LIMIT  # far past max_staleness: the samples were not dropped as stale
