@@ -18,10 +18,10 @@ SHORT_CONTEXT = {"keychain": {"target_tokens": 1024}}
 # The eval split keeps 23 seeds after qa_filtered: each is either a KeyChain or a regular item, never both.
 HELDOUT_QA = {"keychain": {"n": 12, "n_regular": 12, "split": "eval"}}
 # smoke: minutes, to see an experiment run end to end; default: under an hour per experiment on 2 cores.
-# The KeyChain experiments' base: tiny_policy knows its QA format at 128 tokens only and answers 1,024-token items
-# with years whatever is asked (0/76 held-out attempts); a cold start on long multi-hop QA of the train split with the
-# boxed answer alone (the 48 tokens it samples cut any reasoning short) teaches it the answer's place and type at
-# this length. KeyChain items stay out of it: they are the keychain arm's training data. Measured in EXPERIMENTS.md.
+# The KeyChain experiments' base: tiny_policy, trained on 128-token QA prompts, answers the 1,024-token items with
+# years whatever is asked (0/76 held-out attempts); a cold start on the train split's multi-hop QA with its documents
+# (207-702 tokens) and the boxed answer alone (the 48 tokens it samples would cut any reasoning short) teaches it the
+# answer's type. KeyChain items stay out of it: they are the keychain arm's training data. Measured in EXPERIMENTS.md.
 LONG_QA_BASE = {"model": "tiny_policy", "sft_on": ["midtrain_longctx"], "sft": {"max_steps": 300}}
 LONG_QA = {"midtrain_longctx": {"n_keychain": 0, "n_qa": 256, "answer": "direct", "qa_doc_chars": 4000}}
 RL_BUDGETS = {"smoke": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12, "controllers": 1},
@@ -48,6 +48,8 @@ KEYCHAIN_VS_QA = Experiment(
            "takes the first 32 kept seeds, as n = 32, n_regular = 0 does for the chains). Held out: KeyChain and "
            "regular items built from the eval split's seeds only (no seed or distractor document of training)."),
 )
+
+KEYCHAIN_ARM = KEYCHAIN_VS_QA.arms["keychain"]
 
 NOISE_CURRICULUM = Experiment(
     name="noise_curriculum",
@@ -114,16 +116,17 @@ ASYNC_VS_SYNC = Experiment(
            "costing learning: reward against trained samples overlaps."),
     expected="async = sync (no significant difference) at matched samples", equivalence=True,
     arms={"async": {"description": "streaming rollouts, max_staleness 2", "train_on": ["keychain"],
-                    "train": {"mode": "async", "max_staleness": 2}},
+                    "data": KEYCHAIN_ARM.data, "train": {"mode": "async", "max_staleness": 2}},
           "sync": {"description": "a barrier per step (max_staleness 0)", "train_on": ["keychain"],
-                   "train": {"mode": "sync", "max_staleness": 0}}},
+                   "data": KEYCHAIN_ARM.data, "train": {"mode": "sync", "max_staleness": 0}}},
     base=LONG_QA_BASE,
-    data={**WORLD, **LONG_QA, "keychain": {**SHORT_CONTEXT["keychain"], "n": 32, "n_regular": 0}},
+    data=KEYCHAIN_VS_QA.data,
     evaluation={"heldout": ["keychain"], "data": HELDOUT_QA, "score": {"k": 4}},
     statistics={"metrics": ["mean_reward"]},
     budgets=RL_BUDGETS,
     notes=("An equivalence claim: 'no difference detected' is evidence of overlap only as far as the interval is "
-           "narrow; read its width. The training data are keychain_vs_qa's KeyChain arm's (one artifact). "
+           "narrow; read its width. The base and the training data are keychain_vs_qa's KeyChain arm's (the same "
+           "artifacts: the async arm is that arm's runs). "
            "Throughput is bench_rl's (bench/RESULTS.md)."),
 )
 
