@@ -234,7 +234,7 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
         members = np.array([i for i, r in enumerate(routes) if r == route])
         if params.selection == "kcg":
             picks, _ = k_center_greedy(vectors[members], wanted, weights[members])
-        else:
+        else:  # stream 0 is the summary's random baseline
             picks = rng_for(params.seed, STAGE, partition, n_route + 1).sample(range(len(members)),
                                                                               min(wanted, len(members)))
         order.update({int(members[p]): len(order) + n for n, p in enumerate(picks)})

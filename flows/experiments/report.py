@@ -51,8 +51,9 @@ def markdown(result: Result, figure: Path | None = None) -> str:
     e = result.experiment
     stats = e.statistics
     lines = [f"# Experiment {e.name}: {e.title}", "", f"**Claim replayed:** {e.claim}", "",
-             (f"Profile `{result.profile}`, budget `{e.budget}`, {result.seeds} seed(s) per arm, wall time {result.wall_s / 60:.1f} min. "
-             f"Test: {stats.test.replace('_', ' ')}, {stats.confidence:.0%} intervals, {stats.resamples} resamples."),
+             (f"Profile `{result.profile}`, budget `{e.budget}`, {result.seeds} seed(s) per arm, wall time "
+              f"{result.wall_s / 60:.1f} min. Test: {stats.test.replace('_', ' ')}, {stats.confidence:.0%} intervals, "
+              f"{stats.resamples} resamples."),
              "", "| arm | trains on | trainer | overrides |", "|---|---|---|---|"]
     budget = e.trainer_budget
     for name, arm in e.arms.items():
