@@ -33,8 +33,12 @@ def run(
     profile: Annotated[str, typer.Option(help="tiny | default | full, or a profile YAML: the stages' params and "
                                               "trainer configs.")] = "tiny",
     budget: Annotated[str, typer.Option(help="The experiment's training budget on top of the profile: smoke (a "
-                                             "few minutes) or default (under an hour per experiment on 2 cores at "
-                                             "the tiny profile).")] = "default",
+                                             "few minutes), default (under an hour per experiment on 2 cores at "
+                                             "the tiny profile) or profile (the profile's own trainer config).")
+                      ] = "default",
+    base: Annotated[str | None, typer.Option(help="The model every arm starts from, instead of the declared base "
+                                                  "and its cold start: a local transformers directory (a real "
+                                                  "model) or a model stage.")] = None,
     seeds: Annotated[int | None, typer.Option(min=1, max=32, help="Training seeds per arm (default: the "
                                                                   "experiment's).")] = None,
 ) -> None:
@@ -42,15 +46,14 @@ def run(
     comparisons with their intervals; prints the conclusion and the report's path."""
     from rich.console import Console
 
-    from flows.experiments.declared import get_experiment
-    from flows.experiments.flow import experiment_flow
+    from flows.experiments.flow import configured, experiment_flow
     from flows.experiments.pipeline import PipelineExecutor
     from flows.runtime import Runtime, data_root
 
-    PipelineExecutor(data_root(None)).check(get_experiment(name).with_budget(budget), profile)  # before a server
+    PipelineExecutor(data_root(None)).check(configured(name, budget, base), profile)  # before a server starts
     with Runtime(dask=False) as rt:
         Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
-        result = experiment_flow(name=name, profile=profile, budget=budget, seeds=seeds,
+        result = experiment_flow(name=name, profile=profile, budget=budget, base=base, seeds=seeds,
                                  data_dir=str(rt.root))
     console = Console()
     console.print(result["conclusion"])

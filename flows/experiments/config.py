@@ -118,3 +118,8 @@ class Experiment(Params):
         if self.budgets and budget not in self.budgets:
             raise StageError(f"experiment {self.name}: no budget {budget!r}; declared: {', '.join(self.budgets)}")
         return self.model_copy(update={"budget": budget})
+
+    def with_base(self, model: str) -> Experiment:
+        """This experiment from another base model (a model stage or a local transformers directory: a real model),
+        as it is: the declared cold start belongs to the declared base."""
+        return self.model_copy(update={"base": Base(model=model)})

@@ -17,7 +17,8 @@ WORLD = {"world": {"n_entities": 600, "n_questions": 300, "n_distractors": 2, "e
 SHORT_CONTEXT = {"keychain": {"target_tokens": 1024}}
 # The eval split keeps 23 seeds after qa_filtered: each is either a KeyChain or a regular item, never both.
 HELDOUT_QA = {"keychain": {"n": 12, "n_regular": 12, "split": "eval"}}
-# smoke: minutes, to see an experiment run end to end; default: under an hour per experiment on 2 cores.
+# smoke: minutes, to see an experiment run end to end; default: under an hour per experiment on 2 cores; profile: the
+# profile's own trainer config (a GPU profile's scale, with a real model as --base).
 # The KeyChain experiments' base: tiny_policy, trained on 128-token QA prompts, answers the 1,024-token items with
 # years whatever is asked (0/76 held-out attempts); a cold start on the train split's multi-hop QA with its documents
 # (207-702 tokens) and the boxed answer alone (the 48 tokens it samples would cut any reasoning short) teaches it the
@@ -25,8 +26,8 @@ HELDOUT_QA = {"keychain": {"n": 12, "n_regular": 12, "split": "eval"}}
 LONG_QA_BASE = {"model": "tiny_policy", "sft_on": ["midtrain_longctx"], "sft": {"max_steps": 300}}
 LONG_QA = {"midtrain_longctx": {"n_keychain": 0, "n_qa": 256, "answer": "direct", "qa_doc_chars": 4000}}
 RL_BUDGETS = {"smoke": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12, "controllers": 1},
-              "default": {"steps": 60, "batch_size": 16, "num_generations": 4, "checkpoint_every": 20}}
-SFT_BUDGETS = {"smoke": {"max_steps": 60}, "default": {"max_steps": 300}}
+              "default": {"steps": 60, "batch_size": 16, "num_generations": 4, "checkpoint_every": 20}, "profile": {}}
+SFT_BUDGETS = {"smoke": {"max_steps": 60}, "default": {"max_steps": 300}, "profile": {}}
 
 KEYCHAIN_VS_QA = Experiment(
     name="keychain_vs_qa",

@@ -45,8 +45,17 @@ class _TaskExecutor:
         return base_task(self.inner, experiment, profile)
 
 
+def configured(name: str, budget: str = "default", base: str | None = None) -> Experiment:
+    """A declared experiment under a budget, from the declared base or ``base``."""
+    experiment = get_experiment(name).with_budget(budget)
+    return experiment.with_base(base) if base else experiment
+
+
 def page_stem(experiment: Experiment, profile: str, seeds: int) -> str:
-    return f"{experiment.name}-{Path(profile).stem}-{experiment.budget}-{seeds}seeds"
+    """NAME-PROFILE-BUDGET[-BASE]-Nseeds: a local base model (a real model) names its directory."""
+    base = Path(experiment.base.model).expanduser()
+    tag = f"-{base.name}" if base.is_dir() else ""
+    return f"{experiment.name}-{Path(profile).stem}-{experiment.budget}{tag}-{seeds}seeds"
 
 
 def publish(result: Result, root: Path) -> dict[str, Any]:
@@ -81,22 +90,24 @@ def _run_name() -> str:
 
 
 @flow(name="experiment", flow_run_name=_run_name)
-def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", seeds: int | None = None,
-                    data_dir: str | None = None) -> dict[str, Any]:
+def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", base: str | None = None,
+                    seeds: int | None = None, data_dir: str | None = None) -> dict[str, Any]:
     """Run a declared experiment: every arm at seeds 0..seeds-1 (data, training, held-out scoring as artifacts),
     then the declared comparisons with their intervals; publishes the report.
 
     Args:
         name: a declared experiment (`gymforge experiment ls`).
         profile: tiny | default | full, or a path to a profile YAML: the stages' params and trainer configs.
-        budget: the experiment's training budget on top of the profile (smoke | default).
+        budget: the experiment's training budget on top of the profile (smoke | default | profile).
+        base: the model every arm starts from instead of the declared base and its cold start (a model stage or a
+            local transformers directory).
         seeds: training seeds per arm; none means the experiment's own.
         data_dir: data root; none means $GYMFORGE_DATA, else ./data.
     """
     from prefect.runtime import flow_run
 
     logger = get_run_logger()
-    experiment = get_experiment(name).with_budget(budget)
+    experiment = configured(name, budget, base)
     root = data_root(data_dir)
     executor = PipelineExecutor(root, flow_run_id=flow_run.id)
     executor.check(experiment, profile)

@@ -55,7 +55,14 @@ class PipelineExecutor:
         discover()
 
     def check(self, experiment: Experiment, profile: str) -> None:
-        """Every override of the experiment is valid for its stage (before anything runs)."""
+        """Every override of the experiment is valid for its stage and its base model exists (before anything
+        runs)."""
+        if not Path(experiment.base.model).expanduser().is_dir():
+            try:
+                stage_named(experiment.base.model)
+            except StageError as exc:
+                raise StageError(f"base {experiment.base.model!r} is neither a local model directory nor a stage: "
+                                 f"{exc}") from None
         for layer in (experiment.data, experiment.evaluation.data, *(a.data for a in experiment.arms.values())):
             stage_params(profile, merged(experiment.data, layer))
         for name, arm in experiment.arms.items():

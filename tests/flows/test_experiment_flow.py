@@ -45,9 +45,9 @@ def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path
     assert models.height == 2
     assert catalog.query("SELECT count(*) FROM lineage WHERE input_stage = 'test_double_prompts' AND key IN "
                          f"({', '.join(repr(k) for k in models['input_key'])})").item() == 2
-    page = data / "experiments" / "flow_test" / "flow_test-tiny-default-1seeds.md"
+    page = data / "experiments" / "flow_test" / "flow_test-tiny-default-model-1seeds.md"
     assert str(page) == first["page"] == again["page"]
     text = page.read_text()
     assert "| mean_reward | all | fast − slow |" in text and "## Conclusion" in text
     assert "| mean_reward | all | " in text.split("The base model before training")[1]  # scored once, a cache hit after
-    assert (page.parent / "flow_test-tiny-default-1seeds.scores.parquet").is_file()
+    assert (page.parent / "flow_test-tiny-default-model-1seeds.scores.parquet").is_file()

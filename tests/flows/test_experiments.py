@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_contracts.schemas import HELDOUT_SCORE
+from data_contracts.stage import StageError
 from flows.experiments import report
 from flows.experiments.core import run_experiment, unit_values
 from flows.experiments.declared import EXPERIMENTS
@@ -111,9 +112,17 @@ def test_every_declared_experiment_names_its_arms_and_a_known_primary_metric():
                                               for a, b in experiment.comparisons)
 
 
-def test_a_budget_sets_every_arms_trainer_overrides():
+def test_a_budget_sets_every_arms_trainer_overrides_and_a_base_replaces_the_cold_start(tmp_path):
+    from flows.experiments.pipeline import PipelineExecutor
+
     experiment = EXPERIMENTS["keychain_vs_qa"]
     assert experiment.trainer_budget["steps"] == 60 and experiment.with_budget("smoke").trainer_budget["steps"] == 12
+    assert experiment.with_budget("profile").trainer_budget == {}  # the profile's own trainer config
+    real = experiment.with_base(str(tmp_path))
+    assert real.base.model == str(tmp_path) and not real.base.sft_on
+    PipelineExecutor(tmp_path / "data").check(real, "tiny")
+    with pytest.raises(StageError, match="base 'nowhere' is neither a local model directory nor a stage"):
+        PipelineExecutor(tmp_path / "data").check(experiment.with_base("nowhere"), "tiny")
 
 
 def test_a_comparison_of_an_undeclared_arm_is_refused():
