@@ -128,17 +128,17 @@ def _quiet_console_logs() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     from prefect.logging.handlers import PrefectConsoleHandler
 
-    from flows.pipeline import PipelineFailed
+    user_errors = _user_errors()
 
-    def not_a_pipeline_failure(record: logging.LogRecord) -> bool:
-        # the summary table and the error message say it; the flow engine's traceback would only bury them
-        return not (record.exc_info and isinstance(record.exc_info[1], PipelineFailed))
+    def not_a_user_error(record: logging.LogRecord) -> bool:
+        # the one error line (and a pipeline's summary table) say it; the engine's traceback would only bury them
+        return not (record.exc_info and isinstance(record.exc_info[1], user_errors))
 
     for logger in (logging.getLogger(), logging.getLogger("prefect")):
         for handler in logger.handlers:
             if isinstance(handler, PrefectConsoleHandler):
                 handler.setLevel(logging.WARNING)
-                handler.addFilter(not_a_pipeline_failure)
+                handler.addFilter(not_a_user_error)
 
 
 def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
