@@ -120,6 +120,7 @@ def run_arm(model_dir: Path, tasks: Sequence[Any], config: Any, median_s: float,
 def throughput(args: argparse.Namespace) -> None:
     from training.rl.config import RLConfig
     from training.rl.plot import plot_runs
+    from training.rl.trainer import NO_GRADIENT
 
     model_dir, tasks = resolve(args.data_dir, args.base, args.tasks)
     tasks = [t for t in tasks if t.kind == "env"]
@@ -151,14 +152,15 @@ def throughput(args: argparse.Namespace) -> None:
     rates = {}
     for name, (result, wall, load) in results.items():
         samples = result.samples
-        consumed = samples.filter(samples["trained"] | (samples["drop_reason"] == "equal rewards: no gradient"))
+        consumed = samples.filter(samples["trained"] | (samples["drop_reason"] == NO_GRADIENT))
         trained = samples.filter(samples["trained"])
         histogram = Counter(consumed["staleness"].to_list())
         stale = samples.filter(samples["drop_reason"] == "stale").height
         rewards = result.steps["reward_mean"].to_list()
         rates[name] = consumed.height / wall, trained.height / wall
-        lines.append(f"| {name} | {wall:.0f} | {samples.height} | {rates[name][0]:.2f} | {rates[name][1]:.2f} | {load:.0%} | "
-                     f"{dict(sorted(histogram.items()))} | {stale} | {sum(rewards[-3:]) / len(rewards[-3:]):.3f} |")
+        lines.append(f"| {name} | {wall:.0f} | {samples.height} | {rates[name][0]:.2f} | {rates[name][1]:.2f} | "
+                     f"{load:.0%} | {dict(sorted(histogram.items()))} | {stale} | "
+                     f"{sum(rewards[-3:]) / len(rewards[-3:]):.3f} |")
     # A consumed sample went into a step (equal-reward groups carry no gradient but are the same work to produce).
     ratio = rates["async"][0] / max(1e-9, rates["sync"][0])
     figure = plot_runs({name: (result.steps, result.samples) for name, (result, _, _) in results.items()},

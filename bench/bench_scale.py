@@ -136,7 +136,8 @@ def main() -> None:
             os.environ.update(s3.env)
             # `dask worker` processes import the benchmark stage from this checkout, as LocalCluster's do
             project = str(Path(__file__).resolve().parents[1])
-            workers_env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [project, os.environ.get("PYTHONPATH")]))}
+            path = os.pathsep.join(filter(None, [project, os.environ.get("PYTHONPATH")]))
+            workers_env = os.environ | {"PYTHONPATH": path}
             with Runtime(tmp / "data", dask=False), dask_cluster(tmp, workers_env) as cluster:
                 walls = refresh_walls(tmp / "data", cluster.address, args.partitions, args.rounds)
             rates = {"local filesystem": publish_rate(str(tmp / "publish"), args.publish, args.rows),

@@ -97,9 +97,14 @@ class Experiment(Params):
         if self.statistics.pass_k > int(self.evaluation.score.get("k", 4)):
             raise ValueError(f"pass_k={self.statistics.pass_k} exceeds the attempts per task "
                              f"(evaluation.score.k={self.evaluation.score.get('k', 4)})")
-        if self.budgets and self.budget not in self.budgets:
-            raise ValueError(f"no budget {self.budget!r}; declared: {', '.join(self.budgets)}")
+        if unknown := self._unknown_budget(self.budget):
+            raise ValueError(unknown)
         return self
+
+    def _unknown_budget(self, budget: str) -> str | None:
+        if self.budgets and budget not in self.budgets:
+            return f"no budget {budget!r}; declared: {', '.join(self.budgets)}"
+        return None
 
     @property
     def comparisons(self) -> list[tuple[str, str]]:
@@ -115,8 +120,8 @@ class Experiment(Params):
 
     def with_budget(self, budget: str) -> Experiment:
         """This experiment under another of its budgets; a StageError (one line for the user) names an unknown one."""
-        if self.budgets and budget not in self.budgets:
-            raise StageError(f"experiment {self.name}: no budget {budget!r}; declared: {', '.join(self.budgets)}")
+        if unknown := self._unknown_budget(budget):
+            raise StageError(f"experiment {self.name}: {unknown}")
         return self.model_copy(update={"budget": budget})
 
     def with_base(self, model: str) -> Experiment:

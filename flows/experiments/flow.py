@@ -114,7 +114,7 @@ def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", b
     executor.store.clean_partial()  # a killed run's scratch space
     home = Path(executor.store.home)
 
-    def on_seed(partial: Result) -> None:  # the page of the seeds so far, e.g. NAME-tiny-1seeds.md
+    def on_seed(partial: Result) -> None:  # the page of the seeds so far, e.g. NAME-tiny-default-1seeds.md
         report.write(partial, home / "experiments" / name, page_stem(experiment, profile, partial.seeds))
 
     result = run_experiment(experiment, _TaskExecutor(executor), profile=profile, seeds=seeds, on_run=lambda run: (

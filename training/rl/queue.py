@@ -39,6 +39,13 @@ class Sample:
         found = [turn.policy_version for turn in self.rollout.turns()] if self.rollout is not None else []
         return (min(found), max(found)) if found else None
 
+    def staleness(self, trainer_version: int) -> int:
+        """Versions between the sample's oldest token and ``trainer_version``. A sample no policy wrote is never
+        stale: counting it as version 0 once dropped every such group for good after max_staleness + 1 versions,
+        and a run whose tasks all overflow the context stalled there."""
+        versions = self.versions
+        return 0 if versions is None else trainer_version - versions[0]
+
 
 @dataclass
 class Group:
@@ -108,10 +115,7 @@ class SampleQueue:
         failed = [s.drop_reason for s in group.samples.values() if s.drop_reason]
         if failed:
             return failed[0]
-        # A sample no policy wrote is never stale: counting it as version 0 once dropped every such group for good
-        # after max_staleness + 1 versions, and a run whose tasks all overflow the context stalled there.
-        if any(v is not None and trainer_version - v[0] > self.max_staleness
-               for v in (s.versions for s in group.samples.values())):
+        if any(s.staleness(trainer_version) > self.max_staleness for s in group.samples.values()):
             return "stale"
         return None
 

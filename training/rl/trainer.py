@@ -371,7 +371,7 @@ class RLRun:
         for s in samples:
             self.sample_rows.append(_sample_row(s, version, result.advantages.get(s.sample_id),
                                                 result.untrained.get(s.sample_id)))
-        staleness = [_staleness(s, version) for s in samples]
+        staleness = [s.staleness(version) for s in samples]
         rewards = [s.reward for s in samples]
         mean = sum(rewards) / len(rewards)
         with self.manager.lock:
@@ -461,17 +461,12 @@ def _answer(sample: Sample) -> str:
     return ""
 
 
-def _staleness(sample: Sample, version: int) -> int:
-    """Versions between the sample's oldest token and ``version``; 0 for a sample without tokens."""
-    return 0 if sample.versions is None else version - sample.versions[0]
-
-
 def _sample_row(sample: Sample, version: int, advantage: float | None, reason: str | None) -> dict[str, Any]:
     oldest, newest = sample.versions or (None, None)
     return {
         "sample_id": sample.sample_id, "group_id": sample.group_id, "task_id": sample.task_id,
         "source": sample.source, "min_policy_version": oldest, "max_policy_version": newest,
-        "trainer_version": version, "staleness": _staleness(sample, version), "reward": sample.reward,
+        "trainer_version": version, "staleness": sample.staleness(version), "reward": sample.reward,
         "advantage": advantage, "weight": sample.weight, "trained": advantage is not None,
         "drop_reason": reason, "n_output_tokens": sum(len(t.output_ids) for t in sample.rollout.turns())
         if sample.rollout is not None else 0,
