@@ -28,11 +28,14 @@ def kill_a_controller_holding_samples(killed: list[int], stop: threading.Event) 
     """SIGKILL a rollout controller process half a second after it started: the manager hands a new controller its
     first samples within milliseconds, and loading torch and the engine takes seconds, so the dead engine holds
     samples that no "done" message has reported (killed later, it may have reported them all, and nothing is handed
-    out again)."""
+    out again). Only processes started after this thread count: earlier tests' spawned processes (a session's Dask
+    workers) are no controllers."""
+    since = time.time()
     while not stop.is_set():
         for child in psutil.Process().children(recursive=True):
             try:
-                if "multiprocessing.spawn" in " ".join(child.cmdline()) and time.time() - child.create_time() > 0.5:
+                started = child.create_time()
+                if "multiprocessing.spawn" in " ".join(child.cmdline()) and since < started < time.time() - 0.5:
                     child.kill()
                     killed.append(child.pid)
                     return
