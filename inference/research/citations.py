@@ -4,8 +4,9 @@ Citations that point to nothing or to the wrong source are the most reported def
 harnesses (DESIGN.md section 7: gpt-researcher #1276, #1572; storm #168). A citation here is checked to exist (a
 doc id of the index, not one of the task's excluded documents) and to support its sentence: lexically, the share
 of the sentence's content terms found in the best window of ``window`` consecutive sentences of the cited document
-(its title counts as part of every window) is at least ``threshold``, and every number of the sentence is in that
-window. A judge engine, when given, decides support for the citations that exist, from that best window.
+(its title counts as part of every window) is at least ``threshold``, and every number and every name (capitalized
+word) of the sentence is in that window: a claim about one person cited to another's document shares most of its
+words ("X is employed by Scott, Hardin and Shaw") but not the name. A judge engine, when given, decides support for the citations that exist, from that best window.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Literal
 
 from envgen.search.index import SearchIndex
 from inference.engine import Engine, Request, SamplingParams
-from inference.research.text import cited_ids, numbers, sentences, strip_citations, terms
+from inference.research.text import cited_ids, names, numbers, sentences, strip_citations, terms
 
 Verdict = Literal["supported", "unsupported", "missing", "excluded"]
 
@@ -87,12 +88,13 @@ class _Windows:
         return self.cache[doc_id]
 
 
-def lexical_support(claim_terms: set[str], windows: Sequence[tuple[str, set[str]]]) -> tuple[float, str, bool]:
-    """(overlap, best window, numbers all present) of a claim against a document's windows."""
+def lexical_support(claim_terms: set[str], required: set[str],
+                    windows: Sequence[tuple[str, set[str]]]) -> tuple[float, str, bool]:
+    """(overlap, best window, every required term present) of a claim against a document's windows."""
     if not claim_terms:
         return 0.0, "", False
     best = max(windows, key=lambda w: (len(claim_terms & w[1]), -len(w[0])))
-    return len(claim_terms & best[1]) / len(claim_terms), best[0], numbers(claim_terms) <= best[1]
+    return len(claim_terms & best[1]) / len(claim_terms), best[0], required <= best[1]
 
 
 def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] = (), threshold: float = 0.6,
@@ -115,8 +117,9 @@ def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] 
             elif doc_id not in index:
                 checks.append(CitationCheck(plain, doc_id, "missing", 0.0, section=section))
             else:
-                overlap, passage, numbers_ok = lexical_support(claim, windows.of(doc_id))
-                verdict: Verdict = "supported" if overlap >= threshold and numbers_ok else "unsupported"
+                required = numbers(claim) | names(plain)
+                overlap, passage, required_ok = lexical_support(claim, required, windows.of(doc_id))
+                verdict: Verdict = "supported" if overlap >= threshold and required_ok else "unsupported"
                 checks.append(CitationCheck(plain, doc_id, verdict, round(overlap, 4), passage, section))
     if judge is not None:
         checks = judge_support(judge, checks)

@@ -13,6 +13,9 @@ CITATION = re.compile(r"\s*\[cite:\s*([^\]]+?)\s*\]")
 # A sentence ends at . ! ? followed by space, except after a single capital (an initial: "Maria S. Huff").
 _SENTENCE_END = re.compile(r"(?<![A-Z]\.)(?<=[.!?])\s+|\n+")
 _HEADING = re.compile(r"^#{1,6}\s")
+# A capitalized word: a word of a name ("Anna Navarro", "Scott, Hardin and Shaw") or a sentence's first, which a
+# claim takes from its source too (and a stop word there, "The", "It", is no term).
+_NAME_WORD = re.compile(r"\b[A-Z][\w'-]*")
 
 
 def sentences(text: str) -> list[str]:
@@ -41,6 +44,12 @@ def terms(texts: Sequence[str]) -> list[set[str]]:
 
 def numbers(term_set: Iterable[str]) -> set[str]:
     return {t for t in term_set if t.isdigit()}
+
+
+def names(sentence: str) -> set[str]:
+    """The content terms of a sentence's capitalized words: the names it is about."""
+    words = _NAME_WORD.findall(sentence)
+    return terms([" ".join(words)])[0] if words else set()
 
 
 def tokens(text: str) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from inference.research.prompts import ROLES
 from inference.research.roles import RoleResult, open_index
 from inference.research.rubric import Criterion, Rubric, grade, grade_lexical, score
 from inference.research.session import Journal, JournalMismatch
-from inference.research.text import sentences
+from inference.research.text import sentences, terms
 from inference.research.trajectories import call_problems, closure_problems, identity_problems
 
 
@@ -57,6 +57,22 @@ def test_a_document_supports_its_own_sentences_and_not_an_unrelated_one(data: st
     assert check_citations(f"{title}: {sent} [cite:{doc_id}].", index).checks[0].verdict == "supported"
     other = data.draw(st.sampled_from([d for d in docs() if d[1] not in text and title not in d[2]]))
     assert check_citations(f"{title}: {sent} [cite:{other[0]}].", index).checks[0].verdict == "unsupported"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_a_claim_about_one_entity_cited_to_another_ones_document_is_unsupported(data: st.DataObject) -> None:
+    # The subject swapped, every other word kept: "Anna Navarro is employed by Scott, Hardin and Shaw" cited to
+    # Geoffrey Bradshaw's document, which says that of him, shares most of its terms and not the name.
+    index = open_index(index_dir())
+    about = [(d, [s for s in sentences(d[2]) if s.startswith(d[1] + " ")]) for d in docs()]
+    (doc_id, title, text), own = data.draw(st.sampled_from([(d, own) for d, own in about if own]))
+    sent = data.draw(st.sampled_from(own))
+    assert check_citations(f"{sent.rstrip('.')} [cite:{doc_id}].", index).checks[0].verdict == "supported"
+    doc_terms = terms([text])[0]
+    other = data.draw(st.sampled_from([d[1] for d in docs() if not terms([d[1]])[0] <= doc_terms]))
+    swapped = other + sent.removeprefix(title).rstrip(".")
+    assert check_citations(f"{swapped} [cite:{doc_id}].", index).checks[0].verdict == "unsupported"
 
 
 def test_a_citation_judge_decides_support_for_existing_citations() -> None:
