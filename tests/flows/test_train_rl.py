@@ -25,17 +25,18 @@ OVERRIDES = {"steps": 6, "batch_size": 8, "num_generations": 4, "controllers": 2
 
 
 def kill_a_controller_holding_samples(killed: list[int], stop: threading.Event) -> None:
-    """SIGKILL a rollout controller process half a second after it started: the manager hands a new controller its
+    """SIGKILL a rollout controller process half a second after it appeared: the manager hands a new controller its
     first samples within milliseconds, and loading torch and the engine takes seconds, so the dead engine holds
     samples that no "done" message has reported (killed later, it may have reported them all, and nothing is handed
-    out again). Only processes started after this thread count: earlier tests' spawned processes (a session's Dask
-    workers) are no controllers."""
-    since = time.time()
+    out again). Processes running before this thread are no controllers (a session's Dask workers)."""
+    earlier = {child.pid for child in psutil.Process().children(recursive=True)}
+    seen: dict[int, float] = {}  # when each new spawned process was first seen (psutil's create_time can be off)
     while not stop.is_set():
         for child in psutil.Process().children(recursive=True):
             try:
-                started = child.create_time()
-                if "multiprocessing.spawn" in " ".join(child.cmdline()) and since < started < time.time() - 0.5:
+                if child.pid in earlier or "multiprocessing.spawn" not in " ".join(child.cmdline()):
+                    continue
+                if time.monotonic() - seen.setdefault(child.pid, time.monotonic()) > 0.5:
                     child.kill()
                     killed.append(child.pid)
                     return
