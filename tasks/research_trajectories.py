@@ -95,7 +95,7 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
             "rubric_verdicts": json.dumps(graded.verdicts if graded else {}), "n_calls": len(run.calls)}
 
 
-@stage(name=STAGE, version="1", inputs=("research_tasks", "search_index", "world"),
+@stage(name=STAGE, version="2", inputs=("research_tasks", "search_index", "world"),  # 2: names checked in citations
        params=ResearchTrajectoryParams,
        outputs={"trajectories": TRAJECTORIES, "runs": RESEARCH_RUN.contract(expectations=(
            in_set("status", ["complete", "partial", "failed"]),)), "calls": RESEARCH_CALL.contract(),
