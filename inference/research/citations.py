@@ -6,7 +6,8 @@ doc id of the index, not one of the task's excluded documents) and to support it
 of the sentence's content terms found in the best window of ``window`` consecutive sentences of the cited document
 (its title counts as part of every window) is at least ``threshold``, and every number and every name (capitalized
 word) of the sentence is in that window: a claim about one person cited to another's document shares most of its
-words ("X is employed by Scott, Hardin and Shaw") but not the name. A judge engine, when given, decides support for the citations that exist, from that best window.
+words ("X is employed by Scott, Hardin and Shaw") but not the name. A judge engine, when given, decides support for
+the citations that exist, from that best window.
 """
 
 from __future__ import annotations
@@ -111,13 +112,13 @@ def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] 
             uncited += 1
             continue
         plain = strip_citations(sent)
+        required = numbers(claim) | names(plain)
         for doc_id in ids:
             if doc_id in excluded:
                 checks.append(CitationCheck(plain, doc_id, "excluded", 0.0, section=section))
             elif doc_id not in index:
                 checks.append(CitationCheck(plain, doc_id, "missing", 0.0, section=section))
             else:
-                required = numbers(claim) | names(plain)
                 overlap, passage, required_ok = lexical_support(claim, required, windows.of(doc_id))
                 verdict: Verdict = "supported" if overlap >= threshold and required_ok else "unsupported"
                 checks.append(CitationCheck(plain, doc_id, verdict, round(overlap, 4), passage, section))
