@@ -8,6 +8,7 @@ arm's data are ordinary artifacts of the pipeline's own stages, keyed by their p
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -28,6 +29,12 @@ class Base(Params):
     sft_on: list[str] = Field(default_factory=list, description="trajectory stages to cold-start the base on first "
                                                                 "(none: the base model as it is)")
     sft: dict[str, Any] = Field(default_factory=dict, description="overrides of the cold-start sft config")
+
+    @property
+    def directory(self) -> Path | None:
+        """The local transformers directory ``model`` names, resolved; None when it names a stage."""
+        path = Path(self.model).expanduser()
+        return path.resolve() if path.is_dir() else None
 
 
 class Arm(Params):

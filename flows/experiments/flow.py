@@ -53,8 +53,8 @@ def configured(name: str, budget: str = "default", base: str | None = None) -> E
 
 def page_stem(experiment: Experiment, profile: str, seeds: int) -> str:
     """NAME-PROFILE-BUDGET[-BASE]-Nseeds: a local base model (a real model) names its directory."""
-    base = Path(experiment.base.model).expanduser()
-    tag = f"-{base.name}" if base.is_dir() else ""
+    directory = experiment.base.directory
+    tag = f"-{directory.name}" if directory else ""
     return f"{experiment.name}-{Path(profile).stem}-{experiment.budget}{tag}-{seeds}seeds"
 
 

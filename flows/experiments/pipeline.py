@@ -57,7 +57,7 @@ class PipelineExecutor:
     def check(self, experiment: Experiment, profile: str) -> None:
         """Every override of the experiment is valid for its stage and its base model exists (before anything
         runs)."""
-        if not Path(experiment.base.model).expanduser().is_dir():
+        if experiment.base.directory is None:
             try:
                 stage_named(experiment.base.model)
             except StageError as exc:
@@ -89,11 +89,11 @@ class PipelineExecutor:
     def base(self, experiment: Experiment, profile: str) -> tuple[str, str]:
         """(stage, key) of the model every arm starts from; ("directory", path) for a local checkpoint."""
         base = experiment.base
-        local = Path(base.model).expanduser().is_dir()
-        keys = self._build([*([] if local else [base.model]), *base.sft_on], profile, experiment.data)
-        model = str(Path(base.model).expanduser().resolve()) if local else keys[base.model]
+        directory = base.directory
+        keys = self._build([*([] if directory else [base.model]), *base.sft_on], profile, experiment.data)
+        model = str(directory) if directory else keys[base.model]
         if not base.sft_on:
-            return ("directory" if local else base.model), model
+            return ("directory" if directory else base.model), model
         plan = plan_sft([keys[s] for s in base.sft_on], model, profile=profile, overrides=base.sft,
                         partition=self.partition, data_dir=self.root)
         return "sft", self._execute(plan)

@@ -105,14 +105,13 @@ def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] 
     checks: list[CitationCheck] = []
     uncited = 0
     sents = sentences(text)
-    claim_terms = terms([strip_citations(s) for s in sents])
-    for sent, claim in zip(sents, claim_terms, strict=True):
+    plains = [strip_citations(s) for s in sents]
+    for sent, plain, claim, name_terms in zip(sents, plains, terms(plains), names(plains), strict=True):
         ids = cited_ids(sent)
         if not ids:
             uncited += 1
             continue
-        plain = strip_citations(sent)
-        required = numbers(claim) | names(plain)
+        required = numbers(claim) | name_terms
         for doc_id in ids:
             if doc_id in excluded:
                 checks.append(CitationCheck(plain, doc_id, "excluded", 0.0, section=section))

@@ -46,10 +46,9 @@ def numbers(term_set: Iterable[str]) -> set[str]:
     return {t for t in term_set if t.isdigit()}
 
 
-def names(sentence: str) -> set[str]:
-    """The content terms of a sentence's capitalized words: the names it is about."""
-    words = _NAME_WORD.findall(sentence)
-    return terms([" ".join(words)])[0] if words else set()
+def names(texts: Sequence[str]) -> list[set[str]]:
+    """The content terms of each text's capitalized words: the names it is about."""
+    return terms([" ".join(_NAME_WORD.findall(text)) for text in texts])
 
 
 def tokens(text: str) -> tuple[str, ...]:
