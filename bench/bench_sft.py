@@ -118,7 +118,7 @@ def learning(args: argparse.Namespace) -> None:
 
     base_dir, params, tasks, frame = resolve(args)
     turns = held_out_turns(args.data_dir, tasks)
-    model, tokenizer = load_base(base_dir)
+    model, tokenizer, _ = load_base(base_dir)
     train_rows, rejected = rows_of(frame, tokenizer, params.max_length)
     started = time.perf_counter()
     print(f"before: {len(turns)} held-out turns, {len(tasks)} tasks x {args.k} episodes ...", flush=True)

@@ -202,17 +202,46 @@ class Stage:
         return dataclasses.replace(self, inputs=tuple(sorted(names)))
 
     def parse_params(self, raw: Mapping[str, Any] | None) -> Params:
-        """Validate raw params; the error names the stage, the field and what is allowed."""
+        """Validate raw params; the error is one line naming the stage, each field, its bad value and what is
+        allowed (a misspelt field gets the closest names)."""
         from pydantic import ValidationError
 
         try:
             return self.params.model_validate(dict(raw or {}))
         except ValidationError as exc:
-            lines = [f"invalid params for stage {self.name!r}:"]
-            for err in exc.errors():
-                where = ".".join(str(p) for p in err["loc"]) or "(root)"
-                lines.append(f"  {where}: {err['msg']}")
-            raise StageError("\n".join(lines)) from None
+            raise StageError(params_problem(self.name, self.params, exc)) from None
+
+
+def params_problem(stage_name: str, model: type[BaseModel], error: Any) -> str:
+    """One line for a pydantic ``ValidationError`` of a stage's params: ``sft: lerning_rate is not a field (did you
+    mean learning_rate?); max_steps=0: ...``. The fields are listed only on request (``gymforge params STAGE``)."""
+    import difflib
+
+    problems = []
+    for err in error.errors():
+        loc = [str(part) for part in err["loc"]]
+        where = ".".join(loc)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            known = list(_fields_at(model, loc[:-1]))
+            close = difflib.get_close_matches(loc[-1], known, n=2, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"`gymforge params {stage_name}` lists them"
+            problems.append(f"{where} is not a field ({hint})")
+        elif not loc:  # a check across fields: its message names them
+            problems.append(message)
+        else:
+            problems.append(f"{where}={err['input']!r}: {message}")
+    return f"{stage_name}: " + "; ".join(problems)
+
+
+def _fields_at(model: type[BaseModel], path: Sequence[str]) -> dict[str, Any]:
+    """The fields of the params model nested at ``path`` (``sampling`` -> the sampling settings' fields)."""
+    for name in path:
+        annotation = model.model_fields[name].annotation if name in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return {}
+        model = annotation
+    return dict(model.model_fields)
 
 
 STAGES: dict[str, Stage] = {}

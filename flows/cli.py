@@ -45,6 +45,7 @@ from flows import (
     cli_research,
     cli_train,
 )
+from flows.terminal import print_table, stdout_console
 
 if TYPE_CHECKING:
     import polars as pl
@@ -57,7 +58,7 @@ app = typer.Typer(
 artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect the artifact catalog (catalog.duckdb).")
 app.add_typer(artifacts_app, name="artifacts")
 
-console = Console(width=None if sys.stdout.isatty() else 120)  # logs and pipes get whole tables, not 80 columns
+console = stdout_console()  # tables fit a terminal and arrive whole in a pipe (flows/terminal.py)
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
 
@@ -192,9 +193,9 @@ def _refresh_with_progress(
                 with on_stage_done(done):
                     summary = refresh(rt, profile=profile, partition=partition, stages=stages, force=force)
             except PipelineFailed as failure:
-                console.print(_summary_table(failure.summary, f"{title}: FAILED"))
+                print_table(console, _summary_table(failure.summary, f"{title}: FAILED"))
                 raise
-        console.print(_summary_table(summary, title))
+        print_table(console, _summary_table(summary, title))
         console.print(f"Data Docs: {rt.home / 'data_docs' / 'index.html'}")
         if then is not None:
             then(rt, summary)
@@ -271,7 +272,7 @@ def backfill(
         table.add_column(column, no_wrap=True)
     for item in runs:
         table.add_row(item.partition, item.flow_run_id, item.state)
-    console.print(table)
+    print_table(console, table)
     if serve and any(item.state != "Completed" for item in runs):
         raise typer.Exit(1)
 
@@ -312,7 +313,7 @@ def _print_frame(frame: pl.DataFrame, title: str | None = None) -> None:
         table.add_column(column, overflow="fold", no_wrap=column in UNWRAPPED, min_width=width)
     for row in frame.iter_rows():  # cells are data, never markup
         table.add_row(*(Text("" if value is None else str(value)) for value in row))
-    console.print(table)
+    print_table(console, table)
 
 
 def _catalog() -> Any:
@@ -400,7 +401,7 @@ def artifacts_fsck(
         table.add_column(column, overflow="fold")
     for problem in problems:
         table.add_row(problem.kind, problem.where, problem.detail)
-    console.print(table)
+    print_table(console, table)
     if not repair:
         console.print("fix them with `gymforge artifacts fsck --repair`")
     raise typer.Exit(1)
@@ -439,7 +440,7 @@ def artifacts_schema(
                 table.add_column(column, overflow="fold")
             for name, rec in sorted(RECORDS.items()):
                 table.add_row(name, ", ".join(rec.key), str(len(rec.columns)), Text(rec.doc))
-            console.print(table)
+            print_table(console, table)
             return
         if record not in RECORDS:
             raise StageError(f"unknown record {record!r}; records: {', '.join(sorted(RECORDS))}")
@@ -449,7 +450,39 @@ def artifacts_schema(
             table.add_column(column, overflow="fold")
         for name, column in rec.columns.items():
             table.add_row(name + (" (key)" if name in rec.key else ""), str(column.dtype), Text(column.doc))
-        console.print(table)
+        print_table(console, table)
+
+
+@app.command("params")
+def params_command(
+    stage: Annotated[str, typer.Argument(help="A stage, e.g. sft, rl, keychain (`gymforge artifacts schema` for "
+                                              "records).")],
+) -> None:
+    """The params of a stage, what a profile section or `--set name=value` can set: field, default, meaning."""
+    from flows.registry import stage_named
+
+    with _clean_errors():
+        model = stage_named(stage).params
+    table = Table(title=f"params of stage {stage!r}", box=box.SIMPLE_HEAD)
+    for column in ("field", "default", "meaning"):
+        table.add_column(column, overflow="fold")
+    for name, default, doc in _params_rows(model):
+        table.add_row(name, Text(default), Text(doc))
+    print_table(console, table)
+
+
+def _params_rows(model: Any, prefix: str = "") -> Iterator[tuple[str, str, str]]:
+    """(dotted name, default, description) of every field, nested settings expanded (``sampling.max_tokens``)."""
+    from pydantic import BaseModel
+
+    for name, info in model.model_fields.items():
+        if info.exclude:  # how a run executes (set by the commands), not what it trains
+            continue
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            yield from _params_rows(info.annotation, f"{prefix}{name}.")
+            continue
+        default = info.get_default(call_default_factory=True)
+        yield f"{prefix}{name}", json.dumps(default, default=str), info.description or ""
 
 
 @artifacts_app.command("query")

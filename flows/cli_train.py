@@ -23,16 +23,38 @@ def parse_settings(settings: list[str]) -> dict[str, Any]:
     return out
 
 
+AllowUntrained = Annotated[bool, typer.Option("--allow-untrained", help="Publish a run that trained nothing (no "
+                                                                        "sample trained, or a model equal to its "
+                                                                        "base) instead of failing.")]
+
+
+def run_overrides(settings: list[str] | None, allow_untrained: bool, **options: Any) -> dict[str, Any]:
+    """``--set`` pairs plus the dedicated options that were given (they name the same config fields)."""
+    overrides = parse_settings(settings or [])
+    overrides.update({name: value for name, value in options.items() if value is not None})
+    if allow_untrained:
+        overrides["allow_untrained"] = True
+    return overrides
+
+
 @train_app.command("sft")
 def sft(
     data: Annotated[list[str], typer.Option(help="Trajectory artifact to train on: a key, or a stage with one "
                                                  "published artifact (sft_set, small_envs); repeat for several.")],
-    base: Annotated[str, typer.Option(help="Base model: a model artifact key (`gymforge artifacts ls --kind model`) "
-                                           "or a local transformers directory (`gymforge model init`).")],
+    base: Annotated[str, typer.Option(help="Base model: a model artifact key (`gymforge artifacts ls --kind model`), "
+                                           "or a local transformers directory (a Hugging Face checkpoint, or "
+                                           "`gymforge model init`).")],
     profile: Annotated[str, typer.Option(help="Profile whose `sft` section configures the run.")] = "tiny",
     resume: Annotated[bool, typer.Option(help="Continue a killed run from its last complete checkpoint.")] = False,
     settings: Annotated[list[str] | None, typer.Option("--set", help="Config override name=value (TRL's names, "
-                                                                     "e.g. --set max_steps=200); repeatable.")] = None,
+                                                                     "e.g. --set max_steps=200); repeatable; "
+                                                                     "`gymforge params sft` lists them.")] = None,
+    chat_template: Annotated[str | None, typer.Option(help="auto (default: the base's template when it marks "
+                                                           "assistant turns with {% generation %}, else a training "
+                                                           "template), keep, gymforge, or a Jinja file.")] = None,
+    report_to: Annotated[str | None, typer.Option(help="Also report to, as TRL's report_to: tensorboard (files "
+                                                       "under <data root>/tensorboard/sft/KEY), wandb...")] = None,
+    allow_untrained: AllowUntrained = False,
     partition: Annotated[str, typer.Option(help="Partition to record the run under.")] = "default",
 ) -> None:
     """Cold-start SFT (TRL SFTTrainer) of BASE on trajectory artifacts, published as a model artifact; prints the
@@ -42,10 +64,13 @@ def sft(
     from flows.runtime import Runtime
     from flows.train import plan_sft, train_sft
 
-    overrides = parse_settings(settings or [])
-    plan_sft(data, base, profile=profile, overrides=overrides, resume=resume, partition=partition)  # fail early
+    overrides = run_overrides(settings, allow_untrained, chat_template=chat_template, report_to=report_to)
+    planned = plan_sft(data, base, profile=profile, overrides=overrides, resume=resume, partition=partition)
+    stderr = Console(stderr=True, highlight=False)
+    for note in planned.notes:  # said before the run starts: what it does differently from what was asked
+        stderr.print(note, markup=False)
     with Runtime(dask=False) as rt:
-        Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
+        stderr.print(f"Prefect UI: {rt.ui_url}")
         result = train_sft(data=list(data), base=base, profile=profile, overrides=overrides or None,
                            resume=resume, partition=partition, data_dir=str(rt.root))
     print_result(result)
@@ -53,20 +78,21 @@ def sft(
 
 def print_result(result: dict[str, Any]) -> None:
     """The run in one line, the held-out evaluation before and after as a table, and how to serve the model."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from flows.terminal import print_table, stdout_console
+
+    console = stdout_console()
     status = "cached" if result["cached"] else "published"
     console.print(f"sft {result['key']} {status}: {result['steps']} steps on {result['examples']} examples "
                   f"(final loss {result['final_loss']:.4f}, {result['rejected']} set aside) -> {result['model']}")
     if result["evaluation"]:
         table = Table(title="held-out evaluation")
         for column in result["evaluation"][0]:
-            table.add_column(column)
+            table.add_column(column, justify="left" if column == "figure" else "right")
         for row in result["evaluation"]:
             table.add_row(*(str(value) for value in row.values()))
-        console.print(table)
+        print_table(console, table)
     console.print(f"serve it: gymforge serve --model {result['key']}")
 
 
@@ -79,10 +105,11 @@ def rl(
     profile: Annotated[str, typer.Option(help="Profile whose `rl` section configures the run.")] = "tiny",
     resume: Annotated[bool, typer.Option(help="Continue a killed run from its last checkpoint.")] = False,
     settings: Annotated[list[str] | None, typer.Option("--set", help="Config override name=value (e.g. --set "
-                                                                     "steps=40 --set max_staleness=1); repeatable.")]
-    = None,
+                                                                     "steps=40 --set max_staleness=1); repeatable; "
+                                                                     "`gymforge params rl` lists them.")] = None,
     engine: Annotated[str | None, typer.Option(help="The controllers' engine, e.g. openai:URL#MODEL for vLLM "
                                                     "servers (default: the model itself in each controller).")] = None,
+    allow_untrained: AllowUntrained = False,
     partition: Annotated[str, typer.Option(help="Partition to record the run under.")] = "default",
 ) -> None:
     """Asynchronous RL (GRPO/GSPO with bounded staleness) of a model on task artifacts, published as a model
@@ -93,9 +120,10 @@ def rl(
     from rich.console import Console
 
     from flows.runtime import DASK_ENV, Runtime
+    from flows.terminal import stdout_console
     from flows.train import plan_rl, train_rl
 
-    overrides = parse_settings(settings or [])
+    overrides = run_overrides(settings, allow_untrained)
     names = [name.strip() for name in tasks.split(",") if name.strip()]
     dask_address = os.environ.get(DASK_ENV) or None
     plan_rl(names, base, profile=profile, overrides=overrides, resume=resume, partition=partition, engine=engine,
@@ -106,11 +134,14 @@ def rl(
                           partition=partition, data_dir=str(rt.root), engine=engine, dask_address=dask_address)
     status = "cached" if result["cached"] else "published"
     dropped = ", ".join(f"{n} {reason}" for reason, n in result["dropped"].items()) or "none"
-    Console().print(f"rl {result['key']} {status}: {result['steps']} steps, {result['trained_samples']} trained "
-                    f"samples, reward {result['reward_first']:.3f} -> {result['reward_last']:.3f} (mean of the first "
-                    f"and last steps), staleness <= {result['staleness_max']}, {result['samples_per_s']:.2f} "
-                    f"samples/s, engine load {result['engine_load']:.0%}; dropped: {dropped} -> {result['model']}")
-    Console().print(f"serve it: gymforge serve --model {result['key']}")
+    console = stdout_console()
+    console.print(f"rl {result['key']} {status}: {result['steps']} steps, {result['trained_samples']} of "
+                  f"{result['consumed_samples']} consumed samples trained; reward {result['reward_first']:.3f} -> "
+                  f"{result['reward_last']:.3f} (mean of the first and last steps); staleness of the consumed "
+                  f"samples mean {result['staleness_mean']:.2f}, max {result['staleness_max']}; "
+                  f"{result['samples_per_s']:.2f} trained samples/s, engine load {result['engine_load']:.0%}; "
+                  f"dropped: {dropped} -> {result['model']}")
+    console.print(f"serve it: gymforge serve --model {result['key']}")
 
 
 DEMO_DATA = ("sft_set", "small_envs")  # the cold-start set, else the small environments' golden trajectories

@@ -83,13 +83,9 @@ def stage_params(profile: str, overrides: Overrides | None = None) -> dict[str, 
 
 
 def parse(stage_name: str, raw: Mapping[str, Any]) -> Params:
-    """Validate ``raw`` against the stage's params model; the error adds the fields the model allows."""
-    stage = stage_named(stage_name)
+    """Validate ``raw`` against the stage's params model; the error is one line (``gymforge params STAGE`` lists
+    the fields)."""
     try:
-        return stage.parse_params(raw)
+        return stage_named(stage_name).parse_params(raw)
     except StageError as exc:
-        allowed = ", ".join(
-            f"{field} ({info.description})" if info.description else field
-            for field, info in stage.params.model_fields.items()
-        )
-        raise ProfileError(f"{exc}\n  allowed fields of {stage_name!r}: {allowed or '(none)'}") from None
+        raise ProfileError(str(exc)) from None

@@ -28,12 +28,14 @@ from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import figure_markdown
+from flows.live import live_progress
 from flows.profiles import parse, stage_params
 from flows.runtime import data_root
+from inference.tokenizer import load as load_tokenizer
 from training.rl import rl as rl_stage
 from training.rl.sources import load_tasks
 from training.sft import sft as sft_stage
-from training.sft_data import trajectory_outputs
+from training.sft_data import choose_template, trajectory_outputs
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class TrainingRun:
     input_keys: dict[str, str]
     key: str
     checkpoints: Path
+    base: str  # what it starts from, as people name it: a model artifact (stage/key) or a directory's name
+    notes: tuple[str, ...] = ()  # what the run does differently from what was asked, said before it starts
+
+    def run_name(self, flow_name: str, steps: str) -> str:
+        """``train-sft tiny_policy/fd310e95 60 steps -> 4ff36719``: tells runs apart in the Prefect runs list."""
+        return f"{flow_name} {self.base} {steps} -> {self.key[:8]}"
 
 
 def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArtifact:
@@ -65,14 +73,17 @@ def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArti
 
 
 def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore, input_keys: dict[str, str]
-              ) -> Params:
+              ) -> tuple[Params, Path, str]:
     """The base model of a training run: a local transformers directory becomes ``model_name_or_path`` (its
-    content enters the artifact key), a model artifact key or stage becomes one more input."""
+    content enters the artifact key), a model artifact key or stage becomes one more input. Returns the params, the
+    base's directory and its short name (``tiny_policy/fd310e95``, or the directory's name)."""
     base_path = Path(base).expanduser()
     if base_path.is_dir():
         if not (base_path / "config.json").is_file():
             raise StageError(f"base model {base_path}: not a transformers checkpoint directory (no config.json)")
-        return params.model_copy(update={"model_name_or_path": str(base_path.resolve())})
+        return params.model_copy(update={"model_name_or_path": str(base_path.resolve())}), base_path, base_path.name
+    if looks_like_path(base):
+        raise StageError(f"base model directory {base_path} does not exist")
     model = published(catalog, store, base)
     if model.manifest.get("kind") != "model":
         raise StageError(f"base {base!r} is artifact {model.stage}/{model.key} of kind "
@@ -80,7 +91,12 @@ def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore,
     if model.stage in input_keys:
         raise StageError(f"the base model and a data artifact both come from stage {model.stage!r}")
     input_keys[model.stage] = model.key
-    return params
+    return params, model.directory, f"{model.stage}/{model.key[:8]}"
+
+
+def looks_like_path(ref: str) -> bool:
+    """A reference written as a path (``/models/x``, ``./ckpt``, ``~/m``), never an artifact key or a stage name."""
+    return ref.startswith((".", "~")) or "/" in ref or "\\" in ref
 
 
 def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides: Mapping[str, Any] | None = None,
@@ -101,12 +117,16 @@ def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides
                              f"{', '.join(artifact.outputs)}); train on a trajectory artifact such as sft_set or "
                              "small_envs")
         input_keys[artifact.stage] = artifact.key
-    params = with_base(params, base, catalog, store, input_keys)
+    params, base_dir, base_name = with_base(params, base, catalog, store, input_keys)
+    choice = choose_template(load_tokenizer(base_dir), params.chat_template, f"base model {base_name}")
+    notes = () if choice.template is None else (f"chat template: {choice.reason} (recorded in the model card; "
+                                                "--chat-template keep refuses instead)",)
     stage = sft_stage.with_inputs(list(input_keys))
     key = store.artifact_key(stage, params, input_keys, partition)
     checkpoints = store.home / "checkpoints" / stage.name / key
-    params = params.model_copy(update={"output_dir": str(checkpoints), "resume_from_checkpoint": resume})
-    return TrainingRun(stage, params, input_keys, key, checkpoints)
+    params = params.model_copy(update={"output_dir": str(checkpoints), "resume_from_checkpoint": resume,
+                                       "logging_dir": str(store.home / "tensorboard" / stage.name / key)})
+    return TrainingRun(stage, params, input_keys, key, checkpoints, base_name, notes)
 
 
 @task(task_run_name="{run.stage.name}/{partition}", cache_policy=NO_CACHE)  # the artifact store is the cache
@@ -152,7 +172,10 @@ def evaluation_table(metrics: pl.DataFrame) -> list[dict[str, Any]]:
     before = dict(evals.filter(pl.col("step") == first).select("name", "value").iter_rows())
     after = dict(evals.filter(pl.col("step") == last).select("name", "value").iter_rows())
     return [{"figure": name, f"step {first}": round(before.get(name, float("nan")), 4),
-             f"step {last}": round(after[name], 4)} for name in sorted(after)]
+             f"step {last}": round(after[name], 4)} for name in sorted(after) if name not in COUNTS]
+
+
+COUNTS = {"num_tokens"}  # what artifacts published before training_metric left counts out logged as figures
 
 
 def report(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
@@ -169,8 +192,17 @@ def report(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
             "rejected": artifact.rows.get("rejected", 0)}
 
 
+def rename_run(name: str) -> None:
+    """Rename this flow run once its plan says what differs (model, steps, key): the name it starts with can only
+    say what it was given."""
+    from prefect import get_client
+    from prefect.runtime import flow_run
+
+    get_client(sync_client=True).update_flow_run(flow_run.id, name=name)
+
+
 def run_name(flow_name: str) -> Callable[[], str]:
-    """A training flow's run name in the UI: the flow, then the profile and partition it was given."""
+    """A training flow's run name until it is planned (``rename_run``): the flow, the profile and partition."""
 
     def name() -> str:
         from prefect.runtime import flow_run
@@ -209,15 +241,24 @@ def train_sft(
     store.clean_partial()  # a killed run's scratch space
     run = plan_sft(data, base, profile=profile, overrides=overrides, resume=resume, partition=partition,
                    data_dir=str(root))
+    steps = run.params.max_steps  # type: ignore[attr-defined]
+    name = run.run_name("train-sft", f"{steps} steps" if steps > 0 else
+                        f"{run.params.num_train_epochs:g} epochs")  # type: ignore[attr-defined]
+    rename_run(name)
+    for note in run.notes:
+        logger.info(note)
     logger.info("sft %s on %s (checkpoints in %s)", run.key, run.input_keys, run.checkpoints)
-    result = train_task(run, partition, str(root))
+    with live_progress():
+        result = train_task(run, partition, str(root))
     artifact = store.get(run.stage.name, result.key)
     if artifact is None:
         raise StageError(f"the sft artifact {result.key} disappeared from {root} right after the run")
-    if not result.cached:  # published: its checkpoints have served their purpose
+    if result.cached:
+        rename_run(f"{name} (cached)")
+    else:  # published: its checkpoints have served their purpose
         shutil.rmtree(run.checkpoints, ignore_errors=True)
     logger.info("sft %s %s", result.key, "cached" if result.cached else "published")
-    return {**report(artifact, Path(root)), "cached": result.cached}
+    return {**report(artifact, Path(root)), "cached": result.cached, "notes": list(run.notes)}
 
 
 # --- reinforcement learning ----------------------------------------------------------------------------------------
@@ -240,13 +281,13 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
         artifacts[artifact.stage] = artifact
     load_tasks(artifacts)  # a StageError names an input that offers no RL task
     input_keys = {name: artifact.key for name, artifact in artifacts.items()}
-    params = with_base(params, base, catalog, store, input_keys)
+    params, _, base_name = with_base(params, base, catalog, store, input_keys)
     stage = rl_stage.with_inputs(list(input_keys))
     key = store.artifact_key(stage, params, input_keys, partition)
     checkpoints = store.home / "checkpoints" / stage.name / key
     params = params.model_copy(update={"output_dir": str(checkpoints), "resume": resume, "engine": engine,
                                        "dask_address": dask_address})
-    return TrainingRun(stage, params, input_keys, key, checkpoints)
+    return TrainingRun(stage, params, input_keys, key, checkpoints, base_name)
 
 
 STEP_COLUMNS = ("version", "reward_mean", "loss", "kl", "clip_ratio", "zero_variance_groups", "staleness_mean",
@@ -255,20 +296,30 @@ STEP_COLUMNS = ("version", "reward_mean", "loss", "kl", "clip_ratio", "zero_vari
 
 def report_rl(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
     """The flow run's Prefect artifacts (the step metrics; reward, staleness and throughput curves) and its
-    summary."""
+    summary, every figure of what was measured: staleness is that of the samples the trainer consumed (as the live
+    line shows it), the trained ones among them counted apart."""
     from training.rl.plot import plot_runs
+    from training.rl.trainer import NO_GRADIENT
 
     steps, samples = artifact.read("steps"), artifact.read("samples")
     create_table_artifact(table=steps.select(STEP_COLUMNS).with_columns(pl.col(pl.Float64).round(4)).to_dicts(),
                           key="rl-metrics", description=f"**rl** `{artifact.key}`: one row per optimizer step")
-    figure = plot_runs({"rl": (steps, samples)}, root / "figures" / f"rl-{artifact.key}.png", f"rl {artifact.key}")
-    create_markdown_artifact(markdown=figure_markdown(figure, f"rl {artifact.key}"), key="rl-curves")
+    trained = int(samples["trained"].sum())
+    if trained:
+        figure = plot_runs({"rl": (steps, samples)}, root / "figures" / f"rl-{artifact.key}.png", f"rl {artifact.key}")
+        create_markdown_artifact(markdown=figure_markdown(figure, f"rl {artifact.key}"), key="rl-curves")
+    else:  # three empty plots would say nothing; this says why
+        create_markdown_artifact(markdown=f"**rl** `{artifact.key}`: no sample was trained on, so there are no "
+                                          "reward or staleness curves", key="rl-curves")
+    consumed = samples.filter(pl.col("trained") | (pl.col("drop_reason") == NO_GRADIENT))
     drops = samples.filter(pl.col("drop_reason").is_not_null()).group_by("drop_reason").len().sort("drop_reason")
     last = steps.tail(min(3, steps.height))
     return {"key": artifact.key, "model": str(artifact.directory), "steps": steps.height,
-            "trained_samples": int(samples["trained"].sum()), "reward_last": float(last["reward_mean"].mean()),
+            "trained_samples": trained, "consumed_samples": consumed.height,
+            "reward_last": float(last["reward_mean"].mean()),
             "reward_first": float(steps.head(min(3, steps.height))["reward_mean"].mean()),
-            "staleness_max": int(samples.filter(pl.col("trained"))["staleness"].max() or 0),
+            "staleness_mean": float(consumed["staleness"].mean() or 0.0),
+            "staleness_max": int(consumed["staleness"].max() or 0),
             "samples_per_s": float(steps["samples_per_s"][-1]), "engine_load": float(steps["engine_load"][-1]),
             "dropped": dict(drops.iter_rows())}
 
@@ -306,12 +357,17 @@ def train_rl(
     store.clean_partial()  # a killed run's scratch space
     run = plan_rl(tasks, base, profile=profile, overrides=overrides, resume=resume, partition=partition,
                   data_dir=str(root), engine=engine, dask_address=dask_address)
+    name = run.run_name("train-rl", f"{run.params.steps} steps")  # type: ignore[attr-defined]
+    rename_run(name)
     logger.info("rl %s on %s (run directory %s)", run.key, run.input_keys, run.checkpoints)
-    result = train_task(run, partition, str(root))
+    with live_progress():
+        result = train_task(run, partition, str(root))
     artifact = store.get(run.stage.name, result.key)
     if artifact is None:
         raise StageError(f"the rl artifact {result.key} disappeared from {root} right after the run")
-    if not result.cached:  # published: the run directory has served its purpose
+    if result.cached:
+        rename_run(f"{name} (cached)")
+    else:  # published: the run directory has served its purpose
         shutil.rmtree(run.checkpoints, ignore_errors=True)
     logger.info("rl %s %s", result.key, "cached" if result.cached else "published")
     return {**report_rl(artifact, store.home), "cached": result.cached}

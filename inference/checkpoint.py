@@ -1,7 +1,8 @@
 """Model artifacts (DESIGN.md section 9): a checkpoint is a transformers directory (config, safetensors, tokenizer files,
 generation config, chat template) published atomically through the artifact store like any other artifact, under
 the kind ``model``. Beside the weights, ``gymforge_model.json`` declares what the stage made (base model, parameter
-count, dtype, steps); the directory contract loads the checkpoint, generates a few tokens and holds it to that card.
+count, dtype, steps) and ``README.md`` says the same as a Hugging Face model card (inference/model_card.py); the
+directory contract loads the checkpoint, generates a few tokens and holds it to the JSON card.
 """
 
 from __future__ import annotations
@@ -19,12 +20,44 @@ GENERATED_TOKENS = 4
 
 
 def save_model(model: Any, tokenizer: Any, out_dir: Path, card: dict[str, Any]) -> None:
-    """Write a loadable checkpoint (weights, config, generation config, tokenizer and its chat template) and its card;
-    the card's ``parameters`` and ``dtype`` are measured here."""
+    """Write a loadable checkpoint (weights, config, generation config, tokenizer and its chat template), its JSON
+    card and its README.md model card; the card's ``parameters`` and ``dtype`` are measured here."""
+    from inference.model_card import README, library_versions, model_card
+
     model.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
     measured = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": str(model.dtype).split(".")[-1]}
-    (out_dir / MODEL_CARD).write_text(json.dumps({**card, **measured}, indent=2, sort_keys=True) + "\n")
+    full = {**card, **measured}
+    (out_dir / MODEL_CARD).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
+    (out_dir / README).write_text(model_card(full, library_versions()), encoding="utf-8")
+
+
+def equals_parent(model: Any, parent: Path) -> bool:
+    """Whether training left ``model`` exactly as the checkpoint it started from (every tensor equal, bit for bit):
+    a run that trained nothing. The parent's safetensors are memory-mapped, so no second copy is held."""
+    import torch
+    from safetensors import safe_open
+
+    files = sorted(parent.glob("*.safetensors"))
+    if not files:
+        return False
+    state = model.state_dict()
+    seen = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as saved:
+            for name in saved.keys():  # noqa: SIM118 - safe_open is no mapping
+                if name not in state:
+                    return False
+                if not torch.equal(state[name].detach().cpu(), saved.get_tensor(name).to(state[name].dtype)):
+                    return False
+                seen.add(name)
+    # tied weights are saved once: every tensor the parent lacks must be a view of one it has
+    return all(name in seen or _tied(state, name, seen) for name in state)
+
+
+def _tied(state: dict[str, Any], name: str, seen: set[str]) -> bool:
+    pointer = state[name].data_ptr()
+    return any(state[other].data_ptr() == pointer for other in seen)
 
 
 def read_card(path: Path) -> dict[str, Any]:

@@ -31,17 +31,30 @@ from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from data_contracts.progress import RunProgress
 from data_contracts.schemas import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
-from inference.checkpoint import MODEL_DIRECTORY, read_card, save_model
+from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
-from training.sft_data import Example, build_examples, check_template, in_eval_split, read_trajectories
+from training.sft_data import (
+    AUTO,
+    GYMFORGE,
+    KEEP,
+    Example,
+    TemplateChoice,
+    apply_template,
+    build_examples,
+    choose_template,
+    in_eval_split,
+    read_trajectories,
+)
 from training.sft_eval import CallTurn, call_turns, tool_call_validity
 
 STAGE = "sft"
+REPORT_PACKAGES = {"azure_ml": "azureml"}  # report_to name -> the package it needs, where they differ
 COMPLETE = "gymforge_checkpoint_complete"  # written into a checkpoint directory once the trainer saved all of it
 log = logging.getLogger("gymforge.sft")
 
@@ -52,6 +65,10 @@ class SFTParams(Params):
     model_name_or_path: str | None = Field(
         None, description="a local transformers directory to start from; None when the base is a model artifact "
         "input (one of the two is required)")
+    chat_template: str = Field(AUTO, description="the chat template to train with: auto (the base's own when it "
+                               "marks assistant turns with {% generation %}, else TRL's training variant of it, else "
+                               "gymforge's ChatML template with tool calls), keep (the base's own or an error), "
+                               "gymforge, or a path to a Jinja template file")
     # data
     max_length: int = Field(4096, gt=0, description="longest example in tokens; longer trajectories are set aside "
                                                     "as too_long (never cut)")
@@ -85,6 +102,13 @@ class SFTParams(Params):
                                                            "the first step and at the end only)")
     eval_tool_calls: int = Field(32, ge=0, description="held-out tool-calling turns scored for validity per "
                                                        "evaluation (greedy decoding)")
+    report_to: list[str] = Field(default_factory=list, exclude=True, description="where TRL also reports the "
+                                 "training figures, as TRL's report_to (tensorboard, wandb, mlflow...; the flow puts "
+                                 "TensorBoard's files under <data root>/tensorboard/sft/<key>); none by default")
+    logging_dir: str | None = Field(None, exclude=True, description="TensorBoard's directory (default: "
+                                                                     "<output_dir>/runs)")
+    allow_untrained: bool = Field(False, exclude=True, description="publish a model that training left equal to "
+                                  "its base (otherwise that run is an error)")
     # devices
     use_cpu: bool = Field(False, description="train on the CPU even when an accelerator is present")
     bf16: bool = Field(False, description="bf16 mixed precision (GPU); TRL's default True is wrong on a CPU")
@@ -98,6 +122,26 @@ class SFTParams(Params):
     resume_from_checkpoint: bool = Field(False, exclude=True, description="continue from the last complete "
                                                                           "checkpoint in output_dir")
 
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _integrations(cls, value: Any) -> list[str]:
+        import importlib.util
+
+        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+        names = [value] if isinstance(value, str) else list(value or [])
+        if names in (["none"], []):
+            return []
+        unknown = sorted(set(names) - set(INTEGRATION_TO_CALLBACK))
+        if unknown:
+            raise ValueError(f"unknown integration {', '.join(unknown)}; TRL reports to "
+                             f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}")
+        missing = [name for name in names if importlib.util.find_spec(REPORT_PACKAGES.get(name, name)) is None]
+        if missing:
+            raise ValueError(f"report_to {', '.join(missing)} needs its package installed: pip install "
+                             f"{' '.join(REPORT_PACKAGES.get(name, name) for name in missing)}")
+        return names
+
     @model_validator(mode="after")
     def _consistent(self) -> SFTParams:
         if self.max_steps == 0 or self.max_steps < -1:
@@ -108,7 +152,8 @@ class SFTParams(Params):
         return self
 
     def local_inputs(self) -> list[str]:
-        return [self.model_name_or_path] if self.model_name_or_path else []
+        template = [self.chat_template] if self.chat_template not in (AUTO, KEEP, GYMFORGE) else []
+        return ([self.model_name_or_path] if self.model_name_or_path else []) + template
 
 
 # --- inputs ----------------------------------------------------------------------------------------------------
@@ -132,9 +177,9 @@ def split_inputs(inputs: Mapping[str, Artifact], params: SFTParams) -> tuple[Pat
     return Path(params.model_name_or_path), params.model_name_or_path, data
 
 
-def load_base(path: Path) -> tuple[Any, Any]:
-    """The base model and its tokenizer; a StageError names a directory that does not load or whose chat template
-    cannot mask assistant turns."""
+def load_base(path: Path, chat_template: str = AUTO) -> tuple[Any, Any, TemplateChoice]:
+    """The base model, its tokenizer with the chat template training uses (``choose_template``), and that choice;
+    a StageError names a directory that does not load or a template that cannot mask assistant turns."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -147,8 +192,9 @@ def load_base(path: Path) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - whatever transformers raises, the user needs the directory named
         raise StageError(f"base model {path} does not load with transformers: {type(exc).__name__}: {exc}") from None
-    check_template(tokenizer, f"base model {path}")
-    return model, tokenizer
+    choice = choose_template(tokenizer, chat_template, f"base model {path}")
+    apply_template(model, tokenizer, choice)
+    return model, tokenizer, choice
 
 
 # --- checkpoints -----------------------------------------------------------------------------------------------
@@ -188,23 +234,50 @@ def sft_config(params: SFTParams, output_dir: Path, evaluate: bool, resuming: bo
         gradient_accumulation_steps=params.gradient_accumulation_steps,
         learning_rate=params.learning_rate, lr_scheduler_type=params.lr_scheduler_type,
         warmup_steps=params.warmup_steps, weight_decay=params.weight_decay, max_grad_norm=params.max_grad_norm,
-        use_cpu=params.use_cpu, bf16=params.bf16, fp16=False, gradient_checkpointing=params.gradient_checkpointing,
+        use_cpu=params.use_cpu, bf16=params.bf16, fp16=False,
+        activation_checkpointing=params.gradient_checkpointing,  # transformers' new name; TRL users know the old
         save_strategy="steps", save_steps=params.save_steps, save_total_limit=params.save_total_limit,
         logging_strategy="steps", logging_steps=params.logging_steps, logging_first_step=True,
         eval_strategy="steps" if evaluate and params.eval_steps else "no", eval_steps=params.eval_steps,
         eval_on_start=evaluate and not resuming,  # a resumed run keeps the evaluation its first start made
         include_num_input_tokens_seen="non_padding", dataloader_num_workers=0,
-        report_to="none", disable_tqdm=True, save_only_model=False,
+        report_to=params.report_to or "none", disable_tqdm=True, save_only_model=False,
     )
 
 
 def _trainer_class() -> type:
+    import torch
+    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
     from trl import SFTTrainer
 
+    class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+        """transformers' length-grouped order, drawn from the seed and the epoch alone. Its own draws from the
+        global RNG at each epoch's start, so a run resumed in a later epoch (a fresh process, whose RNG state is
+        restored only after that draw) shuffled the epoch differently and trained other batches."""
+
+        def __init__(self, *args: Any, seed: int, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.seed, self.epoch = seed, 0
+
+        def set_epoch(self, epoch: int) -> None:  # the trainer calls it before every epoch, a resumed one too
+            self.epoch = epoch
+
+        def __iter__(self) -> Any:
+            generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
     class GymforgeSFTTrainer(SFTTrainer):
-        """TRL's trainer whose evaluation also scores tool-call validity on held-out turns."""
+        """TRL's trainer whose evaluation also scores tool-call validity on held-out turns, and whose data order is
+        a function of (seed, epoch), so a resumed run trains exactly the batches an uninterrupted one does."""
 
         eval_turns: Sequence[CallTurn] = ()
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            sampler = super()._get_train_sampler(train_dataset)
+            if type(sampler) is LengthGroupedSampler:
+                return EpochSeededLengthGroupedSampler(sampler.batch_size, lengths=sampler.lengths,
+                                                       seed=self.args.data_seed or self.args.seed)
+            return sampler
 
         def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
             metrics = super().evaluate(*args, **kwargs)
@@ -218,6 +291,12 @@ def _trainer_class() -> type:
     return GymforgeSFTTrainer
 
 
+LOG_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "epoch": "epoch"}
+"""The training figures of a progress line (TRL logs more: entropy, token accuracy, counts)."""
+NOT_FIGURES = {"eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_num_tokens"}
+"""Evaluation log entries that are run-time statistics or counts, not held-out figures."""
+
+
 def _callbacks(progress: bool) -> list[Any]:
     from transformers import TrainerCallback
 
@@ -227,43 +306,43 @@ def _callbacks(progress: bool) -> list[Any]:
                 (Path(args.output_dir) / f"checkpoint-{state.global_step}" / COMPLETE).touch()
 
     class Report(TrainerCallback):
-        """Step, loss, tokens/s and ETA: a rich progress bar on a terminal, a log line per logging step."""
+        """Step, loss, tokens/s and ETA (data_contracts/progress.py): a live bar on a terminal, a line per logging
+        step (and per evaluation) for the log and the Prefect UI."""
 
         def __init__(self) -> None:
-            self.bar: Any = None
+            self.progress: RunProgress | None = None
             self.loss = float("nan")
-            self.start = (0.0, 0, 0)
+            self.start = (0.0, 0)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.start = (time.perf_counter(), state.global_step, state.num_input_tokens_seen)
-            if progress and state.is_world_process_zero and sys.stderr.isatty():
-                self.bar = Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(),
-                                    TextColumn("{task.fields[stats]}"), TimeRemainingColumn(), transient=True)
-                self.bar.start()
-                self.task = self.bar.add_task("sft", total=state.max_steps, completed=state.global_step, stats="")
+            if state.is_world_process_zero:
+                self.start = (time.perf_counter(), state.num_input_tokens_seen)
+                self.progress = RunProgress("sft", state.max_steps, completed=state.global_step,
+                                            bar=None if progress else False)
 
         def tokens_per_s(self, state: Any) -> float:
-            seconds, _, tokens = self.start
+            seconds, tokens = self.start
             return (state.num_input_tokens_seen - tokens) / max(time.perf_counter() - seconds, 1e-9)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
             logs = logs or {}
+            if self.progress is None or not ({"loss", "eval_loss"} & set(logs)):
+                return
             self.loss = logs.get("loss", self.loss)
-            if state.is_world_process_zero and ("loss" in logs or "eval_loss" in logs):
-                shown = {k: round(v, 4) for k, v in logs.items() if isinstance(v, float)}
-                log.info("step %d/%d %s tokens/s %.0f", state.global_step, state.max_steps, shown,
-                         self.tokens_per_s(state))
+            figures = {LOG_NAMES.get(name, name): value for name, value in logs.items()
+                       if name in LOG_NAMES or (name.startswith("eval_") and name not in NOT_FIGURES)}
+            if "loss" in logs:
+                figures["tokens/s"] = self.tokens_per_s(state)
+            self.progress.update(state.global_step, figures)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if self.bar is not None:
-                self.bar.update(self.task, completed=state.global_step,
-                                stats=f"loss {self.loss:.3f}  {self.tokens_per_s(state):,.0f} tokens/s")
+            if self.progress is not None:
+                self.progress.update(state.global_step, {"loss": self.loss, "tokens/s": self.tokens_per_s(state)},
+                                     log=False)
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if self.bar is not None:
-                self.bar.stop()
+            if self.progress is not None:
+                self.progress.close()
 
     return [MarkComplete(), Report()]
 
@@ -274,6 +353,8 @@ def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: 
     """The configured ``SFTTrainer`` over tokenized rows (``Example.row``), evaluating on ``eval_rows`` (loss) and
     ``eval_turns`` (tool-call validity) when there are any."""
     from datasets import Dataset
+    from transformers import PrinterCallback
+    from transformers.integrations import TensorBoardCallback
 
     evaluate = bool(eval_rows)
     trainer = _trainer_class()(
@@ -281,6 +362,10 @@ def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: 
         train_dataset=Dataset.from_list(train_rows), eval_dataset=Dataset.from_list(eval_rows) if evaluate else None,
         processing_class=tokenizer, callbacks=_callbacks(progress),
     )
+    trainer.remove_callback(PrinterCallback)  # its dict of stringified logs: the Report callback says it better
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and params.logging_dir:  # transformers 5 has no logging_dir arg
+            callback.logging_dir = params.logging_dir
     trainer.eval_turns = tuple(eval_turns)
     return trainer
 
@@ -319,12 +404,12 @@ def _launch(spec: dict[str, Any], output_dir: Path, processes: int, cpu: bool) -
 
 # --- figures ---------------------------------------------------------------------------------------------------------
 
-_RUNTIME_STATS = ("runtime", "per_second", "total_flos", "epoch", "train_loss", "num_input_tokens_seen")
+_RUNTIME_STATS = ("runtime", "per_second", "total_flos", "epoch", "train_loss", "num_input_tokens_seen", "num_tokens")
 
 
 def metrics_frame(history: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
-    """The trainer's log history in the ``training_metric`` record (train and eval figures; run-time statistics
-    left out), the last value of a repeated (step, split, name)."""
+    """The trainer's log history in the ``training_metric`` record (train and eval figures; run-time statistics and
+    token counts left out), the last value of a repeated (step, split, name)."""
     rows: dict[tuple[int, str, str], float] = {}
     for entry in history:
         step = int(entry.get("step", 0))
@@ -339,11 +424,20 @@ def metrics_frame(history: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
 
 def final_eval(metrics: pl.DataFrame) -> dict[str, float]:
     """The last evaluation's figures (loss and tool-call validity)."""
+    return _eval_at(metrics, last=True)
+
+
+def first_eval(metrics: pl.DataFrame) -> dict[str, float]:
+    """The first evaluation's figures (before the first step, unless the run was resumed)."""
+    return _eval_at(metrics, last=False)
+
+
+def _eval_at(metrics: pl.DataFrame, last: bool) -> dict[str, float]:
     evals = metrics.filter(pl.col("split") == "eval")
     if evals.is_empty():
         return {}
-    last = evals.filter(pl.col("step") == evals["step"].max())
-    return dict(zip(last["name"], last["value"], strict=True))
+    chosen = evals.filter(pl.col("step") == (evals["step"].max() if last else evals["step"].min()))
+    return dict(zip(chosen["name"], chosen["value"], strict=True))
 
 
 # --- the stage -------------------------------------------------------------------------------------------------------
@@ -357,7 +451,9 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
     """Cold-start SFT of a base model on trajectory artifacts (TRL SFTTrainer, assistant turns by train flag)."""
     tune_allocator()  # before torch allocates (inference/cpu.py)
     base_dir, base, data = split_inputs(inputs, params)
-    model, tokenizer = load_base(base_dir)
+    model, tokenizer, template = load_base(base_dir, params.chat_template)
+    if template.template is not None:
+        log.info("%s: %s", base, template.reason)
     examples, rejected = build_examples(read_trajectories(data), tokenizer, params.max_length)
     train: list[tuple[Example, dict]] = []
     held: list[tuple[Example, dict]] = []
@@ -374,7 +470,8 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
     if params.resume_from_checkpoint:
         log.info("resuming from %s", resume_from or "nothing (no complete checkpoint): starting afresh")
     if params.num_processes > 1:
-        spec = {"params": params.model_dump(mode="json"), "output_dir": str(output_dir),
+        spec = {"params": {**params.model_dump(mode="json"), "report_to": params.report_to,
+                           "logging_dir": params.logging_dir}, "output_dir": str(output_dir),
                 "resume_from": str(resume_from) if resume_from else None, "base_dir": str(base_dir),
                 "train_rows": train_rows, "eval_rows": eval_rows,
                 "eval_turns": [dataclasses.asdict(t) for t in eval_turns]}
@@ -383,10 +480,15 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
         model, history = fit(model, tokenizer, train_rows, eval_rows, eval_turns, params, output_dir, resume_from)
     metrics = metrics_frame(history)
     steps = int(metrics["step"].max()) if not metrics.is_empty() else 0
+    if not params.allow_untrained and equals_parent(model, base_dir):
+        raise StageError(f"sft trained nothing: after {steps} steps on {len(train)} examples the model equals its base "
+                         f"{base} (no gradient reached the weights); nothing was published (allow_untrained=true "
+                         "publishes it anyway)")
     losses = metrics.filter((pl.col("split") == "train") & (pl.col("name") == "loss")).sort("step")["value"]
-    card = {"base": base, "data": {name: a.key for name, a in sorted(data.items())},
+    card = {"method": STAGE, "base": base, "data": {name: a.key for name, a in sorted(data.items())},
             "config": params.model_dump(mode="json"), "steps": steps, "examples": len(train),
-            "eval_examples": len(held), "metrics": final_eval(metrics), "code_version": dict(code_version()),
+            "eval_examples": len(held), "metrics": final_eval(metrics), "metrics_before": first_eval(metrics),
+            "chat_template": template.card(), "code_version": dict(code_version()),
             "resumed_from_step": int(resume_from.name.split("-")[-1]) if resume_from else None}
     save_model(model, tokenizer, out_dir, card)
     saved = read_card(out_dir)

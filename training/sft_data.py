@@ -16,12 +16,14 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from data_contracts.schemas import SFT_REJECTED, TRAJECTORY
 from data_contracts.stage import Artifact, StageError
+from inference.tokenizer import CHAT_TEMPLATE, IM_END, IM_START, PAD_TOKEN, TOOL_TAGS
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # TRL's has_generation_markers
 
@@ -51,18 +53,90 @@ def read_trajectories(artifacts: Mapping[str, Artifact]) -> pl.DataFrame:
     return frame.sort("id")
 
 
-def check_template(tokenizer: Any, where: str) -> None:
-    """The chat template must mark assistant tokens: without ``{% generation %}`` there is no assistant mask (TRL
-    would silently swap in a template of its own)."""
+KEEP, GYMFORGE, AUTO = "keep", "gymforge", "auto"
+
+
+@dataclass(frozen=True)
+class TemplateChoice:
+    """The chat template a run trains with: ``source`` is ``model`` (the base's own), ``trl`` (TRL's training
+    variant of the base's template), ``gymforge`` (inference/tokenizer.py's) or ``file:PATH``; ``reason`` says why."""
+
+    source: str
+    template: str | None  # None: the base's own, untouched
+    reason: str
+
+    def card(self) -> dict[str, str]:
+        return {"source": self.source, "reason": self.reason}
+
+
+def own_template(tokenizer: Any) -> str | None:
     template = tokenizer.chat_template
-    if isinstance(template, dict):
-        template = template.get("default")
-    if not template:
-        raise StageError(f"{where}: the tokenizer has no chat template")
-    if not GENERATION_MARKER.search(template):
-        raise StageError(f"{where}: the chat template has no {{% generation %}} markers, so assistant tokens cannot "
-                         "be masked; wrap each assistant turn and its end-of-turn token in "
-                         "{% generation %}...{% endgeneration %}")
+    return template.get("default") if isinstance(template, dict) else template
+
+
+def choose_template(tokenizer: Any, setting: str, where: str) -> TemplateChoice:
+    """The template ``setting`` (``auto``, ``keep``, ``gymforge`` or a path to a Jinja file) picks for a base.
+
+    Training needs ``{% generation %}`` markers around assistant turns (the loss mask; TRL would silently use a
+    template of its own without them), which stock templates lack. ``auto`` keeps a template that has them, else
+    takes TRL's training variant of the same template when TRL ships one (the model keeps its own format), else
+    gymforge's ChatML template with tool calls; ``keep`` refuses a template without them."""
+    own = own_template(tokenizer)
+    if setting in (AUTO, KEEP) and own and GENERATION_MARKER.search(own):
+        return TemplateChoice("model", None, "its chat template marks assistant turns with {% generation %}")
+    missing = ("has no chat template" if not own else
+               "has a chat template without {% generation %} markers, so assistant turns cannot be masked")
+    if setting == KEEP:
+        raise StageError(f"{where} {missing}; --chat-template auto or gymforge trains with gymforge's template, "
+                         "or give a template file with the markers (--chat-template PATH)")
+    if setting == AUTO:
+        trl_variant = _trl_training_template(tokenizer) if own else None
+        if trl_variant is not None:
+            return TemplateChoice("trl", trl_variant, f"the base {missing}: TRL's training variant of it is used")
+        return TemplateChoice(GYMFORGE, CHAT_TEMPLATE, f"the base {missing}: gymforge's ChatML template with tool "
+                                                       "calls is used")
+    if setting == GYMFORGE:
+        return TemplateChoice(GYMFORGE, CHAT_TEMPLATE, "asked for (--chat-template gymforge)")
+    path = Path(setting).expanduser()
+    if not path.is_file():
+        raise StageError(f"--chat-template {setting}: no such file; use auto, keep, gymforge or a Jinja file")
+    text = path.read_text(encoding="utf-8")
+    if not GENERATION_MARKER.search(text):
+        raise StageError(f"--chat-template {path}: the template has no {{% generation %}} markers; wrap each "
+                         "assistant turn and its end-of-turn token in {% generation %}...{% endgeneration %}")
+    return TemplateChoice(f"file:{path.resolve()}", text, "asked for (--chat-template PATH)")
+
+
+def _trl_training_template(tokenizer: Any) -> str | None:
+    from trl.chat_template_utils import get_training_chat_template
+
+    try:
+        return get_training_chat_template(tokenizer)
+    except ValueError:  # TRL ships no training variant of this template
+        return None
+
+
+def apply_template(model: Any, tokenizer: Any, choice: TemplateChoice) -> None:
+    """Give the tokenizer the chosen template; gymforge's needs its ChatML and tool tokens, so a base without them
+    gets them added (the embeddings grow by as many rows) and ``<|im_end|>`` as its end-of-turn (eos) token."""
+    if choice.template is None:
+        return
+    tokenizer.chat_template = choice.template
+    if choice.source != GYMFORGE:
+        return
+    from tokenizers import AddedToken
+
+    vocab = tokenizer.get_vocab()
+    wanted = [IM_START, IM_END, *TOOL_TAGS, *([PAD_TOKEN] if tokenizer.pad_token is None else [])]
+    new = [AddedToken(t, special=t not in TOOL_TAGS, normalized=False) for t in wanted if t not in vocab]
+    if new:
+        tokenizer.add_tokens(new)
+        model.resize_token_embeddings(len(tokenizer))
+    tokenizer.eos_token = IM_END
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = PAD_TOKEN
+    for config in (model.config, model.generation_config):
+        config.eos_token_id, config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
 
 
 @dataclass(frozen=True)

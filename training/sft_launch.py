@@ -17,7 +17,7 @@ def main(spec_path: str) -> None:
 
     spec = json.loads(Path(spec_path).read_text())
     params = SFTParams.model_validate(spec["params"])
-    model, tokenizer = load_base(Path(spec["base_dir"]))
+    model, tokenizer, _ = load_base(Path(spec["base_dir"]), params.chat_template)
     turns = [CallTurn(tuple(t["messages"]), tuple(t["tools"]), t["name"], t["arguments"]) for t in spec["eval_turns"]]
     output_dir = Path(spec["output_dir"])
     resume_from = Path(spec["resume_from"]) if spec["resume_from"] else None

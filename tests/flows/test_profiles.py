@@ -31,8 +31,10 @@ def test_a_path_to_yaml_is_a_profile(tmp_path: Path) -> None:
     [
         ("huge", ["unknown profile 'huge'", "tiny, default, full"]),
         ("test_double_nope: {}\n", ["unknown stage 'test_double_nope'", "known stages:", "test_double_source"]),
-        ("test_double_source: {rows: 3}\n", ["test_double_source", "rows", "allowed fields", "n (rows to generate)"]),
-        ("test_double_source: {n: many}\n", ["test_double_source", "n:", "integer"]),
+        ("test_double_source: {rows: 3}\n", ["test_double_source: rows is not a field",
+                                               "`gymforge params test_double_source` lists them"]),
+        ("test_double_source: {nn: 3}\n", ["test_double_source: nn is not a field (did you mean n?)"]),
+        ("test_double_source: {n: many}\n", ["test_double_source: n='many'", "integer"]),
         ("test_double_source: 3\n", ["section 'test_double_source' must map"]),
         ("- a\n- b\n", ["must map stage names to params"]),
     ],
@@ -43,3 +45,4 @@ def test_bad_profiles_name_the_problem(tmp_path: Path, profile: str, expected: l
         stage_params(source)
     for part in expected:
         assert part in str(error.value)
+    assert "\n" not in str(error.value)  # one line, however many fields the stage has

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from data_contracts.progress import RunProgress
 from data_contracts.schemas import RL_SAMPLE, RL_STEP, TRAINING_SUMMARY
 from data_contracts.stage import Artifact, Check, StageError, stage
 from inference.checkpoint import MODEL_DIRECTORY
@@ -37,7 +38,7 @@ def _trained_within_their_group(frame: pl.DataFrame) -> pl.Series:
                 "steps": RL_STEP.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1)})
 def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir: Path) -> dict[str, pl.DataFrame]:
     """Asynchronous RL (GRPO/GSPO, streaming rollouts with bounded staleness) of a model on RL tasks."""
-    from inference.checkpoint import read_card, save_model
+    from inference.checkpoint import equals_parent, read_card, save_model
     from inference.cpu import tune_allocator
     from inference.tokenizer import load as load_tokenizer
     from training.rl.rollout import DaskLauncher, ProcessLauncher
@@ -52,20 +53,42 @@ def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir
         shutil.rmtree(run_dir, ignore_errors=True)
     launcher = DaskLauncher(_dask_client(params.dask_address)) if params.dask_address else ProcessLauncher()
     config = params.to_config()
-    progress = _StepProgress(config.steps)
-    with progress.bar:
-        run = RLRun(base_dir, tasks, config, run_dir, engine=params.engine, launcher=launcher,
-                    on_step=progress.update, resume=params.resume, device=params.device)
-        progress.start_at(run.trainer.version)
+    run = RLRun(base_dir, tasks, config, run_dir, engine=params.engine, launcher=launcher,
+                on_step=lambda row: progress.update(row["version"], _figures(row)), resume=params.resume,
+                device=params.device)
+    with RunProgress("rl", config.steps, completed=run.trainer.version) as progress:  # a resumed run's ETA too
+        progress.update(figures={"status": "waiting for the first batch"}, log=False)
         result = run.run()
     steps = result.steps
-    summary = {"base": base, "steps": config.steps, "examples": int(result.samples["trained"].sum()),
-               "final_loss": float(steps["loss"][-1])}
-    save_model(result.model, load_tokenizer(base_dir), out_dir, {**summary, "method": "rl",
-                                                                 "config": config.model_dump(mode="json")})
+    trained = int(result.samples["trained"].sum())
+    if not params.allow_untrained and (not trained or equals_parent(result.model, base_dir)):
+        raise StageError(_untrained(result.samples, config.steps, trained))
+    summary = {"base": base, "steps": config.steps, "examples": trained, "final_loss": float(steps["loss"][-1])}
+    data = {name: a.key for name, a in sorted(inputs.items()) if a.manifest.get("kind") != "model"}
+    reward = float(steps.tail(min(3, steps.height))["reward_mean"].mean())
+    save_model(result.model, load_tokenizer(base_dir), out_dir, {
+        **summary, "method": "rl", "data": data, "metrics": {"reward": reward},
+        "config": config.model_dump(mode="json")})
     card = read_card(out_dir)
     return {"samples": result.samples, "steps": steps,
             "summary": TRAINING_SUMMARY.frame([{**summary, "parameters": card["parameters"], "dtype": card["dtype"]}])}
+
+
+def _figures(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A step's figures on the live line, in the log and the Prefect UI."""
+    return {"reward": row["reward_mean"], "loss": row["loss"], "queue": row["queue_depth"],
+            "staleness": row["staleness_mean"], "staleness max": row["staleness_max"],
+            "samples/s": row["samples_per_s"]}
+
+
+def _untrained(samples: pl.DataFrame, steps: int, trained: int) -> str:
+    """Why a run trained nothing, from what it recorded: its samples and their drop reasons."""
+    reasons = samples.filter(pl.col("drop_reason").is_not_null())["drop_reason"].value_counts(sort=True)
+    dropped = ", ".join(f"{n} {reason}" for reason, n in reasons.iter_rows()) or "none"
+    what = (f"no sample of {samples.height} carried a gradient in {steps} steps (dropped: {dropped})" if not trained
+            else f"the model after {steps} steps equals its base ({trained} samples trained)")
+    return (f"rl trained nothing: {what}; nothing was published. More steps, tasks the policy solves sometimes, or "
+            "another learning rate can help; allow_untrained=true publishes it anyway")
 
 
 def _base(inputs: Mapping[str, Artifact], params: RLParams) -> tuple[Path, str]:
@@ -87,25 +110,3 @@ def _dask_client(address: str) -> Any:
         return Client(address, timeout="10s")
     except OSError as exc:
         raise StageError(f"no Dask scheduler at {address}: {exc}") from None
-
-
-class _StepProgress:
-    """A live line per run: version, reward, queue depth, staleness, samples/s (on a terminal only)."""
-
-    def __init__(self, steps: int) -> None:
-        import os
-
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("rl"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
-                            TimeElapsedColumn(), disable=not os.isatty(2))
-        self.task = self.bar.add_task("rl", total=steps, status="waiting for the first batch")
-
-    def start_at(self, version: int) -> None:
-        self.bar.update(self.task, completed=version)
-
-    def update(self, row: Mapping[str, Any]) -> None:
-        status = (f"v{row['version']} reward {row['reward_mean']:.3f} queue {row['queue_depth']} "
-                  f"staleness {row['staleness_mean']:.2f} ({row['staleness_max']} max) "
-                  f"{row['samples_per_s']:.2f} samples/s")
-        self.bar.update(self.task, completed=row["version"], status=status)

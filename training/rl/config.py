@@ -8,7 +8,7 @@ Strategy"), temperature 0.6 for tool use and 1.0 otherwise with top-p 0.95, G sa
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -79,15 +79,16 @@ class RLConfig(Params):
                                                     "failure, instead of restarting forever")
     # -- optimization
     steps: int = Field(20, ge=1, description="optimizer steps")
-    learning_rate: float = Field(5e-5, gt=0.0, description="AdamW learning rate (STACK.md: 3e-4 collapsed the tiny "
-                                                           "model within 10 steps, 5e-5 was stable)")
+    learning_rate: float = Field(5e-5, gt=0.0, description="AdamW learning rate (on the tiny model 3e-4 collapsed "
+                                                           "within 10 steps, 5e-5 was stable)")
     warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up, constant after")
     max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="the trainer's weights (bfloat16 on GPUs; "
                                                                         "the CPU trains in float32)")
     micro_batch_size: int = Field(8, ge=1, description="samples per forward/backward; gradients accumulate over "
                                                        "micro-batches with the whole batch's normalisation")
-    checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints")
+    checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints (at most the run's "
+                                                        "steps: a shorter run checkpoints at its last step)")
     seed: int = Field(0, description="seeds sampling, task order and initialisation")
     sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="sampling of every source")
     scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings, description="task scheduling")
@@ -108,10 +109,18 @@ class RLConfig(Params):
         if self.epsilon_high < self.epsilon:
             raise ValueError(f"epsilon_high={self.epsilon_high} is below epsilon={self.epsilon}; DAPO's clip-higher "
                              "keeps epsilon_high >= epsilon")
-        if self.checkpoint_every > self.steps:
-            raise ValueError(f"checkpoint_every={self.checkpoint_every} exceeds steps={self.steps}: set it to at most "
-                             "the number of steps")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scaled(cls, raw: Any) -> Any:
+        """A checkpoint interval longer than the run is the run's length (a profile's interval fits its own
+        steps, and `--set steps=2` should not have to set it too); both name one run, so one artifact key."""
+        if isinstance(raw, dict) and "steps" in raw:
+            every = raw.get("checkpoint_every", cls.model_fields["checkpoint_every"].default)
+            if isinstance(every, int) and isinstance(raw["steps"], int) and every > raw["steps"] >= 1:
+                return {**raw, "checkpoint_every": raw["steps"]}
+        return raw
 
 
 class RLParams(RLConfig):
@@ -129,6 +138,8 @@ class RLParams(RLConfig):
     dask_address: str | None = Field(None, exclude=True, description="run the controllers as tasks on this Dask "
                                      "scheduler instead of local processes")
     device: str | None = Field(None, exclude=True, description="the trainer's device (default: cuda when present)")
+    allow_untrained: bool = Field(False, exclude=True, description="publish a run that trained no sample, or left "
+                                  "the model equal to its base (otherwise that run is an error)")
 
     def local_inputs(self) -> list[str]:
         return [self.model_name_or_path] if self.model_name_or_path else []

@@ -1,0 +1,31 @@
+"""What the commands print: tables that fit the terminal and arrive whole in a pipe or a log.
+
+Rich sizes output to the terminal, and to 80 columns when stdout is not one, so a piped table came out with cut
+headers (``vari…``) and folded keys. Here a table keeps every header whole; on a terminal rich fits the rest to its
+width, and elsewhere the table is printed at its natural width, nothing cut or wrapped.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+UNBOUNDED = 10_000  # columns to measure a table's natural width in
+
+
+def stdout_console() -> Console:
+    """The console of a command's results (its errors and progress go to stderr)."""
+    return Console(highlight=False, soft_wrap=not sys.stdout.isatty())
+
+
+def print_table(console: Console, table: Table) -> None:
+    for column in table.columns:
+        header = str(column.header)
+        column.min_width = max(column.min_width or 0, max((len(line) for line in header.splitlines()), default=0))
+    if console.is_terminal:
+        console.print(table)
+        return
+    natural = console.measure(table, options=console.options.update_width(UNBOUNDED)).maximum
+    console.print(table, width=max(natural, 1))
