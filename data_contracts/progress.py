@@ -120,8 +120,11 @@ class RunProgress:
                  traceback: TracebackType | None) -> None:
         self.close(log=kind is None)
 
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.start
+
     def event(self, final: bool = False) -> ProgressEvent:
-        elapsed = time.monotonic() - self.start
+        elapsed = self.elapsed_s()
         done = self.completed - self.started_at
         eta = (self.total - self.completed) * elapsed / done if self.total and done > 0 else None
         return ProgressEvent(self.run, self.label, self.completed, self.total, self.unit, dict(self.figures),

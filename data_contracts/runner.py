@@ -259,6 +259,18 @@ def plan(targets: Sequence[str], lookup: Lookup = get_stage) -> list[Stage]:
     return [lookup(name) for name in order]
 
 
+def planned_keys(order: Sequence[Stage], params_by_stage: Mapping[str, Mapping[str, Any]], partition: str
+                 ) -> dict[str, str]:
+    """The artifact key of every stage of a plan (inputs before their readers) with these raw params: what
+    ``execute_stage`` would publish, or find published, computed without running anything."""
+    keys: dict[str, str] = {}
+    for declared in order:
+        params = declared.parse_params(params_by_stage.get(declared.name, {}))
+        keys[declared.name] = ArtifactStore.artifact_key(declared, params, {n: keys[n] for n in declared.inputs},
+                                                         partition)
+    return keys
+
+
 def run_serially(
     store: ArtifactStore,
     catalog: Catalog,

@@ -18,6 +18,9 @@ from inference.cpu import tune_allocator
 tune_allocator()
 # Per-file download/load bars of transformers interleave across workers; the stage tables say what ran.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# Analytics are off (README): the server is started with them off, and this says it to Prefect's client too, which
+# otherwise prints a usage-data notice on a terminal; runs of deployments inherit it from `gymforge worker`.
+os.environ.setdefault("DO_NOT_TRACK", "1")
 
 import contextlib
 import json
@@ -117,6 +120,17 @@ def _global_options(
             os.environ[name] = value
     if not verbose:
         _quiet_console_logs()
+        if not sys.stderr.isatty():  # no live bar there: a line per reported step instead (a terminal gets the bar)
+            _progress_lines()
+
+
+def _progress_lines() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    progress = logging.getLogger("gymforge.progress")
+    progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+    progress.propagate = False  # a notebook's or a worker's root handlers print it their own way
 
 
 def _quiet_console_logs() -> None:
@@ -129,11 +143,16 @@ def _quiet_console_logs() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     from prefect.logging.handlers import PrefectConsoleHandler
 
+    from flows.failures import names_a_user_error
+
     user_errors = _user_errors()
 
     def not_a_user_error(record: logging.LogRecord) -> bool:
-        # the one error line (and a pipeline's summary table) say it; the engine's traceback would only bury them
-        return not (record.exc_info and isinstance(record.exc_info[1], user_errors))
+        # the one error line (and a pipeline's summary table) say it; the engine's traceback, or a task's "Finished
+        # in state Failed(... StageError: ...)" line, would only say it again
+        if record.exc_info and isinstance(record.exc_info[1], user_errors):
+            return False
+        return not (record.levelno >= logging.ERROR and names_a_user_error(record.getMessage(), user_errors))
 
     for logger in (logging.getLogger(), logging.getLogger("prefect")):
         for handler in logger.handlers:
@@ -333,25 +352,81 @@ def _catalog() -> Any:
 def artifacts_ls(
     stage: Annotated[str | None, typer.Option(help="Only this stage.")] = None,
     status: Annotated[str | None, typer.Option(help="published | quarantined")] = None,
-    kind: Annotated[str | None, typer.Option(help="data | model | index")] = None,
+    kind: Annotated[str | None, typer.Option(help="data | model | index (models: base, steps, final metric, "
+                                                  "date)")] = None,
 ) -> None:
-    """List artifacts: stage, kind, partition, key, status, rows, bytes (`show KEY` for the rest)."""
+    """List artifacts: stage, kind, partition, key, status, rows, bytes (`show KEY` for the rest); models with
+    their base, steps, final metric and date."""
     with _clean_errors():
-        frame = _catalog().query(
+        catalog = _catalog()
+        frame = catalog.query(
             "SELECT stage, kind, partition, key, status, rows, bytes FROM artifacts "
             "WHERE (? IS NULL OR stage = ?) AND (? IS NULL OR status = ?) AND (? IS NULL OR kind = ?) "
             "ORDER BY stage, partition, key",
             [stage, stage, status, status, kind, kind],
         )
-    if frame.is_empty():
-        console.print("no artifacts yet: run `gymforge demo` or `gymforge run STAGE`")
-        return
+        if frame.is_empty():
+            console.print(_nothing_listed(catalog, stage, status, kind))
+            return
+        if kind == "model":
+            frame = _model_rows(catalog, frame)
     _print_frame(frame, f"{frame.height} artifacts")
 
 
+def _nothing_listed(catalog: Any, stage: str | None, status: str | None, kind: str | None) -> str:
+    """Why ``artifacts ls`` found nothing: an empty data root, or a filter that matches nothing here."""
+    import difflib
+
+    stages = catalog.query("SELECT DISTINCT stage FROM artifacts ORDER BY stage")["stage"].to_list()
+    if not stages:
+        return f"no artifacts yet in {catalog.root}: run `gymforge demo` or `gymforge run STAGE`"
+    if stage is not None and stage not in stages:
+        close = difflib.get_close_matches(stage, stages, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return f"no artifact of stage {stage!r} in {catalog.root} ({hint}stages here: {', '.join(stages)})"
+    asked = ", ".join(f"{name} {value}" for name, value in (("stage", stage), ("status", status), ("kind", kind))
+                      if value is not None)
+    return f"no artifact with {asked} in {catalog.root}"
+
+
+def _model_rows(catalog: Any, frame: pl.DataFrame) -> pl.DataFrame:
+    """Model artifacts as people tell them apart: what they started from, how long they trained, the final figure
+    of their card, and when they were published (their manifest's time)."""
+    import datetime
+
+    import polars as pl
+
+    from data_contracts.store import ArtifactStore
+    from inference.checkpoint import model_card_of
+
+    store = ArtifactStore(catalog.root)
+    rows = []
+    for row in frame.iter_rows(named=True):
+        artifact = store.get(row["stage"], row["key"]) if row["status"] == "published" else None
+        card = model_card_of(artifact) if artifact is not None else {}
+        manifest = artifact.path / "manifest.json" if artifact is not None else None
+        published = (datetime.datetime.fromtimestamp(manifest.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
+                     if manifest is not None and manifest.is_file() else "")
+        rows.append({"stage": row["stage"], "key": row["key"], "base": str(card.get("base", "")),
+                     "steps": str(card.get("steps", "")), "final metric": _final_metric(card),
+                     "published": published, "partition": row["partition"], "status": row["status"]})
+    return pl.DataFrame(rows)
+
+
+def _final_metric(card: dict[str, Any]) -> str:
+    metrics = card.get("metrics") or {}
+    for name, label in (("loss", "eval loss"), ("reward", "reward")):
+        if isinstance(metrics.get(name), int | float):
+            return f"{label} {metrics[name]:.4g}"
+    return f"train loss {card['final_loss']:.4g}" if isinstance(card.get("final_loss"), int | float) else ""
+
+
 @artifacts_app.command("show")
-def artifacts_show(key: Annotated[str, typer.Argument(help="Artifact key (see `gymforge artifacts ls`).")]) -> None:
-    """Show one artifact's manifest and its lineage."""
+def artifacts_show(
+    key: Annotated[str, typer.Argument(help="Artifact key (see `gymforge artifacts ls`).")],
+    as_json: Annotated[bool, typer.Option("--json", help="The raw manifest as JSON.")] = False,
+) -> None:
+    """Show one artifact: what made it, its outputs and contract, its params, and its lineage."""
     from data_contracts.stage import StageError
     from data_contracts.store import ArtifactStore
 
@@ -368,11 +443,63 @@ def artifacts_show(key: Annotated[str, typer.Argument(help="Artifact key (see `g
             raise StageError(f"the catalog lists {stage}/{key} ({status}) but its files are gone; "
                              "run `gymforge artifacts fsck --repair`")
         path = published.path if published is not None else store.quarantine_path(stage, key)
-        console.print(Text.assemble((manifest["stage"], "bold"), f" {key} ({status}) at {path}"))
-        console.print_json(json.dumps(manifest, default=str))
+        if as_json:
+            console.print_json(json.dumps(manifest, default=str))
+            return
         lineage = catalog.lineage(key)
+    console.print(Text.assemble((manifest["stage"], "bold"), f" {key} ({status}) at {path}"))
+    for table in _manifest_tables(manifest):
+        print_table(console, table)
     if not lineage.is_empty():
         _print_frame(lineage, "lineage (upstream artifacts)")
+
+
+def _manifest_tables(manifest: dict[str, Any]) -> list[Table]:
+    """A manifest as people read it: what made the artifact, its outputs with their contract verdicts, its params."""
+    code = manifest.get("code_version") or {}
+    timings = ", ".join(f"{name} {seconds:.2f}" for name, seconds in (manifest.get("timings") or {}).items())
+    about = [("kind", manifest.get("kind", "data")), ("partition", manifest.get("partition")),
+             ("version", manifest.get("version")), ("resources", manifest.get("resources")),
+             ("code", f"{code.get('git_sha', '')[:12]}{' (dirty)' if code.get('dirty') else ''}"),
+             ("flow run", manifest.get("flow_run_id")), ("timings (s)", timings),
+             *((f"input {stage}", input_key) for stage, input_key in sorted((manifest.get("input_keys") or {}).items())),
+             *((f"local input {path}", digest[:16]) for path, digest in sorted((manifest.get("local_inputs") or {}).items()))]
+    facts = _two_columns("artifact", about)
+    contract = manifest.get("contract") or {}
+    outputs = Table(title="outputs", box=box.SIMPLE_HEAD)
+    for column in ("output", "rows", "bytes", "contract", "failed"):
+        outputs.add_column(column, justify="right" if column in ("rows", "bytes") else "left")
+    described = manifest.get("directory")
+    entries = [*((name, out.get("rows"), out.get("bytes")) for name, out in (manifest.get("outputs") or {}).items()),
+               *([(described["name"], len(described.get("files", {})), described.get("bytes"))] if described else [])]
+    for name, rows, size in entries:
+        verdict = contract.get(name, {})
+        failed = ", ".join(str(f.get("name", f)) if isinstance(f, dict) else str(f) for f in verdict.get("failed", []))
+        outputs.add_row(Text(name), f"{rows:,}" if isinstance(rows, int) else "", f"{size:,}" if size else "",
+                        "passed" if verdict.get("passed") else "FAILED" if verdict else "", Text(failed))
+    params = _two_columns("params", _flatten(manifest.get("params") or {}))
+    return [facts, outputs, params]
+
+
+def _two_columns(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for name, value in rows:
+        table.add_row(Text(name), Text("" if value is None else value if isinstance(value, str) else
+                                       json.dumps(value, default=str)))
+    return table
+
+
+def _flatten(params: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested params as dotted names (``sampling.max_tokens``), as `gymforge params` and `--set` name them."""
+    rows: list[tuple[str, Any]] = []
+    for name, value in params.items():
+        if isinstance(value, dict) and value:
+            rows += _flatten(value, f"{prefix}{name}.")
+        else:
+            rows.append((f"{prefix}{name}", value))
+    return rows
 
 
 @artifacts_app.command("fsck")

@@ -180,14 +180,31 @@ def read_artifact(name: str, output: str | None, profile: str, data_dir: Path | 
         if not chosen:
             raise typer.BadParameter(f"{path}: no {output or 'output'} parquet file (found {[f.name for f in files]})")
         return pl.read_parquet(chosen[0])
-    from flows.pipeline import materialize
     from flows.registry import stage_named
 
     stage = stage_named(name)
     output = output or next(o for o in stage.outputs if o != "rejected")
     if output not in stage.outputs:
         raise typer.BadParameter(f"stage {name!r} has outputs {', '.join(stage.outputs)}, not {output!r}")
-    return materialize([name], profile=profile, data_dir=data_dir)[name].read(output)
+    artifact = planned_artifact(name, profile, data_dir)
+    if artifact is None:  # not made yet: through the store, which starts what it needs
+        from flows.pipeline import materialize
+
+        artifact = materialize([name], profile=profile, data_dir=data_dir)[name]
+    return artifact.read(output)
+
+
+def planned_artifact(name: str, profile: str, data_dir: Path | None) -> Any:
+    """The artifact the profile makes of stage ``name`` when it is published already: found by its planned key,
+    with no Prefect server, cluster or flow run (an export of it takes a second, not a refresh)."""
+    from data_contracts.runner import plan, planned_keys
+    from data_contracts.store import ArtifactStore
+    from flows.profiles import stage_params
+    from flows.registry import stage_named
+    from flows.runtime import data_root
+
+    keys = planned_keys(plan([name], stage_named), stage_params(profile), "default")
+    return ArtifactStore(data_root(data_dir)).get(name, keys[name])
 
 
 def keychain_artifact(overrides: dict[str, dict[str, Any]], profile: str, data_dir: Path | None,

@@ -40,20 +40,23 @@ def check_teacher(spec: str, option: str = "--teacher") -> str:
 
 
 class RoleProgress:
-    """One line per role call or section, updated as it runs, completes or fails."""
+    """The harness's role calls as one progress display (data_contracts/progress.py): calls finished, running and
+    failed, the last one named; a log line per finished call."""
 
     def __init__(self, progress: Any) -> None:
         self.progress = progress
-        self.tasks: dict[tuple[str, str], Any] = {}
+        self.running: set[tuple[str, str]] = set()
+        self.finished = self.failed = 0
 
     def __call__(self, role: str, item: str, status: str) -> None:
-        key = (role, item)
-        label = f"{role:<16} {item}"
-        if key not in self.tasks:
-            self.tasks[key] = self.progress.add_task(label, total=1)
-        mark = {"complete": "[green]done[/]", "failed": "[red]failed[/]"}.get(status, "running")
-        self.progress.update(self.tasks[key], description=f"{label}  {mark}",
-                             completed=1 if status in ("complete", "failed") else 0)
+        if status == "running":
+            self.running.add((role, item))
+        else:
+            self.running.discard((role, item))
+            self.finished += 1
+            self.failed += status == "failed"
+        self.progress.update(self.finished, {"last": f"{role} {item}: {status}", "running": len(self.running),
+                                             "failed": self.failed}, log=status != "running")
 
 
 def _write(out: Path, run: Any) -> None:
@@ -120,8 +123,8 @@ def run(
 def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
                  overrides: dict[str, Any] | None, exclude: list[str], judge: str | None) -> Any:
     from distributed import Client
-    from rich.progress import Progress, SpinnerColumn, TextColumn
 
+    from data_contracts.progress import RunProgress
     from flows.pipeline import materialize
     from flows.runtime import Runtime
     from inference.research.harness import run_research
@@ -131,7 +134,7 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
         artifacts = materialize(["search_index", "world"], profile=profile, overrides=overrides, runtime=rt)
         engine, engine_ref = teacher_engine(teacher, artifacts["world"])
         citation_judge = teacher_engine(judge, None)[0] if judge else None
-        with Client(rt.dask_address) as client, Progress(SpinnerColumn(), TextColumn("{task.description}")) as bar:
+        with Client(rt.dask_address) as client, RunProgress("research", None, unit="call") as bar:
             if not isinstance(engine_ref, str):  # sent to every worker once, not with every section
                 engine_ref = client.scatter(engine_ref, broadcast=True)
             try:

@@ -11,15 +11,22 @@ train_app = typer.Typer(no_args_is_help=True, help="Training flows: cold-start S
 
 
 def parse_settings(settings: list[str]) -> dict[str, Any]:
-    """``--set name=value`` pairs, values read as YAML scalars (1e-3, true, 64)."""
+    """``--set name=value`` pairs, values read as YAML scalars (1e-3, true, 64); a dotted name sets a nested field
+    (``--set sampling.max_tokens=32``), as `gymforge params STAGE` lists them."""
     import yaml
 
-    out = {}
+    out: dict[str, Any] = {}
     for setting in settings:
         name, sep, value = setting.partition("=")
-        if not sep or not name.strip():
+        path = [part.strip() for part in name.split(".")]
+        if not sep or not all(path):
             raise typer.BadParameter(f"{setting!r}: write name=value, e.g. learning_rate=1e-3", param_hint="--set")
-        out[name.strip()] = yaml.safe_load(value)
+        section = out
+        for part in path[:-1]:
+            section = section.setdefault(part, {})
+            if not isinstance(section, dict):
+                raise typer.BadParameter(f"{setting!r}: {part} is set to a value already", param_hint="--set")
+        section[path[-1]] = yaml.safe_load(value)
     return out
 
 

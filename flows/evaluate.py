@@ -29,6 +29,8 @@ from data_contracts.catalog import Catalog
 from data_contracts.runner import StageRun, execute_stage, run_serially
 from data_contracts.stage import Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
+from flows.failures import fails_cleanly
+from flows.live import live_progress
 from flows.profiles import parse, stage_params
 from flows.registry import stage_named
 from flows.runtime import data_root
@@ -235,6 +237,7 @@ def _run_name() -> str:
 
 
 @flow(name="evaluate", flow_run_name=_run_name)
+@fails_cleanly
 def evaluate(
     model: str,
     suites: list[str],
@@ -265,7 +268,8 @@ def evaluate(
     evaluations, artifacts = [], []
     for run in runs:
         logger.info("evaluate %s on %s [%s] -> %s", ref.label, run.suite, run.variant, run.key)
-        result = evaluate_task(run, str(root), progress)
+        with live_progress():
+            result = evaluate_task(run, str(root), progress)
         artifact = store.get(run.stage.name, result.key)
         if artifact is None:
             raise StageError(f"the evaluation artifact {result.key} disappeared from {root} right after the run")

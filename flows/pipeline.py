@@ -29,7 +29,7 @@ from prefect.states import State
 
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
-from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan
+from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan, planned_keys
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import draw_figure, figure_markdown
@@ -216,16 +216,14 @@ def plan_dag(
     its params and artifact key; ``force`` applies to the targets only."""
     params = stage_params(profile, overrides)
     names = list(targets) if targets else sorted(n for n, s in discover().items() if s.resources == "cpu")
-    planned: dict[str, PlannedStage] = {}
-    for stage in plan(names, stage_named):
+    order = plan(names, stage_named)
+    for stage in order:
         if stage.resources != "cpu":  # a Dask worker is a daemonic process: no torch workers, no vLLM (DESIGN.md 4)
             raise StageError(f"stage {stage.name!r} needs a GPU worker, not the data DAG: run it with its flow "
                              "(`gymforge train ...`) or its deployment on the gpu pool")
-        params_json = json.dumps(params.get(stage.name, {}), sort_keys=True)
-        input_keys = {name: planned[name].key for name in stage.inputs}
-        key = _stage_key(stage.name, params_json, input_keys, partition)
-        planned[stage.name] = PlannedStage(stage.name, key, params_json, stage.inputs, force and stage.name in names)
-    return list(planned.values())
+    keys = planned_keys(order, params, partition)
+    return [PlannedStage(stage.name, keys[stage.name], json.dumps(params.get(stage.name, {}), sort_keys=True),
+                         stage.inputs, force and stage.name in names) for stage in order]
 
 
 def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any) -> dict[str, Any]:

@@ -59,8 +59,18 @@ def load_profile(profile: str) -> dict[str, dict[str, Any]]:
 def _merge(base: Overrides, extra: Overrides | None) -> dict[str, dict[str, Any]]:
     merged = {name: dict(section) for name, section in base.items()}
     for name, section in (extra or {}).items():
-        merged.setdefault(name, {}).update(section)
+        merged[name] = deep_update(merged.get(name, {}), section)
     return merged
+
+
+def deep_update(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` on top, nested settings merged field by field: overriding ``sampling.max_tokens``
+    keeps the profile's ``sampling.max_turns``."""
+    out = dict(base)
+    for name, value in extra.items():
+        out[name] = deep_update(out[name], value) if isinstance(value, Mapping) and isinstance(
+            out.get(name), Mapping) else value
+    return out
 
 
 def stage_params(profile: str, overrides: Overrides | None = None) -> dict[str, dict[str, Any]]:

@@ -22,10 +22,17 @@ def stdout_console() -> Console:
 
 def print_table(console: Console, table: Table) -> None:
     for column in table.columns:
-        header = str(column.header)
-        column.min_width = max(column.min_width or 0, max((len(line) for line in header.splitlines()), default=0))
+        header = max((len(line) for line in str(column.header).splitlines()), default=0)
+        column.min_width = max(column.min_width or 0, header)
+        if column.width is not None:
+            column.width = max(column.width, header)
     if console.is_terminal:
         console.print(table)
         return
     natural = console.measure(table, options=console.options.update_width(UNBOUNDED)).maximum
-    console.print(table, width=max(natural, 1))
+    width = console.width
+    console.width = max(natural, 1)  # print() caps a width to the console's
+    try:
+        console.print(table)
+    finally:
+        console.width = width

@@ -27,6 +27,7 @@ from data_contracts.catalog import Catalog
 from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
+from flows.failures import fails_cleanly
 from flows.figures import figure_markdown
 from flows.live import live_progress
 from flows.profiles import parse, stage_params
@@ -215,6 +216,7 @@ def run_name(flow_name: str) -> Callable[[], str]:
 
 
 @flow(name="train-sft", flow_run_name=run_name("train-sft"))
+@fails_cleanly
 def train_sft(
     data: list[str],
     base: str,
@@ -325,6 +327,7 @@ def report_rl(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
 
 
 @flow(name="train-rl", flow_run_name=run_name("train-rl"))
+@fails_cleanly
 def train_rl(
     tasks: list[str],
     base: str,

@@ -64,6 +64,18 @@ def read_card(path: Path) -> dict[str, Any]:
     return json.loads((path / MODEL_CARD).read_text(encoding="utf-8"))
 
 
+def model_card_of(artifact: Any) -> dict[str, Any]:
+    """The JSON card of a published model artifact, fetching that one file (not the weights) from an object store."""
+    described = artifact.manifest.get("directory") or {}
+    if MODEL_CARD not in described.get("files", {}):
+        return {}
+    if artifact.remote is None:
+        return read_card(artifact.path / described["name"])
+    name = f"{described['name']}/{MODEL_CARD}"
+    local = artifact.remote.fetch(name, described["files"][MODEL_CARD], described.get("sha256", {}).get(MODEL_CARD))
+    return json.loads(Path(local).read_text(encoding="utf-8"))
+
+
 _ARTIFACT_KEY = re.compile(r"^[0-9a-f]{20}$")  # data_contracts.store.ArtifactStore.artifact_key
 
 

@@ -13,12 +13,15 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from data_contracts.progress import RunProgress
 from flows.experiments import report
 from flows.experiments.config import Experiment
 from flows.experiments.core import ArmRun, Result, run_experiment
 from flows.experiments.declared import get_experiment
 from flows.experiments.pipeline import PipelineExecutor
+from flows.failures import fails_cleanly
 from flows.figures import figure_markdown
+from flows.live import live_progress
 from flows.runtime import data_root
 
 
@@ -90,6 +93,7 @@ def _run_name() -> str:
 
 
 @flow(name="experiment", flow_run_name=_run_name)
+@fails_cleanly
 def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", base: str | None = None,
                     seeds: int | None = None, data_dir: str | None = None) -> dict[str, Any]:
     """Run a declared experiment: every arm at seeds 0..seeds-1 (data, training, held-out scoring as artifacts),
@@ -117,8 +121,16 @@ def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", b
     def on_seed(partial: Result) -> None:  # the page of the seeds so far, e.g. NAME-tiny-default-1seeds.md
         report.write(partial, home / "experiments" / name, page_stem(experiment, profile, partial.seeds))
 
-    result = run_experiment(experiment, _TaskExecutor(executor), profile=profile, seeds=seeds, on_run=lambda run: (
-        logger.info("%s seed %d: %s (%.0f s)", run.arm, run.seed, run.artifacts, run.wall_s)), on_seed=on_seed)
+    def on_run(run: ArmRun) -> None:
+        logger.info("%s seed %d: %s (%.0f s)", run.arm, run.seed, run.artifacts, run.wall_s)
+        progress.update(progress.completed + 1, {"arm": run.arm, "seed": run.seed,
+                                                 "held-out reward": float(run.scores["reward"].mean()),
+                                                 "run s": run.wall_s})
+
+    runs = (seeds or experiment.seeds) * len(experiment.arms)
+    with live_progress(), RunProgress("experiment", runs, unit="run", label=f"experiment {name}") as progress:
+        result = run_experiment(experiment, _TaskExecutor(executor), profile=profile, seeds=seeds, on_run=on_run,
+                                on_seed=on_seed)
     summary = publish(result, home)
     logger.info("experiment %s: %s", name, summary["conclusion"])
     return summary

@@ -485,12 +485,19 @@ def cap(items: Sequence[EvalItem], max_items: int | None) -> list[EvalItem]:
     return [item for _, item in sorted(taken, key=lambda t: t[0])]
 
 
+def _figures(outcome: Outcome) -> dict[str, float | int]:
+    """The running figures of an evaluation: the mean sampled score so far (Avg@n over the items done) and the
+    items the engine could not serve."""
+    scores = [r["score"] for r in outcome.rows if r["strategy"] == SAMPLE and r["score"] is not None]
+    return {"score": sum(scores) / len(scores) if scores else float("nan"), "infra errors": len(outcome.infra_errors)}
+
+
 def evaluate(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary_engine: Engine | None = None,
              checkpoint: Checkpoint | None = None, progress: bool = False,
              sleep: Callable[[float], None] = time.sleep) -> Outcome:
     """Every item's rows (resuming from ``checkpoint``); items the engine could not serve are left in
     ``infra_errors`` (item -> error), never scored."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from data_contracts.progress import RunProgress
 
     cfg = ctx.config
     retry = partial(RetryingEngine, max_retries=cfg.max_retries, backoff_s=cfg.backoff_s,
@@ -504,9 +511,8 @@ def evaluate(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary
     for rows in done.values():
         outcome.rows += rows
     kinds = {item.kind for item in todo}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not progress, transient=False) as bar:
-        task = bar.add_task(f"{ctx.suite} [{ctx.variant}]", total=len(items), completed=len(done))
+    with RunProgress("evaluate", len(items), unit="item", completed=len(done), label=f"evaluate {ctx.suite} "
+                     f"[{ctx.variant}]", bar=None if progress else False) as bar:
         for kind in sorted(kinds):
             batch = cfg.batch_size if kind == "prompt" else max(1, cfg.concurrency // cfg.n_samples)
             run = run_prompts if kind == "prompt" else run_envs
@@ -521,7 +527,9 @@ def evaluate(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary
                     checkpoint.add(results)
                     for rows in results.values():
                         outcome.rows += rows
-                bar.advance(task, len(part))
+                finished = bar.completed + len(part)
+                bar.update(finished, {**_figures(outcome),
+                                      "items/s": (finished - len(done)) / max(bar.elapsed_s(), 1e-9)})
     outcome.retries = thinker.retries + (summarizer.retries if summarizer is not thinker else 0)
     outcome.rows += [infra_row(item, ctx, outcome.infra_errors[item.id]) for item in todo
                      if item.id in outcome.infra_errors]

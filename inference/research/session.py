@@ -3,8 +3,9 @@
 The journal is a JSON Lines file written as the run goes: a header naming the run (query, teacher, settings),
 then one event per role call (its inputs, every message with tool requests and observations, its output), per
 spec decision, per assembly and editorial decision, and the end of the run. It is append-only and resumable: a
-run started again on the same journal reuses every recorded call (by call id) and runs only what is missing; a
-line cut short by a killed writer is dropped on reopening. A journal of another run is refused, never mixed.
+run started again on the same journal reuses every recorded call (by call id) and runs only what is missing, and
+the decisions it replays on the way (specs, sections, assembly) are not written again; a line cut short by a killed
+writer is dropped on reopening. A journal of another run is refused, never mixed.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Journal:
         self.events: list[dict[str, Any]] = []
         if self.path is not None and self.path.exists():
             self.events = _read_events(self.path)
+        self._written = {_canonical(e) for e in self.events}
         if self.events:
             recorded = {k: self.events[0].get(k) for k in header}
             if recorded != header:
@@ -73,11 +75,17 @@ class Journal:
 
     def append(self, event: dict[str, Any]) -> None:
         self.events.append(event)
+        self._written.add(_canonical(event))
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(event, ensure_ascii=False) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
+
+    def append_once(self, event: dict[str, Any]) -> None:
+        """Append ``event`` unless the journal holds it already (a resumed run replaying a decision)."""
+        if _canonical(event) not in self._written:
+            self.append(event)
 
     def call(self, call_id: str) -> RoleResult | None:
         for event in self.events:
@@ -90,6 +98,10 @@ class Journal:
 
     def calls(self) -> list[RoleResult]:
         return [RoleResult.from_json(e["result"]) for e in self.events if e["event"] == "call"]
+
+
+def _canonical(event: dict[str, Any]) -> str:
+    return json.dumps(event, ensure_ascii=False, sort_keys=True)
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:
@@ -136,7 +148,7 @@ class Session:
         self.progress(result.role, result.branch or result.call_id, result.status)
 
     def note(self, event: str, **fields: Any) -> None:
-        self.journal.append({"event": event, **fields})
+        self.journal.append_once({"event": event, **fields})
 
 
 class ResearchStop(StageError):

@@ -5,6 +5,7 @@ cluster. Either way both runs complete and the catalog holds their artifacts."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ def test_backfill_runs_share_the_workers_cluster(tmp_path: Path) -> None:
         assert address.startswith("tcp://"), banner
         deployed = subprocess.run([GYMFORGE, "deploy"], env=env, capture_output=True, text=True, timeout=300, check=False)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        assert "schedule of data-refresh: cron '0 2 * * *' (UTC), ON" in deployed.stdout  # it says what it turned on
         before = _transitions(address)
 
         backfill = subprocess.run([GYMFORGE, "backfill", "--stage", "test_double_square", "--partitions", "w0,w1"],
@@ -55,6 +57,67 @@ def test_backfill_runs_share_the_workers_cluster(tmp_path: Path) -> None:
         worker.terminate()
         worker.wait(timeout=60)
     _assert_catalog_holds(Path(env["GYMFORGE_DATA"]), ["w0", "w1"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_background_worker_stops_on_a_signal_and_deploy_paused_turns_no_schedule_on(tmp_path, signum) -> None:
+    """Started as a shell's `gymforge worker &` starts it (SIGINT ignored), the worker still stops on SIGINT and on
+    SIGTERM: its Prefect worker process exits, and so does the data root's server it held up."""
+    import psutil
+
+    from flows.prefect_server import ServerHome
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
+    env["GYMFORGE_DATA"] = str(tmp_path / "data")
+    worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert worker.stdout is not None and "worker of pool 'gpu'" in worker.stdout.readline()
+        deployed = subprocess.run([GYMFORGE, "deploy", "--paused"], env=env, capture_output=True, text=True,
+                                  timeout=300, check=False)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        assert "schedule of data-refresh: cron '0 2 * * *' (UTC), paused (--paused)" in deployed.stdout
+        assert _data_refresh_schedule_active(env) is False
+        prefect_worker = _child_named(worker.pid, "worker start")
+        worker.send_signal(signum)
+        assert worker.wait(timeout=60) == 128 + signum
+        assert "Traceback" not in worker.stderr.read()
+        assert not psutil.pid_exists(prefect_worker) or psutil.Process(prefect_worker).status() == "zombie"
+        deadline = time.monotonic() + 30
+        while ServerHome(Path(env["GYMFORGE_DATA"])).live_record() is not None:  # its lease was the last one
+            assert time.monotonic() < deadline, "the data root's server is still up"
+            time.sleep(0.5)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def _child_named(pid: int, part: str, timeout_s: float = 60) -> int:
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for child in psutil.Process(pid).children(recursive=True):
+            try:
+                if part in " ".join(child.cmdline()):
+                    return child.pid
+            except psutil.NoSuchProcess:
+                continue
+        assert time.monotonic() < deadline, f"no child process running {part!r}"
+        time.sleep(0.2)
+
+
+def _data_refresh_schedule_active(env: dict[str, str]) -> bool:
+    from flows.prefect_server import ServerHome
+
+    import httpx
+
+    api_url = ServerHome(Path(env["GYMFORGE_DATA"])).live_record()["api_url"]
+    [deployment] = httpx.post(f"{api_url}/deployments/filter", json={"deployments": {"name": {"any_": [
+        "data-refresh"]}}}, timeout=30).json()
+    return any(schedule["active"] for schedule in deployment["schedules"])
 
 
 def test_prefect_deploy_and_prefect_worker_run_the_backfill(tmp_path: Path) -> None:

@@ -61,6 +61,19 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
     assert read_card(model)["config"]["use_cpu"] is True  # the tiny profile's setting
     assert not (data / "checkpoints" / "sft" / first["key"]).exists()  # served their purpose once published
     assert (data / "figures" / f"sft-{first['key']}.png").is_file()
+    runs = _flow_runs(data, first["key"])  # the first run and its cache hit, told apart by name
+    assert sorted(run["name"] for run in runs) == [f"train-sft base 6 steps -> {first['key'][:8]}",
+                                                   f"train-sft base 6 steps -> {first['key'][:8]} (cached)"]
+    published_run = next(run for run in runs if not run["name"].endswith("(cached)"))
+    lines = [log["message"] for log in published_run["logs"]]
+    steps = [line for line in lines if line.startswith("sft step ")]
+    assert any("loss" in line and "tokens/s" in line and "eta" in line for line in steps), lines
+    assert any(line.startswith("sft step 6/6") and "done in" in line for line in steps)
+    artifacts = {a["key"]: a for a in published_run["artifacts"]}
+    assert artifacts["sft-progress"]["data"] == 100.0 and "step 6 of 6" in artifacts["sft-progress"]["description"]
+    table = json.loads(artifacts["sft-live-metrics"]["data"])
+    assert [row["step"] for row in table][-1] == 6 and all("loss" in row for row in table[1:])
+    assert not any("Traceback" in line for line in lines)
 
     monkeypatch.setenv("GYMFORGE_DATA", str(data))
     [[completion]] = load_engine(f"hf:{first['key']}").generate(
@@ -118,6 +131,14 @@ def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, env):
     assert card["resumed_from_step"] >= saved and card["steps"] == 400
     assert not store.leftovers() or all(p.name.startswith(".tmp-") for p in store.leftovers())
 
+    # the same run uninterrupted ends with the same weights, bit for bit (the kill fell in a later epoch)
+    whole = data.parent / "uninterrupted"
+    whole.mkdir()
+    inputs = {stage: store.get(stage, input_key) for stage, input_key in planned.input_keys.items()}
+    planned.stage.run(inputs, planned.params.model_copy(update={"output_dir": str(data.parent / "whole-ck"),
+                                                                 "resume_from_checkpoint": False}), "default", whole)
+    assert _tensors(whole / "model.safetensors") == _tensors(artifact.directory / "model.safetensors")
+
 
 def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(root, env):
     data, key, base = root
@@ -136,11 +157,52 @@ def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(root, 
         assert state == "Completed"
         assert pool["concurrency_limit"] == 1 and pool["type"] == "process"
         assert deployment["concurrency_limit"] == 1 and deployment["work_pool_name"] == "gpu"
+        # a misspelt deployment parameter: the run fails with one clean line in its logs, no traceback
+        state, _, deployment = _run_deployment(api_url, {"data": [key], "base": str(base), "data_dir": str(data),
+                                                         "overrides": {"lerning_rate": 1e-3}})
+        assert state == "Failed"
+        errors = [log["message"] for log in deployment["logs"] if log["level"] >= 40]
+        assert errors == ["sft: lerning_rate is not a field (did you mean learning_rate?)"], deployment["logs"]
+        assert not any("Traceback" in log["message"] for log in deployment["logs"])
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=60)
     assert Catalog(data).query("SELECT count(*) AS n FROM artifacts WHERE stage = 'sft' AND status = 'published'"
                                )["n"][0] >= 1
+
+
+def _tensors(path: Path) -> dict[str, bytes]:
+    from safetensors.torch import load_file
+
+    return {name: tensor.numpy().tobytes() for name, tensor in load_file(str(path)).items()}
+
+
+def _flow_runs(data: Path, key: str) -> list[dict]:
+    """The training flow runs whose names carry ``key``, with their logs and artifacts, from the data root's server."""
+    import asyncio
+
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, LogFilter
+    from prefect.client.schemas.filters import LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    from flows.runtime import Runtime
+
+    async def read() -> list[dict]:
+        async with get_client() as client:
+            runs = [r for r in await client.read_flow_runs(flow_run_filter=FlowRunFilter()) if key[:8] in r.name]
+            out = []
+            for run in runs:
+                logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])),
+                                              sort=LogSort.TIMESTAMP_ASC)
+                artifacts = await client.read_artifacts(
+                    artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+                out.append({"name": run.name, "logs": [log.model_dump() for log in logs],
+                            "artifacts": [a.model_dump(mode="json") for a in artifacts]})
+            return out
+
+    with Runtime(data, dask=False):
+        return asyncio.run(read())
 
 
 def _run_deployment(api_url: str, parameters: dict) -> tuple[str, dict, dict]:
@@ -159,12 +221,16 @@ def _run_deployment(api_url: str, parameters: dict) -> tuple[str, dict, dict]:
                 while True:
                     run = await client.read_flow_run(flow_run.id)
                     if run.state is not None and run.state.is_final():
+                        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
                         pool = await client.read_work_pool("gpu")
                         deployment = await client.read_deployment(run.deployment_id)
+                        logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
                         return (run.state.name, pool.model_dump(mode="json"),
                                 {"concurrency_limit": deployment.global_concurrency_limit.limit
                                  if deployment.global_concurrency_limit else None,
-                                 "work_pool_name": deployment.work_pool_name})
+                                 "work_pool_name": deployment.work_pool_name,
+                                 "logs": [log.model_dump() for log in logs]})
                     assert time.monotonic() < deadline, f"the run is still {run.state}"
                     await asyncio.sleep(2)
 

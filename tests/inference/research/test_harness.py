@@ -170,6 +170,10 @@ def test_a_query_with_no_hits_stops_with_a_clear_reason() -> None:
         research(teacher(), "   ")
 
 
+def _canonical(event: dict) -> str:
+    return json.dumps(event, sort_keys=True)
+
+
 def test_the_journal_resumes_an_interrupted_run(tmp_path: Path, baseline) -> None:
     run, _ = baseline
     journal = tmp_path / "journal.jsonl"
@@ -188,3 +192,10 @@ def test_the_journal_resumes_an_interrupted_run(tmp_path: Path, baseline) -> Non
                    and c.role != "researcher")
     untouched = WrappedTeacher(teacher())
     assert research(untouched, journal=journal).report == first.report and untouched.requests == []
+    # the resumed journal holds each event once, as an uninterrupted run's does: nothing journaled is appended again
+    complete = [json.loads(line) for line in lines]
+    resumed_events = [json.loads(line) for line in journal.read_bytes().splitlines()]
+    assert len(resumed_events) == len(complete) and [e["event"] for e in resumed_events].count("end") == 1
+    before_the_end = [e for e in complete if e["event"] != "end"]
+    assert sorted(map(_canonical, (e for e in resumed_events if e["event"] != "end"))) == sorted(
+        map(_canonical, before_the_end))
