@@ -9,6 +9,7 @@ run's Logs tab and keeps live artifacts of them (``flows/live.py``) while the st
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 Figure = float | int | str
 
@@ -57,11 +58,11 @@ class ProgressEvent:
 
 
 def format_figure(value: Figure) -> str:
-    if isinstance(value, bool) or isinstance(value, str):
+    if isinstance(value, bool | str):
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"
-    if value != value:  # NaN: nothing measured yet
+    if math.isnan(value):  # nothing measured yet
         return "-"
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
@@ -113,7 +114,7 @@ class RunProgress:
             self._task = self._bar.add_task(self.label, total=total, completed=completed, figures="")
             self._bar.start()
 
-    def __enter__(self) -> RunProgress:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

@@ -143,7 +143,7 @@ def _quiet_console_logs() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     from prefect.logging.handlers import PrefectConsoleHandler
 
-    from flows.failures import names_a_user_error
+    from flows.failures import says_a_user_error
 
     user_errors = _user_errors()
 
@@ -152,7 +152,7 @@ def _quiet_console_logs() -> None:
         # in state Failed(... StageError: ...)" line, would only say it again
         if record.exc_info and isinstance(record.exc_info[1], user_errors):
             return False
-        return not (record.levelno >= logging.ERROR and names_a_user_error(record.getMessage(), user_errors))
+        return not (record.levelno >= logging.ERROR and says_a_user_error(record, user_errors))
 
     for logger in (logging.getLogger(), logging.getLogger("prefect")):
         for handler in logger.handlers:
@@ -463,7 +463,8 @@ def _manifest_tables(manifest: dict[str, Any]) -> list[Table]:
              ("code", f"{code.get('git_sha', '')[:12]}{' (dirty)' if code.get('dirty') else ''}"),
              ("flow run", manifest.get("flow_run_id")), ("timings (s)", timings),
              *((f"input {stage}", input_key) for stage, input_key in sorted((manifest.get("input_keys") or {}).items())),
-             *((f"local input {path}", digest[:16]) for path, digest in sorted((manifest.get("local_inputs") or {}).items()))]
+             *((f"local input {path}", f"sha256 {content.get('sha256', '')[:16]}, {content.get('files')} file(s)")
+               for path, content in sorted((manifest.get("local_inputs") or {}).items()))]
     facts = _two_columns("artifact", about)
     contract = manifest.get("contract") or {}
     outputs = Table(title="outputs", box=box.SIMPLE_HEAD)

@@ -61,7 +61,7 @@ async def _schedules(pause: bool) -> list[tuple[str, str, bool]]:
     return sorted(found)
 
 
-class Stopped(Exception):  # noqa: N818 - a signal, not an error
+class Stopped(Exception):
     """SIGINT or SIGTERM reached `gymforge worker`."""
 
     def __init__(self, signum: int) -> None:

@@ -19,8 +19,10 @@ STAGE_SFT = "sft_set"
 
 def parse_routes(spec: str) -> list[str]:
     routes = [r.strip() for r in spec.split(",") if r.strip()]
+    if not routes:
+        raise typer.BadParameter(f"--routes {spec!r}: no route was given; name one or more of {', '.join(ROUTES)}")
     unknown = [r for r in routes if r not in ROUTES]
-    if unknown or not routes:
+    if unknown:
         raise typer.BadParameter(f"--routes {spec!r}: unknown route(s) {unknown}; routes are {', '.join(ROUTES)}")
     return list(dict.fromkeys(routes))
 

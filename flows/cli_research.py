@@ -163,8 +163,13 @@ def tasks(
     from flows.pipeline import materialize
 
     chosen = [r.strip() for r in routes.split(",") if r.strip()]
-    if n < 0 or not chosen or set(chosen) - {"brief", "article"}:
-        raise typer.BadParameter("--n must be >= 0 and --routes a list of brief, article")
+    if n < 0:
+        raise typer.BadParameter(f"--n {n}: give a number of tasks >= 0")
+    if not chosen:
+        raise typer.BadParameter(f"--routes {routes!r}: no route was given; name brief, article or both")
+    if set(chosen) - {"brief", "article"}:
+        raise typer.BadParameter(f"--routes {routes!r}: unknown route(s) {sorted(set(chosen) - {'brief', 'article'})}; "
+                                 "routes are brief, article")
     artifact = materialize(["research_tasks"], profile=profile,
                            overrides={"research_tasks": {"n": n, "routes": chosen}})["research_tasks"]
     kept, rejected = artifact.read("tasks"), artifact.read("rejected")

@@ -17,6 +17,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 USER_ERROR = re.compile(r"encountered an exception (\w+):")
 """How Prefect's "Finished in state Failed(...)" lines name the exception of a failed run."""
+USER_ERROR_LINE = "gymforge_user_error"
+"""Marks the log record of a run's one error line: a command that prints the error itself leaves it off the console."""
 
 
 def fails_cleanly(fn: F) -> F:
@@ -30,7 +32,7 @@ def fails_cleanly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except StageError as exc:
-            get_run_logger().error(str(exc))
+            get_run_logger().error(str(exc), extra={USER_ERROR_LINE: True})
             _said_once()
             return Failed(message=str(exc), data=exc)
 
@@ -52,9 +54,12 @@ def _said_once() -> None:
             logger.addFilter(_SaidAlready())
 
 
-def names_a_user_error(message: str, errors: tuple[type[BaseException], ...]) -> bool:
-    """Whether a Prefect state line reports one of ``errors`` (or a subclass), which the command says itself."""
-    found = USER_ERROR.search(message)
+def says_a_user_error(record: logging.LogRecord, errors: tuple[type[BaseException], ...]) -> bool:
+    """Whether a log record says one of ``errors`` (or a subclass), which the command prints itself: the run's one
+    error line, or a Prefect state line naming the exception."""
+    if getattr(record, USER_ERROR_LINE, False):
+        return True
+    found = USER_ERROR.search(record.getMessage())
     return found is not None and found.group(1) in {cls.__name__ for cls in _with_subclasses(errors)}
 
 

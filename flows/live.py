@@ -10,6 +10,7 @@ a server that does not answer never stops a training run: the failure is logged 
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -87,7 +88,8 @@ class LiveProgress:
 
 
 def _row(event: ProgressEvent) -> dict[str, Any]:
-    figures = {name: None if value != value else value for name, value in event.figures.items()}  # NaN: not yet
+    figures = {name: None if isinstance(value, float) and math.isnan(value) else value  # NaN: not measured yet
+               for name, value in event.figures.items()}
     return {"run": event.label, event.unit: event.completed, **figures, "elapsed": format_duration(event.elapsed_s)}
 
 

@@ -29,6 +29,8 @@ def print_table(console: Console, table: Table) -> None:
     if console.is_terminal:
         console.print(table)
         return
+    for column in table.columns:  # a pipe has room: no cell is cut to a column width chosen for a terminal
+        column.width = column.max_width = None
     natural = console.measure(table, options=console.options.update_width(UNBOUNDED)).maximum
     width = console.width
     console.width = max(natural, 1)  # print() caps a width to the console's

@@ -120,8 +120,8 @@ def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides
         input_keys[artifact.stage] = artifact.key
     params, base_dir, base_name = with_base(params, base, catalog, store, input_keys)
     choice = choose_template(load_tokenizer(base_dir), params.chat_template, f"base model {base_name}")
-    notes = () if choice.template is None else (f"chat template: {choice.reason} (recorded in the model card; "
-                                                "--chat-template keep refuses instead)",)
+    notes = () if choice.template is None else (
+        f"chat template: {choice.reason} (recorded in the model card; --chat-template keep refuses instead)",)
     stage = sft_stage.with_inputs(list(input_keys))
     key = store.artifact_key(stage, params, input_keys, partition)
     checkpoints = store.home / "checkpoints" / stage.name / key

@@ -482,8 +482,8 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
     steps = int(metrics["step"].max()) if not metrics.is_empty() else 0
     if not params.allow_untrained and equals_parent(model, base_dir):
         raise StageError(f"sft trained nothing: after {steps} steps on {len(train)} examples the model equals its base "
-                         f"{base} (no gradient reached the weights); nothing was published (allow_untrained=true "
-                         "publishes it anyway)")
+                         f"{base} (no gradient reached the weights); nothing was published (--allow-untrained, or "
+                         "allow_untrained: true in the config, publishes it)")
     losses = metrics.filter((pl.col("split") == "train") & (pl.col("name") == "loss")).sort("step")["value"]
     card = {"method": STAGE, "base": base, "data": {name: a.key for name, a in sorted(data.items())},
             "config": params.model_dump(mode="json"), "steps": steps, "examples": len(train),

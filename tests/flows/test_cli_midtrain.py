@@ -11,9 +11,12 @@ from flows.cli import app
 from flows.cli_midtrain import route_overrides
 
 
-def test_an_unknown_route_is_refused(tmp_path) -> None:
-    result = CliRunner().invoke(app, ["midtrain", "--routes", "env,bogus", "--out", str(tmp_path / "out")])
-    assert result.exit_code != 0 and "bogus" in result.output
+@pytest.mark.parametrize(("routes", "message"), [("env,bogus", "bogus"), ("", "no route was given"),
+                                                 (" , ", "no route was given")])
+def test_an_unknown_or_missing_route_is_refused(tmp_path, routes: str, message: str) -> None:
+    result = CliRunner(env={"COLUMNS": "400"}).invoke(app, ["midtrain", "--routes", routes,
+                                                            "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0 and message in result.output
     assert not (tmp_path / "out").exists()
 
 

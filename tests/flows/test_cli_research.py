@@ -27,6 +27,7 @@ def gymforge(*args: str, data: Path, timeout: int) -> subprocess.CompletedProces
     (("run", "   "), "the query is empty"),
     (("run", "Zorvex Labs", "--writers", "0"), "--writers: Input should be greater than or equal to 1"),
     (("tasks", "--routes", "essay"), "brief, article"),
+    (("tasks", "--routes", ""), "no route was given"),
     (("qa", "--engine", "tiny"), "use reference"),
     (("run", "Zorvex Labs", "--judge", "reference"), "the judge must be an engine"),
 ])

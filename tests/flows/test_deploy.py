@@ -71,7 +71,7 @@ def test_a_background_worker_stops_on_a_signal_and_deploy_paused_turns_no_schedu
     env["GYMFORGE_DATA"] = str(tmp_path / "data")
     worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                              preexec_fn=_as_a_background_job)  # noqa: PLW1509 - it execs at once
     try:
         assert worker.stdout is not None and "worker of pool 'gpu'" in worker.stdout.readline()
         deployed = subprocess.run([GYMFORGE, "deploy", "--paused"], env=env, capture_output=True, text=True,
@@ -94,6 +94,11 @@ def test_a_background_worker_stops_on_a_signal_and_deploy_paused_turns_no_schedu
             worker.wait()
 
 
+def _as_a_background_job() -> None:
+    """What a non-interactive shell's `&` does to a command: SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _child_named(pid: int, part: str, timeout_s: float = 60) -> int:
     import psutil
 
@@ -110,9 +115,9 @@ def _child_named(pid: int, part: str, timeout_s: float = 60) -> int:
 
 
 def _data_refresh_schedule_active(env: dict[str, str]) -> bool:
-    from flows.prefect_server import ServerHome
-
     import httpx
+
+    from flows.prefect_server import ServerHome
 
     api_url = ServerHome(Path(env["GYMFORGE_DATA"])).live_record()["api_url"]
     [deployment] = httpx.post(f"{api_url}/deployments/filter", json={"deployments": {"name": {"any_": [

@@ -182,8 +182,13 @@ def _flow_runs(data: Path, key: str) -> list[dict]:
     import asyncio
 
     from prefect import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, LogFilter
-    from prefect.client.schemas.filters import LogFilterFlowRunId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
     from prefect.client.schemas.sorting import LogSort
 
     from flows.runtime import Runtime

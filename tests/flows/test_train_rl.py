@@ -4,8 +4,12 @@ sample audit trail and its step metrics."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -19,9 +23,11 @@ from data_contracts.store import ArtifactStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# The tiny profile's rl section, shortened: every other field is the profile's.
+# The tiny profile's rl section, shortened: every other field is the profile's. The untrained tiny model scores 0 on
+# these prompts, so nothing is learned: this test is about surviving a killed engine, and publishes anyway.
 OVERRIDES = {"steps": 6, "batch_size": 8, "num_generations": 4, "controllers": 2, "concurrency": 4,
-             "checkpoint_every": 3, "sampling": {"max_tokens": 8}}
+             "checkpoint_every": 3, "sampling": {"max_tokens": 8}, "allow_untrained": True}
+GYMFORGE = str(Path(sys.executable).parent / "gymforge")
 
 
 def kill_a_controller_holding_samples(killed: list[int], stop: threading.Event) -> None:
@@ -87,3 +93,28 @@ def test_a_task_artifact_that_offers_no_tasks_is_refused_before_anything_starts(
         plan_rl([key], str(tiny_checkpoint()), data_dir=str(data))
     with pytest.raises(StageError, match="no artifact 'nothing'"):
         plan_rl(["nothing"], str(tiny_checkpoint()), data_dir=str(data))
+
+
+def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(tmp_path):
+    """The untrained tiny model never answers these prompts right: every group has equal rewards, no sample
+    carries a gradient, and the command says so on one line and exits 1; with --allow-untrained it publishes."""
+    data = tmp_path / "data"
+    prompts = execute_stage(ArtifactStore(data), Catalog(data), double_prompts, {}, {}, "p0").key
+    base = str(tiny_checkpoint())
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")},
+           "GYMFORGE_DATA": str(data)}
+    command = [GYMFORGE, "train", "rl", "--from", base, "--tasks", prompts, "--set", "steps=2", "--set", "batch_size=8",
+               "--set", "controllers=1", "--set", "sampling.max_tokens=8"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "rl trained nothing" in line]
+    assert errors == [line for line in done.stderr.splitlines() if line.startswith("error: ")] and len(errors) == 1
+    assert "no sample of 16 carried a gradient in 2 steps (dropped: 16 equal rewards: no gradient)" in errors[0]
+    assert "ERROR" not in done.stderr and "Traceback" not in done.stderr  # said once, by the command
+    assert Catalog(data).query("SELECT * FROM artifacts WHERE stage = 'rl'").is_empty()
+
+    allowed = subprocess.run([*command, "--allow-untrained"], env=env, capture_output=True, text=True, timeout=900,
+                             check=False)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "0 of 16 consumed samples trained" in allowed.stdout
+    assert "staleness of the consumed samples mean" in allowed.stdout

@@ -1,10 +1,15 @@
 """The Prefect UI of a gymforge run, opened in headless Chromium: the page of the flow run shows the run, its task
-runs and each stage's table artifact, so the UI reaches the API of the server gymforge started."""
+runs and each stage's table artifact, so the UI reaches the API of the server gymforge started; a training run's
+Logs tab shows its loss lines and its live artifacts while it runs. With ``GYMFORGE_SCREENSHOTS=DIR`` the pages are
+also saved there as PNG files."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +68,75 @@ def test_the_ui_shows_the_run_its_task_runs_and_artifacts(runtime, browser, tmp_
     page.get_by_text("test-double-square-browser").first.wait_for(timeout=30_000)
     assert f"key {square_key}" in page.inner_text("body")
     page.close()
+
+
+def _screenshot(page, tmp_path: Path, name: str) -> Path:
+    path = Path(os.environ.get("GYMFORGE_SCREENSHOTS") or tmp_path) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def _live_progress(run_id: str) -> float | None:
+    """The percent of the run's sft-progress artifact, None before it exists."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]), key=ArtifactFilterKey(any_=["sft-progress"])))
+    return float(found[0].data) if found else None
+
+
+def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, browser, tmp_path: Path) -> None:
+    from sft_fixtures import double_trajectories, micro_base
+
+    from data_contracts.catalog import Catalog
+    from data_contracts.runner import execute_stage
+    from data_contracts.store import ArtifactStore
+
+    data = Path(runtime.root)
+    key = execute_stage(ArtifactStore(data), Catalog(data), double_trajectories, {}, {}, "ui").key
+    base = micro_base(tmp_path / "base")
+    env = {**os.environ, "GYMFORGE_DATA": str(data), "PREFECT_API_URL": f"{runtime.ui_url}/api"}
+    settings = {"max_steps": 120, "save_steps": 60, "logging_steps": 5, "max_length": 1024, "learning_rate": 3e-3,
+                "eval_tool_calls": 2}
+    command = [str(Path(sys.executable).parent / "gymforge"), "train", "sft", "--data", key, "--base", str(base),
+               "--partition", "ui", *(a for n, v in settings.items() for a in ("--set", f"{n}={v}"))]
+    training = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_id, deadline = None, time.monotonic() + 600
+        while run_id is None or not 0 < (_live_progress(run_id) or 0) < 100:  # caught in the middle of its steps
+            assert training.poll() is None, training.communicate()
+            assert time.monotonic() < deadline, "no live progress within 600 s"
+            run_id = run_id or _named_run("train-sft base 120 steps")  # renamed once planned
+            time.sleep(0.5)
+
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(f"{runtime.ui_url}/runs/flow-run/{run_id}")
+        page.get_by_text("Logs", exact=True).first.click()
+        page.get_by_text("sft step").first.wait_for(timeout=60_000)
+        body = page.inner_text("body")
+        assert "loss" in body and "tokens/s" in body and "eta" in body
+        _screenshot(page, tmp_path, "training-logs-tab")
+        page.get_by_text("Artifacts", exact=True).first.click()
+        page.get_by_text("sft-live-metrics").first.wait_for(timeout=30_000)
+        page.get_by_text("sft-progress").first.wait_for(timeout=30_000)
+        _screenshot(page, tmp_path, "training-live-artifacts")
+        page.get_by_text("sft-live-metrics").first.click()  # the table, as it stands mid-run
+        page.get_by_text("tokens/s").first.wait_for(timeout=30_000)
+        _screenshot(page, tmp_path, "training-live-metrics-table")
+        page.close()
+    finally:
+        out, err = training.communicate(timeout=900)
+    assert training.returncode == 0, out + err
+    assert _live_progress(run_id) == 100.0
+
+
+def _named_run(part: str) -> str | None:
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=part)))
+    return str(runs[0].id) if runs else None

@@ -88,7 +88,7 @@ def _untrained(samples: pl.DataFrame, steps: int, trained: int) -> str:
     what = (f"no sample of {samples.height} carried a gradient in {steps} steps (dropped: {dropped})" if not trained
             else f"the model after {steps} steps equals its base ({trained} samples trained)")
     return (f"rl trained nothing: {what}; nothing was published. More steps, tasks the policy solves sometimes, or "
-            "another learning rate can help; allow_untrained=true publishes it anyway")
+            "another learning rate can help; --allow-untrained (allow_untrained: true in the config) publishes it")
 
 
 def _base(inputs: Mapping[str, Artifact], params: RLParams) -> tuple[Path, str]:
