@@ -84,13 +84,25 @@ class LiveProgress:
         fraction = event.fraction
         update_progress_artifact(live.progress_id, 100.0 * (1.0 if event.final else fraction or 0.0),
                                  description=_markdown(event))
-        get_client(sync_client=True).update_artifact(live.table_id, ArtifactUpdate(data=json.dumps(live.rows)))
+        get_client(sync_client=True).update_artifact(live.table_id, ArtifactUpdate(data=json.dumps(_uniform(live.rows))))
 
 
 def _row(event: ProgressEvent) -> dict[str, Any]:
-    figures = {name: None if isinstance(value, float) and math.isnan(value) else value  # NaN: not measured yet
-               for name, value in event.figures.items()}
+    figures = {name: _readable(value) for name, value in event.figures.items()}
     return {"run": event.label, event.unit: event.completed, **figures, "elapsed": format_duration(event.elapsed_s)}
+
+
+def _readable(value: Any) -> Any:
+    if not isinstance(value, float):
+        return value
+    return None if math.isnan(value) else float(f"{value:.4g}")  # NaN: not measured yet
+
+
+def _uniform(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every row with every column seen so far: the UI takes a table's columns from its first row, and a run's
+    first line (an evaluation before training) has other figures than its training lines."""
+    columns = list(dict.fromkeys(name for row in rows for name in row if name != "elapsed")) + ["elapsed"]
+    return [{name: row.get(name) for name in columns} for row in rows]
 
 
 def _markdown(event: ProgressEvent) -> str:

@@ -54,7 +54,7 @@ def test_the_bar_shows_on_a_terminal_only(capsys) -> None:
 @given(st.integers(0, 10 * 24 * 3600))
 def test_durations_read_back_to_their_seconds(seconds: int) -> None:
     text = format_duration(seconds)
-    parts = dict((unit, int(n)) for n, unit in re.findall(r"(\d+)([hms])", text))
+    parts = {unit: int(n) for n, unit in re.findall(r"(\d+)([hms])", text)}
     total = parts.get("h", 0) * 3600 + parts.get("m", 0) * 60 + parts.get("s", 0)
     assert total == seconds or (seconds >= 3600 and seconds - total < 60)  # hours drop the seconds
 
