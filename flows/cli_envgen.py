@@ -26,7 +26,6 @@ def _print(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
@@ -39,7 +38,9 @@ def _print(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
 
     for row in rows:
         table.add_row(*(cell(v) for v in row.values()))
-    Console().print(table)
+    from flows.terminal import print_table, stdout_console
+
+    print_table(stdout_console(), table)
 
 
 def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str, seed: int | None,

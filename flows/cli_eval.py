@@ -38,6 +38,7 @@ def run(
     from flows.cli_train import parse_settings
     from flows.evaluate import check, evaluate
     from flows.runtime import Runtime
+    from flows.terminal import print_table, stdout_console
 
     names = _suites(suites)
     overrides = parse_settings(settings or [])
@@ -46,7 +47,7 @@ def run(
         Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
         result = evaluate(model=model, suites=names, profile=profile, overrides=overrides or None,
                           partition=partition, data_dir=str(rt.root), progress=True)
-    console = Console()
+    console = stdout_console()
     for evaluation in result["evaluations"]:
         table = Table(title=escape(f"{evaluation['suite']} [{evaluation['variant']}] {evaluation['key']} "
                                    f"({'cached' if evaluation['cached'] else 'published'})"))
@@ -55,7 +56,7 @@ def run(
         for row in evaluation["headline"]:
             if row["metric"] in ("accuracy", "avg@k", "gap", "sc_at_budget"):
                 table.add_row(*(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in HEADLINE))
-        console.print(table)
+        print_table(console, table)
         if evaluation["overlap"]:
             console.print(f"[yellow]{evaluation['overlap']} item(s) of {evaluation['suite']} appear in "
                           f"{ref.label}'s training data: flagged and left out of the figures[/yellow]")
@@ -70,10 +71,10 @@ def compare(
 ) -> None:
     """B minus A on every suite variant, strategy and width both were evaluated on: paired per item, with a
     bootstrap interval."""
-    from rich.console import Console
     from rich.table import Table
 
     from flows.evaluate import compare_models
+    from flows.terminal import print_table, stdout_console
 
     label_a, label_b, frame = compare_models(a, b, html=html)
     table = Table(title=f"B - A   (A: {label_a}, B: {label_b})")
@@ -81,17 +82,18 @@ def compare(
         table.add_column(column)
     for row in frame.iter_rows():
         table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
-    Console().print(table)
+    console = stdout_console()
+    print_table(console, table)
     if html is not None:
-        Console().print(f"report: {html}")
+        console.print(f"report: {html}")
 
 
 @eval_app.command("suites")
 def list_suites() -> None:
     """The suites and what each evaluates."""
-    from rich.console import Console
     from rich.table import Table
 
+    from flows.terminal import print_table, stdout_console
     from inference.evaluation.suites import SUITES
 
     table = Table()
@@ -99,7 +101,7 @@ def list_suites() -> None:
         table.add_column(column)
     for suite in SUITES.values():
         table.add_row(suite.name, ", ".join(suite.stages), suite.description)
-    Console().print(table)
+    print_table(stdout_console(), table)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,16 +15,16 @@ experiment_app = typer.Typer(no_args_is_help=True, help="Declared experiments th
 @experiment_app.command("ls")
 def ls() -> None:
     """The declared experiments: name, arms, trainer, primary metric, seeds and the claim each replays."""
-    from rich.console import Console
     from rich.table import Table
 
     from flows.experiments.declared import EXPERIMENTS
+    from flows.terminal import print_table, stdout_console
 
     table = Table("name", "arms", "trainer", "primary metric", "seeds", "claim")
     for e in EXPERIMENTS.values():
         trainers = sorted({arm.trainer for arm in e.arms.values()})
         table.add_row(e.name, ", ".join(e.arms), ", ".join(trainers), e.statistics.metrics[0], str(e.seeds), e.claim)
-    Console(width=160).print(table)
+    print_table(stdout_console(), table)
 
 
 @experiment_app.command("run")

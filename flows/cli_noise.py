@@ -98,7 +98,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([{k: row[k] for k in SUMMARY_KEYS} for row in summary.to_dicts()]))
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"Noisy twins at level {level}: {kept.height} kept, {rejected.height} rejected -> {out}")
@@ -107,4 +106,6 @@ def register(app: typer.Typer) -> None:
         for row in summary.iter_rows(named=True):
             table.add_row(row["transform"], str(row["level"]), f"{row['robust_success']:.2f}",
                           f"{row['naive_success']:.2f}", f"{row['naive_clean_success']:.2f}", str(row["tasks"]))
-        Console().print(table)
+        from flows.terminal import print_table, stdout_console
+
+        print_table(stdout_console(), table)

@@ -157,7 +157,6 @@ def tasks(
     out: Annotated[Path | None, typer.Option(help="Write the kept tasks here as JSON Lines.")] = None,
 ) -> None:
     """Research tasks with rubrics, through the store; prints what the searchability gate and checks kept."""
-    from rich.console import Console
     from rich.table import Table
 
     from flows.pipeline import materialize
@@ -180,7 +179,9 @@ def tasks(
         reasons = Counter(r.split(":")[0] for r in rejected.filter(rejected["route"] == route)["reason"].to_list())
         table.add_row(route, str((kept["route"] == route).sum()), str((rejected["route"] == route).sum()),
                       reasons.most_common(1)[0][0] if reasons else "")
-    Console().print(table)
+    from flows.terminal import print_table, stdout_console
+
+    print_table(stdout_console(), table)
     if out is not None:
         kept.write_ndjson(out)
         typer.echo(f"{kept.height} tasks -> {out}")

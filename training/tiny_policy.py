@@ -175,7 +175,7 @@ def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partit
         losses = train(model, examples, params, tokenizer.pad_token_id, partition)
     summary = {"base": params.size, "steps": params.steps, "examples": len(examples),
                "final_loss": losses[-1] if losses else float("nan")}
-    save_model(model, tokenizer, out_dir, summary)
+    save_model(model, tokenizer, out_dir, {**summary, "method": STAGE})
     card = read_card(out_dir)
     return {"loss_curve": LOSS_CURVE.frame(loss_curve(losses, params.log_every)),
             "summary": TRAINING_SUMMARY.frame([{**summary, "parameters": card["parameters"], "dtype": card["dtype"]}])}
