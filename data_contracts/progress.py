@@ -1,13 +1,14 @@
 """The progress of a long run (SFT, RL, evaluation, research, experiments): one display for all of them.
 
 A run reports its position and figures to a :class:`RunProgress`. On a terminal that is a live bar on stderr (the
-step, the figures, throughput and ETA); every reported line also goes to the ``gymforge.progress`` logger and to the
+step, the first figures, throughput and ETA) with each reported line printed above it; every reported line also goes to the ``gymforge.progress`` logger and to the
 listeners the host process installed with :func:`listening`. That is how a Prefect flow shows the same lines in its
 run's Logs tab and keeps live artifacts of them (``flows/live.py``) while the stages themselves import no Prefect.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -20,6 +21,7 @@ from types import TracebackType
 from typing import Any, Self
 
 Figure = float | int | str
+BAR_FIGURES = 3  # the live bar shows the first figures of a line; the line itself has them all
 
 log = logging.getLogger("gymforge.progress")
 
@@ -140,8 +142,11 @@ class RunProgress:
             self.figures = dict(figures)
         event = self.event()
         if self._bar is not None:
+            shown = dataclasses.replace(event, figures=dict(list(event.figures.items())[:BAR_FIGURES]))
             eta = f"  eta {format_duration(event.eta_s)}" if event.eta_s is not None else ""
-            self._bar.update(self._task, completed=self.completed, figures=event.text() + eta)
+            self._bar.update(self._task, completed=self.completed, figures=shown.text() + eta)
+            if log:  # the whole line scrolls above the bar, as a log would show it
+                self._bar.console.print(event.line(), markup=False, highlight=False)
         if log:
             self._report(event)
 
