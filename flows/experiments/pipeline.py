@@ -124,7 +124,8 @@ class PipelineExecutor:
         arm = experiment.arms[arm_name]
         base_stage, base_key = self.base(experiment, profile)
         data = self._build(list(arm.train_on), profile, merged(experiment.data, arm.data))
-        overrides = {**experiment.trainer_budget, **arm.train, "seed": seed}
+        # an arm that learns nothing is a result the comparison measures (its scores equal the base's), not an error
+        overrides = {**experiment.trainer_budget, **arm.train, "seed": seed, "allow_untrained": True}
         refs = [data[s] for s in arm.train_on]
         if arm.trainer == "rl":
             plan = plan_rl(refs, base_key, profile=profile, overrides=overrides, partition=self.partition,
