@@ -59,7 +59,8 @@ def test_a_research_run_writes_its_report_and_resumes(tmp_path: Path) -> None:
     result = gymforge("research", "run", query, "--profile", str(profile), "--out", str(out), data=tmp_path,
                       timeout=400)
     assert result.returncode == 0, result.stderr
-    assert "\ncomplete: " in result.stdout and "supported by their source" in result.stdout
+    assert result.stdout.startswith("complete: ") and "supported by their source" in result.stdout  # results only
+    assert "research call" in result.stderr  # the progress lines go to stderr
     assert (out / "report.md").read_text().startswith(f"# Research report: {name}")
     journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     assert journal[0]["event"] == "run" and journal[-1]["event"] == "end"
