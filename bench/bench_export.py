@@ -62,7 +62,7 @@ def main() -> None:
              f"average {load:.1f} at the end. `{STAGE}` of the tiny profile ({rows} rows) published once, then "
              f"exported {args.repeats} times by each arm in turn, each a fresh process as a user runs it (median).")
     verdict = (f"The export reads the artifact {slow / fast:.1f}x faster than the path through the store; its time "
-               "is mostly the CLI's imports (typer, rich, the stage modules the profile names).")
+               "is imports: the CLI's, the stage modules the profile names, and Prefect (for the console set-up).")
     lines = [f"\n## Export of a published artifact (bench_export.py, {time.strftime('%Y-%m-%d')})", "", setup, "",
              "| arm | seconds (median) | runs |", "| --- | --- | --- |",
              *(f"| {name} | {statistics.median(values):.2f} | {', '.join(f'{v:.2f}' for v in values)} |"
