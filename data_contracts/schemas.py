@@ -190,7 +190,7 @@ PASS_COLUMNS = _cols(
 FILTER_COLUMNS = {**PASS_COLUMNS, **_cols(pass_window=(pl.String, "the kept window lo..hi of pass counts"))}
 
 FILTERED_SEED = QA_SEED.extend("filtered_seed", "A QA seed with its difficulty-filter pass count.", FILTER_COLUMNS)
-FILTERED_SEED_REJECTED = FILTERED_SEED.rejected("too_hard | too_easy | prompt_too_long")
+FILTERED_SEED_REJECTED = FILTERED_SEED.rejected("too_hard | too_easy | prompt_too_long | answer_over_cap")
 
 PASS_HISTOGRAM = Record("pass_histogram", "How many items reached each pass count.", _cols(
     pass_count=(pl.Int64, "a pass count, 0..k"),

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 TINY = "tiny"
 PROMPT_TOO_LONG = "prompt_too_long"
-REASONS = ("too_hard", "too_easy", PROMPT_TOO_LONG)
+ANSWER_OVER_CAP = "answer_over_cap"
+REASONS = ("too_hard", "too_easy", PROMPT_TOO_LONG, ANSWER_OVER_CAP)
 
 
 class FilterParams(Params):
@@ -112,6 +113,21 @@ def split_by_window(frame: pl.DataFrame, pass_counts: Sequence[int], params: Fil
         REJECTED: scored.filter(pl.col("reason").is_not_null()),
         "histogram": histogram,
     }
+
+
+def cap_per_answer(kept: pl.DataFrame, rejected: pl.DataFrame, cap: int | None,
+                   column: str = "answer") -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Keep at most ``cap`` rows per answer (case- and space-insensitive) so that a policy guessing the most common
+    answer stops earning reward; the rest move to ``rejected`` as ``answer_over_cap``. Which rows stay is decided by
+    a hash of each row's ``id``, so the choice is stable across runs and independent of row order."""
+    if cap is None or kept.is_empty():
+        return kept, rejected
+    normal = pl.col(column).str.to_lowercase().str.strip_chars()
+    ranked = kept.with_columns(
+        pl.col("id").hash(seed=0).rank("ordinal").over(normal).alias("_rank")
+    )
+    over = ranked.filter(pl.col("_rank") > cap).drop("_rank").with_columns(pl.lit(ANSWER_OVER_CAP).alias("reason"))
+    return ranked.filter(pl.col("_rank") <= cap).drop("_rank"), pl.concat([rejected, over], how="diagonal_relaxed")
 
 
 def filter_outputs(kept: str, record: Record, rejected: Record) -> dict[str, Contract]:

@@ -92,6 +92,9 @@ class KeyChainParams(LengthParams):
         7500, ge=0, description="regular long-context QA examples from other kept seeds: same extension and "
         "placement, the question asked directly (LoongRL Table 1: 7,500 standard multi-hop QA)")
     split: str = Field("train", description="only seeds (and distractor documents) of this split are used")
+    items_from: Literal["kept", "all"] = Field(
+        "kept", description="items from the difficulty filter's kept seeds (training data), or from every seed of "
+        "the split, kept and rejected (a held-out set that the reference policy's skill did not choose)")
     key_format: Literal["uuid32", "hex8"] = Field(
         "uuid32", description="uuid32: 32 uppercase hex characters (the report); hex8: 8 lowercase hex (authors' code)"
     )
@@ -463,7 +466,8 @@ def prepare(inputs: Mapping[str, Artifact], params: KeyChainParams) -> tuple[pl.
     kept, rejected = frames["seeds"], frames[REJECTED]
     pool = build_pool(rejected, kept, params.min_pool_docs)
     questions = pl.concat([kept.select("id", "question"), rejected.select("id", "question")])
-    return select_items(kept, params), pool, questions
+    sources = kept if params.items_from == "kept" else pl.concat([kept, rejected.drop("reason")], how="diagonal_relaxed")
+    return select_items(sources, params), pool, questions
 
 
 def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) -> dict[str, pl.DataFrame]:

@@ -9,11 +9,11 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED
-from data_contracts.stage import Artifact, stage
+from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.rewards import get_reward
 from inference.agent import QA_PROMPT_TOKENS, AgentConfig, qa_prompt_items, rollout_prompts
 from inference.engine import Engine
-from tasks.difficulty import FilterParams, filter_outputs, split_by_window, with_engine
+from tasks.difficulty import FilterParams, cap_per_answer, filter_outputs, split_by_window, with_engine
 
 
 class QAFilterParams(FilterParams):
@@ -21,6 +21,10 @@ class QAFilterParams(FilterParams):
     reward: str = Field("two_way", description="reward function of envgen/rewards.py REWARDS scoring an answer")
     max_prompt_tokens: int = Field(
         QA_PROMPT_TOKENS, gt=0, description="documents are cut (by characters, ~4 per token) so the prompt stays short"
+    )
+    max_per_answer: int | None = Field(
+        None, ge=1, description="keep at most this many seeds per answer (the rest rejected as answer_over_cap), "
+        "so guessing the commonest answer stops paying; None keeps all",
     )
 
 
@@ -30,12 +34,14 @@ def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> di
     groups = rollout_prompts(engine, qa_prompt_items(seeds, params.max_prompt_tokens), params.k, get_reward(params.reward),
                              config, source="qa_filtered", batch_size=params.batch_size)
     pass_counts = [sum(t.verified for t in group) for group in groups]
-    return split_by_window(seeds, pass_counts, params, kept="seeds")
+    outputs = split_by_window(seeds, pass_counts, params, kept="seeds")
+    outputs["seeds"], outputs[REJECTED] = cap_per_answer(outputs["seeds"], outputs[REJECTED], params.max_per_answer)
+    return outputs
 
 
 @stage(
     name="qa_filtered",
-    version="2",  # 2: the two-way reward refuses candidate lists, padding and name fragments
+    version="3",  # 3: an optional cap of kept seeds per answer
     inputs=("qa_seeds", "tiny_policy"),
     params=QAFilterParams,
     outputs=filter_outputs("seeds", FILTERED_SEED, FILTERED_SEED_REJECTED),

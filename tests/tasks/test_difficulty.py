@@ -13,7 +13,7 @@ from longctx_fixtures import vault_seeds
 
 from inference.agent import prompt_docs, qa_prompt
 from inference.testing import BernoulliTestEngine
-from tasks.difficulty import plot_pass_histogram, split_by_window, verdict
+from tasks.difficulty import ANSWER_OVER_CAP, cap_per_answer, plot_pass_histogram, split_by_window, verdict
 from tasks.qa_filtered import QAFilterParams, filter_qa
 
 K = 8
@@ -82,6 +82,31 @@ def test_window_split_is_a_partition(counts, window):
     assert out["histogram"]["n"].sum() == len(counts)
     for count, reason in out["rejected"].select("pass_count", "reason").iter_rows():
         assert reason == verdict(count, K, window) and reason is not None
+
+
+@given(answers=st.lists(st.sampled_from(["Niue", "niue ", "Oslo", "Lima", "Quito"]), max_size=40),
+       cap=st.integers(1, 6), shuffle_seed=st.integers(0, 10))
+def test_answer_cap_bounds_every_answer_and_loses_no_row(answers, cap, shuffle_seed):
+    kept = pl.DataFrame({"id": [f"s{i}" for i in range(len(answers))], "answer": answers},
+                        schema={"id": pl.String, "answer": pl.String})
+    rejected = kept.clear().with_columns(pl.lit(None, dtype=pl.String).alias("reason"))
+    capped, over = cap_per_answer(kept, rejected, cap)
+    normal = [a.strip().lower() for a in capped["answer"]]
+    for answer in set(normal):  # "Niue" and "niue " are one answer
+        assert normal.count(answer) == min(cap, [a.strip().lower() for a in answers].count(answer))
+    assert sorted(capped["id"].to_list() + over["id"].to_list()) == sorted(kept["id"].to_list())
+    assert set(over["reason"]) <= {ANSWER_OVER_CAP}
+    # The choice depends on the rows, not their order.
+    shuffled, _ = cap_per_answer(kept.sample(fraction=1.0, shuffle=True, seed=shuffle_seed), rejected, cap)
+    assert set(shuffled["id"]) == set(capped["id"])
+
+
+def test_filter_caps_the_commonest_answer():
+    seeds = vault_seeds(12).with_columns(pl.Series("answer", ["Niue"] * 9 + ["Oslo", "Lima", "Quito"]))
+    params = QAFilterParams(k=K, max_per_answer=2)
+    out = filter_qa(seeds, engine_for(seeds, [4] * 12, params), params)
+    assert out["seeds"]["answer"].value_counts().sort("answer")["count"].to_list() == [1, 2, 1, 1]
+    assert out["rejected"]["reason"].to_list() == [ANSWER_OVER_CAP] * 7
 
 
 @pytest.mark.parametrize("window", [(3, 2), (-1, 4), (0, K + 1)])

@@ -191,6 +191,15 @@ def test_eval_seeds_are_never_used():
     assert not any("Entry v" in p or "Entry w" in p for p in frame["prompt"])
 
 
+def test_a_held_out_set_draws_on_every_seed_of_its_split_not_only_the_kept():
+    kept, rejected = seed_frame(3, "k", split="eval"), seed_frame(40, "w", split="eval")
+    qa = FrameArtifact({"seeds": kept, "rejected": rejected.with_columns(pl.lit("too_hard").alias("reason"))})
+    only_kept = run({"n": 8, "n_regular": 0, "split": "eval"}, qa=qa)["keychain"]
+    every = run({"n": 8, "n_regular": 0, "split": "eval", "items_from": "all"}, qa=qa)["keychain"]
+    assert only_kept.height == 3 and every.height == 8
+    assert any(s.startswith("w") for s in every["seed_id"])
+
+
 def test_a_local_tokenizer_directory_measures_the_same(tmp_path, default_run):
     from inference.tokenizer import save
 
