@@ -41,6 +41,9 @@ class Executor(Protocol):
     def score_base(self, experiment: Experiment, profile: str) -> pl.DataFrame | None:
         """The base model's held-out scores (the reference every arm moved from), None when not measured."""
 
+    def priors(self, experiment: Experiment, profile: str) -> dict[str, pl.DataFrame]:
+        """Prior-only baselines' held-out scores (flows/experiments/priors.py), by label; empty when none apply."""
+
 
 @dataclass(frozen=True)
 class Result:
@@ -51,6 +54,7 @@ class Result:
     comparisons: dict[tuple[str, str], list[Comparison]]  # (metric, group) -> one per declared comparison
     wall_s: float
     base: dict[tuple[str, str], Estimate] = field(default_factory=dict)  # the untrained base model, same units
+    priors: dict[str, dict[tuple[str, str], Estimate]] = field(default_factory=dict)  # label -> as base
 
     @property
     def primary(self) -> list[Comparison]:
@@ -110,11 +114,26 @@ def run_experiment(experiment: Experiment, executor: Executor, *, profile: str =
         if on_seed is not None and seed < seeds - 1:
             on_seed(analyse(experiment, profile, seed + 1, list(runs), time.perf_counter() - started, stats_seed))
     base = executor.score_base(experiment, profile)
-    return analyse(experiment, profile, seeds, runs, time.perf_counter() - started, stats_seed, base)
+    return analyse(experiment, profile, seeds, runs, time.perf_counter() - started, stats_seed, base,
+                   executor.priors(experiment, profile))
+
+
+def estimates(experiment: Experiment, scores: pl.DataFrame, units: Sequence[tuple[str, str]]
+              ) -> dict[tuple[str, str], Estimate]:
+    """One model's (or baseline's) scores as an interval over units, per (metric, group) of ``units``."""
+    stats = experiment.statistics
+    out = {}
+    for metric, group in units:
+        values = list(unit_values(scores if group == ALL else scores.filter(pl.col("source") == group), metric,
+                                  stats.pass_k).values())
+        if values:
+            out[(metric, group)] = bootstrap_ci(values, resamples=stats.resamples, confidence=stats.confidence)
+    return out
 
 
 def analyse(experiment: Experiment, profile: str, seeds: int, runs: list[ArmRun], wall_s: float,
-            stats_seed: int = 0, base_scores: pl.DataFrame | None = None) -> Result:
+            stats_seed: int = 0, base_scores: pl.DataFrame | None = None,
+            prior_scores: dict[str, pl.DataFrame] | None = None) -> Result:
     stats = experiment.statistics
     comparisons: dict[tuple[str, str], list[Comparison]] = {}
     for metric in stats.metrics:
@@ -129,11 +148,8 @@ def analyse(experiment: Experiment, profile: str, seeds: int, runs: list[ArmRun]
     if (stats.metrics[0], ALL) not in comparisons:
         raise ValueError(f"experiment {experiment.name}: the primary metric {stats.metrics[0]} has no unit scored in "
                          "every run")
-    base = {}
-    if base_scores is not None:
-        for metric, group in comparisons:
-            scores = base_scores if group == ALL else base_scores.filter(pl.col("source") == group)
-            values = list(unit_values(scores, metric, stats.pass_k).values())
-            if values:
-                base[(metric, group)] = bootstrap_ci(values, resamples=stats.resamples, confidence=stats.confidence)
-    return Result(experiment, profile, seeds, runs, comparisons, wall_s, base)
+    base = estimates(experiment, base_scores, list(comparisons)) if base_scores is not None else {}
+    # a prior's expected reward is no sampled attempt: only the mean reward is defined for it
+    units = [(metric, group) for metric, group in comparisons if metric == "mean_reward"]
+    priors = {label: estimates(experiment, scores, units) for label, scores in (prior_scores or {}).items()}
+    return Result(experiment, profile, seeds, runs, comparisons, wall_s, base, priors)

@@ -35,6 +35,11 @@ def base_task(executor: PipelineExecutor, experiment: Experiment, profile: str) 
     return executor.score_base(experiment, profile)
 
 
+@task(task_run_name="prior-only baselines", cache_policy=NO_CACHE)
+def priors_task(executor: PipelineExecutor, experiment: Experiment, profile: str) -> dict[str, pl.DataFrame]:
+    return executor.priors(experiment, profile)
+
+
 class _TaskExecutor:
     """Each arm run a Prefect task of the flow run (its state, timing and logs in the UI)."""
 
@@ -46,6 +51,9 @@ class _TaskExecutor:
 
     def score_base(self, experiment: Experiment, profile: str) -> pl.DataFrame:
         return base_task(self.inner, experiment, profile)
+
+    def priors(self, experiment: Experiment, profile: str) -> dict[str, pl.DataFrame]:
+        return priors_task(self.inner, experiment, profile)
 
 
 def configured(name: str, budget: str = "default", base: str | None = None) -> Experiment:

@@ -119,6 +119,24 @@ class PipelineExecutor:
         key = self._score(experiment, self.base(experiment, profile), self._heldout(experiment, profile), 0)
         return self.store.get("heldout_score", key).read("scores")
 
+    def priors(self, experiment: Experiment, profile: str) -> dict[str, pl.DataFrame]:
+        """Each arm's prior-only baselines on the held-out prompt tasks, from the answers of its training data."""
+        from flows.experiments.priors import prior_scores
+        from training.rl.sources import load_tasks
+
+        def tasks(keys: dict[str, str]) -> list:
+            try:
+                return load_tasks({stage: self.store.get(stage, key) for stage, key in keys.items()})
+            except StageError:  # e.g. trajectories for SFT: no answers to take a prior from
+                return []
+
+        heldout = tasks(self._heldout(experiment, profile))
+        out = {}
+        for name, arm in experiment.arms.items():
+            train = tasks(self._build(list(arm.train_on), profile, merged(experiment.data, arm.data)))
+            out.update({f"{name}: {label}": scores for label, scores in prior_scores(train, heldout).items()})
+        return out
+
     def run(self, experiment: Experiment, arm_name: str, seed: int, profile: str) -> ArmRun:
         started = time.perf_counter()
         arm = experiment.arms[arm_name]

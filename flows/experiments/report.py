@@ -69,6 +69,13 @@ def markdown(result: Result, figure: Path | None = None) -> str:
                   "| metric | held-out group | base model |", "|---|---|---|"]
         lines += [f"| {metric} | {group} | {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] |"
                   for (metric, group), e in result.base.items()]
+    if result.priors:
+        lines += ["", ("Prior-only baselines: the expected reward of answering from the training answers alone, "
+                       "without reading (flows/experiments/priors.py); an arm below them learned nothing beyond the "
+                       "answer distribution:"), "", "| baseline | metric | held-out group | expected reward |",
+                  "|---|---|---|---|"]
+        lines += [f"| {label} | {metric} | {group} | {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] |"
+                  for label, estimates in result.priors.items() for (metric, group), e in estimates.items()]
     lines += ["", "## Conclusion", "", conclusion(result), ""]
     if figure is not None:
         lines += [f"![learning curves]({figure.name})", ""]

@@ -50,4 +50,5 @@ def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path
     text = page.read_text()
     assert "| mean_reward | all | fast − slow |" in text and "## Conclusion" in text
     assert "| mean_reward | all | " in text.split("The base model before training")[1]  # scored once, a cache hit after
+    assert "| fast: most common training answer | mean_reward | all |" in text  # the prior-only baselines
     assert (page.parent / "flow_test-tiny-default-model-1seeds.scores.parquet").is_file()
