@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 tokenizer_app = typer.Typer(no_args_is_help=True, help="gymforge's byte-level BPE tokenizer.")
-model_app = typer.Typer(no_args_is_help=True, help="The embedded tiny policy model.")
+model_app = typer.Typer(no_args_is_help=True, help="Models: the embedded tiny policy, pretrained imports.")
 
 
 def corpus_files(paths: list[Path]) -> list[Path]:
@@ -87,6 +87,39 @@ def model_init(
 
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     typer.echo(f"model: {size}, {parameter_count(model):,} parameters -> {path}")
+
+
+@model_app.command("import")
+def model_import(
+    source: Annotated[Path, typer.Argument(help="A .gguf file or a transformers checkpoint directory.")],
+    chat_template: Annotated[str, typer.Option(help="auto, keep, gymforge or a Jinja file with {% generation %} "
+                                                    "markers (as `train sft --chat-template`).")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16 (a GGUF file is dequantized to it).")] = "float32",
+    data_dir: Annotated[Path | None, typer.Option(help="Data root (default $GYMFORGE_DATA or ./data).")] = None,
+) -> None:
+    """Import a pretrained checkpoint as a model artifact (card, tokenizer, a chat template with gymforge's tool-call
+    format when the source's cannot train): a base for `train sft --base KEY`, `eval`, `serve`."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.runner import execute_stage
+    from data_contracts.stage import StageError
+    from data_contracts.store import ArtifactStore
+    from flows.registry import stage_named
+    from flows.runtime import data_root
+    from inference.checkpoint import model_card_of
+
+    root = data_root(data_dir)
+    store, catalog = ArtifactStore(root), Catalog(root)
+    importer = stage_named("imported_model")
+    try:
+        params = importer.parse_params({"source": str(source), "chat_template": chat_template, "dtype": dtype})
+        run = execute_stage(store, catalog, importer, params, {}, "default")
+    except StageError as exc:
+        raise typer.BadParameter(str(exc), param_hint="SOURCE") from None
+    card = model_card_of(store.get("imported_model", run.key))
+    typer.echo(f"imported {source.name}: {card['parameters']:,} parameters ({card['dtype']}), chat template "
+               f"{card['chat_template']['source']} ({card['chat_template']['reason']})"
+               f"{' (cached)' if run.cached else ''}")
+    typer.echo(f"model key: {run.key}   e.g. gymforge train sft --base {run.key}")
 
 
 def serve(

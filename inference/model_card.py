@@ -15,7 +15,8 @@ import yaml
 
 README = "README.md"
 TRAINERS = {"sft": "cold-start SFT with TRL's `SFTTrainer`", "rl": "asynchronous RL (GRPO/GSPO with bounded "
-            "staleness, `training/rl/`)", "tiny_policy": "next-token pretraining of the embedded tiny policy"}
+            "staleness, `training/rl/`)", "tiny_policy": "next-token pretraining of the embedded tiny policy",
+            "imported_model": "imported from a pretrained checkpoint (`gymforge model import`), weights unchanged"}
 
 
 def model_card(card: Mapping[str, Any], versions: Mapping[str, str]) -> str:

@@ -109,3 +109,45 @@ class NoParams(Params):
 def double_trajectories(inputs, params: NoParams, partition: str) -> dict[str, pl.DataFrame]:
     """Test double: ten short tool-calling conversations, as a published trajectory artifact."""
     return {"trajectories": trajectories(10)}
+
+
+def write_gguf(checkpoint: Path, out: Path) -> Path:
+    """``checkpoint`` (a Qwen2 model and gymforge's byte-level BPE) written as an unquantized GGUF file, as llama.cpp
+    converts one: architecture metadata, the tokenizer as a gpt2-style token list with merges, the chat
+    template, tensors under GGUF names."""
+    import gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
+    template = AutoTokenizer.from_pretrained(str(checkpoint)).chat_template
+    config = model.config
+    spec = json.loads((checkpoint / "tokenizer.json").read_text(encoding="utf-8"))
+    added = {t["content"]: t["id"] for t in spec.get("added_tokens", [])}
+    by_id = {i: t for t, i in {**spec["model"]["vocab"], **added}.items()}
+    tokens = [by_id[i] for i in range(len(by_id))]
+    writer = gguf.GGUFWriter(str(out), "qwen2")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(float((config.rope_parameters or {}).get("rope_theta", 10000.0)))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t in added else gguf.TokenType.NORMAL for t in tokens])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]])
+    writer.add_eos_token_id(config.eos_token_id)
+    writer.add_pad_token_id(config.pad_token_id)
+    writer.add_chat_template(template)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        base, _, suffix = name.rpartition(".")
+        if (mapped := names.get_name(base)) is not None:  # lm_head: tied to the embeddings, not stored
+            writer.add_tensor(f"{mapped}.{suffix}", tensor.float().numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
