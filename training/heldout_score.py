@@ -34,6 +34,8 @@ class HeldoutScoreParams(Params):
     max_tokens: int = Field(48, gt=0, description="output tokens per engine call")
     max_turns: int = Field(4, gt=0, description="agent turns per environment episode")
     concurrency: int = Field(8, ge=1, description="attempts in flight at once (one continuous batcher)")
+    small_tools: int | None = Field(None, ge=0, description="offer each environment task's tools plus this many "
+                                    "distractors with compact schemas, as the policy trained on (None: as built)")
     model_name_or_path: str | None = Field(None, description="a local transformers directory to score; None when "
                                                              "the model is a model artifact input")
 
@@ -62,7 +64,7 @@ def heldout_score(inputs: Mapping[str, Artifact], params: HeldoutScoreParams, pa
         raise StageError(f"heldout_score scores exactly one model: a model artifact input or model_name_or_path "
                          f"(got {len(models)} model inputs, model_name_or_path={params.model_name_or_path!r})")
     model_dir = Path(models[0].directory) if models else Path(str(params.model_name_or_path))
-    tasks = load_tasks({name: a for name, a in inputs.items() if a.manifest.get("kind") != "model"})
+    tasks = load_tasks({name: a for name, a in inputs.items() if a.manifest.get("kind") != "model"}, params.small_tools)
     if params.max_tasks:
         tasks = sorted(tasks, key=lambda t: _stable_order(t.task_id))[: params.max_tasks]
     config = RLConfig(concurrency=params.concurrency, seed=params.seed, sampling={

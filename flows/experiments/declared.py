@@ -25,6 +25,10 @@ HELDOUT_QA = {"keychain": {"n": 12, "n_regular": 12, "split": "eval"}}
 # answer's type. KeyChain items stay out of it: they are the keychain arm's training data. Measured in EXPERIMENTS.md.
 LONG_QA_BASE = {"model": "tiny_policy", "sft_on": ["midtrain_longctx"], "sft": {"max_steps": 300}}
 LONG_QA = {"midtrain_longctx": {"n_keychain": 0, "n_qa": 256, "answer": "direct", "qa_doc_chars": 4000}}
+# Environment tasks are read as small environments (task tools + 3 distractors, compact schemas) in training, RL and
+# held-out scoring alike, as small_envs' cold-start trajectories show them: the full environments render to
+# 5.1K-19.4K tokens against the tiny model's 4,096 positions, so every episode ended before the policy wrote.
+SMALL_TOOLS = 3
 RL_BUDGETS = {"smoke": {"steps": 12, "batch_size": 16, "num_generations": 4, "checkpoint_every": 12, "controllers": 1},
               "default": {"steps": 60, "batch_size": 16, "num_generations": 4, "checkpoint_every": 20}, "profile": {}}
 SFT_BUDGETS = {"smoke": {"max_steps": 60}, "default": {"max_steps": 300}, "profile": {}}
@@ -62,9 +66,11 @@ NOISE_CURRICULUM = Experiment(
     data=WORLD,  # the same world (and so the same tiny_policy) as the KeyChain experiments
     arms={"curriculum": {"description": "clean tasks plus noisy twins admitted by the noise curriculum controller",
                          "train_on": ["environments", "noisy_tasks"],
-                         "train": {"scheduling": {"noise_curriculum": True}}},
-          "clean": {"description": "the same clean tasks only", "train_on": ["environments"]}},
-    evaluation={"heldout": ["eval_random_envs", "noisy_eval"], "score": {"k": 2, "max_turns": 4}},
+                         "train": {"scheduling": {"noise_curriculum": True}, "small_tools": SMALL_TOOLS}},
+          "clean": {"description": "the same clean tasks only", "train_on": ["environments"],
+                    "train": {"small_tools": SMALL_TOOLS}}},
+    evaluation={"heldout": ["eval_random_envs", "noisy_eval"],
+                "score": {"k": 2, "max_turns": 4, "small_tools": SMALL_TOOLS}},
     statistics={"metrics": ["noisy_score", "robustness_gap", "clean_score"]},
     budgets=RL_BUDGETS,
     notes=("The base is cold-started on small_envs' golden trajectories (SFT), so tool-call formats are known before "
@@ -84,7 +90,7 @@ MIDTRAIN_AUGMENTATION = Experiment(
           "plain": {"description": "the environment trajectories alone", "train_on": ["midtrain_env"],
                     "trainer": "sft"}},
     data=WORLD,
-    evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4}},
+    evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4, "small_tools": SMALL_TOOLS}},
     statistics={"metrics": ["pass_at_k", "mean_reward"], "pass_k": 4},
     budgets=SFT_BUDGETS, curve="loss",
     notes="Same SFT steps for both arms: the augmented arm sees more distinct data per step, not more steps.",
@@ -103,7 +109,7 @@ KCG_SELECTION = Experiment(
           "full": {"description": "every candidate", "train_on": ["sft_set"], "trainer": "sft",
                    "data": {"sft_set": {"k": 100000}}}},
     data=WORLD,
-    evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4}},
+    evaluation={"heldout": ["eval_random_envs"], "score": {"k": 4, "max_turns": 4, "small_tools": SMALL_TOOLS}},
     statistics={"metrics": ["pass_at_k", "mean_reward"], "pass_k": 4},
     budgets=SFT_BUDGETS, curve="loss",
     notes=("The three arms select from the same candidates with the same per-route quotas (`selection: random` "

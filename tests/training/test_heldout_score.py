@@ -37,3 +37,17 @@ def test_exactly_one_model_is_scored(tmp_path):
     prompts = execute_stage(ArtifactStore(data), Catalog(data), double_prompts, {}, {}, "p0").key
     with pytest.raises(StageError, match="exactly one model"):
         _score(data, prompts, {"k": 1})
+
+
+def test_environment_tasks_are_read_in_the_small_view_asked_for(tmp_path, monkeypatch):
+    from training.rl import sources
+
+    seen = []
+    real = sources.load_tasks
+    monkeypatch.setattr(sources, "load_tasks", lambda inputs, small_tools=None: seen.append(small_tools) or real(
+        inputs, small_tools))
+    data = tmp_path / "data"
+    prompts = execute_stage(ArtifactStore(data), Catalog(data), double_prompts, {}, {}, "p0").key
+    _score(data, prompts, {"model_name_or_path": str(tiny_checkpoint()), "k": 1, "max_tasks": 1, "max_tokens": 2,
+                           "small_tools": 3})
+    assert seen == [3]

@@ -47,7 +47,7 @@ def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir
 
     tune_allocator()  # before torch allocates (inference/cpu.py)
     base_dir, base = _base(inputs, params)
-    tasks = load_tasks({name: a for name, a in inputs.items() if a.manifest.get("kind") != "model"})
+    tasks = load_tasks({name: a for name, a in inputs.items() if a.manifest.get("kind") != "model"}, params.small_tools)
     run_dir = Path(params.output_dir) if params.output_dir else out_dir.parent / "run"
     if not params.resume:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -130,6 +130,8 @@ class RLParams(RLConfig):
 
     model_name_or_path: str | None = Field(None, description="a local transformers directory to start from; None "
                                                               "when the base is a model artifact input")
+    small_tools: int | None = Field(None, ge=0, description="offer each environment task's tools plus this many "
+                                    "distractors with compact schemas, as small_envs trains on (None: as built)")
     engine: str | None = Field(None, exclude=True, description="the controllers' engine spec (openai:URL#MODEL for "
                                "vLLM servers); default hf:<the base model> in every controller")
     output_dir: str | None = Field(None, exclude=True, description="the run directory (weights for the engines, "

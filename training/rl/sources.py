@@ -10,6 +10,11 @@
   ``task_filtered``, ``noisy_tasks``), their environments from any input's ``environments`` output. A noisy twin
   keeps its level, so the noise curriculum can admit it in turn.
 
+With ``small_tools`` set, every environment task is offered as a small environment (its golden tools plus that many
+distractors, compact schemas: ``envgen.small``), the view the cold-start trajectories of ``small_envs`` and the
+evaluate stage give a short-context policy, so what RL and held-out scoring show the policy matches what it was
+trained on. The distractors are drawn per clean task, so a noisy twin is offered the tools of its clean task.
+
 The difficulty filters' pass counts become prior pass rates (the scheduler's oversampling and curriculum start from
 them); the capability tag of the curriculum's second axis is counted from the golden chain (1-2 calls: basic tool
 use, 3-4: multi-step planning, more: autonomous decisions) and is ``planning`` for multi-hop prompts.
@@ -18,6 +23,7 @@ use, 3-4: multi-step planning, more: autonomous decisions) and is ``planning`` f
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,9 +35,10 @@ PROMPT_REWARDS = {"needles": "needle_all"}
 DEFAULT_REWARD = "two_way"
 
 
-def load_tasks(inputs: Mapping[str, Artifact]) -> list[RLTask]:
+def load_tasks(inputs: Mapping[str, Artifact], small_tools: int | None = None) -> list[RLTask]:
     """Every RL task the inputs (by stage name; model artifacts are skipped) offer, in a stable order; a StageError
-    names an input that offers none, or a task whose environment no input holds."""
+    names an input that offers none, or a task whose environment no input holds. ``small_tools``: environments as
+    their task's tools plus that many distractors (None: as built)."""
     environments: dict[str, dict[str, Any]] = {}
     for artifact in inputs.values():
         if "environments" in artifact.outputs:
@@ -41,7 +48,7 @@ def load_tasks(inputs: Mapping[str, Artifact]) -> list[RLTask]:
         if artifact.manifest.get("kind") == "model":
             continue
         found = (_prompt_tasks(name, artifact) + _qa_seed_tasks(artifact)
-                 + _environment_tasks(name, artifact, environments))
+                 + _environment_tasks(name, artifact, environments, small_tools))
         if not found:
             raise StageError(f"input {name}/{artifact.key} offers no RL tasks: it has no output with prompt and "
                              "answer (or question, answer and docs) columns and no tasks output with env_id (its "
@@ -103,8 +110,10 @@ def _qa_seed_tasks(artifact: Artifact) -> list[RLTask]:
     return tasks
 
 
-def _environment_tasks(stage: str, artifact: Artifact, environments: Mapping[str, Mapping[str, Any]]
-                       ) -> list[RLTask]:
+def _environment_tasks(stage: str, artifact: Artifact, environments: Mapping[str, Mapping[str, Any]],
+                       small_tools: int | None) -> list[RLTask]:
+    from envgen.small import small_environment
+
     if "tasks" not in artifact.outputs or "env_id" not in _columns(artifact, "tasks"):
         return []
     frame = artifact.read("tasks")
@@ -114,6 +123,9 @@ def _environment_tasks(stage: str, artifact: Artifact, environments: Mapping[str
         if env is None:
             raise StageError(f"task {row['task_id']} of {stage}/{artifact.key} runs in environment "
                              f"{row['env_id']}, which no input holds: add the artifact with its environments output")
+        if small_tools is not None:
+            seed = row.get("clean_task_id") or row["task_id"]
+            env = small_environment(env, row, small_tools, random.Random(f"small_tools/{seed}"))
         golden = json.loads(row["golden_actions"]) if isinstance(row["golden_actions"], str) else row["golden_actions"]
         calls = len(golden or [])
         tasks.append(RLTask(

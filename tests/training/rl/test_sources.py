@@ -49,3 +49,27 @@ def test_an_artifact_without_tasks_is_refused_by_name(published):
     artifact = published(double_trajectories)
     with pytest.raises(StageError, match=f"{artifact.key} offers no RL tasks"):
         load_tasks({"trajectories": artifact})
+
+
+def test_small_tools_offers_each_task_its_own_tools_plus_distractors_and_twins_their_clean_tasks():
+    import json
+
+    import polars as pl
+    from agent_fixtures import airline_env_and_task
+
+    from data_contracts.schemas import ENVIRONMENT, NOISY_TASK, TASK
+    from data_contracts.stage import FrameArtifact
+
+    env, task = airline_env_and_task()
+    twin = {**task, "task_id": f"{task['task_id']}~n1", "noise_level": 1, "clean_task_id": task["task_id"]}
+    inputs = {"environments": FrameArtifact({"environments": ENVIRONMENT.frame([env]), "tasks": TASK.frame([task])}),
+              "noisy_tasks": FrameArtifact({"tasks": NOISY_TASK.frame([twin])})}
+    golden = {a["name"] for a in json.loads(task["golden_actions"])}
+    assert len(env["tool_names"]) > len(golden) + 1  # the view is smaller than the environment
+    as_built, small = load_tasks(inputs), load_tasks(inputs, small_tools=1)
+    assert [t.payload["env"]["tool_names"] for t in as_built] == [list(env["tool_names"])] * 2
+    clean, noisy = (t.payload["env"] for t in small)
+    assert golden < set(clean["tool_names"]) and len(clean["tool_names"]) == len(golden) + 1
+    assert noisy["tool_names"] == clean["tool_names"]  # a twin is offered its clean task's tools
+    assert all("description" not in json.dumps(s["function"].get("parameters", {})) for s in json.loads(clean["tools"]))
+    assert pl.Series(clean["tool_names"]).is_sorted()
