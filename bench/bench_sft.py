@@ -12,11 +12,17 @@ row of a held-out task; the profile's ``sft`` config. Before and after training,
 
 Differences are paired (per turn, per task) with percentile bootstrap 95% intervals (``inference/metrics.py``).
 
+``curve``: the learning curves a profile's SFT budget is chosen from: for each training-set size of ``--sizes``
+(the first N training trajectories in a seeded order), one run of ``--max-steps`` steps evaluated every
+``--eval-every`` steps on the held-out turns (teacher-forced validity, as above); a table and a PNG of valid-call
+rate against steps, one line per size, with the final environment reward of each run.
+
 ``throughput``: the same training rows and config for ``--steps`` steps with and without packing (best-fit
 decreasing, padding-free), side by side: trained-on tokens per second (non-padding input tokens / train runtime) and
 padding waste (pad positions / all positions over one epoch of the trainer's own batches).
 
     .venv/bin/python -m bench.bench_sft learning [--data-dir DIR] [--base tiny_policy] [--max-steps N] [--no-record]
+    .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
     .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--no-record]
 """
 
@@ -169,6 +175,95 @@ def row(name: str, before: Sequence[float], after: Sequence[float], ci: Any, pai
             f"{d.value:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}] |")
 
 
+# --- curve ---------------------------------------------------------------------------------------------------------
+
+
+def curve(args: argparse.Namespace) -> None:
+    import random
+
+    from inference.checkpoint import save_model
+    from inference.metrics import bootstrap_ci
+    from training.sft import fit, load_base
+
+    base_dir, params, tasks, frame = resolve(args)
+    turns = held_out_turns(args.data_dir, tasks)
+    tokenizer = load_base(base_dir)[1]
+    rows, _ = rows_of(frame, tokenizer, params.max_length)
+    random.Random(0).shuffle(rows)
+    eval_rows, _ = rows_of(held_out_frame(args.data_dir, tasks), tokenizer, params.max_length)
+    arm = params.model_copy(update={"max_steps": args.max_steps, "eval_steps": args.eval_every,
+                                    "save_steps": 10 * args.max_steps})
+    started = time.perf_counter()
+    points: dict[int, list[tuple[int, float, float]]] = {}
+    rewards: dict[int, Any] = {}
+    for size in [n for n in args.sizes if n <= len(rows)] or [len(rows)]:
+        scratch = Path(tempfile.mkdtemp(prefix="bench-sft-curve-"))
+        try:
+            print(f"size {size}: {args.max_steps} steps, held-out every {args.eval_every} ...", flush=True)
+            model, history = fit(load_base(base_dir)[0], tokenizer, rows[:size], eval_rows, turns, arm,
+                                 scratch / "trainer", None, progress=False)
+            points[size] = sorted({(int(e["step"]), e["eval_tool_call_format"], e["eval_tool_call_valid"])
+                                   for e in history if "eval_tool_call_valid" in e})
+            save_model(model, tokenizer, scratch / "model", {"base": str(base_dir), "method": "sft"})
+            _, episode = measure(model, tokenizer, scratch / "model", [], tasks, args)
+            rewards[size] = bootstrap_ci([sum(r) / len(r) for r in episode.values()], resamples=10_000)
+            print(f"size {size}: (step, format, valid) {points[size]}; reward {rewards[size]}", flush=True)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    figure = plot_curve(points, Path(args.figure))
+    lines = ["", (f"## Cold-start SFT: learning curves on held-out environment tasks ({time.strftime('%Y-%m-%d')}, "
+                 f"{machine()})"), "",
+             (f"`python -m bench.bench_sft curve`: base `{args.base}`, trained on `{', '.join(args.data)}` (the first "
+              f"N of {len(rows)} trajectories in a seeded order, every row of a held-out task removed); profile "
+              f"`{args.profile}`'s sft config with {args.max_steps} steps of {params.per_device_train_batch_size} "
+              f"(lr {params.learning_rate:g}, {params.lr_scheduler_type}); held out: {len(tasks)} small-environment "
+              f"tasks, {len(turns)} tool-calling turns teacher-forced (greedy) every {args.eval_every} steps, "
+              f"{args.k} free episodes per task at the end; wall {(time.perf_counter() - started) / 60:.1f} min."),
+             "", "| trajectories | step | call format rate | valid call rate |", "|---|---|---|---|"]
+    for size, curve_points in points.items():
+        lines += [f"| {size} | {step} | {fmt:.3f} | {valid:.3f} |" for step, fmt, valid in curve_points]
+    lines += ["", "| trajectories | environment reward after [95% CI] |", "|---|---|"]
+    lines += [f"| {size} | {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] |" for size, r in rewards.items()]
+    lines += ["", f"![valid call rate against steps]({figure.relative_to(Path(__file__).parent)})", ""]
+    report(lines, record=not args.no_record)
+
+
+def held_out_frame(data_dir: str | None, tasks: Sequence[Any]) -> Any:
+    """The held-out tasks' golden trajectories (the SFT run's eval split: its loss and validity)."""
+    import polars as pl
+
+    from data_contracts.catalog import Catalog
+    from data_contracts.store import ArtifactStore
+    from flows.runtime import data_root
+    from flows.train import published
+
+    root = data_root(data_dir)
+    small = published(Catalog(root), ArtifactStore(root), "small_envs")
+    return small.read("trajectories").filter(pl.col("task_id").is_in([t.task_id for t in tasks])).sort("id")
+
+
+def plot_curve(points: dict[int, list[tuple[int, float, float]]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    try:
+        for size, curve_points in points.items():
+            ax.plot([p[0] for p in curve_points], [p[2] for p in curve_points], marker="o", label=f"{size} traj.")
+        ax.set_xlabel("SFT step")
+        ax.set_ylabel("held-out valid tool-call rate")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    return path
+
+
 # --- throughput ----------------------------------------------------------------------------------------------------
 
 
@@ -224,7 +319,7 @@ def throughput(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("learning", "throughput"):
+    for name in ("learning", "curve", "throughput"):
         p = sub.add_parser(name)
         p.add_argument("--data-dir", default=None, help="data root (default $GYMFORGE_DATA, else ./data)")
         p.add_argument("--base", default="tiny_policy", help="model artifact key or stage, or a transformers dir")
@@ -232,18 +327,22 @@ def main() -> None:
         p.add_argument("--profile", default="tiny", help="the profile whose sft section configures training")
         p.add_argument("--max-heldout", type=int, default=64)
         p.add_argument("--no-record", action="store_true")
-    learn = sub.choices["learning"]
-    learn.add_argument("--max-steps", type=int, default=None, help="override the profile's max_steps")
-    learn.add_argument("--k", type=int, default=4, help="free episodes per held-out task")
-    learn.add_argument("--max-tokens", type=int, default=96, help="tokens per turn")
-    learn.add_argument("--max-turns", type=int, default=4)
-    learn.add_argument("--concurrency", type=int, default=16)
+    for learn in (sub.choices["learning"], sub.choices["curve"]):
+        learn.add_argument("--max-steps", type=int, default=None, help="override the profile's max_steps")
+        learn.add_argument("--k", type=int, default=4, help="free episodes per held-out task")
+        learn.add_argument("--max-tokens", type=int, default=96, help="tokens per turn")
+        learn.add_argument("--max-turns", type=int, default=4)
+        learn.add_argument("--concurrency", type=int, default=16)
+    curves = sub.choices["curve"]
+    curves.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="training-set sizes")
+    curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
+    curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
     from inference.cpu import tune_allocator
 
     tune_allocator()
-    {"learning": learning, "throughput": throughput}[args.command](args)
+    {"learning": learning, "curve": curve, "throughput": throughput}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from flows.experiments.config import Experiment
 
-# A world whose eval split is big enough to hold out multi-hop seeds (qa_seeds splits by a hash of the question).
-WORLD = {"world": {"n_entities": 600, "n_questions": 300, "n_distractors": 2, "eval_fraction": 0.3}}
+# A world whose eval split holds ~400 multi-hop seeds (qa_seeds splits by a hash of the question: 440 of 1,500 at
+# eval_fraction 0.3, measured), the held-out size EXPERIMENTS.md's power table needs to see LoongRL's +0.062; the
+# difficulty filter keeps at most 2 seeds per answer, so a policy guessing the commonest answer (Brazil: 48 of 1,500
+# questions) is not what training rewards.
+WORLD = {"world": {"n_entities": 2000, "n_questions": 1500, "n_distractors": 2, "eval_fraction": 0.3},
+         "qa_filtered": {"max_per_answer": 2}}
 # 1,024 tokens: at 512 every seed's own documents (median 304, max 503 tokens) left no room for the chain, the
 # instruction and the question (all 32 items rejected: own_context_exceeds_target); the report builds 16K.
 SHORT_CONTEXT = {"keychain": {"target_tokens": 1024}}
-# The eval split keeps 23 seeds after qa_filtered: each is either a KeyChain or a regular item, never both.
-HELDOUT_QA = {"keychain": {"n": 12, "n_regular": 12, "split": "eval"}}
+# Held out: every eval-split seed (kept or not by the filter, so the reference's skill does not choose them), each a
+# KeyChain or a regular item, never both.
+HELDOUT_QA = {"keychain": {"n": 200, "n_regular": 200, "split": "eval", "items_from": "all"}}
 # smoke: minutes, to see an experiment run end to end; default: under an hour per experiment on 2 cores; profile: the
 # profile's own trainer config (a GPU profile's scale, with a real model as --base).
 # The KeyChain experiments' base: tiny_policy, trained on 128-token QA prompts, answers the 1,024-token items with
