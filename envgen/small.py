@@ -74,3 +74,11 @@ def small_environment(env: Mapping[str, Any], task: Mapping[str, Any], distracto
         "n_edges": len(kept_edges),
         "density": round(len(kept_edges) / (n * (n - 1)), 6) if n > 1 else 0.0,
     }
+
+
+def task_view(env: Mapping[str, Any], task: Mapping[str, Any], distractors: int) -> dict[str, Any]:
+    """:func:`small_environment` as every reader of tasks offers it (RL, held-out scoring, evaluation): compact, its
+    distractors drawn by the task's clean task id, so a noisy twin is offered its clean task's tools and the same
+    task the same tools wherever it is read."""
+    seed = task.get("clean_task_id") or task["task_id"]
+    return small_environment(env, task, distractors, random.Random(f"task_view/{seed}"))

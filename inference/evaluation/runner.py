@@ -16,7 +16,6 @@ finishes, so a run killed or stopped by an outage resumes where it stopped.
 from __future__ import annotations
 
 import json
-import random
 import re
 import time
 from collections import Counter
@@ -341,16 +340,16 @@ def _heavy_row(base: Mapping[str, Any], item: EvalItem, k: int, first: Sequence[
 # --- episodes -------------------------------------------------------------------------------------------------------
 
 
-def environment_factory(item: EvalItem, small_tools: int | None, seed: int) -> Callable[[], Any]:
+def environment_factory(item: EvalItem, small_tools: int | None) -> Callable[[], Any]:
     """A fresh environment (its own database copy) with the task's noise schedule; restricted to the task's tools
-    and ``small_tools`` distractors with compact schemas when set (envgen.small)."""
+    and ``small_tools`` distractors with compact schemas when set (``envgen.small.task_view``: the view training
+    and RL give the same task)."""
     from envgen.noise.environment import NoisyEnvironment
-    from envgen.small import small_environment
+    from envgen.small import task_view
 
     env = dict(item.env or {})
     if small_tools is not None:
-        env = small_environment(env, dict(item.task or {}), small_tools,
-                                random.Random(seed_for(seed, "evaluate/tools", item.id, 0)))
+        env = task_view(env, dict(item.task or {}), small_tools)
     return partial(NoisyEnvironment, env)
 
 
@@ -377,7 +376,7 @@ def _episodes(items: Sequence[EvalItem], ctx: Context, n: int, tag: str,
               brief: Callable[[EvalItem, int], Any] | None = None) -> list[Episode]:
     episodes = []
     for item in items:
-        make = environment_factory(item, ctx.config.small_tools, ctx.config.seed)
+        make = environment_factory(item, ctx.config.small_tools)
         for s in range(n):
             factory = make if brief is None else partial(Briefed, make(), brief(item, s))
             episodes.append(Episode(id=f"{item.id}#{tag}{s}", group_id=item.id, make_env=factory,

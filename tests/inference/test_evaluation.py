@@ -295,3 +295,18 @@ def test_the_report_draws_budget_length_and_robustness_figures(tmp_path):
     page = write_report([{"heading": "qa", "text": "t", "figures": [budget], "tables": [summary]}], "report",
                         tmp_path / "r.html").read_text()
     assert page.count("<img") == 1 and "heavy_thinking" in page and "sc_at_budget" in page
+
+
+def test_evaluation_offers_a_task_the_tools_training_and_rl_offer_it():
+    from agent_fixtures import airline_env_and_task
+
+    from envgen.small import task_view
+    from inference.evaluation.items import EvalItem
+    from inference.evaluation.runner import environment_factory
+
+    env, task = airline_env_and_task()
+    twin = {**task, "task_id": "twin", "clean_task_id": task["task_id"]}
+    offered = [environment_factory(EvalItem(t["task_id"], "task", "airline", env=env, task=t), 1)().schemas
+               for t in (task, twin)]
+    assert offered[0] == offered[1]  # the twin is offered its clean task's tools
+    assert [s["function"]["name"] for s in offered[0]] == task_view(env, task, 1)["tool_names"]

@@ -23,7 +23,6 @@ use, 3-4: multi-step planning, more: autonomous decisions) and is ``planning`` f
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,7 +111,7 @@ def _qa_seed_tasks(artifact: Artifact) -> list[RLTask]:
 
 def _environment_tasks(stage: str, artifact: Artifact, environments: Mapping[str, Mapping[str, Any]],
                        small_tools: int | None) -> list[RLTask]:
-    from envgen.small import small_environment
+    from envgen.small import task_view
 
     if "tasks" not in artifact.outputs or "env_id" not in _columns(artifact, "tasks"):
         return []
@@ -124,8 +123,7 @@ def _environment_tasks(stage: str, artifact: Artifact, environments: Mapping[str
             raise StageError(f"task {row['task_id']} of {stage}/{artifact.key} runs in environment "
                              f"{row['env_id']}, which no input holds: add the artifact with its environments output")
         if small_tools is not None:
-            seed = row.get("clean_task_id") or row["task_id"]
-            env = small_environment(env, row, small_tools, random.Random(f"small_tools/{seed}"))
+            env = task_view(env, row, small_tools)
         golden = json.loads(row["golden_actions"]) if isinstance(row["golden_actions"], str) else row["golden_actions"]
         calls = len(golden or [])
         tasks.append(RLTask(
