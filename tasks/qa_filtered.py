@@ -35,7 +35,9 @@ def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> di
 
 @stage(
     name="qa_filtered",
-    version="2",  # 2: the two-way reward refuses candidate lists, padding and name fragments
+    # 2: the two-way reward refuses candidate lists, padding and name fragments; 3: it accepts a descriptor beside
+    # the answer ("the river Thames")
+    version="3",
     inputs=("qa_seeds", "tiny_policy"),
     params=QAFilterParams,
     outputs=filter_outputs("seeds", FILTERED_SEED, FILTERED_SEED_REJECTED),
