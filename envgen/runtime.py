@@ -185,6 +185,13 @@ class EpisodeScore:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def render_result(content: Any) -> str:
+    """A tool result as the model reads it: JSON without padding spaces and with letters unescaped ("Atlético",
+    not "Atl\\u00e9tico"), about a tenth fewer tokens than ``json.dumps``'s default and every value findable as the
+    records write it."""
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
 def run_tool_calls(call_tool: Any, calls: list[dict[str, Any]], tool_log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run an assistant message's tool calls through ``call_tool`` (the seam noise wrappers override), log each, and
     answer each with its ``role: tool`` message; shared by every environment behind this interface."""
@@ -195,7 +202,7 @@ def run_tool_calls(call_tool: Any, calls: list[dict[str, Any]], tool_log: list[d
         tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
                          "wrote": result.wrote, "violations": list(result.violations),
                          "internal_error": result.internal_error, "content": result.content})
-        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": json.dumps(result.content)})
+        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": render_result(result.content)})
     return out
 
 

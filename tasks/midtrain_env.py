@@ -30,7 +30,7 @@ from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
 from tasks.trajectories import (
     EVAL_ENV_PREFIX,
-    TrajectoryParams,
+    EpisodeParams,
     episode_rows,
     open_teacher,
     token_counter,
@@ -40,7 +40,7 @@ from tasks.trajectories import (
 STAGE = "midtrain_env"
 
 
-class MidtrainEnvParams(TrajectoryParams, TaskSettings):
+class MidtrainEnvParams(EpisodeParams, TaskSettings):
     n_tasks: int = Field(64, ge=0, description="tasks synthesized (each played variants_per_task times)")
     variants_per_task: int = Field(2, ge=1, le=16, description="conversations played per task: the first as "
                                    "synthesized, the others with another request and an optional failed try")
@@ -50,8 +50,6 @@ class MidtrainEnvParams(TrajectoryParams, TaskSettings):
                                 "state up front is stated (else the agent asks for it)")
     retry_prob: float = Field(0.3, ge=0.0, le=1.0, description="chance a variant holds a mistyped call that fails "
                               "and is recovered (trained around, its turn masked)")
-    distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones (graph neighbours "
-                                  "first); -1 offers every tool of the environment")
     check_mutations: bool = Field(False, description="also require the four mutated trajectories of each task to "
                                   "score 0 (the RL task check; about 4x slower)")
     bundles: str | None = Field(None, description="a local directory of environment bundles (gymforge envgen "
@@ -120,7 +118,8 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
     return items, rejected
 
 
-@stage(name=STAGE, version="1", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
+# 2: compact tool schemas and results
+@stage(name=STAGE, version="2", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
        outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:
     """Verified environment-grounded trajectories: sampled chains, reverse-synthesized requests, played and kept
@@ -132,8 +131,7 @@ def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, part
     items, rejected = plan_items(envs, params, partition)
     teacher = open_teacher(params)
     try:
-        rows, failed = episode_rows(items, params, STAGE, token_counter(params, inputs), teacher,
-                                    params.distractor_tools)
+        rows, failed = episode_rows(items, params, STAGE, token_counter(params, inputs), teacher)
     finally:
         teacher.close()
     return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected + failed)}

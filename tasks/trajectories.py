@@ -23,6 +23,7 @@ from data_contracts.schemas import TRAJECTORY, between, in_set
 from data_contracts.stage import Artifact, Check, Params
 from envgen.midtrain.records import VERIFIERS, calls_invalid, turn_mask, verify_row
 from envgen.runtime import json_field
+from envgen.small import DISTRACTORS
 
 EVAL_ENV_PREFIX = "rct-"
 """Environment ids of Random Complex Tasks (``eval_random_envs``): never trained on."""
@@ -51,6 +52,13 @@ class TrajectoryParams(Params):
 
     def limits(self) -> dict[str, Any]:
         return {"max_tokens": self.max_tokens, "heldout": list(self.heldout)}
+
+
+class EpisodeParams(TrajectoryParams):
+    """Params of the routes that play environment episodes (midtrain_env and its augmentations)."""
+
+    distractor_tools: int = Field(DISTRACTORS, ge=-1, description="tools offered beside the called ones, graph "
+                                  "neighbours first, in compact schemas (envgen.small.task_tools); -1: all")
 
 
 def open_teacher(params: TrajectoryParams) -> Any:
@@ -156,8 +164,8 @@ def trajectory_contract(sources: Sequence[str], min_rows: int = 0) -> Any:
 # --- environment episodes -> rows ----------------------------------------------------------------------------
 
 
-def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: TrajectoryParams, source: str,
-                 count: Any, teacher: Any, distractors: int) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: EpisodeParams, source: str,
+                 count: Any, teacher: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Play each ``(id, episode, fields)`` (``envgen.midtrain.synth``), let the teacher write its texts, and keep it
     only if the final conversation re-verifies by execution and fits the window; ``fields`` go into the row
     (parent_id, transform, transform_settings). Returns (rows, rejected {id, reason})."""
@@ -170,7 +178,7 @@ def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: Traje
             rejected.append({"id": item_id, "reason": f"heldout: domain {episode.env['domain']}"})
             continue
         try:
-            played.append((item_id, episode, fields, play(episode, fields.pop("rng"), distractors)))
+            played.append((item_id, episode, fields, play(episode, fields.pop("rng"), params.distractor_tools)))
         except Unusable as exc:
             rejected.append({"id": item_id, "reason": f"not_verified: {exc}"})
     texts = teacher.write_all([p.slots for *_, p in played])
@@ -195,8 +203,8 @@ def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: Traje
     return rows, rejected
 
 
-def augment(parents: pl.DataFrame, params: TrajectoryParams, partition: str, stage: str, transform: str,
-            fn: Any, inputs: Mapping[str, Artifact], distractors: int) -> dict[str, pl.DataFrame]:
+def augment(parents: pl.DataFrame, params: EpisodeParams, partition: str, stage: str, transform: str,
+            fn: Any, inputs: Mapping[str, Artifact]) -> dict[str, pl.DataFrame]:
     """An augmentation stage: ``fn(episode, rng) -> (episode, settings)`` on every verified parent episode; the
     augmented episodes are played, written and verified like originals, with the parent and settings recorded."""
     from data_contracts.schemas import ITEM_REJECTED
@@ -216,7 +224,7 @@ def augment(parents: pl.DataFrame, params: TrajectoryParams, partition: str, sta
                                          "transform_settings": settings}))
     teacher = open_teacher(params)
     try:
-        rows, failed = episode_rows(items, params, transform, token_counter(params, inputs), teacher, distractors)
+        rows, failed = episode_rows(items, params, transform, token_counter(params, inputs), teacher)
     finally:
         teacher.close()
     return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected + failed)}

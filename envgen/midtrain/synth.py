@@ -22,6 +22,7 @@ from envgen.construct import BuiltEnvironment, ExpansionStats, Grounder, _try_gr
 from envgen.midtrain.records import Slot, tool_failed, value_texts
 from envgen.runtime import Environment, domain_for, json_field
 from envgen.seeding import engine_from_bytes, sqlite_bytes
+from envgen.small import task_tools
 from envgen.taskgen import TaskSettings, make_task, render_value
 
 ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
@@ -178,22 +179,6 @@ def _teacher_prompt(kind: str, default: str, context: str, keep: tuple[str, ...]
 # --- playing an episode ------------------------------------------------------------------------------------
 
 
-def _offered(domain: CompiledDomain, env: dict[str, Any], calls: list[dict[str, Any]], distractors: int,
-             rng: random.Random) -> list[dict[str, Any]]:
-    """The tools a trajectory offers: those it calls plus ``distractors`` of their graph neighbours in the
-    environment (a compact prompt the tiny model can hold; -1 offers every tool of the environment)."""
-    used = list(dict.fromkeys(c["name"] for c in calls))
-    names = list(env["tool_names"])
-    if distractors < 0:
-        return [domain.tools[n].schema() for n in names]
-    near = sorted({v for u in used for v in (*domain.graph.successors(u), *domain.graph.predecessors(u))}
-                  & set(names) - set(used))
-    far = sorted(set(names) - set(used) - set(near))
-    extra = rng.sample(near, min(distractors, len(near)))
-    extra += rng.sample(far, min(distractors - len(extra), len(far)))
-    return [domain.tools[n].schema() for n in sorted([*used, *extra])]
-
-
 def _call_message(n: int, content: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": content, "tool_calls": [
         {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
@@ -287,4 +272,4 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
         raise Unusable(f"the played episode scores {reward} ({'ended' if done else 'not ended'})")
     for m in messages:
         m.pop("name", None)
-    return Played(messages, slots, _offered(domain, ep.env, ep.calls, distractors, rng))
+    return Played(messages, slots, task_tools(ep.env, [c["name"] for c in ep.calls], distractors, rng))

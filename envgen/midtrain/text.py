@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envgen.compiler import CompiledDomain, ToolParam
+from envgen.runtime import render_result
 
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
 _SIGNATURE = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)\(([^`]*)\)`: (.+)$")
@@ -222,6 +223,6 @@ def trajectory(howto: HowTo, rng: random.Random) -> list[dict[str, Any]]:
         messages.append({"role": "assistant", "content": f"Step {k + 1}: {step.tool} ({whence}).",
                          "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": call["id"],
-                         "content": json.dumps({"ok": True, **produced[k]})})
+                         "content": render_result({"ok": True, **produced[k]})})
     messages.append({"role": "assistant", "content": f"Done: I have completed the steps to {howto.goal}."})
     return messages

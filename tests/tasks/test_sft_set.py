@@ -64,7 +64,7 @@ def test_a_dead_or_garbage_teacher_is_one_clear_error() -> None:
 def test_a_teacher_failure_on_one_item_rejects_that_item_only() -> None:
     from envgen.midtrain.synth import sample_task
     from envgen.taskgen import TaskSettings
-    from tasks.trajectories import TrajectoryParams, episode_rows
+    from tasks.trajectories import EpisodeParams, episode_rows
 
     def policy(request, index):  # rewrites every text, but drops the values of the request of the second item
         prompt = request.messages[-1]["content"]
@@ -77,7 +77,7 @@ def test_a_teacher_failure_on_one_item_rejects_that_item_only() -> None:
         ep.task["description"] += " ITEM-2" if i == 1 else ""
         items.append((f"item-{i}", ep, {"rng": random.Random(i)}))
     teacher = Teacher("openai:scripted", engine=ScriptedEngine(policy))
-    rows, rejected = episode_rows(items, TrajectoryParams(), "midtrain_env", lambda m, t: 100, teacher, 2)
+    rows, rejected = episode_rows(items, EpisodeParams(distractor_tools=2), "midtrain_env", lambda m, t: 100, teacher)
     assert [r["id"] for r in rows] == ["item-0", "item-2"]
     assert rejected == [{"id": "item-1", "reason": rejected[0]["reason"]}]
     assert rejected[0]["reason"].startswith("teacher: request text drops")
