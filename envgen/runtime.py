@@ -10,7 +10,9 @@ environment: ``env_id`` str, ``domain`` str, ``spec_json`` (the parsed DomainSpe
     ``db_sha256``.
 task: ``task_id``, ``env_id``, ``domain``, ``system_prompt`` (agent instructions + policy texts), ``description``
     (the user's first message), ``user_profile`` ({"persona": str, "facts": [{"name", "label", "value"}]}: what the
-    user knows and tells when asked), ``rubric`` ({"expected_diff", "required_outputs", "tables", "components"}),
+    user knows and tells when asked), ``rubric`` ({"expected_diff", "required_outputs", "tables", "components"},
+    and ``customer``, the key of the acting customer, when the task acts for one: then ``policy`` also fails a
+    write before the customer is identified or one on another customer's record, ``envgen.customers``),
     ``golden_actions`` ([{"name", "arguments"}], in order), ``difficulty`` (JSON features), ``noise``
     ({"level": 0, "transforms": []}; filled by the noise stage).
 
@@ -43,6 +45,7 @@ from typing import Any, Protocol
 
 from envgen.canonical import State, canonical_state, diff_states
 from envgen.compiler import CLOCK_TABLE, CompiledDomain, compile_domain
+from envgen.customers import customer_policy_problem
 from envgen.seeding import engine_from_bytes, sqlite_engine
 from envgen.spec import DomainSpec
 from envgen.tools import Executor, ToolResult, call_tool
@@ -340,10 +343,14 @@ class Environment:
             after = canonical_state(conn, self.domain, list(tables))
         diff = diff_states(self._before_state(tables), after, self.domain)
         expected = self.rubric["expected_diff"]
+        customer_problem = None
+        if self.rubric.get("customer") is not None:  # a task acted for one customer (envgen.customers)
+            with self._engine.connect() as conn:
+                customer_problem = customer_policy_problem(self.domain, conn, self.tool_log)
         components = {
             "db_state": float(json.loads(json.dumps(diff, default=str)) == expected),
             "required_outputs": float(required_outputs_met(self.rubric["required_outputs"], self.said)),
-            "policy": float(not any(c["violations"] for c in self.tool_log)),
+            "policy": float(not any(c["violations"] for c in self.tool_log) and customer_problem is None),
         }
         components = {k: v for k, v in components.items() if k in self.rubric.get("components", components)}
         reward = math.prod(components.values(), start=1.0)
@@ -357,7 +364,8 @@ class Environment:
                 failure = "agent"
         info = {"reward_components": components, "failure": failure, "diff": diff, "steps": self.steps,
                 "tool_calls": len(self.tool_log), "tool_errors": sum(not c["ok"] for c in self.tool_log),
-                "violations": sorted({v for c in self.tool_log for v in c["violations"]})}
+                "violations": sorted({v for c in self.tool_log for v in c["violations"]}
+                                     | ({customer_problem} if customer_problem else set()))}
         return EpisodeScore(reward, components, failure, self.messages, info)
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from envgen.compiler import CompiledDomain
+from envgen.customers import written_rows
 from envgen.rewards import extract_boxed, score_two_way
 from envgen.runtime import Environment, json_field
 from envgen.taskgen import render_value
@@ -166,6 +168,68 @@ def underivable(messages: Sequence[Message], upto: int, args: Mapping[str, Any])
     seen = "\n".join(str(m.get("content") or "") for m in messages[:upto])
     return [f"{k}={render_value(v)}" for k, v in args.items()
             if v is not None and not any(t in seen for t in value_texts(v))]
+
+
+# --- steps with a reason ----------------------------------------------------------------------------------------
+
+
+def _checks_written(domain: CompiledDomain, tool: Any, result: str, later: Sequence[Mapping[str, Any]]) -> bool:
+    """The result shows a record a later write names: reading it is a check before changing it."""
+    key = domain.spec.entity(tool.entity).key
+    written = {(e, render_value(k)) for c in later if c["name"] in domain.tools and domain.tools[c["name"]].is_write
+               for e, k in written_rows(domain, c["name"], c["arguments"])}
+    return any((tool.entity, value) in written for value in value_texts_in(result, key))
+
+
+def value_texts_in(result: str, key: str) -> set[str]:
+    """The values of ``key`` in a rendered tool result (a row, or a list of rows under ``results``)."""
+    try:
+        content = json.loads(result)
+    except json.JSONDecodeError:
+        return set()
+    rows = content.get("results") if isinstance(content, dict) and "results" in content else [content]
+    return {render_value(r[key]) for r in rows or [] if isinstance(r, dict) and r.get(key) is not None}
+
+
+def needless_reads(domain: CompiledDomain, calls: Sequence[Mapping[str, Any]], results: Sequence[str],
+                   said: Sequence[str]) -> list[int]:
+    """Indices of read calls without a reason: every value later calls take from the result (an id, a code) was
+    already stated by the user (``said[k]``: what the user said before call k) or returned by an earlier call,
+    and the result is not a record a later write names (reading that is a check before changing it)."""
+    out, returned = [], ""
+    for k, (call, result) in enumerate(zip(calls, results, strict=True)):
+        tool = domain.tools.get(call["name"])
+        if tool is not None and not tool.is_write:
+            later = [v for c in calls[k + 1:] for v in c["arguments"].values() if isinstance(v, str) and len(v) > 2]
+            supplied = [v for v in later if v in result]
+            if supplied and all(v in said[k] or v in returned for v in supplied) \
+                    and not _checks_written(domain, tool, result, calls[k + 1:]):
+                out.append(k)
+                continue
+        returned += "\n" + result
+    return out
+
+
+def episode_steps(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """A conversation's successful calls ({"name", "arguments"}), their results, and what the user had said
+    before each (the request and the replies), as ``needless_reads`` takes them."""
+    results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    calls, outs, said, user = [], [], [], ""
+    for m in messages:
+        if m.get("role") == "user":
+            user += "\n" + str(m.get("content") or "")
+        for call in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
+            result = results.get(call.get("id"), "")
+            if tool_failed({"content": result}):
+                continue
+            try:
+                arguments = call_arguments(call)
+            except (json.JSONDecodeError, TypeError):
+                continue
+            calls.append({"name": call["function"]["name"], "arguments": arguments})
+            outs.append(result)
+            said.append(user)
+    return calls, outs, said
 
 
 # --- verifiers ------------------------------------------------------------------------------------------------

@@ -18,12 +18,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envgen.compiler import CompiledDomain, Tool
-from envgen.construct import BuiltEnvironment, ExpansionStats, Grounder, _try_ground, sample_chain
-from envgen.midtrain.records import Slot, tool_failed, value_texts
-from envgen.runtime import Environment, domain_for, json_field
+from envgen.construct import (
+    BuiltEnvironment,
+    ExpansionStats,
+    Fact,
+    GroundedChain,
+    Grounder,
+    _try_ground,
+    sample_chain,
+)
+from envgen.customers import owner_of, written_rows
+from envgen.midtrain.records import Slot, needless_reads, tool_failed, value_texts
+from envgen.runtime import Environment, domain_for, json_field, render_result
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.small import task_tools
 from envgen.taskgen import TaskSettings, make_task, render_value
+from envgen.tools import Executor, call_tool
 
 ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
 """What the runtime needs of an environment record beside its database (``verify_input.env``)."""
@@ -56,34 +66,110 @@ class Unusable(Exception):
 # --- new tasks on an environment -------------------------------------------------------------------------------
 
 
+def _identifying_tool(domain: CompiledDomain, allowed: set[str]) -> Tool | None:
+    """The tool the agent identifies the customer with: a lookup by email (what a customer knows) first, else a get
+    by the customer's id."""
+    customer = domain.spec.customer_entity
+    tools = [domain.tools[n] for n in sorted(allowed) if domain.tools[n].entity == getattr(customer, "name", None)]
+    return next((t for t in tools if t.kind == "lookup" and t.column == "email"),
+                next((t for t in tools if t.kind == "get"), None))
+
+
+def _owners(domain: CompiledDomain, conn: Any, chain: GroundedChain) -> set[str]:
+    """Customers owning the rows the chain's write names."""
+    write = chain.actions[-1]
+    return {o for e, k in written_rows(domain, write["name"], write["arguments"])
+            if (o := owner_of(domain, conn, e, k)) is not None}
+
+
+def _identify(domain: CompiledDomain, conn: Any, tool: Tool, customer: str) -> tuple[dict[str, Any], Fact, dict]:
+    """The identifying call for ``customer``, the fact the user states for it, and the customer's row."""
+    entity = domain.spec.entity(tool.entity)
+    row = Executor(domain).get(conn, entity.name, customer)
+    column = tool.column if tool.kind == "lookup" else entity.key
+    field = entity.field(column)
+    label = (field.label if field is not None and field.label else None) or entity.label or column.replace("_", " ")
+    return {"name": tool.name, "arguments": {column: row[column]}}, Fact(column, label, row[column], "task"), row
+
+
 def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, max_reads: int,
                 settings: TaskSettings, suffix: str, mutations: bool = False) -> Episode:
     """Chains sampled from the environment's own tools (1..max_chains chains of 1..max_reads reads each), grounded on
-    a copy of its database, and the verified task ``make_task`` reverse-synthesizes for them (``mutations``: also
-    require the four mutated trajectories to score 0, the check an RL task needs)."""
+    a copy of its database for one acting customer, and the verified task ``make_task`` reverse-synthesizes for
+    them (``mutations``: also require the four mutated trajectories to score 0, the check an RL task needs).
+
+    The customer is the owner of the first chain's written rows (``envgen.customers``); later chains write only
+    that customer's rows. The user states what identifies them (an email, else their id), the agent's first call
+    identifies them with it, and facts that call returns (their id, their name) are no longer asked of the user."""
     domain = domain_for(env_row)
     allowed = set(env_row["tool_names"])
+    identifying = _identifying_tool(domain, allowed)
+    if identifying is None:
+        raise Unusable(f"domain {domain.name} has no customer entity, or this environment no tool to identify one")
     engine = engine_from_bytes(bytes(env_row["db"]))
     wanted = rng.randint(1, max_chains)
-    chains = []
+    chains: list[GroundedChain] = []
     with engine.begin() as conn:
         grounder = Grounder(domain, conn, rng)
         for _ in range(4 * wanted):
             if len(chains) == wanted:
                 break
             grounded = _try_ground(grounder, sample_chain(domain, rng, allowed, rng.randint(1, max_reads)))
-            if grounded is not None:
+            if grounded is None:
+                continue
+            owners = _owners(domain, conn, grounded)
+            if grounder.customer is None and len(owners) == 1:
+                grounder.customer = owners.pop()
+            if grounder.customer is not None:
                 chains.append(grounded)
-    if not chains:
-        raise Unusable("no chain could be grounded on this environment")
+        if not chains:
+            raise Unusable("no chain writing one customer's records could be grounded on this environment")
+        call, fact, row = _identify(domain, conn, identifying, grounder.customer)
+    returned = {render_value(v) for v in row.values() if v is not None} - {render_value(fact.value)}
+    first = chains[0]
+    chains[0] = GroundedChain(first.tools, [call, *first.actions],
+                              [fact, *(f for f in first.facts if render_value(f.value) not in returned)],
+                              first.intent, first.reserved)
+    chains[1:] = [GroundedChain(c.tools, c.actions, [f for f in c.facts if render_value(f.value) not in returned],
+                                c.intent, c.reserved) for c in chains[1:]]
     db = sqlite_bytes(engine)
     env = {**env_row, "env_id": f"{env_row['env_id']}~{suffix}", "db": db,
            "db_sha256": hashlib.sha256(db).hexdigest(), "chains": json.dumps([c.tools for c in chains])}
     built = BuiltEnvironment(list(env_row["tool_names"]), chains, [], ExpansionStats(), db)
-    task, reason = make_task(domain, env, built, rng, settings, mutations)
+    task, reason = make_task(domain, env, built, rng, settings, mutations, customer=grounder.customer)
     if task is None:
         raise Unusable(f"task: {reason}")
+    task = without_needless_reads(domain, env, task)
     return Episode(env, task, json.loads(task["golden_actions"]))
+
+
+def call_results(domain: CompiledDomain, db: bytes, calls: list[dict[str, Any]]) -> list[str]:
+    """The rendered results of ``calls`` run in order on a private copy of ``db``."""
+    engine = engine_from_bytes(db)
+    ex = Executor(domain)
+    try:
+        return [render_result(call_tool(ex, engine.begin, c["name"], c["arguments"], domain.spec.now).content)
+                for c in calls]
+    finally:
+        engine.dispose()
+
+
+def without_needless_reads(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+    """The task with every read that has no reason dropped (``records.needless_reads``: what it would return is
+    stated or returned already), and the facts only those reads needed gone from the profile and the request."""
+    calls = json.loads(task["golden_actions"])
+    while needless := needless_reads(domain, calls, call_results(domain, bytes(env["db"]), calls),
+                                     [str(task["description"])] * len(calls)):
+        calls = calls[:needless[0]] + calls[needless[0] + 1:]
+    used = {render_value(v) for c in calls for v in c["arguments"].values() if v is not None}
+    profile = json_field(task["user_profile"])
+    facts = [f for f in profile["facts"] if f["value"] in used or "." in f["name"]]
+    description = str(task["description"])
+    for f in profile["facts"]:
+        if f not in facts:
+            description = description.replace(f" My {f['label']} is {f['value']}.", "")
+    return {**task, "golden_actions": json.dumps(calls), "description": description,
+            "user_profile": json.dumps({**profile, "facts": facts})}
 
 
 def restate(task: dict[str, Any], rng: random.Random, share: float) -> dict[str, Any]:
