@@ -66,7 +66,7 @@ class Unusable(Exception):
 # --- new tasks on an environment -------------------------------------------------------------------------------
 
 
-def _identifying_tool(domain: CompiledDomain, allowed: set[str]) -> Tool | None:
+def identifying_tool(domain: CompiledDomain, allowed: set[str]) -> Tool | None:
     """The tool the agent identifies the customer with: a lookup by email (what a customer knows) first, else a get
     by the customer's id."""
     customer = domain.spec.customer_entity
@@ -103,7 +103,7 @@ def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, ma
     identifies them with it, and facts that call returns (their id, their name) are no longer asked of the user."""
     domain = domain_for(env_row)
     allowed = set(env_row["tool_names"])
-    identifying = _identifying_tool(domain, allowed)
+    identifying = identifying_tool(domain, allowed)
     if identifying is None:
         raise Unusable(f"domain {domain.name} has no customer entity, or this environment no tool to identify one")
     engine = engine_from_bytes(bytes(env_row["db"]))
@@ -206,9 +206,29 @@ def episode_of(row: dict[str, Any]) -> Episode:
 
 
 # --- the reference agent's words ----------------------------------------------------------------------------
+# Several phrasings per move, drawn by the row's seed, so the data teaches the reason and not one sentence.
+
+_IDENTIFY = ("First I confirm who you are: {tool} with your {label}.",
+             "Before changing anything I find your account with {tool}, by your {label}.",
+             "I start by identifying you: {tool} on the {label} you gave.")
+_FEED = ("{tool} gives me the {what} that {nxt} needs.",
+         "{nxt} needs the {what}, and {tool} returns it.",
+         "I look up the {what} with {tool}, for {nxt}.")
+_CHECK = ("I check the {entity} with {tool} before changing it (its status, and that it is yours).",
+          "Before I change the {entity}, {tool} shows me its current state and owner.",
+          "{tool} first, to see the {entity} as it stands and confirm it is on your account.")
+_LOOK = ("{tool} shows me the {entity} I need to see before going on.",
+         "I read the {entity} with {tool} before going on.")
+_WRITE = ("Everything is in place, so I {purpose} with {tool}.",
+          "Now I can {purpose}: {tool}.",
+          "{tool} now, to {purpose}.")
+_SOURCES = {"request": ("from your message", "as you wrote", "which you gave"),
+            "user": ("as you told me", "from your answer"),
+            "tool": ("from the {tool} result", "returned by {tool}", "as {tool} showed")}
+_DONE = ("All done.", "That is taken care of.", "Your request is complete.", "Done.")
 
 
-def _label(tool: Tool, param: str) -> str:
+def _label(param: str) -> str:
     return param.replace("_", " ")
 
 
@@ -216,44 +236,81 @@ def _purpose(tool: Tool) -> str:
     return tool.description.split(". ")[0].rstrip(".")
 
 
-def _source(value: Any, messages: list[dict[str, Any]], request: str) -> str:
-    """Where a value was first seen: the request, a user reply, or a tool result (named)."""
+def _source(value: Any, messages: list[dict[str, Any]], request: str, rng: random.Random) -> str:
+    """Where a value was first seen, in words: the request, a user reply, or a tool result (named)."""
     texts = value_texts(value)
     if any(t in request for t in texts):
-        return "from your request"
+        return rng.choice(_SOURCES["request"])
     for m in messages[2:]:
         if any(t in str(m.get("content") or "") for t in texts):
             if m["role"] == "user":
-                return "as you told me"
+                return rng.choice(_SOURCES["user"])
             if m["role"] == "tool":
-                return f"from the {m['name']} result" if m.get("name") else "from an earlier result"
-    return "from the conversation"
+                return rng.choice(_SOURCES["tool"]).format(tool=m.get("name") or "an earlier")
+    return "from our conversation"
 
 
 def reasoning(domain: CompiledDomain, calls: list[dict[str, Any]], k: int, messages: list[dict[str, Any]],
-              request: str) -> str:
-    """Why call ``k`` now and where each argument comes from, written from the graph: the tool's purpose, what the
-    next call needs of its result (an edge of the dependency graph), and each argument's source."""
+              request: str, rng: random.Random) -> str:
+    """Why call ``k`` now and where each argument comes from, written from the graph: identifying the customer,
+    what the next call needs of its result (an edge of the dependency graph), a check of the record a later write
+    changes, or the write itself; then each argument's source. Phrasings are drawn by ``rng``."""
     call = calls[k]
     tool = domain.tools[call["name"]]
+    entity = tool.entity.replace("_", " ")
     nxt = calls[k + 1]["name"] if k + 1 < len(calls) else None
+    customer = domain.spec.customer_entity
+    written = {(e, render_value(v)) for c in calls[k + 1:] if domain.tools[c["name"]].is_write
+               for e, v in written_rows(domain, c["name"], c["arguments"])}
+    key = domain.spec.entity(tool.entity).key
     if tool.is_write:
-        why = f"This carries out your request: {_purpose(tool).lower()}."
+        why = rng.choice(_WRITE).format(tool=tool.name, purpose=_purpose(tool)[0].lower() + _purpose(tool)[1:])
+    elif customer is not None and tool.entity == customer.name and k == 0:
+        why = rng.choice(_IDENTIFY).format(tool=tool.name, label=_label(next(iter(call["arguments"]), "details")))
     elif nxt is not None and domain.graph.has_edge(tool.name, nxt):
         types = sorted(domain.graph.edges[tool.name, nxt]["types"])
-        why = (f"I need the {', '.join(t.replace('.', ' ').replace('_', ' ') for t in types)} it returns for "
-               f"{nxt}.")
+        what = " and ".join(t.split(".")[-1].replace("_", " ") for t in types)
+        why = rng.choice(_FEED).format(tool=tool.name, what=what, nxt=nxt)
+    elif (tool.entity, render_value(call["arguments"].get(key))) in written:
+        why = rng.choice(_CHECK).format(tool=tool.name, entity=entity)
     else:
-        why = "I need to check this record before going on."
-    args = "; ".join(f"{_label(tool, p)} {render_value(v)} ({_source(v, messages, request)})"
-                     for p, v in call["arguments"].items()) or "no arguments"
-    return f"Next: {tool.name} ({_purpose(tool).lower()}). {why} Arguments: {args}."
+        why = rng.choice(_LOOK).format(tool=tool.name, entity=entity)
+    args = "; ".join(f"{_label(p)} {render_value(v)} {_source(v, messages, request, rng)}"
+                     for p, v in call["arguments"].items())
+    return f"{why} {args[0].upper() + args[1:]}." if args else why
 
 
-def final_text(task: dict[str, Any]) -> str:
-    outputs = json_field(task["rubric"])["required_outputs"]
-    details = ", ".join(str(v) for v in outputs) if outputs else "nothing more to report"
-    return f"Everything you asked for is done. The details: {details}."
+def _written(domain: CompiledDomain, name: str, content: dict[str, Any]) -> str:
+    """What one write did, with the values it returned: the fields its effects set or adjusted on the target, and
+    the records it created with their money fields."""
+    action = domain.spec.action(domain.tools[name].action)
+    target = domain.spec.entity(action.target)
+    row = content.get(action.target) or {}
+    fields = list(dict.fromkeys(e.field for e in action.effects if e.kind in ("set", "adjust") and e.row == "target"))
+    changed = ", ".join(f"{f.replace('_', ' ')} {render_value(row[f])}" for f in fields if row.get(f) is not None)
+    parts = [f"{target.name.replace('_', ' ')} {row.get(target.key, '')} now has {changed}".replace("  ", " ")
+             if changed else f"{target.name.replace('_', ' ')} {row.get(target.key, '')} is updated"]
+    for entity, created in (content.get("created") or {}).items():
+        spec = domain.spec.entity(entity)
+        money = ", ".join(f"{f.name.replace('_', ' ')} {render_value(created[f.name])}" for f in spec.fields
+                          if f.type == "money" and created.get(f.name) is not None)
+        parts.append(f"new {entity.replace('_', ' ')} {created.get(spec.key, '')}" + (f" with {money}" if money else ""))
+    return "; ".join(parts)
+
+
+def final_text(domain: CompiledDomain, messages: list[dict[str, Any]], rng: random.Random) -> str:
+    """The closing message: what each write did, stated with the values its result returned."""
+    results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
+    done = []
+    for m in messages:
+        for call in m.get("tool_calls") or [] if m["role"] == "assistant" else []:
+            result = results.get(call["id"], {})
+            name = call["function"]["name"]
+            if domain.tools[name].is_write and not tool_failed(result):
+                done.append(_written(domain, name, json.loads(result["content"])))
+    if not done:
+        return f"{rng.choice(_DONE)} Nothing needed to change."
+    return f"{rng.choice(_DONE)} " + ". ".join(d[0].upper() + d[1:] for d in done) + "."
 
 
 def _teacher_prompt(kind: str, default: str, context: str, keep: tuple[str, ...]) -> str:
@@ -336,7 +393,7 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
             n_calls += 1
             if not tool_failed(result):
                 raise Unusable("the mistyped retry did not fail")
-        text = reasoning(domain, ep.calls, k, messages, request)
+        text = reasoning(domain, ep.calls, k, messages, request, rng)
         if k in ep.retries:
             text = f"That call failed: I mistyped a value. {text}"
         if k in ep.notes:
@@ -349,7 +406,7 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
         n_calls += 1
         if tool_failed(result):
             raise Unusable(f"{call['name']} failed: {result['content'][:200]}")
-    final = final_text(ep.task)
+    final = final_text(domain, messages, rng)
     outputs = tuple(str(v) for v in json_field(ep.task["rubric"])["required_outputs"])
     slots.append(Slot(len(messages), "final", _teacher_prompt(
         "final message", final, "a support agent reports the outcome", outputs), final, outputs))

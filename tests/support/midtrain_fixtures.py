@@ -15,9 +15,11 @@ DOMAINS = ("airline", "retail", "bank", "car_rental")
 
 @cache
 def environments() -> list[dict[str, Any]]:
-    """One verified environment per domain (small: a chain or two), with its task."""
+    """One verified environment per domain (small: a chain or two), with its task, that offers a tool to identify
+    the customer (mid-training tasks act for one)."""
     from envgen.compiler import compile_domain
     from envgen.construct import ConstructionSettings
+    from envgen.midtrain.synth import identifying_tool
     from envgen.spec import load_domain
     from envgen.taskgen import TaskSettings, build_verified
 
@@ -27,7 +29,7 @@ def environments() -> list[dict[str, Any]]:
         for seed in range(20):
             env, _, _ = build_verified(domain, f"{name}-t-{seed:05d}", seed,
                                        ConstructionSettings(min_tools=8, max_chains=2), TaskSettings())
-            if env is not None:
+            if env is not None and identifying_tool(domain, set(env["tool_names"])) is not None:
                 envs.append(env)
                 break
     return envs
