@@ -21,7 +21,16 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import TRAJECTORY, between, in_set
 from data_contracts.stage import Artifact, Check, Params
-from envgen.midtrain.records import VERIFIERS, calls_invalid, turn_mask, verify_row
+from envgen.midtrain.records import (
+    VERIFIERS,
+    calls_invalid,
+    needless_read,
+    other_customer_write,
+    turn_mask,
+    unidentified_write,
+    unstated_outcome,
+    verify_row,
+)
 from envgen.runtime import json_field
 from envgen.small import DISTRACTORS
 
@@ -143,6 +152,10 @@ def _lineage(frame: pl.DataFrame) -> list[bool]:
     return [(r["parent_id"] is None) != (r["transform"] is None) or r["parent_id"] == r["id"] for r in _rows(frame)]
 
 
+def _habit(problem: Any) -> Any:
+    return lambda frame: [problem(row) is not None for row in _rows(frame)]
+
+
 TRAJECTORY_CHECKS = (
     Check("reverifies", _not_reverified, description="every row re-verifies by its verifier (execution replays it)"),
     Check("tool_calls_valid", _bad_calls, description="trained turns' tool calls are JSON matching the schemas"),
@@ -151,6 +164,14 @@ TRAJECTORY_CHECKS = (
     Check("within_limits", _not_allowed,
           description="no evaluation environment or held-out domain; tokens within the row's window"),
     Check("lineage_consistent", _lineage, description="a transform names its parent; an original has neither"),
+    Check("one_customer", _habit(other_customer_write),
+          description="every write names records of the task's one acting customer (or shared ones)"),
+    Check("identified_before_write", _habit(unidentified_write),
+          description="the acting customer is identified with the tools before the first write"),
+    Check("no_needless_read", _habit(needless_read),
+          description="no read looks up what the user stated or an earlier result returned"),
+    Check("outcome_stated", _habit(unstated_outcome),
+          description="the final message states a value the writes (or the last step) returned"),
 )
 
 

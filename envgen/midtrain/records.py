@@ -22,9 +22,10 @@ from functools import cache
 from typing import Any
 
 from envgen.compiler import CompiledDomain
-from envgen.customers import written_rows
+from envgen.customers import customer_policy_problem, owner_of, written_rows
 from envgen.rewards import extract_boxed, score_two_way
-from envgen.runtime import Environment, json_field
+from envgen.runtime import Environment, domain_for, json_field
+from envgen.seeding import engine_from_bytes
 from envgen.taskgen import render_value
 
 EXECUTION = "execution"
@@ -230,6 +231,120 @@ def episode_steps(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], li
             outs.append(result)
             said.append(user)
     return calls, outs, said
+
+
+# --- habits a trajectory teaches (checks of the trajectory contract) ---------------------------------------------
+
+
+def _execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Message], dict[str, Any]] | None:
+    if row.get("verifier") != EXECUTION or row.get("env_db") is None:
+        return None
+    vi = json_field(row.get("verify_input")) or {}
+    if "env" not in vi or "task" not in vi:
+        return None
+    return domain_for(vi["env"]), json_field(row["messages"]), vi
+
+
+def _tool_log(domain: CompiledDomain, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The runtime's tool log as a conversation shows it: each call with its arguments, parsed result and
+    whether it wrote."""
+    calls, results, _ = episode_steps(messages)
+    log = []
+    for call, result in zip(calls, results, strict=True):
+        try:
+            content = json.loads(result)
+        except json.JSONDecodeError:  # a step-compressed result
+            content = {}
+        tool = domain.tools.get(call["name"])
+        log.append({"name": call["name"], "arguments": call["arguments"], "ok": True,
+                    "wrote": bool(tool is not None and tool.is_write), "content": content})
+    return log
+
+
+def _with_db(row: Mapping[str, Any], fn: Any) -> Any:
+    engine = engine_from_bytes(bytes(row["env_db"]))
+    try:
+        with engine.connect() as conn:
+            return fn(conn)
+    finally:
+        engine.dispose()
+
+
+def other_customer_write(row: Mapping[str, Any]) -> str | None:
+    """A write naming a record another customer than the task's acting one owns (one owner per write set)."""
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain, messages, vi = parts
+    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
+    writes = [e for e in _tool_log(domain, messages) if e["wrote"]]
+
+    def owners(conn: Any) -> set[str]:
+        return {o for e in writes for entity, key in written_rows(domain, e["name"], e["arguments"])
+                if (o := owner_of(domain, conn, entity, key)) is not None}
+
+    found = _with_db(row, owners) if writes else set()
+    if len(found) > 1 or (customer is not None and found - {customer}):
+        return f"the writes touch records of customers {', '.join(sorted(found))}"
+    return None
+
+
+def unidentified_write(row: Mapping[str, Any]) -> str | None:
+    """A write before the acting customer was identified with the tools, or on a record not theirs."""
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain, messages, vi = parts
+    if (json_field(vi["task"]["rubric"]) or {}).get("customer") is None:
+        return None
+    log = _tool_log(domain, messages)
+    return _with_db(row, lambda conn: customer_policy_problem(domain, conn, log)) if any(e["wrote"] for e in log) \
+        else None
+
+
+def needless_read(row: Mapping[str, Any]) -> str | None:
+    """A read without a reason (``needless_reads``): it looks up what the user stated or a result returned."""
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain, messages, _ = parts
+    calls, results, said = episode_steps(messages)
+    found = needless_reads(domain, calls, results, said)
+    return f"{calls[found[0]]['name']} looks up what is already known" if found else None
+
+
+def unstated_outcome(row: Mapping[str, Any]) -> str | None:
+    """The final message states no value a write returned (an environment row with a write), or for a
+    procedure no value of the last step's result."""
+    messages = json_field(row["messages"])
+    final = str(messages[-1].get("content") or "") if messages else ""
+    if row.get("verifier") == SCHEMA:
+        last = next((m for m in reversed(messages) if m.get("role") == "tool"), None)
+        values = _flat_strings(json.loads(str(last["content"]))) if last is not None else []
+        values = [v for v in values if len(v) > 2]
+        return None if not values or any(v in final for v in values) else "the final message states no result"
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain = parts[0]
+    results = {m.get("tool_call_id"): (i, str(m.get("content") or "")) for i, m in enumerate(messages)
+               if m.get("role") == "tool"}
+    written: list[str] = []
+    for m in messages:
+        for call in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
+            tool = domain.tools.get(call["function"]["name"])
+            i, result = results.get(call.get("id"), (0, ""))
+            if tool is None or not tool.is_write or tool_failed({"content": result}):
+                continue
+            before = "\n".join(str(x.get("content") or "") for x in messages[:i])
+            try:
+                values = _flat_strings(json.loads(result))
+            except json.JSONDecodeError:
+                continue
+            written += [v for v in values if len(v) > 2 and v not in before]
+    if written and not any(v in final for v in written):
+        return "the final message states none of the values the writes returned"
+    return None
 
 
 # --- verifiers ------------------------------------------------------------------------------------------------

@@ -208,20 +208,14 @@ def episode_of(row: dict[str, Any]) -> Episode:
 # --- the reference agent's words ----------------------------------------------------------------------------
 # Several phrasings per move, drawn by the row's seed, so the data teaches the reason and not one sentence.
 
-_IDENTIFY = ("First I confirm who you are: {tool} with your {label}.",
-             "Before changing anything I find your account with {tool}, by your {label}.",
-             "I start by identifying you: {tool} on the {label} you gave.")
-_FEED = ("{tool} gives me the {what} that {nxt} needs.",
-         "{nxt} needs the {what}, and {tool} returns it.",
-         "I look up the {what} with {tool}, for {nxt}.")
-_CHECK = ("I check the {entity} with {tool} before changing it (its status, and that it is yours).",
-          "Before I change the {entity}, {tool} shows me its current state and owner.",
-          "{tool} first, to see the {entity} as it stands and confirm it is on your account.")
-_LOOK = ("{tool} shows me the {entity} I need to see before going on.",
-         "I read the {entity} with {tool} before going on.")
-_WRITE = ("Everything is in place, so I {purpose} with {tool}.",
-          "Now I can {purpose}: {tool}.",
-          "{tool} now, to {purpose}.")
+_IDENTIFY = ("First I confirm who you are by your {label}.", "I identify your account first, by your {label}.",
+             "Before anything changes I look you up by your {label}.")
+_FEED = ("This gives the {what} for {nxt}.", "{nxt} needs the {what} this returns.",
+         "I need the {what} for the next step.")
+_CHECK = ("I check the {entity} before changing it: its status, and that it is yours.",
+          "First a look at the {entity} as it stands, and whose it is.")
+_LOOK = ("I read the {entity} before going on.", "A look at the {entity} first.")
+_WRITE = ("Everything is in place, so I {purpose}.", "Now I can {purpose}.", "Next I {purpose}.")
 _SOURCES = {"request": ("from your message", "as you wrote", "which you gave"),
             "user": ("as you told me", "from your answer"),
             "tool": ("from the {tool} result", "returned by {tool}", "as {tool} showed")}
@@ -233,7 +227,9 @@ def _label(param: str) -> str:
 
 
 def _purpose(tool: Tool) -> str:
-    return tool.description.split(". ")[0].rstrip(".")
+    """The tool's description up to its first clause, lower-cased: what the call does."""
+    text = tool.description.split(". ")[0].split("; ")[0].rstrip(".")
+    return text[0].lower() + text[1:]
 
 
 def _source(value: Any, messages: list[dict[str, Any]], request: str, rng: random.Random) -> str:
@@ -264,17 +260,17 @@ def reasoning(domain: CompiledDomain, calls: list[dict[str, Any]], k: int, messa
                for e, v in written_rows(domain, c["name"], c["arguments"])}
     key = domain.spec.entity(tool.entity).key
     if tool.is_write:
-        why = rng.choice(_WRITE).format(tool=tool.name, purpose=_purpose(tool)[0].lower() + _purpose(tool)[1:])
+        why = rng.choice(_WRITE).format(purpose=_purpose(tool))
     elif customer is not None and tool.entity == customer.name and k == 0:
-        why = rng.choice(_IDENTIFY).format(tool=tool.name, label=_label(next(iter(call["arguments"]), "details")))
+        why = rng.choice(_IDENTIFY).format(label=_label(next(iter(call["arguments"]), "details")))
     elif nxt is not None and domain.graph.has_edge(tool.name, nxt):
         types = sorted(domain.graph.edges[tool.name, nxt]["types"])
         what = " and ".join(t.split(".")[-1].replace("_", " ") for t in types)
-        why = rng.choice(_FEED).format(tool=tool.name, what=what, nxt=nxt)
+        why = rng.choice(_FEED).format(what=what, nxt=nxt)
     elif (tool.entity, render_value(call["arguments"].get(key))) in written:
-        why = rng.choice(_CHECK).format(tool=tool.name, entity=entity)
+        why = rng.choice(_CHECK).format(entity=entity)
     else:
-        why = rng.choice(_LOOK).format(tool=tool.name, entity=entity)
+        why = rng.choice(_LOOK).format(entity=entity)
     args = "; ".join(f"{_label(p)} {render_value(v)} {_source(v, messages, request, rng)}"
                      for p, v in call["arguments"].items())
     return f"{why} {args[0].upper() + args[1:]}." if args else why
