@@ -60,7 +60,7 @@ def owner_of(domain: CompiledDomain, conn: Connection, entity: str, key: Any) ->
 
 
 def written_rows(domain: CompiledDomain, name: str, arguments: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """(entity, key) of the rows a write names: its target and every parameter referring to a row."""
+    """(entity, key) of the rows a write names: its target first, then every parameter referring to a row."""
     tool = domain.tools[name]
     action = domain.spec.action(tool.action)
     target = domain.spec.entity(action.target)

@@ -22,7 +22,7 @@ from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
 from envgen.customers import owner_of
 from envgen.midtrain.records import needless_reads, value_texts
-from envgen.midtrain.synth import Episode, Unusable, call_results
+from envgen.midtrain.synth import Episode, Unusable, call_results, said_before
 from envgen.runtime import domain_for, json_field
 from envgen.seeding import engine_from_bytes
 from envgen.taskgen import render_value
@@ -165,7 +165,7 @@ def _hiding(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], c
     # A lookup whose input is what the served call returns makes that call a lookup of a known value (get_flight(F)
     # -> flight number -> lookup_flight_by_flight_number -> F): refused, like every read without a reason.
     if needless_reads(domain, new_calls, call_results(domain, bytes(env["db"]), new_calls),
-                      [str(new_task["description"])] * len(new_calls)):
+                      said_before(new_task, new_calls)):
         return None
     return new_task, new_calls, first
 

@@ -175,10 +175,10 @@ def underivable(messages: Sequence[Message], upto: int, args: Mapping[str, Any])
 
 
 def _checks_written(domain: CompiledDomain, tool: Any, result: str, later: Sequence[Mapping[str, Any]]) -> bool:
-    """The result shows a record a later write names: reading it is a check before changing it."""
+    """The result shows the record a later write changes (its target): reading it is a check before changing it."""
     key = domain.spec.entity(tool.entity).key
     written = {(e, render_value(k)) for c in later if c["name"] in domain.tools and domain.tools[c["name"]].is_write
-               for e, k in written_rows(domain, c["name"], c["arguments"])}
+               for e, k in written_rows(domain, c["name"], c["arguments"])[:1]}
     return any((tool.entity, value) in written for value in value_texts_in(result, key))
 
 
@@ -194,20 +194,29 @@ def value_texts_in(result: str, key: str) -> set[str]:
 
 def needless_reads(domain: CompiledDomain, calls: Sequence[Mapping[str, Any]], results: Sequence[str],
                    said: Sequence[str]) -> list[int]:
-    """Indices of read calls without a reason: every value later calls take from the result (an id, a code) was
-    already stated by the user (``said[k]``: what the user said before call k) or returned by an earlier call,
-    and the result is not a record a later write names (reading that is a check before changing it)."""
-    out, returned = [], ""
+    """Indices of read calls without a reason (``said[k]``: what the user said before call k):
+
+    - every value later calls take from the result (an id, a code) was already stated by the user, returned by an
+      earlier call, or is the call's own input (a read that hands back what it was given);
+    - or it returns only records an earlier call returned (a second look at the same customer);
+
+    unless the result is the record a later write changes (reading that is a check before changing it)."""
+    out, returned, seen = [], "", set()
     for k, (call, result) in enumerate(zip(calls, results, strict=True)):
         tool = domain.tools.get(call["name"])
+        rows: set[tuple[str, str]] = set()
         if tool is not None and not tool.is_write:
+            rows = {(tool.entity, v) for v in value_texts_in(result, domain.spec.entity(tool.entity).key)}
+            own = {v for v in call["arguments"].values() if isinstance(v, str)}
             later = [v for c in calls[k + 1:] for v in c["arguments"].values() if isinstance(v, str) and len(v) > 2]
             supplied = [v for v in later if v in result]
-            if supplied and all(v in said[k] or v in returned for v in supplied) \
+            known = all(v in said[k] or v in returned or v in own for v in supplied)
+            if ((supplied and known) or (rows and rows <= seen and known)) \
                     and not _checks_written(domain, tool, result, calls[k + 1:]):
                 out.append(k)
                 continue
         returned += "\n" + result
+        seen |= rows
     return out
 
 
@@ -285,7 +294,8 @@ def other_customer_write(row: Mapping[str, Any]) -> str | None:
 
     found = _with_db(row, owners) if writes else set()
     if len(found) > 1 or (customer is not None and found - {customer}):
-        return f"the writes touch records of customers {', '.join(sorted(found))}"
+        return (f"the writes touch records of customer(s) {', '.join(sorted(found - {customer}))}, not only of "
+                f"the acting customer {customer}")
     return None
 
 
@@ -313,9 +323,18 @@ def needless_read(row: Mapping[str, Any]) -> str | None:
     return f"{calls[found[0]]['name']} looks up what is already known" if found else None
 
 
+def _written_values(domain: CompiledDomain, tool: Any, content: Mapping[str, Any]) -> list[str]:
+    """What a write set: the target's fields its effects set or adjust, and the records it created."""
+    action = domain.spec.action(tool.action)
+    row = content.get(action.target) or {}
+    fields = [e.field for e in action.effects if e.kind in ("set", "adjust") and e.row == "target"]
+    values = [v for f in fields for v in _flat_strings(row.get(f))]
+    return values + _flat_strings(content.get("created") or {})
+
+
 def unstated_outcome(row: Mapping[str, Any]) -> str | None:
-    """The final message states no value a write returned (an environment row with a write), or for a
-    procedure no value of the last step's result."""
+    """The final message states no value a write set (a field its effects changed, a record it created) in an
+    environment row with a write, or for a procedure no value of the last step's result."""
     messages = json_field(row["messages"])
     final = str(messages[-1].get("content") or "") if messages else ""
     if row.get("verifier") == SCHEMA:
@@ -333,15 +352,14 @@ def unstated_outcome(row: Mapping[str, Any]) -> str | None:
     for m in messages:
         for call in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
             tool = domain.tools.get(call["function"]["name"])
-            i, result = results.get(call.get("id"), (0, ""))
+            result = results.get(call.get("id"), (0, ""))[1]
             if tool is None or not tool.is_write or tool_failed({"content": result}):
                 continue
-            before = "\n".join(str(x.get("content") or "") for x in messages[:i])
             try:
-                values = _flat_strings(json.loads(result))
+                content = json.loads(result)
             except json.JSONDecodeError:
                 continue
-            written += [v for v in values if len(v) > 2 and v not in before]
+            written += _written_values(domain, tool, content)
     if written and not any(v in final for v in written):
         return "the final message states none of the values the writes returned"
     return None

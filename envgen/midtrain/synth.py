@@ -154,12 +154,23 @@ def call_results(domain: CompiledDomain, db: bytes, calls: list[dict[str, Any]])
         engine.dispose()
 
 
+def said_before(task: dict[str, Any], calls: list[dict[str, Any]]) -> list[str]:
+    """What the user has said before each call when the reference agent plays ``calls``: the request, and every
+    profile fact an earlier call took as an argument (asked for and answered before that call)."""
+    facts = {f["value"] for f in json_field(task["user_profile"])["facts"]}
+    said, told = [], []
+    for call in calls:
+        said.append("\n".join([str(task["description"]), *told]))
+        told += [render_value(v) for v in call["arguments"].values() if render_value(v) in facts]
+    return said
+
+
 def without_needless_reads(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     """The task with every read that has no reason dropped (``records.needless_reads``: what it would return is
     stated or returned already), and the facts only those reads needed gone from the profile and the request."""
     calls = json.loads(task["golden_actions"])
     while needless := needless_reads(domain, calls, call_results(domain, bytes(env["db"]), calls),
-                                     [str(task["description"])] * len(calls)):
+                                     said_before(task, calls)):
         calls = calls[:needless[0]] + calls[needless[0] + 1:]
     used = {render_value(v) for c in calls for v in c["arguments"].values() if v is not None}
     profile = json_field(task["user_profile"])
@@ -257,7 +268,7 @@ def reasoning(domain: CompiledDomain, calls: list[dict[str, Any]], k: int, messa
     nxt = calls[k + 1]["name"] if k + 1 < len(calls) else None
     customer = domain.spec.customer_entity
     written = {(e, render_value(v)) for c in calls[k + 1:] if domain.tools[c["name"]].is_write
-               for e, v in written_rows(domain, c["name"], c["arguments"])}
+               for e, v in written_rows(domain, c["name"], c["arguments"])[:1]}
     key = domain.spec.entity(tool.entity).key
     if tool.is_write:
         why = rng.choice(_WRITE).format(purpose=_purpose(tool))
@@ -283,7 +294,8 @@ def _written(domain: CompiledDomain, name: str, content: dict[str, Any]) -> str:
     target = domain.spec.entity(action.target)
     row = content.get(action.target) or {}
     fields = list(dict.fromkeys(e.field for e in action.effects if e.kind in ("set", "adjust") and e.row == "target"))
-    changed = ", ".join(f"{f.replace('_', ' ')} {render_value(row[f])}" for f in fields if row.get(f) is not None)
+    changed = ", ".join(f"{f.replace('_', ' ')} {json.dumps(row[f]) if isinstance(row[f], bool) else render_value(row[f])}"
+                        for f in fields if row.get(f) is not None)
     parts = [f"{target.name.replace('_', ' ')} {row.get(target.key, '')} now has {changed}".replace("  ", " ")
              if changed else f"{target.name.replace('_', ' ')} {row.get(target.key, '')} is updated"]
     for entity, created in (content.get("created") or {}).items():
