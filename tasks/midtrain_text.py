@@ -27,6 +27,7 @@ from envgen.midtrain.text import (
     howto_from_json,
     parse_howto,
     render_howto,
+    steps_with_a_reason,
     trajectory,
 )
 from tasks.tokenizer import keyword_or_dir, text_files
@@ -70,6 +71,7 @@ def spec_texts(inputs: Mapping[str, Artifact], params: MidtrainTextParams, parti
             if chain and identify is not None and identify.name not in chain:
                 chain = [identify.name, *chain]  # the customer is identified before anything changes
             if chain:
+                chain = steps_with_a_reason(domain, chain, keep_first=identify is not None)
                 goal = domain.tools[chain[-1]].description.split(". ")[0].rstrip(".").lower()
                 out.append((f"{STAGE}:{name}:{i:05d}", name, render_howto(domain, chain, goal)))
     return out

@@ -175,11 +175,13 @@ def underivable(messages: Sequence[Message], upto: int, args: Mapping[str, Any])
 
 
 def _checks_written(domain: CompiledDomain, tool: Any, result: str, later: Sequence[Mapping[str, Any]]) -> bool:
-    """The result shows the record a later write changes (its target): reading it is a check before changing it."""
+    """The result is the one record a later write changes (its target): reading it is a check before changing it.
+    A list that holds it among others is no such check."""
     key = domain.spec.entity(tool.entity).key
     written = {(e, render_value(k)) for c in later if c["name"] in domain.tools and domain.tools[c["name"]].is_write
                for e, k in written_rows(domain, c["name"], c["arguments"])[:1]}
-    return any((tool.entity, value) in written for value in value_texts_in(result, key))
+    shown = value_texts_in(result, key)
+    return len(shown) == 1 and (tool.entity, next(iter(shown))) in written
 
 
 def value_texts_in(result: str, key: str) -> set[str]:

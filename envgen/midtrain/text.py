@@ -66,6 +66,25 @@ def _signature(p: ToolParam) -> str:
     return f"{p.name}{'' if p.required else '?'}: {kind}{values}"
 
 
+def _supplier(domain: CompiledDomain, chain: list[str], k: int, sem: str | None) -> int | None:
+    """The first earlier step (1-based) whose tool returns values of type ``sem``: a value is taken where it first
+    appears, never passed along through steps that only hand it back."""
+    return next((j for j in range(1, k) if sem in domain.tools[chain[j - 1]].outputs), None)
+
+
+def steps_with_a_reason(domain: CompiledDomain, chain: list[str], keep_first: bool = False) -> list[str]:
+    """The chain without read steps no later step takes anything from (the last step, the write, always stays;
+    ``keep_first`` keeps the first too: identifying the customer is its reason)."""
+    chain = list(chain)
+    while True:
+        used = {_supplier(domain, chain, k, p.sem) for k, name in enumerate(chain, start=1)
+                for p in domain.tools[name].params if p.required}
+        idle = [k for k in range(1, len(chain)) if k not in used and not (keep_first and k == 1)]
+        if not idle:
+            return chain
+        chain.pop(idle[0] - 1)
+
+
 def render_howto(domain: CompiledDomain, chain: list[str], goal: str) -> str:
     """A how-to text for ``chain`` (reads then a write) from the domain's tool docs and policies: each required
     parameter is taken from the latest earlier step whose tool supplies it (a graph edge), else asked of the user."""
@@ -80,7 +99,7 @@ def render_howto(domain: CompiledDomain, chain: list[str], goal: str) -> str:
         for p in domain.tools[name].params:
             if not p.required:
                 continue
-            src = next((j for j in range(k - 1, 0, -1) if p.sem in domain.tools[chain[j - 1]].outputs), None)
+            src = _supplier(domain, chain, k, p.sem)
             parts.append(f"the `{p.name}` from step {src}" if src else f"your {p.name}")
         lines.append(f"{k}. Call `{name}`" + (f" with {' and '.join(parts)}" if parts else "") + ".")
     policies = [p.text for p in domain.spec.policies] + ([CUSTOMER_POLICY] if domain.spec.customer_entity else [])
@@ -192,6 +211,8 @@ def _value(schema: dict[str, Any], name: str, rng: random.Random) -> Any:
         return round(rng.uniform(1, 500), 2)
     if kind == "boolean":
         return rng.random() < 0.5
+    if "email" in name:
+        return f"{rng.choice(('alex', 'sam', 'kim', 'lee', 'noor'))}{rng.randrange(10, 1000)}@example.com"
     return f"{name[:3].upper()}{rng.randrange(10**5, 10**6)}"
 
 

@@ -243,3 +243,19 @@ def test_every_domain_names_its_customer(domain_name: str) -> None:
     from envgen.compiler import compiled
 
     assert compiled(domain_name).spec.customer_entity is not None
+
+
+@given(seed=st.integers(0, 10_000), index=st.integers(0, 3))
+def test_every_procedure_step_before_the_write_feeds_a_later_one(seed: int, index: int) -> None:
+    from envgen.construct import sample_chain
+    from envgen.midtrain.text import steps_with_a_reason
+
+    domain = domain_for(environments()[index % len(environments())])
+    chain = sample_chain(domain, random.Random(seed), set(domain.tools), 4)
+    if not chain:
+        return
+    kept = steps_with_a_reason(domain, chain)
+    assert kept[-1] == chain[-1] and set(kept) <= set(chain)
+    text = render_howto(domain, kept, "do it")
+    for k in range(1, len(kept)):
+        assert f"from step {k})" in text or f"from step {k} " in text or f"from step {k}." in text
