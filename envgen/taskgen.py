@@ -40,7 +40,7 @@ from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.tools import Executor, call_tool
 
 MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
-_OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
+OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
 
 
 class TaskSettings(Params):
@@ -191,7 +191,7 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     inline = [f for f in facts if f.source == "task" or rng.random() < settings.inline_fact_prob]
     intents = [c.intent for c in built.chains]
     request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
-    sentences = [rng.choice(_OPENERS), f"I would like to {request}."]
+    sentences = [rng.choice(OPENERS), f"I would like to {request}."]
     # Facts named "entity.field" single out one row of a list result ("the unit price of the order item I mean").
     sentences += [f"The {f.label} I mean is {render_value(f.value)}." if "." in f.name else f"My {f.label} is {render_value(f.value)}."
                   for f in inline if not (f.source == "task" and render_value(f.value) in request)]

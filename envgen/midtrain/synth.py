@@ -27,12 +27,12 @@ from envgen.construct import (
     _try_ground,
     sample_chain,
 )
-from envgen.customers import owner_of, written_rows
+from envgen.customers import owner_of, owner_path, written_rows
 from envgen.midtrain.records import Slot, needless_reads, tool_failed, value_texts
-from envgen.runtime import Environment, domain_for, json_field, render_result
+from envgen.runtime import Environment, domain_for, json_field, render_result, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.small import task_tools
-from envgen.taskgen import TaskSettings, make_task, render_value
+from envgen.taskgen import OPENERS, TaskSettings, make_task, render_value
 from envgen.tools import Executor, call_tool
 
 ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
@@ -50,6 +50,7 @@ class Episode:
     notes: dict[int, str] = field(default_factory=dict)
     plan: str | None = None
     retries: frozenset[int] = frozenset()
+    refusal: str | None = None  # the closing message of a request the agent must refuse (no write happens)
 
 
 @dataclass
@@ -181,6 +182,60 @@ def without_needless_reads(domain: CompiledDomain, env: dict[str, Any], task: di
             description = description.replace(f" My {f['label']} is {f['value']}.", "")
     return {**task, "golden_actions": json.dumps(calls), "description": description,
             "user_profile": json.dumps({**profile, "facts": facts})}
+
+
+_REFUSE = ("{what} {key} is not on your account, so I cannot {purpose}. Only its holder can ask for that.",
+           "I checked {what} {key}: it belongs to another customer, so I will not {purpose} for you.",
+           "{what} {key} is registered to someone else; I can only change your own records, so I cannot {purpose}.")
+
+
+def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
+    """The episode's customer asks to change a record of another customer (the first write's target, swapped for
+    a row of the same entity another customer owns): the reference agent identifies them, reads that record, sees
+    whose it is and refuses; nothing is written, and the rubric expects the database unchanged. Raises Unusable
+    when the environment has no such row or no tool to read it."""
+    domain = domain_for(ep.env)
+    customer = json_field(ep.task["rubric"]).get("customer")
+    write = next((c for c in ep.calls if domain.tools[c["name"]].is_write), None)
+    if customer is None or write is None or not ep.calls or domain.tools[ep.calls[0]["name"]].is_write:
+        raise Unusable("refusal: the episode has no identified customer and write")
+    action = domain.spec.action(domain.tools[write["name"]].action)
+    target = domain.spec.entity(action.target)
+    getter = next((n for n in sorted(ep.env["tool_names"]) if domain.tools[n].kind == "get"
+                   and domain.tools[n].entity == target.name), None)
+    if getter is None or owner_path(domain, target.name) in (None, ()):
+        raise Unusable(f"refusal: no tool reads a {target.name} another customer owns")
+    engine = engine_from_bytes(bytes(ep.env["db"]))
+    try:
+        with engine.connect() as conn:
+            others = [r[target.key] for r in Executor(domain).fetch(conn, target.name, "", None, None)
+                      if owner_of(domain, conn, target.name, r[target.key]) not in (None, customer)]
+    finally:
+        engine.dispose()
+    if not others:
+        raise Unusable(f"refusal: every {target.name} belongs to the customer")
+    other = rng.choice(others)
+    what = (target.label or target.name.replace("_", " "))
+    identify = ep.calls[0]
+    facts = [f for f in json_field(ep.task["user_profile"])["facts"]
+             if f["value"] in {render_value(v) for v in identify["arguments"].values()}]
+    label = target.label or f"{target.name.replace('_', ' ')} id"
+    intent = action.intent.format(**{**write["arguments"], target.key: other})
+    stated = " ".join(f"My {f['label']} is {f['value']}." for f in facts)
+    description = f"{rng.choice(OPENERS)} I would like to {intent}. {stated} The {label} is {other}."
+    profile = {**json_field(ep.task["user_profile"]), "facts": [*facts, {"name": target.key, "label": label,
+                                                                          "value": render_value(other)}]}
+    calls = [identify, {"name": getter, "arguments": {target.key: other}}]
+    purpose = _purpose(domain.tools[write["name"]])
+    refusal = rng.choice(_REFUSE).format(what=what[0].upper() + what[1:], key=other, purpose=purpose)
+    rubric = {**json_field(ep.task["rubric"]), "required_outputs": []}
+    task = {**ep.task, "task_id": f"{ep.task['task_id']}-refusal", "description": description,
+            "user_profile": json.dumps(profile), "golden_actions": json.dumps(calls), "rubric": json.dumps(rubric)}
+    unchanged = replay(Environment(ep.env), {**task, "rubric": json.dumps({**rubric, "expected_diff": None})},
+                       calls, refusal).info["diff"]
+    task["rubric"] = json.dumps({**rubric, "expected_diff": json.loads(json.dumps(unchanged, default=str))})
+    note = f"Before anything changes I check whose {what} {other} is."
+    return Episode(ep.env, task, calls, notes={1: note}, refusal=refusal)
 
 
 def restate(task: dict[str, Any], rng: random.Random, share: float) -> dict[str, Any]:
@@ -414,7 +469,7 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
         n_calls += 1
         if tool_failed(result):
             raise Unusable(f"{call['name']} failed: {result['content'][:200]}")
-    final = final_text(domain, messages, rng)
+    final = ep.refusal or final_text(domain, messages, rng)
     outputs = tuple(str(v) for v in json_field(ep.task["rubric"])["required_outputs"])
     slots.append(Slot(len(messages), "final", _teacher_prompt(
         "final message", final, "a support agent reports the outcome", outputs), final, outputs))
