@@ -256,17 +256,22 @@ def _execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Messa
     return domain_for(vi["env"]), json_field(row["messages"]), vi
 
 
-def _tool_log(domain: CompiledDomain, messages: Sequence[Message]) -> list[dict[str, Any]]:
+def _tool_log(domain: CompiledDomain, messages: Sequence[Message], customer: str | None = None) -> list[dict[str, Any]]:
     """The runtime's tool log as a conversation shows it: each call with its arguments, parsed result and
-    whether it wrote."""
+    whether it wrote. A step-compressed read of the customer entity stands for the acting ``customer``: its
+    summary keeps only what later turns use, and the replay (the ``reverifies`` check) saw the real result."""
     calls, results, _ = episode_steps(messages)
+    entity = domain.spec.customer_entity
     log = []
     for call, result in zip(calls, results, strict=True):
-        try:
-            content = json.loads(result)
-        except json.JSONDecodeError:  # a step-compressed result
-            content = {}
         tool = domain.tools.get(call["name"])
+        try:
+            content = json.loads(result.removeprefix(SUMMARY_TAG))
+        except json.JSONDecodeError:
+            content = {}
+        if result.startswith(SUMMARY_TAG) and customer is not None and entity is not None and tool is not None \
+                and tool.entity == entity.name:
+            content = {**content, entity.key: customer} if isinstance(content, dict) else {entity.key: customer}
         log.append({"name": call["name"], "arguments": call["arguments"], "ok": True,
                     "wrote": bool(tool is not None and tool.is_write), "content": content})
     return log
@@ -307,9 +312,10 @@ def unidentified_write(row: Mapping[str, Any]) -> str | None:
     if parts is None:
         return None
     domain, messages, vi = parts
-    if (json_field(vi["task"]["rubric"]) or {}).get("customer") is None:
+    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
+    if customer is None:
         return None
-    log = _tool_log(domain, messages)
+    log = _tool_log(domain, messages, customer)
     return _with_db(row, lambda conn: customer_policy_problem(domain, conn, log)) if any(e["wrote"] for e in log) \
         else None
 

@@ -43,11 +43,12 @@ def environments_artifact() -> FrameArtifact:
 
 @cache
 def env_trajectories(n_tasks: int = 8) -> pl.DataFrame:
-    """midtrain_env's trajectories on the fixture environments (reference teacher)."""
+    """midtrain_env's trajectories on the fixture environments (reference teacher); every restated variant holds a
+    failed try where one fits, so selections of a few rows still carry masked turns."""
     from longctx_fixtures import tokenizer_artifact
 
     import tasks.midtrain_env as stage
 
     inputs = {"environments": environments_artifact(), "tokenizer": tokenizer_artifact()}
-    out = stage.midtrain_env.run(inputs, stage.midtrain_env.parse_params({"n_tasks": n_tasks}), "t")
+    out = stage.midtrain_env.run(inputs, stage.midtrain_env.parse_params({"n_tasks": n_tasks, "retry_prob": 1.0}), "t")
     return out["trajectories"]

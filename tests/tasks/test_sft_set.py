@@ -120,9 +120,16 @@ def test_sft_set_end_to_end_and_its_export_tokenizes_with_the_masks_the_records_
 
     from flows.cli_data import sft_frame
 
+    # A failed try (a masked turn) among the exported rows, so the masks are exercised whichever rows KCG picks.
+    def masked(row: dict) -> bool:
+        return any(m["role"] == "assistant" and not t for m, t in zip(json.loads(row["messages"]), row["train"]))
+
+    retried = [r["id"] for r in env.iter_rows(named=True) if masked(r) and r["tokens"] <= params.max_tokens
+               and r["id"] not in set(selected["id"])]
+    exported = pl.concat([selected, env.filter(pl.col("id") == retried[0]).select(selected.columns)])
     path = tmp_path / "sft.parquet"
-    sft_frame(selected).write_parquet(path)
-    _tokenizes_with_masks(path, selected, tmp_path)
+    sft_frame(exported).write_parquet(path)
+    _tokenizes_with_masks(path, exported, tmp_path)
 
 
 def _tokenizes_with_masks(path, selected: pl.DataFrame, tmp_path) -> None:
