@@ -23,7 +23,8 @@ class DecomposeParams(EpisodeParams):
     max_hidden: int = Field(2, ge=1, le=6, description="most values hidden per trajectory (one lookup each)")
 
 
-# 4: compact tool schemas and results
+# 4: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
 @stage(name=STAGE, version="4", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,

@@ -139,7 +139,8 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
     return items, rejected
 
 
-# 2: compact tool schemas and results
+# 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
 @stage(name=STAGE, version="2", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
        outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:

@@ -22,7 +22,8 @@ class PlanParams(EpisodeParams):
     """midtrain_plan takes the params of every episode route."""
 
 
-# 2: compact tool schemas and results
+# 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
 @stage(name=STAGE, version="2", params=PlanParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_plan(inputs: Mapping[str, Artifact], params: PlanParams, partition: str) -> dict[str, pl.DataFrame]:

@@ -23,7 +23,8 @@ class ReasonParams(EpisodeParams):
     candidates_per_step: int = Field(2, ge=1, le=3, description="alternative candidates compared at each action")
 
 
-# 2: compact tool schemas and results
+# 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
 @stage(name=STAGE, version="2", params=ReasonParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_reason(inputs: Mapping[str, Artifact], params: ReasonParams, partition: str) -> dict[str, pl.DataFrame]:

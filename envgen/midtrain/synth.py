@@ -108,7 +108,7 @@ def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, ma
     if identifying is None:
         customer = domain.spec.customer_entity
         raise Unusable(f"domain {domain.name} has no customer entity" if customer is None else
-                       f"the environment has no tool to identify a {customer.name} (a lookup by email, or a get)")
+                       f"the environment has no tool to identify the {customer.name} (a lookup by email, or a get)")
     engine = engine_from_bytes(bytes(env_row["db"]))
     wanted = rng.randint(1, max_chains)
     chains: list[GroundedChain] = []

@@ -61,7 +61,7 @@ def _foreign_row(ep: Episode) -> tuple[list[dict], str]:
     domain = domain_for(ep.env)
     calls = json.loads(ep.task["golden_actions"])
     last = max(i for i, c in enumerate(calls) if domain.tools[c["name"]].is_write)
-    entity, key = written_rows(domain, calls[last]["name"], calls[last]["arguments"])[0]
+    entity, _ = written_rows(domain, calls[last]["name"], calls[last]["arguments"])[0]
     customer = json.loads(ep.task["rubric"])["customer"]
     spec = domain.spec.entity(entity)
     engine = engine_from_bytes(ep.env["db"])
