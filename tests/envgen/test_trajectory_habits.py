@@ -259,3 +259,27 @@ def test_every_procedure_step_before_the_write_feeds_a_later_one(seed: int, inde
     text = render_howto(domain, kept, "do it")
     for k in range(1, len(kept)):
         assert f"from step {k})" in text or f"from step {k} " in text or f"from step {k}." in text
+
+
+def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
+    import copy
+
+    import yaml
+    from spec_fixtures import MINIMAL
+
+    from envgen.checks import check_spec
+    from envgen.spec import load_spec
+
+    two = {**copy.deepcopy(MINIMAL), "name": "two"}
+    two["entities"].append({**copy.deepcopy(two["entities"][0]), "name": "other", "key": "other_id",
+                            "id_prefix": "OT"})
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(two, sort_keys=False))
+    assert load_spec(path).customer_entity is None
+    assert any("no customer entity" in p for p in check_spec(path, 0).problems)
+    declared = tmp_path / "declared.yaml"
+    declared.write_text(yaml.safe_dump({**two, "name": "declared", "customer": "other"}, sort_keys=False))
+    assert load_spec(declared).customer_entity.name == "other"
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(yaml.safe_dump({**two, "name": "unknown", "customer": "ghost"}, sort_keys=False))
+    assert any("unknown entity 'ghost'" in p for p in check_spec(unknown, 0).problems)
