@@ -87,6 +87,9 @@ def check_spec(path: Path, envs: int) -> SpecCheck:
         return SpecCheck(path.stem, 0, 0.0, 0, [str(exc)])
     rate, broken = executability(domain, 0)
     problems = [f"tool {tool} failed to execute on a seeded database" for tool in broken]
+    if domain.spec.customer_entity is None:
+        problems.append("no customer entity: mid-training tasks act for one customer; declare `customer: ENTITY` "
+                        "(none or several entities have an email field)")
     if len(domain.tools) < MIN_DOMAIN_TOOLS:
         problems.append(f"only {len(domain.tools)} tools; add entities, relations or actions "
                         f"({MIN_DOMAIN_TOOLS}+ needed)")

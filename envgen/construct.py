@@ -31,6 +31,7 @@ from sqlalchemy import Connection, select
 from data_contracts.stage import Params
 from envgen.canonical import canonical_state
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool, sem_type
+from envgen.customers import owner_of
 from envgen.seeding import field_value, seeded_memory_engine, sqlite_bytes
 from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows, faker_for
 from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time
@@ -111,6 +112,14 @@ class Grounder:
         self.ents = self.ex.ents
         self.reserved: set[tuple[str, str]] = set()
         self.now = domain.spec.now
+        self.customer: str | None = None  # when set, writes name only this customer's rows (envgen.customers)
+
+    def mine(self, entity: str, row: dict[str, Any]) -> bool:
+        """Whether a write may name ``row``: no customer is set, the row is shared, or the customer owns it."""
+        if self.customer is None:
+            return True
+        owner = owner_of(self.domain, self.conn, entity, row[self.ents[entity].key])
+        return owner is None or owner == self.customer
 
     # -- rows ------------------------------------------------------------------------------------------------
     def rows(self, entity: str, column: str | None = None, value: Any = None) -> list[dict[str, Any]]:
@@ -194,7 +203,8 @@ class Grounder:
         """Golden arguments for a write whose dry run succeeds; patches rows; raises GroundingFailed."""
         action = self.domain.spec.action(tool.action)
         target_e = self.ents[action.target]
-        candidates = [r for r in self.rows(target_e.name) if (target_e.name, r[target_e.key]) not in self.reserved]
+        candidates = [r for r in self.rows(target_e.name) if (target_e.name, r[target_e.key]) not in self.reserved
+                      and self.mine(target_e.name, r)]
         self.rng.shuffle(candidates)
         for target in candidates[:6]:
             sp = self.conn.begin_nested()
@@ -236,7 +246,7 @@ class Grounder:
         for q in action.params:
             if q.ref is not None:
                 options = [r for r in self.rows(q.ref) if (q.ref, r[self.ents[q.ref].key]) not in self.reserved
-                           and r[self.ents[q.ref].key] != target[target_e.key]]
+                           and r[self.ents[q.ref].key] != target[target_e.key] and self.mine(q.ref, r)]
                 # Prefer rows sharing an owner with the target (the same user's payment method).
                 shared = [r for r in options if any(r.get(rel.field) == owners.get(rel.to)
                                                     for rel in self.ents[q.ref].relations)]

@@ -79,7 +79,7 @@ class Renamer:
         return re.sub(r"(?<![{\w])([a-z]+)(?![\w}])", swap, s)
 
 
-_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "row"}
+_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "row", "customer"}
 
 
 def _walk(node: Any, r: Renamer, key: str | None = None, enum_values: set[str] | None = None) -> Any:

@@ -166,7 +166,17 @@ def score_two_way(
     """
     if pred is None:
         return 0.0
-    p, width = _tokens(pred), len(" ".join(pred.split()))
+    forms = [pred, *([slot] if (slot := answer_slot(pred)) is not None else [])]
+    return max(_two_way_form(form, golds, measured=pred, cap_factor=cap_factor, cap_min=cap_min,
+                             min_gold_coverage=min_gold_coverage) for form in forms)
+
+
+def _two_way_form(
+    pred: str, golds: Sequence[str], *, measured: str, cap_factor: int, cap_min: int, min_gold_coverage: float
+) -> float:
+    """``score_two_way`` of one form of the prediction; the caps measure the whole prediction (``measured``), so
+    a descriptor never buys room for padding."""
+    p, width, measured_len = _tokens(pred), len(" ".join(measured.split())), len(_tokens(measured))
     gold_tokens = [g for g in (_tokens(g) for g in golds)
                    if g and width <= max(cap_factor * len(" ".join(g)), cap_min * CHARS_PER_TOKEN)]
     if p and p in gold_tokens:  # an exact answer counts even when it is all closed-class words ("The Who")
@@ -180,7 +190,7 @@ def score_two_way(
             if p == g:
                 return 1.0
             continue
-        if len(p) > max(cap_factor * len(g), cap_min):
+        if measured_len > max(cap_factor * len(g), cap_min):
             continue
         if _stands_alone(p, g):
             return 1.0
@@ -189,6 +199,67 @@ def score_two_way(
         if _contains(g, p) and covered >= min_gold_coverage:
             return 1.0
     return 0.0
+
+
+# A descriptor names what kind of thing the answer is: a lower-case common noun ("river", "club", "novelist"),
+# led by words that are lower case, closed-class or adjectives of nationality ("the Spanish club"). Name particles
+# ("van", "de") belong to the name that follows them.
+_SEPARATOR_WORDS = frozenset({"or", "and", "either", "nor"})
+_SEPARATOR_CHARS = frozenset(",;/&|\n")
+_DEMONYM = re.compile(r"[A-Z][a-z]+(?:an|ish|ese|ic|i|ch|ek|ss)$")
+_PARTICLES = frozenset({"van", "von", "de", "der", "den", "du", "da", "di", "del", "della", "la", "le", "bin", "al"})
+_PARENTHETICAL = re.compile(r"(?s)(.+?)\s*\(([^()]+)\)\s*\.?")
+_APPOSITIVE = re.compile(r"(?s)([^,]+?),\s*((?:the|a|an)\s+\S.*?)\s*\.?", re.IGNORECASE)
+
+
+def _is_name_word(word: str) -> bool:
+    return word[:1].isupper() or any(ch.isdigit() for ch in word)
+
+
+def _is_head(word: str) -> bool:
+    """A common noun that can head a descriptor: lower-case letters, not a closed-class word."""
+    return word.isalpha() and word.islower() and word not in STOP_WORDS
+
+
+def _is_descriptor(words: Sequence[str]) -> bool:
+    """Words that describe the answer and name no candidate: every word lower case (or closed-class, or an adjective
+    of nationality), the last one a common noun, no word that joins candidates."""
+    if not words or not _is_head(words[-1]) or any(set(w) & _SEPARATOR_CHARS for w in words):
+        return False
+    return all(w.lower() not in _SEPARATOR_WORDS and (w.islower() or w.lower() in STOP_WORDS or _DEMONYM.fullmatch(w))
+               for w in words)
+
+
+def _is_appositive(words: Sequence[str]) -> bool:
+    """"the capital of France", "a Spanish river in Aragon": a descriptor up to its first common noun, then any
+    words that join no candidates."""
+    head = next((i for i, w in enumerate(words) if i and _is_head(w)), None)
+    return head is not None and _is_descriptor(words[: head + 1]) and not any(
+        set(w) & _SEPARATOR_CHARS or w.lower() in _SEPARATOR_WORDS for w in words)
+
+
+def answer_slot(pred: str) -> str | None:
+    """The answer a descriptor stands beside, or None when the prediction holds no descriptor.
+
+    The answer in context is one name, and the descriptor says what it is: "the Spanish club Atlético Madrid",
+    "the river Thames", "Thames (river)", "Dickens (English novelist)", "Paris, the capital of France". A name
+    inside the descriptor ("France") is never the answer, and a descriptor with a word that joins candidates
+    ("the river Thames or Severn", "Paris, the city or Lyon") or a capitalised name in its head position is no
+    descriptor: what remains is scored as written, so lists stay lists."""
+    text = " ".join(_LATEX_COMMAND.sub(" ", pred).replace("{", " ").replace("}", " ").split())
+    stripped = text
+    for pattern, described in ((_PARENTHETICAL, _is_descriptor), (_APPOSITIVE, _is_appositive)):
+        if (m := pattern.fullmatch(stripped)) and described(m.group(2).split()):
+            stripped = m.group(1)
+            break
+    words = stripped.rstrip(".").split()
+    start = len(words)
+    while start > 0 and (_is_name_word(words[start - 1])
+                         or (words[start - 1] in _PARTICLES and start < len(words) and _is_name_word(words[start]))):
+        start -= 1
+    if 0 < start < len(words) and _is_descriptor(words[:start]):
+        stripped = " ".join(words[start:])
+    return stripped if stripped != text else None
 
 
 def _stands_alone(p: Sequence[str], g: Sequence[str]) -> bool:

@@ -10,7 +10,9 @@ environment: ``env_id`` str, ``domain`` str, ``spec_json`` (the parsed DomainSpe
     ``db_sha256``.
 task: ``task_id``, ``env_id``, ``domain``, ``system_prompt`` (agent instructions + policy texts), ``description``
     (the user's first message), ``user_profile`` ({"persona": str, "facts": [{"name", "label", "value"}]}: what the
-    user knows and tells when asked), ``rubric`` ({"expected_diff", "required_outputs", "tables", "components"}),
+    user knows and tells when asked), ``rubric`` ({"expected_diff", "required_outputs", "tables", "components"},
+    and ``customer``, the key of the acting customer, when the task acts for one: then ``policy`` also fails a
+    write before the customer is identified or one on another customer's record, ``envgen.customers``),
     ``golden_actions`` ([{"name", "arguments"}], in order), ``difficulty`` (JSON features), ``noise``
     ({"level": 0, "transforms": []}; filled by the noise stage).
 
@@ -43,6 +45,7 @@ from typing import Any, Protocol
 
 from envgen.canonical import State, canonical_state, diff_states
 from envgen.compiler import CLOCK_TABLE, CompiledDomain, compile_domain
+from envgen.customers import customer_policy_problem
 from envgen.seeding import engine_from_bytes, sqlite_engine
 from envgen.spec import DomainSpec
 from envgen.tools import Executor, ToolResult, call_tool
@@ -109,6 +112,8 @@ class ProfileUserSimulator:
 
     def reply(self, assistant_text: str, final_write_done: bool) -> tuple[str, bool]:
         text = assistant_text.lower()
+        if final_write_done and "?" not in text:  # the outcome told, naming fields ("cabin business"), asks nothing
+            return "Thank you, that is all I needed.", True
         answers = [
             f"My {f['label']} is {f['value']}."
             for f in self.facts
@@ -185,6 +190,13 @@ class EpisodeScore:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def render_result(content: Any) -> str:
+    """A tool result as the model reads it: JSON without padding spaces and with letters unescaped ("Atlético",
+    not "Atl\\u00e9tico"), about a tenth fewer tokens than ``json.dumps``'s default and every value findable as the
+    records write it."""
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
 def run_tool_calls(call_tool: Any, calls: list[dict[str, Any]], tool_log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run an assistant message's tool calls through ``call_tool`` (the seam noise wrappers override), log each, and
     answer each with its ``role: tool`` message; shared by every environment behind this interface."""
@@ -195,7 +207,7 @@ def run_tool_calls(call_tool: Any, calls: list[dict[str, Any]], tool_log: list[d
         tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
                          "wrote": result.wrote, "violations": list(result.violations),
                          "internal_error": result.internal_error, "content": result.content})
-        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": json.dumps(result.content)})
+        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": render_result(result.content)})
     return out
 
 
@@ -333,10 +345,14 @@ class Environment:
             after = canonical_state(conn, self.domain, list(tables))
         diff = diff_states(self._before_state(tables), after, self.domain)
         expected = self.rubric["expected_diff"]
+        customer_problem = None
+        if self.rubric.get("customer") is not None:  # a task acted for one customer (envgen.customers)
+            with self._engine.connect() as conn:
+                customer_problem = customer_policy_problem(self.domain, conn, self.tool_log)
         components = {
             "db_state": float(json.loads(json.dumps(diff, default=str)) == expected),
             "required_outputs": float(required_outputs_met(self.rubric["required_outputs"], self.said)),
-            "policy": float(not any(c["violations"] for c in self.tool_log)),
+            "policy": float(not any(c["violations"] for c in self.tool_log) and customer_problem is None),
         }
         components = {k: v for k, v in components.items() if k in self.rubric.get("components", components)}
         reward = math.prod(components.values(), start=1.0)
@@ -350,7 +366,8 @@ class Environment:
                 failure = "agent"
         info = {"reward_components": components, "failure": failure, "diff": diff, "steps": self.steps,
                 "tool_calls": len(self.tool_log), "tool_errors": sum(not c["ok"] for c in self.tool_log),
-                "violations": sorted({v for c in self.tool_log for v in c["violations"]})}
+                "violations": sorted({v for c in self.tool_log for v in c["violations"]}
+                                     | ({customer_problem} if customer_problem else set()))}
         return EpisodeScore(reward, components, failure, self.messages, info)
 
 

@@ -21,7 +21,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envgen.runtime import json_field
+from envgen.runtime import domain_for, json_field
 
 
 def compact_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -52,6 +52,31 @@ def offered_tools(tool_names: Sequence[str], edges: Sequence[Sequence[str]], use
     extra = rng.sample(near, min(distractors, len(near)))
     extra += rng.sample(far, min(distractors - len(extra), len(far)))
     return sorted(kept | set(extra))
+
+
+DISTRACTORS = 3
+"""Tools offered beside a task's own by default (the tiny profile's ``small_envs`` and ``evaluate`` use 3)."""
+
+
+def task_tools(env: Mapping[str, Any], used: Sequence[str], distractors: int = DISTRACTORS,
+               rng: random.Random | int = 0) -> list[dict[str, Any]]:
+    """The compact tool schemas to offer for a task: the tools ``used`` (names the task calls) plus ``distractors``
+    others of the environment ``env`` (an environment record: ``tool_names``, ``spec_json``, ``spec_hash``),
+    graph neighbours first (:func:`offered_tools`), each as :func:`compact_schema`; ``distractors=-1`` offers every
+    tool of the environment. ``rng`` (a Random or a seed) draws the distractors. Sorted by name.
+
+    The one rendering of offered tools for every reader of tasks and trajectories (mid-training routes, scoring,
+    evaluation), so a model sees the same tool block everywhere."""
+    domain = domain_for(dict(env))
+    names = list(env["tool_names"])
+    rng = rng if isinstance(rng, random.Random) else random.Random(rng)
+    if distractors < 0:
+        offered = sorted(names)
+    else:
+        present = set(names)
+        edges = [(u, v) for u, v in domain.graph.edges if u in present and v in present]
+        offered = offered_tools(names, edges, list(dict.fromkeys(used)), distractors, rng)
+    return [compact_schema(domain.tools[name].schema()) for name in offered]
 
 
 def small_environment(env: Mapping[str, Any], task: Mapping[str, Any], distractors: int, rng: random.Random,

@@ -294,6 +294,8 @@ class DomainSpec(_Strict):
     entities: tuple[EntitySpec, ...] = Field(min_length=1, description="Tables of the domain.")
     actions: tuple[ActionSpec, ...] = Field(min_length=1, description="Write tools (state transitions).")
     policies: tuple[PolicySpec, ...] = Field(default=(), description="Business rules and the conditions they imply.")
+    customer: str | None = Field(default=None, description="The entity a task's user is (whose records they may "
+                                 "change); default: the one entity with an email field.")
 
     _idents = _ident_fields("name")
 
@@ -319,9 +321,20 @@ class DomainSpec(_Strict):
         return next(a for a in self.actions if a.name == name)
 
     @property
+    def customer_entity(self) -> EntitySpec | None:
+        """The entity a task's user is: ``customer`` where declared, else the one entity with an ``email`` field;
+        None when neither names one."""
+        if self.customer is not None:
+            return self.entity(self.customer)
+        emails = [e for e in self.entities if any(f.name == "email" for f in e.fields)]
+        return emails[0] if len(emails) == 1 else None
+
+    @property
     def spec_hash(self) -> str:
-        """Stable hash of the parsed spec (key order and YAML formatting do not matter)."""
-        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """Stable hash of the parsed spec (key order and YAML formatting do not matter; an undeclared customer
+        leaves the hash of a spec written before the field existed)."""
+        dumped = self.model_dump(mode="json", exclude={"customer"} if self.customer is None else set())
+        canon = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
@@ -544,6 +557,9 @@ def _check_domain(raw: Any, p: _Problems) -> None:
         _check_action(["actions", i], a, by_name, raw_names["entities"], p)
     _check_tool_names(entities, actions, p)
     _check_policies(policies, {a.name: a for _, a in actions}, by_name, raw_names, p)
+    customer = raw.get("customer")
+    if customer is not None and customer not in raw_names["entities"]:
+        p.add(["customer"], f"unknown entity {customer!r}; entities: {sorted(n for n in raw_names['entities'] if n)}")
 
 
 def _check_entities(entities: list[tuple[int, EntitySpec]], locale: str, p: _Problems) -> dict[str, EntitySpec]:

@@ -34,12 +34,13 @@ from envgen.construct import (
     build_environment,
     seeded_faker,
 )
+from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.runtime import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.tools import Executor, call_tool
 
 MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
-_OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
+OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
 
 
 class TaskSettings(Params):
@@ -47,9 +48,9 @@ class TaskSettings(Params):
                                                                       "the task text (else the agent must ask).")
 
 
-def system_prompt(domain: CompiledDomain) -> str:
+def system_prompt(domain: CompiledDomain, extra_policies: tuple[str, ...] = ()) -> str:
     spec = domain.spec
-    policies = "\n".join(f"- {p.text}" for p in spec.policies) or "- (none)"
+    policies = "\n".join(f"- {p}" for p in (*(p.text for p in spec.policies), *extra_policies)) or "- (none)"
     return (f"You operate the {spec.description.rstrip('.')}. {spec.agent_instructions}\n"
             f"Policies:\n{policies}\nThe current time is {spec.now.isoformat()}.").strip()
 
@@ -86,15 +87,21 @@ def render_value(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
+_ORDINALS = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
 def _facts(built: BuiltEnvironment) -> list[Fact]:
-    """All chains' facts, duplicates merged; a label used for two different values gets an ordinal."""
+    """All chains' facts, duplicates merged; a label used for two different values gets an ordinal word ("second
+    reservation number"), as a person would say it."""
     out: list[Fact] = []
+    base: list[str] = []
     for chain in built.chains:
         for f in chain.facts:
             if any(o.name == f.name and o.value == f.value for o in out):
                 continue
-            same = sum(o.label.split(" (")[0] == f.label for o in out)
-            label = f.label if not same or "." in f.name else f"{f.label} ({same + 1})"
+            same = base.count(f.label)
+            label = f.label if not same or "." in f.name else f"{_ORDINALS[min(same, len(_ORDINALS)) - 1]} {f.label}"
+            base.append(f.label)
             out.append(Fact(f.name, label, f.value, f.source))
     return out
 
@@ -158,9 +165,12 @@ def write_tables(domain: CompiledDomain, tools: list[str]) -> list[str]:
 
 
 def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironment, rng: random.Random,
-              settings: TaskSettings, mutations: bool = True) -> tuple[dict[str, Any] | None, str | None]:
+              settings: TaskSettings, mutations: bool = True,
+              customer: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """(task record, None) or (None, rejection reason); ``mutations=False`` skips the mutation checks (a task
-    whose golden trajectory is itself the product, as in mid-training, not an RL reward)."""
+    whose golden trajectory is itself the product, as in mid-training, not an RL reward). With ``customer`` (the
+    key of the acting customer) the rubric names it and the system prompt states the customer policy, so the
+    reward's ``policy`` fails a write before identification or on another customer's record."""
     actions = [a for chain in built.chains for a in chain.actions]
     facts = _facts(built)
     hint_labels = [f.label for f in facts if "." in f.name]
@@ -181,7 +191,7 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     inline = [f for f in facts if f.source == "task" or rng.random() < settings.inline_fact_prob]
     intents = [c.intent for c in built.chains]
     request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
-    sentences = [rng.choice(_OPENERS), f"I would like to {request}."]
+    sentences = [rng.choice(OPENERS), f"I would like to {request}."]
     # Facts named "entity.field" single out one row of a list result ("the unit price of the order item I mean").
     sentences += [f"The {f.label} I mean is {render_value(f.value)}." if "." in f.name else f"My {f.label} is {render_value(f.value)}."
                   for f in inline if not (f.source == "task" and render_value(f.value) in request)]
@@ -191,12 +201,13 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
         "task_id": f"{env['env_id']}-t0",
         "env_id": env["env_id"],
         "domain": domain.name,
-        "system_prompt": system_prompt(domain),
+        "system_prompt": system_prompt(domain, (CUSTOMER_POLICY,) if customer is not None else ()),
         "description": description,
         "user_profile": json.dumps({"persona": fake.name(), "facts": [
             {"name": f.name, "label": f.label, "value": render_value(f.value)} for f in facts]}),
         "rubric": json.dumps({"expected_diff": expected, "required_outputs": _required_outputs(domain, actions, results),
-                              "tables": tables, "components": ["db_state", "required_outputs", "policy"]}),
+                              "tables": tables, "components": ["db_state", "required_outputs", "policy"],
+                              **({"customer": customer} if customer is not None else {})}),
         "golden_actions": json.dumps(actions),
         "difficulty": json.dumps({
             "n_golden_calls": len(actions), "n_writes": sum(domain.tools[a["name"]].is_write for a in actions),

@@ -13,18 +13,19 @@ from pydantic import Field
 from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.midtrain.augment import decompose
-from tasks.trajectories import TrajectoryParams, augment, trajectory_contract
+from tasks.trajectories import EpisodeParams, augment, trajectory_contract
 
 STAGE = "midtrain_decompose"
 TRANSFORM = "decompose"
 
 
-class DecomposeParams(TrajectoryParams):
+class DecomposeParams(EpisodeParams):
     max_hidden: int = Field(2, ge=1, le=6, description="most values hidden per trajectory (one lookup each)")
-    distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones; -1: all")
 
 
-@stage(name=STAGE, version="3", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
+# 4: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
+@stage(name=STAGE, version="4", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,
                        partition: str) -> dict[str, pl.DataFrame]:
@@ -34,5 +35,4 @@ def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,
         new, hidden = decompose(episode, rng, params.max_hidden)
         return new, {"hidden": len(hidden), "values": hidden}
 
-    return augment(inputs["midtrain_env"].read("trajectories"), params, partition, STAGE, TRANSFORM, hide, inputs,
-                   params.distractor_tools)
+    return augment(inputs["midtrain_env"].read("trajectories"), params, partition, STAGE, TRANSFORM, hide, inputs)

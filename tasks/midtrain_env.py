@@ -6,8 +6,10 @@ its own dependency graph (1..max_chains chains of 1..max_reads reads), grounded 
 request and profile reverse-synthesized so every argument is derivable; the reference agent plays it through the
 runtime with the profile-grounded user, reasoning before each call. ``variants_per_task`` conversations are played
 per task: the first as synthesized, the others with another choice of what the user states up front (the rest is
-asked for) and, with ``retry_prob``, a mistyped first call that fails and is recovered (a masked turn). A teacher
-may write the texts; every kept conversation re-verifies by execution.
+asked for) and, with ``retry_prob``, a mistyped first call that fails and is recovered (a masked turn). With
+``refusal_share`` a task also gets a refusal: its customer asks to change another customer's record, and the agent
+identifies them, checks the record and refuses. A teacher may write the texts; every kept conversation re-verifies
+by execution.
 
 With ``bundles`` (a local directory of environment bundles, ``gymforge envgen --out``) the environments come from
 there instead of the `environments` artifact; a bundle that cannot be run (a missing or broken file, a database that
@@ -25,12 +27,20 @@ from pydantic import Field
 
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
-from envgen.midtrain.synth import ENV_FIELDS, Episode, Unusable, restate, retry_candidates, sample_task
+from envgen.midtrain.synth import (
+    ENV_FIELDS,
+    Episode,
+    Unusable,
+    refusal_episode,
+    restate,
+    retry_candidates,
+    sample_task,
+)
 from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
 from tasks.trajectories import (
     EVAL_ENV_PREFIX,
-    TrajectoryParams,
+    EpisodeParams,
     episode_rows,
     open_teacher,
     token_counter,
@@ -40,7 +50,7 @@ from tasks.trajectories import (
 STAGE = "midtrain_env"
 
 
-class MidtrainEnvParams(TrajectoryParams, TaskSettings):
+class MidtrainEnvParams(EpisodeParams, TaskSettings):
     n_tasks: int = Field(64, ge=0, description="tasks synthesized (each played variants_per_task times)")
     variants_per_task: int = Field(2, ge=1, le=16, description="conversations played per task: the first as "
                                    "synthesized, the others with another request and an optional failed try")
@@ -50,8 +60,9 @@ class MidtrainEnvParams(TrajectoryParams, TaskSettings):
                                 "state up front is stated (else the agent asks for it)")
     retry_prob: float = Field(0.3, ge=0.0, le=1.0, description="chance a variant holds a mistyped call that fails "
                               "and is recovered (trained around, its turn masked)")
-    distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones (graph neighbours "
-                                  "first); -1 offers every tool of the environment")
+    refusal_share: float = Field(0.25, ge=0.0, le=1.0, description="chance a task also gets a refusal variant: "
+                                 "the customer asks to change another customer's record, the agent checks and "
+                                 "refuses")
     check_mutations: bool = Field(False, description="also require the four mutated trajectories of each task to "
                                   "score 0 (the RL task check; about 4x slower)")
     bundles: str | None = Field(None, description="a local directory of environment bundles (gymforge envgen "
@@ -117,10 +128,20 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
                                   retries=retry)
             settings = {"variant": v, "calls": len(episode.calls), "retries": sorted(variant.retries)}
             items.append((f"{task_id}/{v}", variant, {"rng": rng, "transform_settings": settings}))
+        if rng.random() < params.refusal_share:
+            try:
+                refusal = refusal_episode(episode, rng)
+            except Unusable as exc:
+                rejected.append({"id": f"{task_id}/refusal", "reason": f"not_applicable: {exc}"})
+                continue
+            settings = {"variant": "refusal", "calls": len(refusal.calls), "retries": []}
+            items.append((f"{task_id}/refusal", refusal, {"rng": rng, "transform_settings": settings}))
     return items, rejected
 
 
-@stage(name=STAGE, version="1", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
+# 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
+@stage(name=STAGE, version="2", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
        outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:
     """Verified environment-grounded trajectories: sampled chains, reverse-synthesized requests, played and kept
@@ -132,8 +153,7 @@ def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, part
     items, rejected = plan_items(envs, params, partition)
     teacher = open_teacher(params)
     try:
-        rows, failed = episode_rows(items, params, STAGE, token_counter(params, inputs), teacher,
-                                    params.distractor_tools)
+        rows, failed = episode_rows(items, params, STAGE, token_counter(params, inputs), teacher)
     finally:
         teacher.close()
     return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected + failed)}

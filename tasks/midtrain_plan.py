@@ -8,22 +8,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import polars as pl
-from pydantic import Field
 
 from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.midtrain.augment import plan
-from tasks.trajectories import TrajectoryParams, augment, trajectory_contract
+from tasks.trajectories import EpisodeParams, augment, trajectory_contract
 
 STAGE = "midtrain_plan"
 TRANSFORM = "plan"
 
 
-class PlanParams(TrajectoryParams):
-    distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones; -1: all")
+class PlanParams(EpisodeParams):
+    """midtrain_plan takes the params of every episode route."""
 
 
-@stage(name=STAGE, version="1", params=PlanParams, inputs=("midtrain_env", "tokenizer"),
+# 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
+@stage(name=STAGE, version="2", params=PlanParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_plan(inputs: Mapping[str, Artifact], params: PlanParams, partition: str) -> dict[str, pl.DataFrame]:
     """A plan of sub-goals before the first action of each verified environment trajectory."""
@@ -33,4 +34,4 @@ def midtrain_plan(inputs: Mapping[str, Artifact], params: PlanParams, partition:
         return new, {"subgoals": len(subgoals), "plan": subgoals}
 
     return augment(inputs["midtrain_env"].read("trajectories"), params, partition, STAGE, TRANSFORM, with_plan,
-                   inputs, params.distractor_tools)
+                   inputs)

@@ -13,18 +13,19 @@ from pydantic import Field
 from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.midtrain.augment import alternatives
-from tasks.trajectories import TrajectoryParams, augment, trajectory_contract
+from tasks.trajectories import EpisodeParams, augment, trajectory_contract
 
 STAGE = "midtrain_reason"
 TRANSFORM = "reason"
 
 
-class ReasonParams(TrajectoryParams):
+class ReasonParams(EpisodeParams):
     candidates_per_step: int = Field(2, ge=1, le=3, description="alternative candidates compared at each action")
-    distractor_tools: int = Field(4, ge=-1, description="tools offered beside the called ones; -1: all")
 
 
-@stage(name=STAGE, version="1", params=ReasonParams, inputs=("midtrain_env", "tokenizer"),
+# 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
+@stage(name=STAGE, version="2", params=ReasonParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_reason(inputs: Mapping[str, Artifact], params: ReasonParams, partition: str) -> dict[str, pl.DataFrame]:
     """Alternative candidates compared before every executed action of each verified environment trajectory."""
@@ -33,5 +34,4 @@ def midtrain_reason(inputs: Mapping[str, Artifact], params: ReasonParams, partit
         new, steps = alternatives(episode, rng, params.candidates_per_step)
         return new, {"candidates_per_step": params.candidates_per_step, "steps": steps}
 
-    return augment(inputs["midtrain_env"].read("trajectories"), params, partition, STAGE, TRANSFORM, enrich, inputs,
-                   params.distractor_tools)
+    return augment(inputs["midtrain_env"].read("trajectories"), params, partition, STAGE, TRANSFORM, enrich, inputs)

@@ -20,12 +20,14 @@ from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.compiler import compiled_domains
 from envgen.construct import sample_chain
 from envgen.midtrain.records import SCHEMA, verify_schema
+from envgen.midtrain.synth import identifying_tool
 from envgen.midtrain.text import (
     EXTRACTION_PROMPT,
     HowToError,
     howto_from_json,
     parse_howto,
     render_howto,
+    steps_with_a_reason,
     trajectory,
 )
 from tasks.tokenizer import keyword_or_dir, text_files
@@ -65,13 +67,18 @@ def spec_texts(inputs: Mapping[str, Artifact], params: MidtrainTextParams, parti
         for i in range(params.texts_per_domain):
             rng = rng_for(params.seed, STAGE, f"{partition}/{name}", i)
             chain = sample_chain(domain, rng, set(domain.tools), params.max_reads)
+            identify = identifying_tool(domain, set(domain.tools))
+            if chain and identify is not None and identify.name not in chain:
+                chain = [identify.name, *chain]  # the customer is identified before anything changes
             if chain:
+                chain = steps_with_a_reason(domain, chain, keep_first=identify is not None)
                 goal = domain.tools[chain[-1]].description.split(". ")[0].rstrip(".").lower()
                 out.append((f"{STAGE}:{name}:{i:05d}", name, render_howto(domain, chain, goal)))
     return out
 
 
-@stage(name=STAGE, version="1", params=MidtrainTextParams, inputs=("domain_graphs", "tokenizer"),
+# 2: the customer identified first; simulated results keep the values calls were given; the outcome stated
+@stage(name=STAGE, version="2", params=MidtrainTextParams, inputs=("domain_graphs", "tokenizer"),
        outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, partition: str) -> dict[str, pl.DataFrame]:
     """Procedural texts -> tool schemas and call lists -> schema-conformant multi-turn trajectories."""

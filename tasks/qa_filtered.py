@@ -41,7 +41,9 @@ def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> di
 
 @stage(
     name="qa_filtered",
-    version="3",  # 3: an optional cap of kept seeds per answer
+    # 3: the two-way reward accepts a descriptor beside the answer ("the river Thames"); 4: an optional cap of kept
+    # seeds per answer
+    version="4",
     inputs=("qa_seeds", "tiny_policy"),
     params=QAFilterParams,
     outputs=filter_outputs("seeds", FILTERED_SEED, FILTERED_SEED_REJECTED),

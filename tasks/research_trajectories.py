@@ -95,7 +95,7 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
             "rubric_verdicts": json.dumps(graded.verdicts if graded else {}), "n_calls": len(run.calls)}
 
 
-@stage(name=STAGE, version="2", inputs=("research_tasks", "search_index", "world"),  # 2: names checked in citations
+@stage(name=STAGE, version="3", inputs=("research_tasks", "search_index", "world"),  # 2: names checked in citations; 3: compact tool results
        params=ResearchTrajectoryParams,
        outputs={"trajectories": TRAJECTORIES, "runs": RESEARCH_RUN.contract(expectations=(
            in_set("status", ["complete", "partial", "failed"]),)), "calls": RESEARCH_CALL.contract(),

@@ -184,7 +184,8 @@ def answer_engine(spec: str) -> Engine:
     return load_engine(spec)
 
 
-@stage(name=STAGE, version="1", inputs=("world", "search_index"), params=SearchQAParams,
+# 2: the two-way reward accepts a descriptor beside the answer ("the river Thames")
+@stage(name=STAGE, version="2", inputs=("world", "search_index"), params=SearchQAParams,
        outputs={"items": SEARCH_QA.contract(expectations=(
            in_set("difficulty", [g for _, g in DIFFICULTY]), between("answer_accuracy", 0.0, 1.0))),
            REJECTED: SEARCH_QA_REJECTED.contract()})

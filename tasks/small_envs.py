@@ -76,7 +76,8 @@ TRAIN_FLAGS = Check("train_flags_on_assistant_turns", _train_flags_off_assistant
                     description="one train flag per message, true only on assistant messages")
 
 
-@stage(name=STAGE, version="1", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
+# 2: tool results are rendered compactly (envgen.runtime.render_result)
+@stage(name=STAGE, version="2", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
        outputs={
            "environments": ENVIRONMENT.contract(checks=(
                Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),)),

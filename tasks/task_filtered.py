@@ -50,7 +50,7 @@ def filter_tasks(environments: pl.DataFrame, tasks: pl.DataFrame, engine: Engine
 
 @stage(
     name="task_filtered",
-    version="2",  # 2: the agent-loop samples are published as `rollouts`
+    version="3",  # 2: the agent-loop samples are published as `rollouts`; 3: compact tool results
     inputs=("environments", "tiny_policy"),
     params=TaskFilterParams,
     outputs={**filter_outputs("tasks", FILTERED_TASK, FILTERED_TASK_REJECTED), "rollouts": ROLLOUT_CONTRACT},

@@ -21,8 +21,18 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import TRAJECTORY, between, in_set
 from data_contracts.stage import Artifact, Check, Params
-from envgen.midtrain.records import VERIFIERS, calls_invalid, turn_mask, verify_row
+from envgen.midtrain.records import (
+    VERIFIERS,
+    calls_invalid,
+    needless_read,
+    other_customer_write,
+    turn_mask,
+    unidentified_write,
+    unstated_outcome,
+    verify_row,
+)
 from envgen.runtime import json_field
+from envgen.small import DISTRACTORS
 
 EVAL_ENV_PREFIX = "rct-"
 """Environment ids of Random Complex Tasks (``eval_random_envs``): never trained on."""
@@ -51,6 +61,13 @@ class TrajectoryParams(Params):
 
     def limits(self) -> dict[str, Any]:
         return {"max_tokens": self.max_tokens, "heldout": list(self.heldout)}
+
+
+class EpisodeParams(TrajectoryParams):
+    """Params of the routes that play environment episodes (midtrain_env and its augmentations)."""
+
+    distractor_tools: int = Field(DISTRACTORS, ge=-1, description="tools offered beside the called ones, graph "
+                                  "neighbours first, in compact schemas (envgen.small.task_tools); -1: all")
 
 
 def open_teacher(params: TrajectoryParams) -> Any:
@@ -135,6 +152,10 @@ def _lineage(frame: pl.DataFrame) -> list[bool]:
     return [(r["parent_id"] is None) != (r["transform"] is None) or r["parent_id"] == r["id"] for r in _rows(frame)]
 
 
+def _habit(problem: Any) -> Any:
+    return lambda frame: [problem(row) is not None for row in _rows(frame)]
+
+
 TRAJECTORY_CHECKS = (
     Check("reverifies", _not_reverified, description="every row re-verifies by its verifier (execution replays it)"),
     Check("tool_calls_valid", _bad_calls, description="trained turns' tool calls are JSON matching the schemas"),
@@ -143,6 +164,14 @@ TRAJECTORY_CHECKS = (
     Check("within_limits", _not_allowed,
           description="no evaluation environment or held-out domain; tokens within the row's window"),
     Check("lineage_consistent", _lineage, description="a transform names its parent; an original has neither"),
+    Check("one_customer", _habit(other_customer_write),
+          description="every write names records of the task's one acting customer (or shared ones)"),
+    Check("identified_before_write", _habit(unidentified_write),
+          description="the acting customer is identified with the tools before the first write"),
+    Check("no_needless_read", _habit(needless_read),
+          description="no read looks up what the user stated or an earlier result returned"),
+    Check("outcome_stated", _habit(unstated_outcome),
+          description="the final message states a value the writes (or the last step) returned"),
 )
 
 
@@ -156,8 +185,8 @@ def trajectory_contract(sources: Sequence[str], min_rows: int = 0) -> Any:
 # --- environment episodes -> rows ----------------------------------------------------------------------------
 
 
-def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: TrajectoryParams, source: str,
-                 count: Any, teacher: Any, distractors: int) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: EpisodeParams, source: str,
+                 count: Any, teacher: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Play each ``(id, episode, fields)`` (``envgen.midtrain.synth``), let the teacher write its texts, and keep it
     only if the final conversation re-verifies by execution and fits the window; ``fields`` go into the row
     (parent_id, transform, transform_settings). Returns (rows, rejected {id, reason})."""
@@ -170,7 +199,7 @@ def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: Traje
             rejected.append({"id": item_id, "reason": f"heldout: domain {episode.env['domain']}"})
             continue
         try:
-            played.append((item_id, episode, fields, play(episode, fields.pop("rng"), distractors)))
+            played.append((item_id, episode, fields, play(episode, fields.pop("rng"), params.distractor_tools)))
         except Unusable as exc:
             rejected.append({"id": item_id, "reason": f"not_verified: {exc}"})
     texts = teacher.write_all([p.slots for *_, p in played])
@@ -195,8 +224,8 @@ def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: Traje
     return rows, rejected
 
 
-def augment(parents: pl.DataFrame, params: TrajectoryParams, partition: str, stage: str, transform: str,
-            fn: Any, inputs: Mapping[str, Artifact], distractors: int) -> dict[str, pl.DataFrame]:
+def augment(parents: pl.DataFrame, params: EpisodeParams, partition: str, stage: str, transform: str,
+            fn: Any, inputs: Mapping[str, Artifact]) -> dict[str, pl.DataFrame]:
     """An augmentation stage: ``fn(episode, rng) -> (episode, settings)`` on every verified parent episode; the
     augmented episodes are played, written and verified like originals, with the parent and settings recorded."""
     from data_contracts.schemas import ITEM_REJECTED
@@ -216,7 +245,7 @@ def augment(parents: pl.DataFrame, params: TrajectoryParams, partition: str, sta
                                          "transform_settings": settings}))
     teacher = open_teacher(params)
     try:
-        rows, failed = episode_rows(items, params, transform, token_counter(params, inputs), teacher, distractors)
+        rows, failed = episode_rows(items, params, transform, token_counter(params, inputs), teacher)
     finally:
         teacher.close()
     return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected + failed)}

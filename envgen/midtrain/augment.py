@@ -20,8 +20,9 @@ from sqlalchemy import select
 
 from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
-from envgen.midtrain.records import value_texts
-from envgen.midtrain.synth import Episode, Unusable
+from envgen.customers import owner_of
+from envgen.midtrain.records import needless_reads, value_texts
+from envgen.midtrain.synth import Episode, Unusable, call_results, said_before
 from envgen.runtime import domain_for, json_field
 from envgen.seeding import engine_from_bytes
 from envgen.taskgen import render_value
@@ -160,7 +161,13 @@ def _hiding(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], c
             return None
         new_task = {**new_task, "description": f"{new_task['description']} My {stated['label']} is {stated['value']}.",
                     "user_profile": json.dumps({**profile, "facts": [*profile["facts"], stated]})}
-    return new_task, [*calls[:first], lookup, *calls[first:]], first
+    new_calls = [*calls[:first], lookup, *calls[first:]]
+    # A lookup whose input is what the served call returns makes that call a lookup of a known value (get_flight(F)
+    # -> flight number -> lookup_flight_by_flight_number -> F): refused, like every read without a reason.
+    if needless_reads(domain, new_calls, call_results(domain, bytes(env["db"]), new_calls),
+                      said_before(new_task, new_calls)):
+        return None
+    return new_task, new_calls, first
 
 
 # --- reasoning decomposition ------------------------------------------------------------------------------
@@ -182,6 +189,37 @@ def _other_row(domain: CompiledDomain, env: dict[str, Any], tool: Tool, args: di
     return keys[0] if keys else None
 
 
+def _why_not(alt: Tool, tool: Tool, call: dict[str, Any]) -> str:
+    """A reason that is true of the neighbouring tool ``alt`` against the executed ``tool``: it writes where this
+    step reads, does another write, reads another entity, needs an input this step does not have, or answers
+    another question about the same entity."""
+    if alt.is_write and not tool.is_write:
+        return "it would change the records before I have checked them"
+    if alt.is_write:
+        return f"it does something else ({alt.description.split('. ')[0].lower()}), not what you asked"
+    if alt.entity != tool.entity:
+        return f"it returns {alt.entity.replace('_', ' ')} records, and this step needs the " \
+               f"{tool.entity.replace('_', ' ')}"
+    inputs = sorted(p.name for p in alt.params if p.required and p.name not in call["arguments"])
+    if inputs:
+        return f"it takes the {' and '.join(i.replace('_', ' ') for i in inputs)}, which I do not have"
+    return f"it answers another question ({alt.description.split('. ')[0].lower().rstrip('.')})"
+
+
+def _other_row_reason(domain: CompiledDomain, env: dict[str, Any], tool: Tool, wrong: Any, right: Any) -> str:
+    """Why the other row is wrong, true of it: it belongs to another customer, or it is simply not the one named."""
+    entity = tool.entity.replace("_", " ")
+    engine = engine_from_bytes(bytes(env["db"]))
+    try:
+        with engine.connect() as conn:
+            theirs, ours = owner_of(domain, conn, tool.entity, wrong), owner_of(domain, conn, tool.entity, right)
+    finally:
+        engine.dispose()
+    if theirs is not None and theirs != ours:
+        return f"that {entity} belongs to another customer; yours is {render_value(right)}"
+    return f"that is another {entity}; the one we need is {render_value(right)}"
+
+
 def alternatives(ep: Episode, rng: random.Random, per_step: int) -> tuple[Episode, list[dict[str, Any]]]:
     """Notes comparing ``per_step`` alternative candidates with each executed call (LongCat-Flash-Thinking-2601 2,
     "Reasoning Decomposition" / "Multi-step decision-making enrichment"); the executed calls are unchanged."""
@@ -195,20 +233,12 @@ def alternatives(ep: Episode, rng: random.Random, per_step: int) -> tuple[Episod
                        | {n for n in env_tools if domain.tools[n].entity == tool.entity}) & env_tools - {tool.name})
         if near:
             alt = domain.tools[rng.choice(near)]
-            if alt.is_write and not tool.is_write:
-                why = "it would change the records before I have checked them"
-            elif alt.is_write:
-                why = f"it does something else ({alt.description.split('. ')[0].lower()}), not what you asked"
-            else:
-                why = f"it returns {alt.entity.replace('_', ' ')} data, and this step needs " \
-                      f"{tool.entity.replace('_', ' ')} data"
-            options.append(("neighbouring tool", f"{alt.name}: no, {why}"))
+            options.append(("neighbouring tool", f"{alt.name}: no, {_why_not(alt, tool, call)}"))
         wrong = _other_row(domain, ep.env, tool, call["arguments"])
         if wrong is not None:
             key = domain.spec.entity(tool.entity).key
-            options.append(("wrong row", (f"{tool.name} with {key.replace('_', ' ')} {wrong}: no, that is another "
-                                         f"{tool.entity.replace('_', ' ')}; the one we need is "
-                                         f"{render_value(call['arguments'][key])}")))
+            options.append(("wrong row", (f"{tool.name} with {key.replace('_', ' ')} {wrong}: no, "
+                                         f"{_other_row_reason(domain, ep.env, tool, wrong, call['arguments'][key])}")))
         required = [p.name for p in tool.params if p.required]
         if required:
             drop = rng.choice(required)

@@ -21,8 +21,11 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from envgen.compiler import CompiledDomain
+from envgen.customers import customer_policy_problem, owner_of, written_rows
 from envgen.rewards import extract_boxed, score_two_way
-from envgen.runtime import Environment, json_field
+from envgen.runtime import Environment, domain_for, json_field
+from envgen.seeding import engine_from_bytes
 from envgen.taskgen import render_value
 
 EXECUTION = "execution"
@@ -166,6 +169,208 @@ def underivable(messages: Sequence[Message], upto: int, args: Mapping[str, Any])
     seen = "\n".join(str(m.get("content") or "") for m in messages[:upto])
     return [f"{k}={render_value(v)}" for k, v in args.items()
             if v is not None and not any(t in seen for t in value_texts(v))]
+
+
+# --- steps with a reason ----------------------------------------------------------------------------------------
+
+
+def _checks_written(domain: CompiledDomain, tool: Any, result: str, later: Sequence[Mapping[str, Any]]) -> bool:
+    """The result is the one record a later write changes (its target): reading it is a check before changing it.
+    A list that holds it among others is no such check."""
+    key = domain.spec.entity(tool.entity).key
+    written = {(e, render_value(k)) for c in later if c["name"] in domain.tools and domain.tools[c["name"]].is_write
+               for e, k in written_rows(domain, c["name"], c["arguments"])[:1]}
+    shown = value_texts_in(result, key)
+    return len(shown) == 1 and (tool.entity, next(iter(shown))) in written
+
+
+def value_texts_in(result: str, key: str) -> set[str]:
+    """The values of ``key`` in a rendered tool result (a row, or a list of rows under ``results``)."""
+    try:
+        content = json.loads(result)
+    except json.JSONDecodeError:
+        return set()
+    rows = content.get("results") if isinstance(content, dict) and "results" in content else [content]
+    return {render_value(r[key]) for r in rows or [] if isinstance(r, dict) and r.get(key) is not None}
+
+
+def needless_reads(domain: CompiledDomain, calls: Sequence[Mapping[str, Any]], results: Sequence[str],
+                   said: Sequence[str]) -> list[int]:
+    """Indices of read calls without a reason (``said[k]``: what the user said before call k):
+
+    - every value later calls take from the result (an id, a code) was already stated by the user, returned by an
+      earlier call, or is the call's own input (a read that hands back what it was given);
+    - or it returns only records an earlier call returned (a second look at the same customer);
+
+    unless the result is the record a later write changes (reading that is a check before changing it)."""
+    out, returned, seen = [], "", set()
+    for k, (call, result) in enumerate(zip(calls, results, strict=True)):
+        tool = domain.tools.get(call["name"])
+        rows: set[tuple[str, str]] = set()
+        if tool is not None and not tool.is_write:
+            rows = {(tool.entity, v) for v in value_texts_in(result, domain.spec.entity(tool.entity).key)}
+            own = {v for v in call["arguments"].values() if isinstance(v, str)}
+            later = [v for c in calls[k + 1:] for v in c["arguments"].values() if isinstance(v, str) and len(v) > 2]
+            supplied = [v for v in later if v in result]
+            known = all(v in said[k] or v in returned or v in own for v in supplied)
+            if ((supplied and known) or (rows and rows <= seen and known)) \
+                    and not _checks_written(domain, tool, result, calls[k + 1:]):
+                out.append(k)
+                continue
+        returned += "\n" + result
+        seen |= rows
+    return out
+
+
+def episode_steps(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """A conversation's successful calls ({"name", "arguments"}), their results, and what the user had said
+    before each (the request and the replies), as ``needless_reads`` takes them."""
+    results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    calls, outs, said, user = [], [], [], ""
+    for m in messages:
+        if m.get("role") == "user":
+            user += "\n" + str(m.get("content") or "")
+        for call in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
+            result = results.get(call.get("id"), "")
+            if tool_failed({"content": result}):
+                continue
+            try:
+                arguments = call_arguments(call)
+            except (json.JSONDecodeError, TypeError):
+                continue
+            calls.append({"name": call["function"]["name"], "arguments": arguments})
+            outs.append(result)
+            said.append(user)
+    return calls, outs, said
+
+
+# --- habits a trajectory teaches (checks of the trajectory contract) ---------------------------------------------
+
+
+def _execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Message], dict[str, Any]] | None:
+    if row.get("verifier") != EXECUTION or row.get("env_db") is None:
+        return None
+    vi = json_field(row.get("verify_input")) or {}
+    if "env" not in vi or "task" not in vi:
+        return None
+    return domain_for(vi["env"]), json_field(row["messages"]), vi
+
+
+def _tool_log(domain: CompiledDomain, messages: Sequence[Message], customer: str | None = None) -> list[dict[str, Any]]:
+    """The runtime's tool log as a conversation shows it: each call with its arguments, parsed result and
+    whether it wrote. A step-compressed read of the customer entity stands for the acting ``customer``: its
+    summary keeps only what later turns use, and the replay (the ``reverifies`` check) saw the real result."""
+    calls, results, _ = episode_steps(messages)
+    entity = domain.spec.customer_entity
+    log = []
+    for call, result in zip(calls, results, strict=True):
+        tool = domain.tools.get(call["name"])
+        try:
+            content = json.loads(result.removeprefix(SUMMARY_TAG))
+        except json.JSONDecodeError:
+            content = {}
+        if result.startswith(SUMMARY_TAG) and customer is not None and entity is not None and tool is not None \
+                and tool.entity == entity.name:
+            content = {**content, entity.key: customer} if isinstance(content, dict) else {entity.key: customer}
+        log.append({"name": call["name"], "arguments": call["arguments"], "ok": True,
+                    "wrote": bool(tool is not None and tool.is_write), "content": content})
+    return log
+
+
+def _with_db(row: Mapping[str, Any], fn: Any) -> Any:
+    engine = engine_from_bytes(bytes(row["env_db"]))
+    try:
+        with engine.connect() as conn:
+            return fn(conn)
+    finally:
+        engine.dispose()
+
+
+def other_customer_write(row: Mapping[str, Any]) -> str | None:
+    """A write naming a record another customer than the task's acting one owns (one owner per write set)."""
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain, messages, vi = parts
+    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
+    writes = [e for e in _tool_log(domain, messages) if e["wrote"]]
+
+    def owners(conn: Any) -> set[str]:
+        return {o for e in writes for entity, key in written_rows(domain, e["name"], e["arguments"])
+                if (o := owner_of(domain, conn, entity, key)) is not None}
+
+    found = _with_db(row, owners) if writes else set()
+    if len(found) > 1 or (customer is not None and found - {customer}):
+        return (f"the writes touch records of customer(s) {', '.join(sorted(found - {customer}))}, not only of "
+                f"the acting customer {customer}")
+    return None
+
+
+def unidentified_write(row: Mapping[str, Any]) -> str | None:
+    """A write before the acting customer was identified with the tools, or on a record not theirs."""
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain, messages, vi = parts
+    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
+    if customer is None:
+        return None
+    log = _tool_log(domain, messages, customer)
+    return _with_db(row, lambda conn: customer_policy_problem(domain, conn, log)) if any(e["wrote"] for e in log) \
+        else None
+
+
+def needless_read(row: Mapping[str, Any]) -> str | None:
+    """A read without a reason (``needless_reads``): it looks up what the user stated or a result returned."""
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain, messages, _ = parts
+    calls, results, said = episode_steps(messages)
+    found = needless_reads(domain, calls, results, said)
+    return f"{calls[found[0]]['name']} looks up what is already known" if found else None
+
+
+def _written_values(domain: CompiledDomain, tool: Any, content: Mapping[str, Any]) -> list[str]:
+    """What a write set: the target's fields its effects set or adjust, and the records it created."""
+    action = domain.spec.action(tool.action)
+    row = content.get(action.target) or {}
+    fields = [e.field for e in action.effects if e.kind in ("set", "adjust") and e.row == "target"]
+    values = [v for f in fields for v in _flat_strings(row.get(f))]
+    return values + _flat_strings(content.get("created") or {})
+
+
+def unstated_outcome(row: Mapping[str, Any]) -> str | None:
+    """The final message states no value a write set (a field its effects changed, a record it created) in an
+    environment row with a write, or for a procedure no value of the last step's result."""
+    messages = json_field(row["messages"])
+    final = str(messages[-1].get("content") or "") if messages else ""
+    if row.get("verifier") == SCHEMA:
+        last = next((m for m in reversed(messages) if m.get("role") == "tool"), None)
+        values = _flat_strings(json.loads(str(last["content"]))) if last is not None else []
+        values = [v for v in values if len(v) > 2]
+        return None if not values or any(v in final for v in values) else "the final message states no result"
+    parts = _execution_parts(row)
+    if parts is None:
+        return None
+    domain = parts[0]
+    results = {m.get("tool_call_id"): (i, str(m.get("content") or "")) for i, m in enumerate(messages)
+               if m.get("role") == "tool"}
+    written: list[str] = []
+    for m in messages:
+        for call in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
+            tool = domain.tools.get(call["function"]["name"])
+            result = results.get(call.get("id"), (0, ""))[1]
+            if tool is None or not tool.is_write or tool_failed({"content": result}):
+                continue
+            try:
+                content = json.loads(result)
+            except json.JSONDecodeError:
+                continue
+            written += _written_values(domain, tool, content)
+    if written and not any(v in final for v in written):
+        return "the final message states none of the values the writes returned"
+    return None
 
 
 # --- verifiers ------------------------------------------------------------------------------------------------

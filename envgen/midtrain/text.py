@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from envgen.compiler import CompiledDomain, ToolParam
+from envgen.customers import POLICY as CUSTOMER_POLICY
+from envgen.runtime import render_result
 
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
 _SIGNATURE = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)\(([^`]*)\)`: (.+)$")
@@ -64,6 +66,25 @@ def _signature(p: ToolParam) -> str:
     return f"{p.name}{'' if p.required else '?'}: {kind}{values}"
 
 
+def _supplier(domain: CompiledDomain, chain: list[str], k: int, sem: str | None) -> int | None:
+    """The first earlier step (1-based) whose tool returns values of type ``sem``: a value is taken where it first
+    appears, never passed along through steps that only hand it back."""
+    return next((j for j in range(1, k) if sem in domain.tools[chain[j - 1]].outputs), None)
+
+
+def steps_with_a_reason(domain: CompiledDomain, chain: list[str], keep_first: bool = False) -> list[str]:
+    """The chain without read steps no later step takes anything from (the last step, the write, always stays;
+    ``keep_first`` keeps the first too: identifying the customer is its reason)."""
+    chain = list(chain)
+    while True:
+        used = {_supplier(domain, chain, k, p.sem) for k, name in enumerate(chain, start=1)
+                for p in domain.tools[name].params if p.required}
+        idle = [k for k in range(1, len(chain)) if k not in used and not (keep_first and k == 1)]
+        if not idle:
+            return chain
+        chain.pop(idle[0] - 1)
+
+
 def render_howto(domain: CompiledDomain, chain: list[str], goal: str) -> str:
     """A how-to text for ``chain`` (reads then a write) from the domain's tool docs and policies: each required
     parameter is taken from the latest earlier step whose tool supplies it (a graph edge), else asked of the user."""
@@ -78,10 +99,10 @@ def render_howto(domain: CompiledDomain, chain: list[str], goal: str) -> str:
         for p in domain.tools[name].params:
             if not p.required:
                 continue
-            src = next((j for j in range(k - 1, 0, -1) if p.sem in domain.tools[chain[j - 1]].outputs), None)
+            src = _supplier(domain, chain, k, p.sem)
             parts.append(f"the `{p.name}` from step {src}" if src else f"your {p.name}")
         lines.append(f"{k}. Call `{name}`" + (f" with {' and '.join(parts)}" if parts else "") + ".")
-    policies = [p.text for p in domain.spec.policies]
+    policies = [p.text for p in domain.spec.policies] + ([CUSTOMER_POLICY] if domain.spec.customer_entity else [])
     if policies:
         lines += ["", "Policies:", *(f"- {t}" for t in policies)]
     return "\n".join(lines) + "\n"
@@ -190,15 +211,19 @@ def _value(schema: dict[str, Any], name: str, rng: random.Random) -> Any:
         return round(rng.uniform(1, 500), 2)
     if kind == "boolean":
         return rng.random() < 0.5
+    if "email" in name:
+        return f"{rng.choice(('alex', 'sam', 'kim', 'lee', 'noor'))}{rng.randrange(10, 1000)}@example.com"
     return f"{name[:3].upper()}{rng.randrange(10**5, 10**6)}"
 
 
 def trajectory(howto: HowTo, rng: random.Random) -> list[dict[str, Any]]:
     """The multi-turn conversation of a procedure: the user asks for the goal and gives the values only they
-    know; the agent calls each step's tool, taking values from earlier (simulated) results."""
+    know; the agent calls each step's tool, taking values from earlier (simulated) results, and closes with what
+    the last step did. A simulated result keeps what its call was given (a record looked up by the id the user
+    stated comes back with that id), so no value changes along the way."""
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in howto.tools}
     user: dict[str, Any] = {}
-    produced: list[dict[str, Any]] = [{} for _ in howto.steps]
+    wanted: list[set[str]] = [set() for _ in howto.steps]  # what later steps take from each step's result
     for k, step in enumerate(howto.steps):
         props = schemas[step.tool].get("properties", {})
         for param, (kind, src) in step.sources.items():
@@ -207,21 +232,31 @@ def trajectory(howto: HowTo, rng: random.Random) -> list[dict[str, Any]]:
             if kind == "user":
                 user.setdefault(param, _value(props[param], param, rng))
             else:
-                produced[src - 1].setdefault(param, _value(props[param], param, rng))
+                wanted[src - 1].add(param)
+    produced: list[dict[str, Any]] = [{} for _ in howto.steps]
+    calls: list[dict[str, Any]] = []
+    for k, step in enumerate(howto.steps):
+        props = schemas[step.tool].get("properties", {})
+        args = {p: (user[p] if kind == "user" else produced[src - 1][p]) for p, (kind, src) in step.sources.items()}
+        for param in sorted(wanted[k]):
+            later = next(schemas[s.tool]["properties"][param] for s in howto.steps[k + 1:] if param in s.sources)
+            produced[k][param] = args.get(param, user.get(param, _value(props.get(param, later), param, rng)))
+        calls.append(args)
     stated = " ".join(f"My {p.replace('_', ' ')} is {v}." for p, v in user.items())
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You complete tasks with the tools you are given." +
          ("\nPolicies:\n" + "\n".join(f"- {p}" for p in howto.policies) if howto.policies else "")},
         {"role": "user", "content": f"Please help me {howto.goal}. {stated}".strip()},
     ]
-    for k, step in enumerate(howto.steps):
-        args = {p: (user[p] if kind == "user" else produced[src - 1][p]) for p, (kind, src) in step.sources.items()}
+    for k, (step, args) in enumerate(zip(howto.steps, calls, strict=True)):
         whence = "; ".join(f"{p} from {'you' if kind == 'user' else f'step {src}'}"
                            for p, (kind, src) in step.sources.items()) or "no arguments"
         call = {"id": f"call_{k}", "type": "function", "function": {"name": step.tool, "arguments": json.dumps(args)}}
         messages.append({"role": "assistant", "content": f"Step {k + 1}: {step.tool} ({whence}).",
                          "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": call["id"],
-                         "content": json.dumps({"ok": True, **produced[k]})})
-    messages.append({"role": "assistant", "content": f"Done: I have completed the steps to {howto.goal}."})
+                         "content": render_result({"ok": True, **args, **produced[k]})})
+    last = ", ".join(f"{p.replace('_', ' ')} {v}" for p, v in calls[-1].items())
+    messages.append({"role": "assistant", "content": f"Done: I have completed the steps to {howto.goal}; "
+                     f"{howto.steps[-1].tool} succeeded" + (f" for {last}." if last else ".")})
     return messages

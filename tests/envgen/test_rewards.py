@@ -283,3 +283,62 @@ def test_the_router_refuses_a_missing_column_or_an_unknown_reward() -> None:
         route_by_reward_fn([boxed("Paris")], answer=["Paris"])
     with pytest.raises(ValueError, match=r"unknown reward\(s\) 'f1', None"):
         route_by_reward_fn([boxed("Paris")] * 3, reward_fn=["two_way", "f1", None], answer=["Paris"] * 3)
+
+
+@pytest.mark.parametrize(("pred", "gold"), [
+    ("the Spanish club Atlético Madrid", "Atlético Madrid"),
+    ("the river Thames", "Thames"),
+    ("Thames (river)", "Thames"),
+    ("Dickens (novelist)", "Dickens"),
+    ("Charles Dickens (English novelist)", "Charles Dickens"),
+    ("Paris, the capital of France", "Paris"),
+    ("The answer is the river Thames.", "Thames"),
+    ("the painter Vincent van Gogh", "Vincent van Gogh"),
+    ("the year 1984", "1984"),
+    ("\\text{the river Thames}", "Thames"),
+])
+def test_a_descriptor_beside_the_answer_is_the_answer_in_context(pred: str, gold: str) -> None:
+    assert two_way([boxed(pred)], answer=[gold]) == [1.0]
+
+
+@pytest.mark.parametrize(("pred", "gold"), [
+    ("Paris, the capital of France", "France"),  # a name inside the descriptor is not the answer
+    ("the river Thames or Severn", "Severn"),
+    ("the river Thames or Severn", "Thames"),
+    ("the river Lyon Paris", "Paris"),
+    ("Paris, the city or Lyon", "Paris"),
+    ("Paris (London)", "Paris"),
+    ("Paris (London)", "London"),
+    ("London (the Paris city)", "Paris"),
+    ("the Spanish club Madrid", "Atlético Madrid"),
+    ("the city " + "very " * 30 + "Paris", "Paris"),  # the caps measure the whole prediction
+])
+def test_a_descriptor_does_not_hide_a_list_or_a_fragment(pred: str, gold: str) -> None:
+    assert two_way([boxed(pred)], answer=[gold]) == [0.0]
+
+
+NOUNS = ("river", "club", "city", "novelist", "band", "team", "capital", "painter", "company", "village")
+ADJECTIVES = ("", "Spanish ", "English ", "famous ", "old ", "Korean ")
+DESCRIBED = ("the {adj}{noun} {gold}", "{gold} ({adj}{noun})", "{gold}, the {noun} of {other}",
+             "{gold}, a {adj}{noun} in {other}", "The answer is the {noun} {gold}.")
+
+
+@given(gold=names, other=names, noun=st.sampled_from(NOUNS), adj=st.sampled_from(ADJECTIVES),
+       form=st.sampled_from(DESCRIBED))
+def test_generated_verbose_correct_answers_score_one(gold: str, other: str, noun: str, adj: str, form: str) -> None:
+    assert two_way([boxed(form.format(gold=gold, other=other, noun=noun, adj=adj))], answer=[gold]) == [1.0]
+
+
+# The gold placed where no descriptor makes it the answer: inside the descriptor, in a list beside a distractor,
+# or behind a descriptor that joins candidates.
+HACKS = ("{other}, the {noun} of {gold}", "{other} ({gold})", "{gold} ({other})", "the {noun} {other} {gold}",
+         "the {noun} {gold} {other}", "the {noun} {other} or {gold}", "the {noun} {gold} or {other}",
+         "the {noun} {other}, {gold}", "{other}, the {noun} or {gold}",
+         "the {gold} {noun} {other}", "{other}, {gold} ({noun})")
+
+
+@given(data=st.data(), noun=st.sampled_from(NOUNS), form=st.sampled_from(HACKS))
+def test_generated_descriptor_hacks_score_zero(data: st.DataObject, noun: str, form: str) -> None:
+    gold = data.draw(names)
+    other = data.draw(names.filter(lambda d: not set(normalize(d).split()) & set(normalize(gold).split())))
+    assert two_way([boxed(form.format(gold=gold, other=other, noun=noun))], answer=[gold]) == [0.0]

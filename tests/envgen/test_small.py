@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
 from envgen.runtime import Environment, replay
-from envgen.small import compact_schema, offered_tools, small_environment
+from envgen.small import compact_schema, offered_tools, small_environment, task_tools
 from envgen.taskgen import TaskSettings, environment_record, make_task, mutate
 
 
@@ -107,3 +107,20 @@ def test_full_records_keep_the_domain_schemas(airline):
     assert Environment(env).schemas == compiled("airline").schemas(list(env["tool_names"]))
     stale = {**env, "tool_names": list(env["tool_names"])[:3]}  # tools naming other tools than tool_names
     assert [s["function"]["name"] for s in Environment(stale).schemas] == stale["tool_names"]
+
+
+@given(distractors=st.integers(-1, 6), seed=st.integers(0, 50))
+def test_task_tools_offer_the_called_tools_and_the_same_view_as_a_small_environment(airline, distractors, seed):
+    """One rendering for every reader: the task's tools plus distractors in compact schemas, the same set and
+    schemas a small environment offers with the same draw; -1 offers every tool."""
+    env, task = airline
+    offered = task_tools(env, sorted(golden_names(task)), distractors, seed)
+    names = [t["function"]["name"] for t in offered]
+    assert names == sorted(names) and set(names) >= golden_names(task)
+    assert all("description" not in json.dumps(t) for t in offered)
+    if distractors < 0:
+        assert names == sorted(env["tool_names"])
+    else:
+        assert len(names) == min(len(golden_names(task)) + distractors, env["n_tools"])
+        assert offered == json.loads(small_environment(env, task, distractors, random.Random(seed))["tools"])
+    assert offered == task_tools(env, sorted(golden_names(task)), distractors, random.Random(seed))

@@ -64,7 +64,7 @@ def test_a_dead_or_garbage_teacher_is_one_clear_error() -> None:
 def test_a_teacher_failure_on_one_item_rejects_that_item_only() -> None:
     from envgen.midtrain.synth import sample_task
     from envgen.taskgen import TaskSettings
-    from tasks.trajectories import TrajectoryParams, episode_rows
+    from tasks.trajectories import EpisodeParams, episode_rows
 
     def policy(request, index):  # rewrites every text, but drops the values of the request of the second item
         prompt = request.messages[-1]["content"]
@@ -77,7 +77,7 @@ def test_a_teacher_failure_on_one_item_rejects_that_item_only() -> None:
         ep.task["description"] += " ITEM-2" if i == 1 else ""
         items.append((f"item-{i}", ep, {"rng": random.Random(i)}))
     teacher = Teacher("openai:scripted", engine=ScriptedEngine(policy))
-    rows, rejected = episode_rows(items, TrajectoryParams(), "midtrain_env", lambda m, t: 100, teacher, 2)
+    rows, rejected = episode_rows(items, EpisodeParams(distractor_tools=2), "midtrain_env", lambda m, t: 100, teacher)
     assert [r["id"] for r in rows] == ["item-0", "item-2"]
     assert rejected == [{"id": "item-1", "reason": rejected[0]["reason"]}]
     assert rejected[0]["reason"].startswith("teacher: request text drops")
@@ -120,9 +120,16 @@ def test_sft_set_end_to_end_and_its_export_tokenizes_with_the_masks_the_records_
 
     from flows.cli_data import sft_frame
 
+    # A failed try (a masked turn) among the exported rows, so the masks are exercised whichever rows KCG picks.
+    def masked(row: dict) -> bool:
+        return any(m["role"] == "assistant" and not t for m, t in zip(json.loads(row["messages"]), row["train"]))
+
+    retried = [r["id"] for r in env.iter_rows(named=True) if masked(r) and r["tokens"] <= params.max_tokens
+               and r["id"] not in set(selected["id"])]
+    exported = pl.concat([selected, env.filter(pl.col("id") == retried[0]).select(selected.columns)])
     path = tmp_path / "sft.parquet"
-    sft_frame(selected).write_parquet(path)
-    _tokenizes_with_masks(path, selected, tmp_path)
+    sft_frame(exported).write_parquet(path)
+    _tokenizes_with_masks(path, exported, tmp_path)
 
 
 def _tokenizes_with_masks(path, selected: pl.DataFrame, tmp_path) -> None:
