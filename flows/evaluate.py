@@ -35,6 +35,7 @@ from flows.profiles import parse, stage_params
 from flows.registry import stage_named
 from flows.runtime import data_root
 from flows.train import published
+from inference.engine_spec import EngineSpec, EngineSpecError
 from inference.evaluation.report import (
     budget_figure,
     headline,
@@ -48,8 +49,6 @@ from inference.evaluation.suites import Suite, check_suites, get_suite
 from inference.evaluation.summary import compare
 from training.evaluate import EvaluateParams, overlap, suite_items, training_ids
 from training.evaluate import evaluate as evaluate_stage
-
-ENGINE_KINDS = ("hf:", "openai:", "vllm:")
 
 
 @dataclass(frozen=True)
@@ -79,17 +78,20 @@ def resolve_model(model: str, catalog: Catalog, store: ArtifactStore) -> ModelRe
     """A model artifact (its key, ``hf:KEY``, or a stage with one published model) or an engine spec. A directory
     without a checkpoint, an artifact that is not a model and an endpoint that does not answer are StageErrors,
     before anything runs."""
-    kind, sep, target = model.partition(":")
-    if sep and kind == "openai":
-        _probe(model)
-        return ModelRef(model, engine=model)
-    if sep and kind in ("hf", "vllm"):
-        path = Path(target).expanduser()
-        if path.is_dir() or kind == "vllm":
+    try:
+        spec = EngineSpec.named_in(model)
+    except EngineSpecError as exc:
+        raise StageError(str(exc)) from None
+    if spec is not None:
+        if not spec.local:
+            _probe(spec)
+            return ModelRef(model, engine=model)
+        path = Path(spec.target).expanduser()
+        if path.is_dir() or spec.kind == "vllm":
             if not (path / "config.json").is_file():
                 raise StageError(f"model {model}: {path} is not a transformers checkpoint directory (no config.json)")
-            return ModelRef(model, engine=f"{kind}:{path.resolve()}")
-        model = target
+            return ModelRef(model, engine=f"{spec.kind}:{path.resolve()}")
+        model = spec.target
     artifact = published(catalog, store, model)
     if artifact.manifest.get("kind") != "model":
         raise StageError(f"{model!r} is artifact {artifact.stage}/{artifact.key} of kind "
@@ -97,14 +99,11 @@ def resolve_model(model: str, catalog: Catalog, store: ArtifactStore) -> ModelRe
     return ModelRef(f"{artifact.stage}/{artifact.key}", key=artifact.key, stage=artifact.stage)
 
 
-def _probe(spec: str) -> None:
+def _probe(spec: EngineSpec) -> None:
     """An OpenAI-compatible endpoint answers ``GET /models``; otherwise one clear error before the run."""
     import httpx
 
-    url, _, name = spec.partition(":")[2].partition("#")
-    url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")) or not name:
-        raise StageError(f"engine spec {spec!r}: expected openai:http(s)://HOST:PORT/v1#MODEL")
+    url = spec.target
     try:
         httpx.get(f"{url}/models", timeout=10.0).raise_for_status()
     except httpx.HTTPError as exc:
@@ -302,7 +301,7 @@ def evaluations_of(ref: str, catalog: Catalog, store: ArtifactStore) -> tuple[st
         artifact = store.get("evaluate", ref)
         return ref, [artifact] if artifact else []
     label, key = ref, None
-    if not ref.startswith(ENGINE_KINDS):
+    if EngineSpec.named_in(ref) is None:
         model = resolve_model(ref, catalog, store)
         label, key = model.label, model.key
     found = [store.get("evaluate", k) for k, params, inputs in rows.iter_rows()

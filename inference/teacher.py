@@ -27,9 +27,13 @@ class TeacherError(StageError):
 
 def check_spec(spec: str) -> str:
     """``reference`` or an engine spec (hf:DIR, openai:URL#MODEL, vllm:DIR); raises ValueError naming the forms."""
-    if spec != REFERENCE and spec.partition(":")[0] not in ("hf", "openai", "vllm"):
-        raise ValueError(f"teacher={spec!r}: use 'reference' (offline) or an engine spec openai:URL#MODEL, hf:DIR, "
-                         "vllm:DIR")
+    from inference.engine_spec import FORMS, EngineSpec, EngineSpecError
+
+    if spec != REFERENCE:
+        try:
+            EngineSpec.parse(spec)
+        except EngineSpecError as exc:
+            raise ValueError(f"teacher={spec!r}: use 'reference' (offline) or an engine spec {FORMS} ({exc})") from None
     return spec
 
 
@@ -45,9 +49,11 @@ class Teacher:
         if engine is not None:
             self._probe()
         elif spec != REFERENCE:
+            from inference.engine_spec import EngineSpec
             from inference.engines import load_engine
 
-            options = {"timeout_s": timeout_s, "max_retries": retries} if spec.startswith("openai:") else {}
+            served = not EngineSpec.parse(spec).local
+            options = {"timeout_s": timeout_s, "max_retries": retries} if served else {}
             self.engine = load_engine(spec, **options)
             self._probe()
 

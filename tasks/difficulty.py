@@ -51,8 +51,13 @@ class FilterParams(Params):
     @field_validator("engine")
     @classmethod
     def _engine(cls, value: str) -> str:
-        if value != TINY and value.partition(":")[0] not in ("hf", "openai", "vllm"):
-            raise ValueError(f"engine={value!r}: set 'tiny' or an engine spec hf:DIR, openai:URL#MODEL, vllm:DIR")
+        from inference.engine_spec import FORMS, EngineSpec, EngineSpecError
+
+        if value != TINY:
+            try:
+                EngineSpec.parse(value)
+            except EngineSpecError as exc:
+                raise ValueError(f"engine={value!r}: set 'tiny' or an engine spec {FORMS} ({exc})") from None
         return value
 
     @model_validator(mode="after")
@@ -64,8 +69,9 @@ class FilterParams(Params):
         return self
 
     def local_inputs(self) -> list[str]:
-        kind, _, target = self.engine.partition(":")
-        return [target] if kind in ("hf", "vllm") else []  # a served model's weights are not ours to hash
+        from inference.engine_spec import EngineSpec
+
+        return [] if self.engine == TINY else EngineSpec.parse(self.engine).local_inputs()
 
     def bounds(self) -> tuple[int, int]:
         return self.window if self.window is not None else (1, self.k - 1)

@@ -56,8 +56,11 @@ class TrajectoryParams(Params):
         return check_spec(value)
 
     def local_inputs(self) -> list[str]:
-        kind, _, target = self.teacher.partition(":")
-        return ([target] if kind in ("hf", "vllm") else []) + ([] if self.tokenizer == "default" else [self.tokenizer])
+        from inference.engine_spec import EngineSpec
+        from inference.teacher import REFERENCE
+
+        teacher = [] if self.teacher == REFERENCE else EngineSpec.parse(self.teacher).local_inputs()
+        return teacher + ([] if self.tokenizer == "default" else [self.tokenizer])
 
     def limits(self) -> dict[str, Any]:
         return {"max_tokens": self.max_tokens, "heldout": list(self.heldout)}

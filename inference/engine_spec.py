@@ -1,0 +1,63 @@
+"""Engine specs: the one parser of the strings that name an inference engine.
+
+``hf:DIR`` (the in-process transformers engine on a checkpoint directory or a model artifact key),
+``vllm:DIR`` (in-process vLLM, CUDA only) and ``openai:http(s)://HOST:PORT/v1#MODEL`` (any OpenAI-compatible
+server: ``gymforge serve``, ``vllm serve``). Every params validator, CLI option and engine factory reads a spec
+through :meth:`EngineSpec.parse`, so the kinds, their forms and the local inputs a spec names (what an artifact key
+hashes) are written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+KINDS = ("hf", "openai", "vllm")
+FORMS = "hf:DIR, openai:URL#MODEL or vllm:DIR"
+Kind = Literal["hf", "openai", "vllm"]
+
+
+class EngineSpecError(ValueError):
+    """A spec that names no engine: one line with the spec and the forms allowed."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    kind: Kind
+    target: str  # hf/vllm: a directory or model artifact key; openai: the base URL, without a trailing slash
+    model: str | None = None  # openai: the served model's name
+
+    @classmethod
+    def parse(cls, spec: str) -> EngineSpec:
+        """The spec's parts, checked for form only (nothing is loaded or reached)."""
+        kind, sep, target = str(spec).partition(":")
+        if not sep or not target or kind not in KINDS:
+            what = f"unknown kind {kind!r}" if sep and target else "not KIND:TARGET"
+            raise EngineSpecError(f"engine spec {spec!r}: {what}; expected {FORMS}")
+        if kind == "openai":
+            url, hash_, model = target.partition("#")
+            if not hash_ or not model or not url.startswith(("http://", "https://")):
+                raise EngineSpecError(f"engine spec {spec!r}: expected openai:http(s)://HOST:PORT/v1#MODEL")
+            return cls("openai", url.rstrip("/"), model)
+        return cls(kind, target)  # type: ignore[arg-type]
+
+    @classmethod
+    def named_in(cls, value: str) -> EngineSpec | None:
+        """The spec ``value`` is, or None when it names no engine kind at all (a model artifact key, a stage); a
+        known kind in a bad form is still an :class:`EngineSpecError`."""
+        if str(value).partition(":")[0] not in KINDS:
+            return None
+        return cls.parse(value)
+
+    @property
+    def local(self) -> bool:
+        """Whether the engine runs here on a checkpoint (hf, vllm), not behind a server."""
+        return self.kind != "openai"
+
+    def local_inputs(self) -> list[str]:
+        """What an artifact key hashes: the checkpoint a local engine reads (a served model's weights are not ours
+        to hash)."""
+        return [self.target] if self.local else []
+
+    def __str__(self) -> str:
+        return f"openai:{self.target}#{self.model}" if self.kind == "openai" else f"{self.kind}:{self.target}"
