@@ -30,7 +30,7 @@ from data_contracts.schemas import RESEARCH_CALL, RESEARCH_RUN, TRAJECTORY, TRAJ
 from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
 from inference.engine import Engine
 from inference.research.harness import ResearchRun, run_id_for, run_research
-from inference.research.knowledge import KnowledgeGraph
+from inference.research.knowledge import KnowledgeGraph, WorldFacts
 from inference.research.reference import ReferenceTeacher
 from inference.research.roles import open_index
 from inference.research.rubric import Rubric, grade
@@ -95,7 +95,8 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
             "rubric_verdicts": json.dumps(graded.verdicts if graded else {}), "n_calls": len(run.calls)}
 
 
-@stage(name=STAGE, version="2", inputs=("research_tasks", "search_index", "world"),  # 2: names checked in citations
+# 2: names checked in citations; 3: citations checked fact by fact, against the world's facts too
+@stage(name=STAGE, version="3", inputs=("research_tasks", "search_index", "world"),
        params=ResearchTrajectoryParams,
        outputs={"trajectories": TRAJECTORIES, "runs": RESEARCH_RUN.contract(expectations=(
            in_set("status", ["complete", "partial", "failed"]),)), "calls": RESEARCH_CALL.contract(),
@@ -112,6 +113,9 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
     index_dir = str(inputs["search_index"].directory)
     index = open_index(index_dir)
     engine, engine_ref = teacher_engine(params.teacher, inputs["world"])
+    world_corpus = inputs["search_index"].manifest.get("params", {}).get("corpus", "world") == "world"
+    facts = WorldFacts(KnowledgeGraph.from_frames(inputs["world"].read("entities"), inputs["world"].read(
+        "relations"))) if world_corpus else None
     judge = None
     if params.judge:
         from inference.engines import load_engine
@@ -127,7 +131,7 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
                 run = run_research(task["query"], engine=engine, index_dir=index_dir, teacher=params.teacher,
                                    config=params.harness, task_id=task["task_id"],
                                    excluded=list(task["excluded_doc_ids"]), journal=root / f"{run_id}.jsonl",
-                                   engine_ref=engine_ref, citation_judge=judge)
+                                   engine_ref=engine_ref, citation_judge=judge, citation_facts=facts)
                 topic = json.loads(task["profile"]).get("topic")
                 good, bad, call_rows = export(run, index, topic)
                 kept += good
