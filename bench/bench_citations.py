@@ -51,11 +51,11 @@ def claims(kg: Any, docs: dict[str, str], n: int, seed: int) -> list[tuple[str, 
         x = rng.choice(orgs)
         name, a = kg.name(x), kg.attributes(x)
         out.append((rng.choice([f"{name} has a workforce of {a['employees']:,} [cite:{x}].",
-                                f"With {a['employees']:,} employees, {name} spends ${a['budget']:,} a year "
-                                f"[cite:{x}].", f"The annual budget of {name} is ${a['budget']:,} [cite:{x}]."]),
+                                (f"With {a['employees']:,} employees, {name} spends ${a['budget']:,} a year "
+                                f"[cite:{x}]."), f"The annual budget of {name} is ${a['budget']:,} [cite:{x}]."]),
                     True, "figure paraphrase"))
-        out.append((f"{name} employs {a['budget']:,} people and its annual budget is ${a['employees']:,} "
-                     f"[cite:{x}].", False, "swapped figures"))
+        out.append(((f"{name} employs {a['budget']:,} people and its annual budget is ${a['employees']:,} "
+                     f"[cite:{x}]."), False, "swapped figures"))
         out.append((f"{o} founded {f} [cite:{rng.choice([org, founder])}].", False, "inverted relation"))
         out.append((f"{p} founded {e} [cite:{person}].", False, "wrong relation"))
         subject, city = rng.choice(born)
@@ -66,8 +66,8 @@ def claims(kg: Any, docs: dict[str, str], n: int, seed: int) -> list[tuple[str, 
                                 f"Some {a['employees']:,} people earn their living at {name} [cite:{x}]."]),
                     True, "free paraphrase"))
         job = kg.category(person)
-        out.append((f"{p} is a {rng.choice([j for j in ('chemist', 'lawyer', 'pilot', 'banker') if j != job])} "
-                    f"[cite:{person}].", False, "wrong occupation"))
+        out.append(((f"{p} is a {rng.choice([j for j in ('chemist', 'lawyer', 'pilot', 'banker') if j != job])} "
+                    f"[cite:{person}]."), False, "wrong occupation"))
         out.append((rng.choice([f"{kg.name(subject)} was not born in {kg.name(city)} [cite:{subject}].",
                                 f"{p} does not work for {e} [cite:{person}].",
                                 f"{o} was never founded by {f} [cite:{org}]."]), False, "negation"))
@@ -118,11 +118,11 @@ def main() -> None:
         arms = {"documents": measure(items, index, None), "documents + world facts": measure(items, index,
                                                                                            WorldFacts(kg))}
     print(json.dumps(arms, indent=1))
-    lines = ["", f"## Citation support on generated true and false claims (bench_citations.py, "
-                 f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} CPUs)", "",
-             f"{args.entities} world entities, {len(items)} generated claims ({args.claims} per class; a claim is "
+    lines = ["", (f"## Citation support on generated true and false claims (bench_citations.py, "
+                 f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} CPUs)"), "",
+             (f"{args.entities} world entities, {len(items)} generated claims ({args.claims} per class; a claim is "
              "counted supported when every citation of it is). Share of each class the check calls supported: "
-             "true classes should be near 1, false ones near 0.", "",
+             "true classes should be near 1, false ones near 0."), "",
              "| class | true? | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
     for cls in (*TRUE_CLASSES, *FALSE_CLASSES):
         lines.append(f"| {cls} | {'yes' if cls in TRUE_CLASSES else 'no'} | "
