@@ -53,7 +53,7 @@ ATTRIBUTE_CUES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((a, re.compile(p
 ))
 # A number with one of these words next to it is computed from others (a gap, a difference, a total).
 DERIVED_CUE = re.compile(r"\b(?:gap|difference|apart|years? (?:before|after|later|earlier)|more than|fewer than|"
-                         r"less than|larger than|smaller than|combined|total|together|between them|separate)\b",
+                         r"less than|larger than|smaller than|combined|total|together|between them|separate|in all)\b",
                          re.IGNORECASE)
 
 # (pattern over the words between two adjacent mentions, relation, whether the left mention is the subject).
@@ -259,18 +259,29 @@ def _nearest_cue(text: str, last: bool) -> str | None:
 
 
 def triples(text: str, found: Sequence[Mention]) -> list[Triple]:
-    """The relations ``text`` states between adjacent mentions, carried along lists."""
+    """The relations ``text`` states between adjacent mentions, carried along lists on either side ("A, B and C
+    work for X"; "X employs A, B and C")."""
     out: list[Triple] = []
     last: tuple[str, str, bool] | None = None  # (relation, the fixed entity, whether it is the subject)
+    chain: list[Mention] = []  # the mentions listed before the current left one ("A, B and" of "A, B and C work")
     for left, right in pairwise(found):
         between = text[left.end:right.start]
         pre = text[max(0, left.start - 40):left.start]
-        if last is not None and _LIST.match(between):
+        if between.strip() == "," and re.search(r"native of\s*$", pre, re.IGNORECASE):  # "A native of X, Y grew up"
+            out.append(Triple(right.name, "born_in", left.name))
+            last, chain = None, []
+            continue
+        listed = bool(_LIST.match(between))
+        if last is not None and listed:
             relation, fixed, fixed_is_subject = last
             out.append(Triple(fixed, relation, right.name) if fixed_is_subject else
                        Triple(right.name, relation, fixed))
             continue
         last = None
+        if listed:
+            chain.append(left)
+            continue
+        members, chain = [*chain, left], []
         if _INCLUDE.match(between):
             for cue, relation in _INCLUDE_CUES:
                 if cue.search(pre):
@@ -279,13 +290,11 @@ def triples(text: str, found: Sequence[Mention]) -> list[Triple]:
                     break
             if last is not None:
                 continue
-        if between.strip() == "," and re.search(r"native of\s*$", pre, re.IGNORECASE):
-            out.append(Triple(right.name, "born_in", left.name))
-            continue
         for cue, relation, left_is_subject in _RELATION_CUES:
             if cue.search(between):
-                subject, obj = (left, right) if left_is_subject else (right, left)
-                out.append(Triple(subject.name, relation, obj.name))
+                for m in members:
+                    out.append(Triple(m.name, relation, right.name) if left_is_subject else
+                               Triple(right.name, relation, m.name))
                 last = (relation, left.name, True) if left_is_subject else (relation, left.name, False)
                 break
     return [t for t in out if t.subject.lower() != t.object.lower()]

@@ -149,7 +149,7 @@ class SupportChecker:
                 helps[i] = True
         sources = stated + [s for p in passages for s in p.quantities()]
         for q in claim.quantities:
-            if q.derived and not _derivable(q, sources):
+            if q.derived and not _derivable(q, sources) and not _counted(q, claim):
                 return f"{_show(q)} is neither stated by the source nor computed from what it states", helps
         if claim.negated and not any(b[2] for b in bests):
             return "the sentence negates what the source states", helps
@@ -201,6 +201,15 @@ def _derivable(q: Quantity, sources: Sequence[Quantity]) -> bool:
     return target is not None and any(abs(a - b) == target or a + b == target for a in values for b in values)
 
 
+def _counted(q: Quantity, claim: Claim) -> bool:
+    """A count the sentence itself lists: "A, B and C work for X, 3 in all"."""
+    groups: dict[tuple[str, str], int] = {}
+    for t in claim.triples:
+        for side in ((t.relation, t.object.lower()), (t.relation, "<" + t.subject.lower())):
+            groups[side] = groups.get(side, 0) + 1
+    return _number(q) in {float(n) for n in groups.values()}
+
+
 def _number(q: Quantity) -> float | None:
     text = q.value[:4] if "-" in q.value else q.value  # a date's year
     try:
@@ -240,5 +249,7 @@ _PARAPHRASE_WORDS = (
     "organised organized organiser organizer annual yearly year years spends spending spend budget costs "
     "people inhabitants residents population counts numbers home some about around roughly nearly also "
     "currently today company organisation organization firm city town event person work total combined gap "
-    "apart difference earlier later before after more fewer larger smaller older younger first last")
+    "apart difference earlier later before after more fewer larger smaller older younger first last "
+    "all in each both created creates held located lies born founded works work employed headquartered "
+    "organised organized released married lowest highest comes release birth founding earliest smallest")
 PARAPHRASE = frozenset(_stem(w) for w in _PARAPHRASE_WORDS.split())
