@@ -36,6 +36,7 @@ from inference.research.roles import open_index
 from inference.research.rubric import Rubric, grade
 from inference.research.session import HarnessConfig
 from inference.research.trajectories import export
+from tasks.trajectories import token_counter
 
 STAGE = "research_trajectories"
 REFERENCE = "reference"
@@ -49,6 +50,8 @@ class ResearchTrajectoryParams(Params):
     harness: HarnessConfig = Field(default_factory=HarnessConfig, description="the harness's settings")
     judge: str | None = Field(None, description="engine spec grading rubrics and citation support; none: the "
                                                 "lexical fallback")
+    tokenizer: str = Field("default", description="tokenizer counting each trajectory's tokens: 'default' (the "
+                                                  "tokenizer artifact) or a local tokenizer directory")
     journal_dir: str = Field("", description="where runs are journaled (resumable); empty: "
                                              "$GYMFORGE_DATA/journals/research_trajectories")
 
@@ -96,7 +99,7 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
 
 
 # 2: names checked in citations; 3: citations checked fact by fact, against the world's facts too
-@stage(name=STAGE, version="3", inputs=("research_tasks", "search_index", "world"),
+@stage(name=STAGE, version="3", inputs=("research_tasks", "search_index", "world", "tokenizer"),
        params=ResearchTrajectoryParams,
        outputs={"trajectories": TRAJECTORIES, "runs": RESEARCH_RUN.contract(expectations=(
            in_set("status", ["complete", "partial", "failed"]),)), "calls": RESEARCH_CALL.contract(),
@@ -122,6 +125,7 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
 
         judge = load_engine(params.judge)
     kept, rejected, calls, runs = [], [], [], []
+    count = token_counter(params, inputs)  # reads only its tokenizer field
     root = params.journal_root()
     try:
         with Progress(transient=True, disable=not os.isatty(2)) as bar:
@@ -133,7 +137,7 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
                                    excluded=list(task["excluded_doc_ids"]), journal=root / f"{run_id}.jsonl",
                                    engine_ref=engine_ref, citation_judge=judge, citation_facts=facts)
                 topic = json.loads(task["profile"]).get("topic")
-                good, bad, call_rows = export(run, index, topic)
+                good, bad, call_rows = export(run, index, topic, count)
                 kept += good
                 rejected += bad
                 calls += call_rows

@@ -1,7 +1,7 @@
 """Stage `sft_set`: the cold-start curation (LongCat-Flash-Thinking-2601 3.1.2, "Cold-Start Policy Initialization").
 
 1. candidates: every route's trajectories (environment-grounded, decomposed, reasoning-enriched, planned, text-driven,
-   long-context); turn-level masks recomputed (failed tool calls, format violations, the user's turns: no loss);
+   long-context, deep-research role calls); turn-level masks recomputed (failed tool calls, format violations, the user's turns: no loss);
 2. each candidate re-verified; a held-out domain or evaluation environment dropped; one over the token window is
    step-compressed (earlier tool results summarized, recorded as transform ``compress``) when it is an environment
    trajectory that then fits and still verifies, else dropped as too long;
@@ -45,7 +45,8 @@ from tasks.trajectories import EVAL_ENV_PREFIX, TrajectoryParams, token_counter,
 
 STAGE = "sft_set"
 ROUTES = {"midtrain_env": "midtrain_env", "midtrain_decompose": "decompose", "midtrain_reason": "reason",
-          "midtrain_plan": "plan", "midtrain_text": "midtrain_text", "midtrain_longctx": "midtrain_longctx"}
+          "midtrain_plan": "plan", "midtrain_text": "midtrain_text", "midtrain_longctx": "midtrain_longctx",
+          "research_trajectories": "research"}
 """Input stage -> the route (``source``) its trajectories carry."""
 SOURCES = (*ROUTES.values(), "compress")
 STATUSES = ("selected", "not_selected", "duplicate", "near_duplicate", "too_long", "not_verified", "heldout",
@@ -58,7 +59,7 @@ class SFTSetParams(TrajectoryParams):
                                                 "random: a seeded random subset of the same size per route (the "
                                                 "baseline the selection is measured against)")
     proportions: dict[str, float] = Field(default_factory=dict, description="route -> share of k (routes: "
-                                          "midtrain_env, decompose, reason, plan, midtrain_text, midtrain_longctx); "
+                                          "midtrain_env, decompose, reason, plan, midtrain_text, midtrain_longctx, research); "
                                           "empty: each route's share of the candidates")
     reference: str = Field("bigram", description="reference model of the perplexity score: 'bigram' (fitted on "
                            "one half of the candidates, scoring the other), 'tiny' (the tiny_policy artifact), "
@@ -246,8 +247,8 @@ SCORES_CONTRACT = SELECTION_SCORE.contract(
                   description="every candidate's parent is itself a candidate of the selection"),))
 
 
-# 2: scores over trained tokens under a cross-fitted bigram, embeddings of the trained text centred, and coverage
-# measured on bigrams and domains
+# 2: scores over trained tokens under a cross-fitted bigram, embeddings of the trained text centred, coverage
+# measured on bigrams and domains, research trajectories a route
 @stage(name=STAGE, version="2", params=SFTSetParams, inputs=(*ROUTES, "tiny_policy", "tokenizer"),
        outputs={"trajectories": trajectory_contract(SOURCES), REJECTED: TRAJECTORY_REJECTED.contract(),
                 "scores": SCORES_CONTRACT, "summary": SELECTION_SUMMARY.contract()})
