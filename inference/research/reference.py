@@ -560,6 +560,11 @@ class _Facts:
                 lines += [single.format(s=n, o=entity) + f" [cite:{d}]." for n, d in subjects]
         return lines
 
+    def _dated(self, entity: str) -> list[tuple[str, str, float, str]]:
+        """(entity, attribute, year, doc id) of the entity's dated facts, founding and birth first."""
+        return sorted(((e, a, float(v[:4]), d) for (e, a), (v, d) in self.values.items()
+                       if normalize(e) == normalize(entity) and a in _YEARS), key=lambda r: _YEARS.index(r[1]))
+
     def _analysis(self, required: list[str]) -> list[str]:
         """Differences between two required entities' figures, the ordering of three or more."""
         out = []
@@ -569,18 +574,23 @@ class _Facts:
             if normalize(e) in keys:
                 number = float(v[:4]) if a in _YEARS else float(v)
                 by_attribute.setdefault(a, []).append((e, number, v, d))
+        # the subject's dates against each other required entity's: the gap in years (a founding and its
+        # founder's birth, a work's release and its creator's)
+        dates = {normalize(e): rows[0] for e in required if (rows := self._dated(e))}
+        first = dates.get(normalize(required[0])) if required else None
+        for e in required[1:]:
+            other = dates.get(normalize(e))
+            if first is not None and other is not None and first[0] != other[0]:
+                (a, na, x, da), (b, nb, y, db) = sorted([first, other], key=lambda r: r[2])
+                out.append(f"{a} ({_NOUN[na]} {int(x)} [cite:{da}]) comes {int(y - x)} years before {b} "
+                           f"({_NOUN[nb]} {int(y)} [cite:{db}]).")
         for attribute, rows in sorted(by_attribute.items()):
             rows.sort(key=lambda r: r[1])
             noun = _NOUN.get(attribute, attribute)
-            if len(rows) == 2:
+            if len(rows) == 2 and attribute not in _YEARS:
                 (a, x, va, da), (b, y, vb, db) = rows
-                gap = int(y - x)
-                if attribute in _YEARS:
-                    out.append(f"{a} ({noun} {int(x)} [cite:{da}]) comes {gap} years before {b} ({noun} {int(y)} "
-                               f"[cite:{db}]).")
-                else:
-                    out.append(f"{b} has {_shown(attribute, vb)} {noun} [cite:{db}], {gap:,} more than {a} with "
-                               f"{_shown(attribute, va)} [cite:{da}].")
+                out.append(f"{b} has {_shown(attribute, vb)} {noun} [cite:{db}], {int(y - x):,} more than {a} "
+                           f"with {_shown(attribute, va)} [cite:{da}].")
             elif len(rows) > 2:
                 order = ", ".join(f"{e} ({int(n) if attribute in _YEARS else _shown(attribute, v)} [cite:{d}])"
                                   for e, n, v, d in rows)
