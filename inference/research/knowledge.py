@@ -123,11 +123,11 @@ def _natural(node: str) -> tuple[int, str]:
 
 # --- facts of an entity, as documents state them and as questions and rubrics phrase them ---------------------
 
-_OUT_PHRASES = {"located_in": "located in {}", "born_in": "born in {}", "works_for": "employed by {}",
+OUT_PHRASES = {"located_in": "located in {}", "born_in": "born in {}", "works_for": "employed by {}",
                 "married_to": "married to {}", "founded_by": "founded by {}", "headquartered_in": "headquartered in {}",
                 "created_by": "created by {}", "published_by": "released by {}", "organized_by": "organised by {}",
                 "held_in": "held in {}"}
-_IN_PHRASES = {"located_in": "where {} lies", "born_in": "where {} was born", "works_for": "that employs {}",
+IN_PHRASES = {"located_in": "where {} lies", "born_in": "where {} was born", "works_for": "that employs {}",
                "married_to": "married to {}", "founded_by": "who founded {}",
                "headquartered_in": "where {} is headquartered", "created_by": "who created {}",
                "published_by": "that released {}", "organized_by": "that organised the {}",
@@ -179,11 +179,11 @@ def facts(kg: KnowledgeGraph, node: str) -> list[Fact]:
     for rel, obj in kg.out_edges(node):
         y = kg.name(obj)
         out.append(Fact(node, "relation", rel, obj, y, _statement(rel, x, y),
-                        _OUT_PHRASES.get(rel, rel.replace("_", " ") + " {}").format(y)))
+                        OUT_PHRASES.get(rel, rel.replace("_", " ") + " {}").format(y)))
     for rel, subject in kg.in_edges(node):
         s = kg.name(subject)
         out.append(Fact(node, "inverse", rel, subject, s, _statement(rel, s, x),
-                        _IN_PHRASES.get(rel, "linked to {}").format(s)))
+                        IN_PHRASES.get(rel, "linked to {}").format(s)))
     for attr, value in sorted(kg.attributes(node).items()):
         statement, phrase = _ATTRIBUTE_TEXT.get(attr, ("the {a} of {x} is {v}", "whose {a} is {v}"))
         year = value.year if isinstance(value, date) else (value if attr == "founded" else None)
