@@ -1,7 +1,8 @@
 """Search QA synthesis on the world corpus: the difficulty histogram the answer agent gives (the reference search
 agent by default: ``--engine`` any engine spec), constraints per question and how they are stated.
 
-    .venv/bin/python -m bench.bench_qa [--entities 2000] [--n 60] [--engine reference] [--no-record]
+    .venv/bin/python -m bench.bench_qa [--entities 2000] [--n 60] [--engine reference] [--obfuscation 0.6]
+        [--no-record]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main() -> None:
     parser.add_argument("--entities", type=int, default=2000)
     parser.add_argument("--n", type=int, default=60)
     parser.add_argument("--engine", default="reference")
+    parser.add_argument("--obfuscation", type=float, default=0.6, help="share of clauses stated obfuscated")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
@@ -36,7 +38,8 @@ def main() -> None:
         SearchIndex.build(load_corpus(frames["documents"]), Path(tmp) / "index")
         inputs = {"world": FrameArtifact(frames), "search_index": FrameArtifact({}, directory=Path(tmp) / "index")}
         start = time.perf_counter()
-        out = search_qa.run(inputs, search_qa.parse_params({"n": args.n, "answer_engine": args.engine}), "bench")
+        out = search_qa.run(inputs, search_qa.parse_params({"n": args.n, "answer_engine": args.engine,
+                                                              "obfuscation": args.obfuscation}), "bench")
         seconds = time.perf_counter() - start
     items = out["items"]
     grades = Counter(items["difficulty"].to_list())
@@ -46,7 +49,8 @@ def main() -> None:
     lines = ["", (f"## Search QA difficulty (bench_qa.py, {time.strftime('%Y-%m-%d')}, {platform.machine()}, "
                  f"{os.cpu_count()} CPUs)"), "",
              (f"{args.entities} world entities, {args.n} items asked, {items.height} accepted, "
-             f"{out['rejected'].height} rejected, {seconds:.0f} s; answer agent {args.engine} "
+             f"{out['rejected'].height} rejected, {seconds:.0f} s; obfuscation {args.obfuscation}; answer agent "
+             f"{args.engine} "
              "(4 samples per question). Difficulty by the answer agent's accuracy:"), "",
              "| " + " | ".join(g for _, g in DIFFICULTY) + " |", "|" + "---|" * len(DIFFICULTY),
              "| " + " | ".join(str(grades.get(g, 0)) for _, g in DIFFICULTY) + " |", "",

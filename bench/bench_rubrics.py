@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench import report
 
-DERIVED = re.compile(r"years before|\bin all\b|first:|more than")
+DERIVED = re.compile(r"years (?:before|after)|\bin all\b|first:|more than")
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import json
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import polars as pl
@@ -58,6 +59,9 @@ class SearchQAParams(Params):
     max_constraints: int = Field(5, ge=1, description="most attributes a question may carry")
     max_attempts: int = Field(6, ge=1, le=50, description="syntheses per item before it is rejected")
     verify_k: int = Field(5, ge=1, le=20, description="hits the verification agent reads per search")
+    obfuscation: float = Field(0.6, ge=0.0, le=1.0, description="share of clauses stated obfuscated (a related "
+                               "entity described, a year as its decade, a figure rounded); the others name the "
+                               "entity or give the exact value, so difficulty spreads")
     answer_engine: str = Field("reference", description="reference (the offline reference search agent) or an "
                                                         "engine spec: hf:DIR, openai:URL#MODEL, vllm:DIR")
     answer_k: int = Field(4, ge=1, le=64, description="answer-agent samples per question")
@@ -101,7 +105,11 @@ def satisfies(kg: KnowledgeGraph, node: str, spec: Mapping[str, Any]) -> bool:
     if op == "is":
         return kg.category(node) == spec["target"]
     value = kg.name(node) if attribute == "name" else kg.attributes(node).get(attribute)
-    return value is not None and bucket(kg.type(node), attribute, op, value) == spec["target"]
+    if value is None:
+        return False
+    if op == "exact":  # a name, a figure; a date's year
+        return (value.year if isinstance(value, date) else value) == spec["target"]
+    return bucket(kg.type(node), attribute, op, value) == spec["target"]
 
 
 def _attribute_spec(kg: KnowledgeGraph, node: str, rng: random.Random) -> tuple[str, dict[str, Any]]:
@@ -120,9 +128,12 @@ def _attribute_spec(kg: KnowledgeGraph, node: str, rng: random.Random) -> tuple[
             {"attribute": "name", "op": "initial", "target": target})
 
 
-def obfuscate(kg: KnowledgeGraph, node: str, fact: Fact, rng: random.Random) -> Constraint:
-    """The clause a question states for ``fact`` of ``node``: a related entity described by one of its
-    attributes, a year blurred to its decade, a figure rounded to two significant figures."""
+def obfuscate(kg: KnowledgeGraph, node: str, fact: Fact, rng: random.Random, share: float) -> Constraint:
+    """The clause a question states for ``fact`` of ``node``: with probability ``share`` obfuscated (a related
+    entity described by one of its attributes, a year blurred to its decade, a figure rounded to two significant
+    figures), else as the fact's own phrase (the entity named, the year or figure exact)."""
+    if rng.random() >= share:
+        return _exact(kg, node, fact)
     if fact.kind in ("relation", "inverse"):
         other = fact.value
         noun = NOUNS.get(kg.type(other), "entity")
@@ -140,6 +151,18 @@ def obfuscate(kg: KnowledgeGraph, node: str, fact: Fact, rng: random.Random) -> 
         return Constraint(fact, phrase, {"attribute": fact.key, "op": op, "target": target})
     category = kg.category(node)
     return Constraint(fact, fact.phrase, {"attribute": "category", "op": "is", "target": category})
+
+
+def _exact(kg: KnowledgeGraph, node: str, fact: Fact) -> Constraint:
+    if fact.kind in ("relation", "inverse"):
+        return Constraint(fact, fact.phrase, {"relation": fact.key, "direction": "out" if fact.kind == "relation"
+                                              else "in", "of": {"type": kg.type(fact.value), "attribute": "name",
+                                                                "op": "exact", "target": kg.name(fact.value)}})
+    if fact.kind == "attribute":
+        value = kg.attributes(node)[fact.key]
+        return Constraint(fact, fact.phrase, {"attribute": fact.key, "op": "exact",
+                                              "target": value.year if isinstance(value, date) else value})
+    return Constraint(fact, fact.phrase, {"attribute": "category", "op": "is", "target": kg.category(node)})
 
 
 def question(noun: str, constraints: list[Constraint]) -> str:
@@ -201,7 +224,7 @@ def synthesize_item(s: Synthesis, node: str, answer: AnswerAgent) -> tuple[dict[
         while len(chosen) < need and pool:
             fact = pool.pop()
             if s.verify(node, fact):
-                chosen.append(obfuscate(kg, node, fact, s.rng))
+                chosen.append(obfuscate(kg, node, fact, s.rng, params.obfuscation))
                 s.log("verify", "verified", attribute=fact.phrase, stated=chosen[-1].phrase)
             else:
                 s.log("verify", "unverifiable", attribute=fact.phrase)
@@ -259,7 +282,8 @@ def answer_engine(spec: str) -> Engine:
     return load_engine(spec)
 
 
-# 2: constraints obfuscated (figures rounded, years to decades, related entities described, not named)
+# 2: constraints obfuscated (figures rounded, years to decades, related entities described, not named), a share
+# of them (obfuscation)
 @stage(name=STAGE, version="2", inputs=("world", "search_index"), params=SearchQAParams,
        outputs={"items": SEARCH_QA.contract(expectations=(
            in_set("difficulty", [g for _, g in DIFFICULTY]), between("answer_accuracy", 0.0, 1.0))),

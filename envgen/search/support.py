@@ -251,5 +251,6 @@ _PARAPHRASE_WORDS = (
     "currently today company organisation organization firm city town event person work total combined gap "
     "apart difference earlier later before after more fewer larger smaller older younger first last "
     "all in each both created creates held located lies born founded works work employed headquartered "
-    "organised organized released married lowest highest comes release birth founding earliest smallest")
+    "organised organized released married lowest highest comes release birth founding earliest smallest "
+    "came name names named sources source staging")
 PARAPHRASE = frozenset(_stem(w) for w in _PARAPHRASE_WORDS.split())

@@ -478,6 +478,7 @@ _VALUE = {"founded": "was founded in {v}", "born": "was born on {v}", "released"
           "held": "took place on {v}", "population": "has a population of {v}", "employees": "employs {v} people",
           "budget": "has an annual budget of ${v}", "attendance": "was attended by {v} people"}
 _YEARS = ("founded", "born", "released", "held")
+_EVENT = {"founded": "founding", "born": "birth", "released": "release", "held": "staging"}
 _NOUN = {"founded": "founding year", "born": "birth year", "released": "release year", "held": "year",
          "population": "population", "employees": "employees", "budget": "annual budget", "attendance": "attendance"}
 
@@ -555,7 +556,8 @@ class _Facts:
             cites = " ".join(f"[cite:{d}]" for d in dict.fromkeys(d for _, d in subjects))
             names = [s for s, _ in subjects]
             if len(names) > 1 and plural:
-                lines.append(f"{plural.format(s=_join(names), o=entity)}, {len(names)} in all {cites}.")
+                lines.append(f"{plural.format(s=_join(names), o=entity)}: {len(names)} in all that the sources "
+                             f"name {cites}.")
             else:
                 lines += [single.format(s=n, o=entity) + f" [cite:{d}]." for n, d in subjects]
         return lines
@@ -582,8 +584,8 @@ class _Facts:
             other = dates.get(normalize(e))
             if first is not None and other is not None and first[0] != other[0]:
                 (a, na, x, da), (b, nb, y, db) = sorted([first, other], key=lambda r: r[2])
-                out.append(f"{a} ({_NOUN[na]} {int(x)} [cite:{da}]) comes {int(y - x)} years before {b} "
-                           f"({_NOUN[nb]} {int(y)} [cite:{db}]).")
+                out.append(f"{_possessive(b)} {_EVENT[nb]} in {int(y)} [cite:{db}] came {int(y - x)} years after "
+                           f"{_possessive(a)} {_EVENT[na]} in {int(x)} [cite:{da}].")
         for attribute, rows in sorted(by_attribute.items()):
             rows.sort(key=lambda r: r[1])
             noun = _NOUN.get(attribute, attribute)
@@ -596,6 +598,10 @@ class _Facts:
                                   for e, n, v, d in rows)
                 out.append(f"By {noun}, {'earliest' if attribute in _YEARS else 'smallest'} first: {order}.")
         return out
+
+
+def _possessive(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
 
 
 def _say(t: Triple) -> str:

@@ -213,7 +213,7 @@ def test_sections_synthesize_the_facts_they_read_and_every_tool_turn_says_why(ba
     copied = sum(s in corpus for s in written)
     assert copied <= len(written) // 4, f"{copied} of {len(written)} cited sentences are the corpus's own"
     # the analysis a reader wants, computed from the sources and cited to them, and supported by the check
-    derived = [c for c in run.citations["checks"] if " years before " in c["sentence"] or "first:" in c["sentence"]
+    derived = [c for c in run.citations["checks"] if " years after " in c["sentence"] or "first:" in c["sentence"]
                or " in all" in c["sentence"]]
     assert derived and all(c["verdict"] == "supported" for c in derived)
     assert run.citations["rate"] == 1.0
