@@ -151,3 +151,33 @@ def test_a_citation_that_states_none_of_a_sentence_is_unsupported_beside_one_tha
 ])
 def test_numbers_are_bound_to_their_attribute(text: str, expected: list[tuple[str, str]]) -> None:
     assert [(q.value, q.attribute) for q in quantities(text)] == expected
+
+
+TEMPLATES = {"employees": ["{x} employs {v} people", "{x} has {v} employees", "{x} has a workforce of {v}"],
+             "budget": ["{x} has an annual budget of ${v}", "Its annual budget is ${v}"],
+             "population": ["{x} has a population of {v}", "{x} is home to {v} people"],
+             "attendance": ["It was attended by {v} people", "Attendance reached {v}"]}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(TEMPLATES)), st.sampled_from(sorted(TEMPLATES)), st.integers(100, 10**9),
+       st.integers(100, 10**9), st.data())
+def test_two_figures_in_one_sentence_keep_their_own_attributes(a: str, b: str, u: int, v: int,
+                                                               data: st.DataObject) -> None:
+    first = data.draw(st.sampled_from(TEMPLATES[a])).format(x="Wood Ltd", v=f"{u:,}")
+    second = data.draw(st.sampled_from(TEMPLATES[b])).format(x="it", v=f"{v:,}")
+    found = quantities(f"{first} and {second[0].lower()}{second[1:]}.")
+    assert [(q.value, q.attribute) for q in found] == [(str(u), a), (str(v), b)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_relation_keeps_its_direction_whichever_way_it_is_worded(data: st.DataObject) -> None:
+    org, person = data.draw(st.sampled_from(edges("founded_by")))
+    g = graph()
+    o, p = g.name(org), g.name(person)
+    gazetteer = Gazetteer.of([o, p])
+    wording = data.draw(st.sampled_from([f"{p} founded {o}", f"{o} was founded by {p}", f"{o}'s founder is {p}",
+                                         f"{o} is a company founded in 1901 by {p}", f"{p} is the founder of {o}"]))
+    [triple] = extract(wording, gazetteer).triples
+    assert (triple.subject, triple.relation, triple.object) == (o, "founded_by", p)
