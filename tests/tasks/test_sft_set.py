@@ -46,6 +46,16 @@ def test_the_openai_scorer_reads_prompt_logprobs_in_both_wire_formats() -> None:
     assert OpenAIScorer("http://x/v1", "m", transport=_server(echo)).token_logprobs(["abc"])[0].tolist() == [-0.5, -1.5]
     with pytest.raises(RuntimeError, match="no prompt log-probabilities"):
         OpenAIScorer("http://x/v1", "m", transport=_server({"choices": [{}]})).token_logprobs(["abc"])
+    # offsets: vLLM's decoded pieces, or the echo format's text_offset
+    pieces = {"choices": [{"prompt_logprobs": [None, {"7": {"logprob": -1.0, "decoded_token": "b"}},
+                                               {"3": {"logprob": -2.0, "decoded_token": "c"}}]}]}
+    [(_, offsets)] = OpenAIScorer("http://x/v1", "m", transport=_server(pieces)).token_logprobs_at(["abc"])
+    assert offsets.tolist() == [1, 2]
+    echo["choices"][0]["logprobs"]["text_offset"] = [0, 1, 2, 3]
+    [(_, offsets)] = OpenAIScorer("http://x/v1", "m", transport=_server(echo)).token_logprobs_at(["abc"])
+    assert offsets.tolist() == [1, 2]
+    with pytest.raises(RuntimeError, match="no token offsets"):
+        OpenAIScorer("http://x/v1", "m", transport=_server(vllm)).token_logprobs_at(["abc"])
 
 
 def test_a_dead_reference_endpoint_is_one_clear_error() -> None:
@@ -226,3 +236,17 @@ def test_centred_embeddings_spread_the_distances_of_close_vectors() -> None:
     spread = centred(close)
     after = np.linalg.norm(spread[:, None] - spread[None], axis=-1)[np.triu_indices(40, 1)]
     assert raw.max() < 0.6 and after.mean() > 1.2 and np.allclose(np.linalg.norm(spread, axis=1), 1, atol=1e-5)
+
+
+def test_the_hf_scorer_gives_each_scored_token_its_offset() -> None:
+    from inference.perplexity import HFScorer
+
+    scorer = HFScorer(tiny_checkpoint())
+    scorer.max_positions = 16  # chunked, as a long conversation is
+    text = "The reference model answers every question it is asked, one token at a time, " * 3
+    [(logprobs, offsets)] = scorer.token_logprobs_at([text])
+    ids = scorer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    starts = [o[0] for o in ids["offset_mapping"]]
+    assert len(offsets) == len(logprobs) > 0 and np.all(np.diff(offsets) > 0) and offsets[-1] < len(text)
+    assert set(offsets.tolist()) <= set(starts[1:])  # each scored token is a token after the first
+    assert np.allclose(logprobs, scorer.token_logprobs([text])[0])
