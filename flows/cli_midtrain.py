@@ -83,7 +83,7 @@ def probe_teacher(teacher: str | None) -> None:
 def probe_reference(reference: str) -> None:
     """A reference model other than the tiny policy scores one text before any server or cluster starts: a dead
     endpoint, one without prompt log-probabilities or a directory that is no checkpoint is one error."""
-    if reference == "tiny":
+    if reference in ("tiny", "bigram"):
         return
     from inference.perplexity import probe
 
@@ -199,7 +199,8 @@ def register(app: typer.Typer) -> None:
                                                           "the key of a published route artifact.")],
         k: Annotated[int, typer.Option(help="Trajectories to select.")],
         out: Annotated[Path | None, typer.Option(help="Also write the selection here (.parquet or .jsonl).")] = None,
-        reference: Annotated[str | None, typer.Option(help="Perplexity reference: tiny (the tiny_policy artifact), "
+        reference: Annotated[str | None, typer.Option(help="Perplexity reference: bigram (cross-fitted on the "
+                                                           "candidates), tiny (the tiny_policy artifact), "
                                                            "hf:DIR or openai:URL#MODEL (an engine returning prompt "
                                                            "log-probabilities); default: the profile's.")] = None,
         profile: Annotated[str, typer.Option(help="Params profile of every stage.")] = "tiny",

@@ -7,6 +7,8 @@
 - ``research tasks --n N``: research tasks with rubrics (the ``research_tasks`` stage) and what the gate kept.
 - ``research trajectories``: teacher executions on those tasks (the ``research_trajectories`` stage).
 - ``research qa --n N``: agent-based QA synthesis (the ``search_qa`` stage).
+- ``research check REPORT.md``: every ``[cite:ID]`` of a report (from any model) checked against a search index,
+  fact by fact: a table of sentence, document, verdict and reason; exit status 1 when any citation fails.
 
 Every option is checked before a server or cluster starts.
 """
@@ -134,6 +136,12 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
         artifacts = materialize(["search_index", "world"], profile=profile, overrides=overrides, runtime=rt)
         engine, engine_ref = teacher_engine(teacher, artifacts["world"])
         citation_judge = teacher_engine(judge, None)[0] if judge else None
+        facts = None
+        if artifacts["search_index"].manifest["params"].get("corpus") == "world":
+            from inference.research.knowledge import KnowledgeGraph, WorldFacts
+
+            world = artifacts["world"]
+            facts = WorldFacts(KnowledgeGraph.from_frames(world.read("entities"), world.read("relations")))
         with Client(rt.dask_address) as client, RunProgress("research", None, unit="call") as bar:
             if not isinstance(engine_ref, str):  # sent to every worker once, not with every section
                 engine_ref = client.scatter(engine_ref, broadcast=True)
@@ -142,7 +150,7 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
                                     teacher=teacher, config=config, excluded=exclude,
                                     journal=out / "journal.jsonl", executor=client.get_executor(),
                                     engine_ref=engine_ref, progress=RoleProgress(bar),
-                                    citation_judge=citation_judge)
+                                    citation_judge=citation_judge, citation_facts=facts)
             finally:
                 engine.close()
                 if citation_judge is not None:
@@ -231,6 +239,110 @@ def qa(
     grades = Counter(items["difficulty"].to_list())
     typer.echo(f"{items.height} items ({', '.join(f'{k} {v}' for k, v in sorted(grades.items()))}), "
                f"{artifact.read('rejected').height} rejected ({artifact.key})")
+
+
+@research_app.command("check")
+def check(
+    report: Annotated[Path, typer.Argument(help="A Markdown report whose sentences cite [cite:DOC_ID].")],
+    index: Annotated[str | None, typer.Option(help="The search index: a search_index artifact key (see `gymforge "
+                                                   "artifacts ls`) or an index directory; default: the catalog's "
+                                                   "only one.")] = None,
+    judge: Annotated[str | None, typer.Option(help="Engine spec deciding support past the lexical pre-filter "
+                                                   "(openai:URL#MODEL, ...); default: the fact-level check.")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
+) -> None:
+    """Check a report's citations against a search index: does each cited document state what its sentence claims
+    (numbers for the same attribute, relations in the same direction, no negation it lacks)? Exits 1 when one does
+    not."""
+    from dataclasses import asdict
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    from flows.terminal import print_table, stdout_console
+    from inference.research.citations import check_citations
+
+    if not report.is_file():
+        raise typer.BadParameter(f"{report}: no such file", param_hint="REPORT")
+    if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
+        raise typer.BadParameter("the judge must be an engine: hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint="--judge")
+    try:
+        text = report.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise typer.BadParameter(f"{report}: not UTF-8 text", param_hint="REPORT") from None
+    opened, facts = _open_index(index)
+    engine = None
+    if judge is not None:
+        from tasks.research_trajectories import teacher_engine
+
+        engine = teacher_engine(judge, None)[0]
+    try:
+        result = check_citations(text, opened, judge=engine, facts=facts)
+    finally:
+        if engine is not None:
+            engine.close()
+    failed = [c for c in result.checks if not c.supported]
+    summary = {**result.summary(), "unsupported": len(failed), "index": str(opened.directory)}
+    if as_json:
+        rows = [{k: v for k, v in asdict(c).items() if k != "section"} for c in result.checks]
+        typer.echo(json.dumps({"summary": summary, "citations": rows}, indent=1, ensure_ascii=False))
+    else:
+        table = Table(title=f"citations of {report}")
+        for column in ("#", "sentence", "document", "verdict", "reason"):
+            table.add_column(column, overflow="fold")
+        for i, c in enumerate(result.checks, start=1):
+            style = "green" if c.supported else "red"
+            table.add_row(str(i), escape(c.sentence), escape(c.doc_id), f"[{style}]{c.verdict}[/{style}]",
+                          escape(c.reason))
+        print_table(stdout_console(), table)
+        typer.echo(f"{result.total} citations: {result.supported} supported, {len(failed)} not "
+                   f"({len(result.dangling)} to a missing or excluded document); {result.uncited} sentences "
+                   "without a citation")
+    if not result.total:
+        typer.echo("the report cites nothing ([cite:DOC_ID] after a sentence)", err=True)
+    if failed or not result.total:
+        raise typer.Exit(1)
+
+
+def _open_index(index: str | None) -> tuple[Any, Any]:
+    """The index (a key of the catalog or a directory) and, for an index of the world corpus, the world's facts."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.stage import StageError
+    from data_contracts.store import ArtifactStore
+    from envgen.search import SearchIndex
+    from flows.runtime import data_root
+
+    if index is not None and Path(index).is_dir():
+        try:
+            return SearchIndex.open(index), None
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--index") from None
+    catalog = Catalog(data_root())
+    rows = catalog.query("SELECT key FROM artifacts WHERE stage = 'search_index' AND status = 'published'"
+                         + (" AND key = ?" if index is not None else " ORDER BY key"), [index] if index else [])
+    keys = rows["key"].to_list() if not rows.is_empty() else []
+    if index is not None and not keys:
+        raise typer.BadParameter(f"{index!r}: neither an index directory nor a published search_index key; list "
+                                 "them with `gymforge artifacts ls`", param_hint="--index")
+    if len(keys) != 1:
+        found = f"{len(keys)} ({', '.join(keys)})" if keys else "none"
+        raise typer.BadParameter(f"the catalog holds {found} published search indexes: name one with --index KEY "
+                                 "or an index directory", param_hint="--index")
+    store = ArtifactStore(catalog.root)
+    artifact = store.get("search_index", keys[0])
+    if artifact is None:
+        raise StageError(f"the catalog lists search_index/{keys[0]} but its files are gone; run "
+                         "`gymforge artifacts fsck --repair`")
+    opened = SearchIndex.open(artifact.directory)
+    world_key = artifact.manifest.get("inputs", {}).get("world")
+    world = store.get("world", world_key) if world_key and artifact.manifest["params"].get("corpus") == "world" \
+        else None
+    if world is None:
+        return opened, None
+    from inference.research.knowledge import KnowledgeGraph, WorldFacts
+
+    return opened, WorldFacts(KnowledgeGraph.from_frames(world.read("entities"), world.read("relations")))
 
 
 def register(app: typer.Typer) -> None:

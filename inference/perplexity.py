@@ -2,10 +2,14 @@
 Selection"): a sample's score is the maximum, over its windows of ``window`` tokens, of the window's mean
 perplexity, so one hard passage is not diluted by an easy rest (average perplexity "masks localized hard tokens").
 
-The reference model gives the log-probability of every token of the sequence (prompt log-probabilities):
-``HFScorer`` runs a local transformers checkpoint directly (the tiny policy by default); ``OpenAIScorer`` asks any
-OpenAI-compatible server that returns prompt log-probabilities (vLLM's ``prompt_logprobs``, or ``echo`` with
-``logprobs`` on ``/v1/completions``).
+The reference model gives the log-probability of every token of the sequence (prompt log-probabilities), with
+each token's character offset so a caller can keep the tokens it trains on (an SFT sample is scored on its assistant
+turns, never on the system prompt and tool schemas every sample shares): ``HFScorer`` runs a local transformers
+checkpoint directly; ``OpenAIScorer`` asks any OpenAI-compatible server that returns prompt log-probabilities (vLLM's
+``prompt_logprobs``, or ``echo`` with ``logprobs`` on ``/v1/completions``); ``BigramReference`` is a language model
+fitted on other samples (interpolated absolute-discounting bigram over a tokenizer's ids): trained on one half of
+the candidates and scoring the other, it beats the uniform guess (ln V nats per token) that an untrained network
+does not.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ class Scorer(Protocol):
     def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
         """log p(token_i | tokens_<i) for i >= 1 of every text, tokenized by the reference model's own tokenizer
         (the first token has no context)."""
+        ...
+
+    def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(log-probabilities as ``token_logprobs``, the character offset in the text where each of those tokens
+        starts)."""
         ...
 
     def close(self) -> None: ...
@@ -73,8 +82,13 @@ class HFScorer:
         self.batch_size = batch_size
 
     def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [lp for lp, _ in self.token_logprobs_at(texts)]
+
+    def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         torch = self.torch
-        sequences = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        encoded = [self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True) for t in texts]
+        sequences = [e["input_ids"] for e in encoded]
+        offsets = [np.array([o[0] for o in e["offset_mapping"]][1:], dtype=np.int64) for e in encoded]
         chunks = [(i, list(seq[s:s + self.max_positions])) for i, seq in enumerate(sequences)
                   for s in range(0, max(len(seq), 1), self.max_positions)]
         parts: list[list[np.ndarray]] = [[] for _ in sequences]
@@ -92,8 +106,16 @@ class HFScorer:
                 logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
                 for r, (owner, seq) in enumerate(batch):
                     parts[owner].append((order[b + r], logp[r, :max(len(seq) - 1, 0)].numpy().astype(np.float64)))
-        return [np.concatenate([p for _, p in sorted(ps, key=lambda t: t[0])]) if ps else np.zeros(0)
-                for ps in parts]
+        # a chunk's first token has no context inside the chunk: its offsets are those of the tokens it scored
+        starts = [[s + 1 for s in range(0, max(len(seq), 1), self.max_positions)] for seq in sequences]
+        out = []
+        for ps, seq_offsets, chunk_starts in zip(parts, offsets, starts, strict=True):
+            logprobs = np.concatenate([p for _, p in sorted(ps, key=lambda t: t[0])]) if ps else np.zeros(0)
+            full = np.concatenate([[0], seq_offsets])
+            kept = np.concatenate([full[s:s + self.max_positions - 1] for s in chunk_starts]) if len(full) > 1 \
+                else np.zeros(0, dtype=np.int64)
+            out.append((logprobs, kept[:len(logprobs)]))
+        return out
 
     def close(self) -> None:
         self.model = None
@@ -110,9 +132,19 @@ class OpenAIScorer:
         self.client = httpx.Client(timeout=timeout_s, transport=transport)
 
     def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
-        return [self._one(text) for text in texts]
+        return [self._one(text)[0] for text in texts]
 
-    def _one(self, text: str) -> np.ndarray:
+    def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for text in texts:
+            values, offsets = self._one(text)
+            if offsets is None:
+                raise RuntimeError(f"{self.url}: the response gives no token offsets (text_offset, or "
+                                   "decoded_token in prompt_logprobs)")
+            out.append((values, offsets))
+        return out
+
+    def _one(self, text: str) -> tuple[np.ndarray, np.ndarray | None]:
         body = {"model": self.model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 0,
                 "prompt_logprobs": 0}
         import httpx
@@ -124,20 +156,71 @@ class OpenAIScorer:
         if response.status_code >= 400:
             raise RuntimeError(f"{self.url}: HTTP {response.status_code}: {response.text[:300]}")
         choice = (response.json().get("choices") or [{}])[0]
+        offsets: list[int] | None = None
         if choice.get("prompt_logprobs") is not None:  # vLLM: one {token_id: {logprob}} per prompt token
-            values = [next(iter(entry.values()))["logprob"] if isinstance(entry, dict) and entry else None
-                      for entry in choice["prompt_logprobs"]]
+            entries = [next(iter(e.values())) if isinstance(e, dict) and e else None for e in choice["prompt_logprobs"]]
+            values = [e["logprob"] if e else None for e in entries]
+            pieces = [e.get("decoded_token") if e else None for e in entries[1:]]
+            if all(isinstance(p, str) for p in pieces):  # offsets of tokens 1.. from the decoded pieces
+                ends = np.cumsum([len(p) for p in pieces])
+                offsets = list(len(text) - ends[-1] + ends - [len(p) for p in pieces]) if pieces else []
         elif (choice.get("logprobs") or {}).get("token_logprobs") is not None:  # echo: the prompt, then 1 token
             values = choice["logprobs"]["token_logprobs"][:-1]
+            if choice["logprobs"].get("text_offset") is not None:
+                offsets = choice["logprobs"]["text_offset"][1:len(values)]
         else:
             raise RuntimeError(f"{self.url}: the response carries no prompt log-probabilities (serve with "
                                "prompt_logprobs or echo + logprobs)")
         if any(v is None for v in values[1:]):
             raise RuntimeError(f"{self.url}: a prompt token past the first has no log-probability")
-        return np.array([float(v) for v in values[1:]], dtype=np.float64)
+        return (np.array([float(v) for v in values[1:]], dtype=np.float64),
+                None if offsets is None else np.array(offsets, dtype=np.int64))
 
     def close(self) -> None:
         self.client.close()
+
+
+class BigramReference:
+    """An interpolated absolute-discounting bigram over token ids: p(w | v) = max(c(v, w) - d, 0) / c(v)
+    + d * types(v) / c(v) * p1(w), with p1 the add-one unigram over the vocabulary (an unseen context backs off
+    to p1 alone). Fitted on some sequences, it scores others: log p(token_i | token_{i-1}) for i >= 1."""
+
+    def __init__(self, vocab_size: int, discount: float = 0.75) -> None:
+        self.vocab = vocab_size
+        self.discount = discount
+        self.pairs = np.zeros(0, dtype=np.int64)
+        self.pair_counts = np.zeros(0, dtype=np.float64)
+        self.unigram = np.full(vocab_size, 1.0 / vocab_size)
+        self.context = np.zeros(vocab_size)
+        self.types = np.zeros(vocab_size)
+
+    def fit(self, sequences: Sequence[Sequence[int]]) -> BigramReference:
+        seqs = [np.asarray(s, dtype=np.int64) for s in sequences if len(s)]
+        tokens = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+        counts = np.bincount(tokens, minlength=self.vocab).astype(np.float64)
+        self.unigram = (counts + 1.0) / (counts.sum() + self.vocab)
+        keys = np.concatenate([s[:-1] * self.vocab + s[1:] for s in seqs]) if seqs else np.zeros(0, np.int64)
+        self.pairs, pair_counts = np.unique(keys, return_counts=True)
+        self.pair_counts = pair_counts.astype(np.float64)
+        left = self.pairs // self.vocab
+        self.context = np.bincount(left, weights=self.pair_counts, minlength=self.vocab)
+        self.types = np.bincount(left, minlength=self.vocab).astype(np.float64)
+        return self
+
+    def logprobs(self, sequence: Sequence[int]) -> np.ndarray:
+        s = np.asarray(sequence, dtype=np.int64)
+        if len(s) < 2:
+            return np.zeros(0)
+        v, w = s[:-1], s[1:]
+        keys = v * self.vocab + w
+        at = np.clip(np.searchsorted(self.pairs, keys), 0, max(len(self.pairs) - 1, 0))
+        seen = self.pairs[at] == keys if len(self.pairs) else np.zeros(len(keys), dtype=bool)
+        pair = np.where(seen, self.pair_counts[at] if len(self.pairs) else 0.0, 0.0)
+        ctx = self.context[v]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.where(ctx > 0, np.maximum(pair - self.discount, 0.0) / ctx
+                         + self.discount * self.types[v] / ctx * self.unigram[w], self.unigram[w])
+        return np.log(p)
 
 
 def load_scorer(spec: str) -> Scorer:

@@ -171,7 +171,8 @@ def _other_criteria(kg: KnowledgeGraph, node: str, stated: list[Fact], rng: rand
             out.append(Criterion(id=cid(), title=f"Relates {a.statement} to when {b.statement}, and what the gap "
                                  f"of {abs(a.year - b.year)} years means", weight=WEIGHTS["analytical"],
                                  category="analytical", terms=[x, a.answer, kg.name(link.value), b.answer],
-                                 answer_terms=[a.answer, b.answer], together=False, years=sorted({a.year, b.year})))
+                                 answer_terms=[a.answer, b.answer], together=False, years=sorted({a.year, b.year}),
+                                 derived=[str(abs(a.year - b.year))]))
             break
     names = [f.answer for f in stated if f.kind in ("relation", "inverse")]
     if len(names) >= 2:
@@ -184,7 +185,7 @@ def _other_criteria(kg: KnowledgeGraph, node: str, stated: list[Fact], rng: rand
             wrong = kg.name(rng.choice(rivals))
             out.append(Criterion(id=cid(), title=f"Claims that the {labels(link.key)[0]} of {x} is {wrong}",
                                  weight=WEIGHTS["negative"], category="negative", terms=[x, wrong],
-                                 together=True))
+                                 together=True, relation=link.key))
             break
     return out
 
@@ -192,10 +193,12 @@ def _other_criteria(kg: KnowledgeGraph, node: str, stated: list[Fact], rng: rand
 # --- the searchability gate -------------------------------------------------------------------------------------
 
 
-def gate(index: SearchIndex, task: dict[str, Any], params: ResearchTaskParams) -> tuple[Rubric, list[dict[str, Any]],
-                                                                                         str | None]:
-    """The gated rubric, the verdict per factual criterion, and why the task fails (None when it passes)."""
-    subject, excluded = task["topic_entity"], task["excluded_doc_ids"]
+def gate(index: SearchIndex, task: dict[str, Any], params: ResearchTaskParams,
+         excluded: Sequence[str]) -> tuple[Rubric, list[dict[str, Any]], str | None]:
+    """The gated rubric, the verdict per factual criterion, and why the task fails (None when it passes).
+    ``excluded``: what the gate's searches may not rely on (the construction article; for a brief, the topic's own
+    article: a multi-source brief must be answerable from the other sources)."""
+    subject = task["topic_entity"]
     verdicts, kept, failing = [], [], []
 
     def check(c: Criterion) -> tuple[Support, list[Evidence]]:
@@ -309,7 +312,9 @@ def _row(task: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[str, Any]
             "gate": json.dumps(verdicts)}
 
 
-@stage(name=STAGE, version="1", inputs=("world", "search_index"), params=ResearchTaskParams,
+# 2: analytical criteria name their derived fact, negative ones their relation; the brief gate excludes the topic's
+# own article
+@stage(name=STAGE, version="2", inputs=("world", "search_index"), params=ResearchTaskParams,
        outputs={"tasks": RESEARCH_TASK.contract(expectations=(in_set("route", ("brief", "article")),)),
                 REJECTED: RESEARCH_TASK_REJECTED.contract()})
 def research_tasks(inputs: Mapping[str, Artifact], params: ResearchTaskParams,
@@ -332,7 +337,9 @@ def research_tasks(inputs: Mapping[str, Artifact], params: ResearchTaskParams,
         if task is None:
             rejected.append({"task_id": task_id, "route": route, "query": None, "reason": reason, "gate": None})
             continue
-        rubric, verdicts, reason = gate(index, task, params)
+        own = doc_of.get(normalize(task["topic_entity"]))
+        rubric, verdicts, reason = gate(index, task, params,
+                                        task["excluded_doc_ids"] if route == "article" else [own] if own else [])
         task = {**task, "rubric": rubric}
         problems = [reason] if reason else task_problems(task, index)
         if problems:

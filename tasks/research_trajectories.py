@@ -30,12 +30,13 @@ from data_contracts.schemas import RESEARCH_CALL, RESEARCH_RUN, TRAJECTORY, TRAJ
 from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
 from inference.engine import Engine
 from inference.research.harness import ResearchRun, run_id_for, run_research
-from inference.research.knowledge import KnowledgeGraph
+from inference.research.knowledge import KnowledgeGraph, WorldFacts
 from inference.research.reference import ReferenceTeacher
 from inference.research.roles import open_index
 from inference.research.rubric import Rubric, grade
 from inference.research.session import HarnessConfig
 from inference.research.trajectories import export
+from tasks.trajectories import token_counter
 
 STAGE = "research_trajectories"
 REFERENCE = "reference"
@@ -49,6 +50,8 @@ class ResearchTrajectoryParams(Params):
     harness: HarnessConfig = Field(default_factory=HarnessConfig, description="the harness's settings")
     judge: str | None = Field(None, description="engine spec grading rubrics and citation support; none: the "
                                                 "lexical fallback")
+    tokenizer: str = Field("default", description="tokenizer counting each trajectory's tokens: 'default' (the "
+                                                  "tokenizer artifact) or a local tokenizer directory")
     journal_dir: str = Field("", description="where runs are journaled (resumable); empty: "
                                              "$GYMFORGE_DATA/journals/research_trajectories")
 
@@ -95,7 +98,9 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
             "rubric_verdicts": json.dumps(graded.verdicts if graded else {}), "n_calls": len(run.calls)}
 
 
-@stage(name=STAGE, version="3", inputs=("research_tasks", "search_index", "world"),  # 2: names checked in citations; 3: compact tool results
+# 2: names checked in citations; 3: compact tool results; 4: citations checked fact by fact, against the world's
+# facts too
+@stage(name=STAGE, version="4", inputs=("research_tasks", "search_index", "world", "tokenizer"),
        params=ResearchTrajectoryParams,
        outputs={"trajectories": TRAJECTORIES, "runs": RESEARCH_RUN.contract(expectations=(
            in_set("status", ["complete", "partial", "failed"]),)), "calls": RESEARCH_CALL.contract(),
@@ -112,12 +117,16 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
     index_dir = str(inputs["search_index"].directory)
     index = open_index(index_dir)
     engine, engine_ref = teacher_engine(params.teacher, inputs["world"])
+    world_corpus = inputs["search_index"].manifest.get("params", {}).get("corpus", "world") == "world"
+    facts = WorldFacts(KnowledgeGraph.from_frames(inputs["world"].read("entities"), inputs["world"].read(
+        "relations"))) if world_corpus else None
     judge = None
     if params.judge:
         from inference.engines import load_engine
 
         judge = load_engine(params.judge)
     kept, rejected, calls, runs = [], [], [], []
+    count = token_counter(params, inputs)  # reads only its tokenizer field
     root = params.journal_root()
     try:
         with Progress(transient=True, disable=not os.isatty(2)) as bar:
@@ -127,9 +136,9 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
                 run = run_research(task["query"], engine=engine, index_dir=index_dir, teacher=params.teacher,
                                    config=params.harness, task_id=task["task_id"],
                                    excluded=list(task["excluded_doc_ids"]), journal=root / f"{run_id}.jsonl",
-                                   engine_ref=engine_ref, citation_judge=judge)
+                                   engine_ref=engine_ref, citation_judge=judge, citation_facts=facts)
                 topic = json.loads(task["profile"]).get("topic")
-                good, bad, call_rows = export(run, index, topic)
+                good, bad, call_rows = export(run, index, topic, count)
                 kept += good
                 rejected += bad
                 calls += call_rows

@@ -1,19 +1,26 @@
 """Stage `sft_set`: the cold-start curation (LongCat-Flash-Thinking-2601 3.1.2, "Cold-Start Policy Initialization").
 
 1. candidates: every route's trajectories (environment-grounded, decomposed, reasoning-enriched, planned, text-driven,
-   long-context); turn-level masks recomputed (failed tool calls, format violations, the user's turns: no loss);
+   long-context, deep-research role calls); turn-level masks recomputed (failed tool calls, format violations, the user's turns: no loss);
 2. each candidate re-verified; a held-out domain or evaluation environment dropped; one over the token window is
    step-compressed (earlier tool results summarized, recorded as transform ``compress``) when it is an environment
    trajectory that then fits and still verifies, else dropped as too long;
 3. dedup: exact (same messages and tools), then near-duplicate (MiniLM cosine similarity >= ``near_duplicate``);
 4. score: sliding-window perplexity under the reference model (max over ``window``-token windows of the window's
-   mean perplexity), the tiny policy by default;
+   mean perplexity) over the tokens the loss trains on (assistant turns whose ``train`` flag is set: never the
+   system prompt and tool schemas every candidate shares, which made the first window every candidate's maximum);
+   the default reference is a bigram cross-fitted on the candidates (fitted on one half, scoring the other), since
+   an untrained tiny policy scores worse than uniform guessing and its perplexities rank noise; the summary states
+   the reference's mean NLL per trained token against ln V;
 5. mixture and selection: each route gets its share of ``k`` (``proportions``, else its share of the candidates),
-   filled by K-Center-Greedy over the embeddings with distances weighted by score ** ``alpha``.
+   filled by K-Center-Greedy over embeddings of the trained text, centred on the candidates' mean (MiniLM vectors
+   of one domain's conversations sit at cosine ~0.9 of one another; centring spreads their distances so the
+   geometry, not the weights alone, picks), with distances weighted by score ** ``alpha``.
 
 Outputs: ``trajectories`` (selected), ``rejected`` (every other candidate with its reason), ``scores`` (per
 candidate: score, weight, status, pick order, distance to the nearest selected) and ``summary`` (coverage against a
-random selection of the same size, score quantiles, the mixture).
+random selection of the same size, in the embedding space and on measures the selection never sees: the word
+bigrams of the trained text and the domains covered; score quantiles; the reference's NLL; the mixture).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -37,7 +45,8 @@ from tasks.trajectories import EVAL_ENV_PREFIX, TrajectoryParams, token_counter,
 
 STAGE = "sft_set"
 ROUTES = {"midtrain_env": "midtrain_env", "midtrain_decompose": "decompose", "midtrain_reason": "reason",
-          "midtrain_plan": "plan", "midtrain_text": "midtrain_text", "midtrain_longctx": "midtrain_longctx"}
+          "midtrain_plan": "plan", "midtrain_text": "midtrain_text", "midtrain_longctx": "midtrain_longctx",
+          "research_trajectories": "research"}
 """Input stage -> the route (``source``) its trajectories carry."""
 SOURCES = (*ROUTES.values(), "compress")
 STATUSES = ("selected", "not_selected", "duplicate", "near_duplicate", "too_long", "not_verified", "heldout",
@@ -50,10 +59,12 @@ class SFTSetParams(TrajectoryParams):
                                                 "random: a seeded random subset of the same size per route (the "
                                                 "baseline the selection is measured against)")
     proportions: dict[str, float] = Field(default_factory=dict, description="route -> share of k (routes: "
-                                          "midtrain_env, decompose, reason, plan, midtrain_text, midtrain_longctx); "
+                                          "midtrain_env, decompose, reason, plan, midtrain_text, midtrain_longctx, research); "
                                           "empty: each route's share of the candidates")
-    reference: str = Field("tiny", description="reference model of the perplexity score: 'tiny' (the tiny_policy "
-                           "artifact), hf:DIR, or openai:URL#MODEL (an engine returning prompt log-probabilities)")
+    reference: str = Field("bigram", description="reference model of the perplexity score: 'bigram' (fitted on "
+                           "one half of the candidates, scoring the other), 'tiny' (the tiny_policy artifact), "
+                           "hf:DIR (the SFT'd policy), or openai:URL#MODEL (an engine returning prompt "
+                           "log-probabilities)")
     window: int = Field(512, ge=8, description="tokens per sliding window (the report: 512)")
     stride: int = Field(256, ge=1, description="tokens between window starts")
     alpha: float = Field(1.0, ge=0.0, le=8.0, description="KCG distance weight = score ** alpha (0: plain KCG)")
@@ -67,8 +78,8 @@ class SFTSetParams(TrajectoryParams):
     @field_validator("reference")
     @classmethod
     def _reference(cls, value: str) -> str:
-        if value != "tiny" and value.partition(":")[0] not in ("hf", "openai"):
-            raise ValueError(f"reference={value!r}: set 'tiny', hf:DIR or openai:URL#MODEL")
+        if value not in ("tiny", "bigram") and value.partition(":")[0] not in ("hf", "openai"):
+            raise ValueError(f"reference={value!r}: set 'bigram', 'tiny', hf:DIR or openai:URL#MODEL")
         return value
 
     @field_validator("proportions")
@@ -84,10 +95,52 @@ class SFTSetParams(TrajectoryParams):
         return super().local_inputs() + ([target] if kind == "hf" else [])
 
 
-def embed_text(messages: list[dict[str, Any]], chars: int) -> str:
-    """What a conversation is about: the request and the assistant's words (tool results left out)."""
-    parts = [str(m.get("content") or "") for m in messages if m["role"] in ("user", "assistant")]
+def embed_text(messages: list[dict[str, Any]], train: list[bool], chars: int) -> str:
+    """What the model learns from a conversation: the text of its trained assistant turns (words and tool calls)."""
+    parts = []
+    for m, trained in zip(messages, train, strict=True):
+        if trained and m["role"] == "assistant":
+            calls = " ".join(f"{c['function']['name']}({c['function'].get('arguments', '')})"
+                             for c in m.get("tool_calls") or [])
+            parts.append(f"{m.get('content') or ''} {calls}".strip())
     return "\n".join(parts)[:chars]
+
+
+def trained_spans(tok: Any, messages: list[dict[str, Any]], tools: Any, train: list[bool]) -> list[tuple[int, int]]:
+    """Character spans of the rendered conversation the loss trains on: each trained assistant turn, found as
+    the text its message adds to the rendering of the messages before it (the chat template renders a prefix of
+    a conversation as a prefix of its text)."""
+
+    def render(upto: int) -> str:
+        return tok.apply_chat_template(messages[:upto], tools=tools or None, tokenize=False) if upto else ""
+
+    full = render(len(messages))
+    spans = []
+    for i, (m, trained) in enumerate(zip(messages, train, strict=True)):
+        if trained and m["role"] == "assistant":
+            before, after = render(i), render(i + 1)
+            if not (full.startswith(after) and after.startswith(before)):
+                raise StageError("sft_set: the chat template does not render a conversation's prefix as a prefix "
+                                 "of its text; trained spans cannot be located")
+            spans.append((len(before), len(after)))
+    return spans
+
+
+def trained_logprobs(logprobs: np.ndarray, offsets: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+    """The log-probabilities of the tokens that start inside a trained span."""
+    keep = np.zeros(len(offsets), dtype=bool)
+    for start, end in spans:
+        keep |= (offsets >= start) & (offsets < end)
+    return logprobs[keep[:len(logprobs)]]
+
+
+def centred(vectors: np.ndarray) -> np.ndarray:
+    """Unit vectors about the candidates' mean direction: distances spread over (0, 2) instead of about 1."""
+    if len(vectors) < 2:
+        return vectors
+    shifted = vectors - vectors.mean(axis=0, keepdims=True)
+    norms = np.linalg.norm(shifted, axis=1, keepdims=True)
+    return (shifted / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
 def _candidates(inputs: Mapping[str, Artifact]) -> pl.DataFrame:
@@ -156,6 +209,33 @@ def open_scorer(params: SFTSetParams, inputs: Mapping[str, Artifact]) -> Any:
     return load_scorer(f"hf:{inputs['tiny_policy'].directory}" if params.reference == "tiny" else params.reference)
 
 
+def reference_logprobs(texts: list[str], ids: list[str], tok: Any, params: SFTSetParams,
+                       inputs: Mapping[str, Artifact]) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """(per text: token log-probabilities and their character offsets, the reference's vocabulary size).
+    ``bigram`` is cross-fitted: the candidates split in two by a hash of their id, each half scored by a bigram
+    fitted on the other."""
+    if params.reference != "bigram":
+        try:  # without scores there is no selection: a reference that fails is the stage's error, not a row's
+            scorer = open_scorer(params, inputs)
+            try:
+                scored = scorer.token_logprobs_at(texts) if texts else []
+                vocab = len(scorer.tokenizer) if hasattr(scorer, "tokenizer") else len(tok)
+            finally:
+                scorer.close()
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise StageError(f"sft_set: reference {params.reference}: {exc}") from None
+        return scored, vocab
+    from inference.perplexity import BigramReference
+
+    encoded = [tok(t, add_special_tokens=False, return_offsets_mapping=True) for t in texts]
+    sequences = [e["input_ids"] for e in encoded]
+    fold = [int(hashlib.sha256(i.encode()).hexdigest(), 16) % 2 for i in ids]
+    models = {f: BigramReference(len(tok)).fit([s for s, g in zip(sequences, fold, strict=True) if g != f])
+              for f in (0, 1)}
+    return [(models[f].logprobs(s), np.array([o[0] for o in e["offset_mapping"]][1:], dtype=np.int64))
+            for s, e, f in zip(sequences, encoded, fold, strict=True)], len(tok)
+
+
 def _scores_lineage(frame: pl.DataFrame) -> list[bool]:
     ids = set(frame["id"].to_list())
     return [p is not None and p not in ids for p in frame["parent_id"].to_list()]
@@ -167,7 +247,9 @@ SCORES_CONTRACT = SELECTION_SCORE.contract(
                   description="every candidate's parent is itself a candidate of the selection"),))
 
 
-@stage(name=STAGE, version="1", params=SFTSetParams, inputs=(*ROUTES, "tiny_policy", "tokenizer"),
+# 2: scores over trained tokens under a cross-fitted bigram, embeddings of the trained text centred, coverage
+# measured on bigrams and domains, research trajectories a route
+@stage(name=STAGE, version="2", params=SFTSetParams, inputs=(*ROUTES, "tiny_policy", "tokenizer"),
        outputs={"trajectories": trajectory_contract(SOURCES), REJECTED: TRAJECTORY_REJECTED.contract(),
                 "scores": SCORES_CONTRACT, "summary": SELECTION_SUMMARY.contract()})
 def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str) -> dict[str, pl.DataFrame]:
@@ -200,14 +282,14 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
         else:
             seen[digest] = row["id"]
             unique.append(row)
-    vectors = embed([embed_text(json_field(r["messages"]), params.embed_chars) for r in unique])
+    vectors = embed([embed_text(json_field(r["messages"]), r["train"], params.embed_chars) for r in unique])
     near = _near_duplicates(vectors, params.near_duplicate)
     keep = [i for i, j in enumerate(near) if j is None]
     for i, j in enumerate(near):
         if j is not None:
             rejected.append({**unique[i], "reason": f"near_duplicate: of {unique[j]['id']}"})
             status[unique[i]["id"]] = "near_duplicate"
-    pool, vectors = [unique[i] for i in keep], vectors[keep]
+    pool, vectors = [unique[i] for i in keep], centred(vectors[keep])
 
     from tasks.tokenizer import resolve_tokenizer
 
@@ -215,17 +297,14 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
     # the conversation as the model reads it: the project's chat template, tools included
     texts = [tok.apply_chat_template(json_field(r["messages"]), tools=json_field(r["tools"]) or None,
                                      tokenize=False) for r in pool]
-    try:  # without scores there is no selection: a reference that fails is the stage's error, not a row's
-        scorer = open_scorer(params, inputs)
-        try:
-            logprobs = scorer.token_logprobs(texts) if texts else []
-        finally:
-            scorer.close()
-    except (RuntimeError, ValueError, OSError) as exc:
-        raise StageError(f"sft_set: reference {params.reference}: {exc}") from None
+    spans = [trained_spans(tok, json_field(r["messages"]), json_field(r["tools"]), r["train"]) for r in pool]
+    scored, vocab = reference_logprobs(texts, [r["id"] for r in pool], tok, params, inputs)
+    logprobs = [trained_logprobs(lp, offsets, sp) for (lp, offsets), sp in zip(scored, spans, strict=True)]
     scores = np.array([sliding_window_score(lp, params.window, params.stride) for lp in logprobs])
     means = [mean_perplexity(lp) for lp in logprobs]
     weights = (scores / scores.max()) ** params.alpha if len(scores) else scores
+    trained_tokens = np.concatenate(logprobs) if logprobs else np.zeros(0)
+    nll = (float(-trained_tokens.mean()) if len(trained_tokens) else float("nan"), float(np.log(vocab)))
 
     routes = [r["source"] for r in pool]
     quota = quotas(routes, params.k, params.proportions)
@@ -260,6 +339,11 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
                                "tokens": r["tokens"], "score": None, "mean_perplexity": None, "weight": None,
                                "status": status[r["id"]], "pick": None, "distance": None})
     summary = _summary(vectors, chosen, distance, scores, quota, routes, params, partition)
+    summary += _independent_coverage(pool, chosen, params, partition) + [
+        {"name": "reference_mean_nll", "value": nll[0], "note": f"{params.reference}: nats per trained token over "
+                                                                f"{len(trained_tokens)} tokens"},
+        {"name": "uniform_nll", "value": nll[1], "note": f"ln V of the reference's {vocab} tokens: a reference "
+                                                         "above it scores worse than guessing"}]
     return {"trajectories": TRAJECTORY.frame(selected), REJECTED: TRAJECTORY_REJECTED.frame(rejected),
             "scores": SELECTION_SCORE.frame(score_rows), "summary": SELECTION_SUMMARY.frame(summary)}
 
@@ -302,6 +386,33 @@ def _summary(vectors: np.ndarray, chosen: list[int], distance: np.ndarray, score
                      "note": f"selected of {routes.count(route)} candidates, share {share:.3f}"})
     return rows
 
+
+
+def _bigrams(text: str) -> set[str]:
+    words = text.lower().split()
+    return {f"{a} {b}" for a, b in pairwise(words)}
+
+
+def _independent_coverage(pool: list[dict[str, Any]], chosen: list[int], params: SFTSetParams,
+                          partition: str) -> list[dict[str, Any]]:
+    """Coverage on what the selection never sees, against the summary's random selection of equal size: the share
+    of the candidates' distinct word bigrams of trained text, and of their domains, that the selected hold."""
+    if not chosen:
+        return []
+    random_pick = rng_for(params.seed, STAGE, partition, 0).sample(range(len(pool)), len(chosen))
+    grams = [_bigrams(embed_text(json_field(r["messages"]), r["train"], 10**9)) for r in pool]
+    every = set().union(*grams) or {""}
+    domains = {r["domain"] for r in pool}
+    rows = []
+    for label, picks in (("", chosen), ("_random", random_pick)):
+        rows.append({"name": f"coverage_bigrams{label}", "value": len(set().union(*(grams[i] for i in picks))
+                                                                      & every) / len(every),
+                     "note": "share of the candidates' distinct trained-text word bigrams in the selection"
+                             + (" (random)" if label else "")})
+        rows.append({"name": f"coverage_domains{label}", "value": len({pool[i]["domain"] for i in picks})
+                     / len(domains), "note": "share of the candidates' domains in the selection"
+                                             + (" (random)" if label else "")})
+    return rows
 
 
 def plot_selection(scores: pl.DataFrame, summary: pl.DataFrame, path: Any) -> None:

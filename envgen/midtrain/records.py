@@ -31,7 +31,11 @@ from envgen.taskgen import render_value
 EXECUTION = "execution"
 SCHEMA = "schema"
 ANSWER = "two_way+completeness"
-VERIFIERS = (EXECUTION, SCHEMA, ANSWER)
+RESEARCH = "research harness filters: role identity, tool-call/response closure, artifact validity"
+"""The deep-research harness's filters (inference/research/trajectories.py); a row's verifier names its role after
+it. They need the search index, so a consumer re-verifies such a row by its trained tool calls against its
+schemas."""
+VERIFIERS = (EXECUTION, SCHEMA, ANSWER, RESEARCH)
 
 SUMMARY_TAG = "[summarized earlier result] "
 """Prefix of a tool message that step compression replaced by a summary (``envgen.midtrain.compress``)."""
@@ -496,6 +500,8 @@ def verify_row(row: Mapping[str, Any]) -> str | None:
         return verify_schema(messages, json_field(row["tools"]))
     if verifier == ANSWER:
         return verify_answer(messages, vi)
+    if str(verifier).startswith(RESEARCH):  # a search's arguments are the model's own words: no grounding check
+        return calls_invalid(messages, json_field(row["tools"]), row.get("train") or [True] * len(messages))
     return f"unknown verifier {verifier!r}; verifiers are {', '.join(VERIFIERS)}"
 
 

@@ -3,7 +3,8 @@ behind the same interface as the tool environments of ``envgen.runtime``.
 
 ``corpus`` loads documents (the world's, a directory of text/Markdown/JSONL files, HotpotQA/2Wiki/MuSiQue
 paragraphs); ``index`` builds a ``SearchIndex`` into a directory and opens it; ``environment`` holds the tools
-(search, open, read) and ``SearchEnvironment``.
+(search, open, read) and ``SearchEnvironment``; ``claims`` reads what a sentence claims (entities, relations with
+their direction, figures bound to attributes, negation) and ``support`` decides whether cited documents state it.
 """
 
 from envgen.search.corpus import Corpus, CorpusError, Document, Section, load_corpus

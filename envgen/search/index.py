@@ -136,6 +136,10 @@ class SearchIndex:
         """Every document id, in corpus order."""
         return list(self._ids)
 
+    def titles(self) -> list[str]:
+        """Every document title, in corpus order."""
+        return self._titles.to_list()
+
     def vocabulary_size(self) -> int:
         """Distinct terms the index knows."""
         return len(self._retriever.vocab_dict)

@@ -2,29 +2,36 @@
 
 Citations that point to nothing or to the wrong source are the most reported defect of the open deep-research
 harnesses (DESIGN.md section 7: gpt-researcher #1276, #1572; storm #168). A citation here is checked to exist (a
-doc id of the index, not one of the task's excluded documents) and to support its sentence: lexically, the share
-of the sentence's content terms found in the best window of ``window`` consecutive sentences of the cited document
-(its title counts as part of every window) is at least ``threshold``, and every number and every name (capitalized
-word) of the sentence is in that window: a claim about one person cited to another's document shares most of its
-words ("X is employed by Scott, Hardin and Shaw") but not the name. A judge engine, when given, decides support for
-the citations that exist, from that best window.
+doc id of the index, not one of the task's excluded documents) and to support its sentence fact by fact
+(envgen/search/support.py): the cited documents must state each relation of the sentence in its direction, each
+number bound to the same attribute, every entity it names, and no negation they lack; a sentence without a
+relation or number is judged by its predicate words. Against the world corpus the claim is also held against the
+knowledge graph (``facts``). A judge engine, when given, decides support for the citations that pass the lexical
+pre-filter (the document names every entity and states every number of the sentence); the others stay
+unsupported without a call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Literal
 
+from envgen.search.claims import Gazetteer
 from envgen.search.index import SearchIndex
+from envgen.search.support import Facts, SupportChecker
 from inference.engine import Engine, Request, SamplingParams
-from inference.research.text import cited_ids, names, numbers, sentences, strip_citations, terms
+from inference.research.text import cited_ids, sentences, strip_citations
 
 Verdict = Literal["supported", "unsupported", "missing", "excluded"]
 
 JUDGE_SYSTEM = (
-    "You check citations. Given a sentence and a passage of the source it cites, answer SUPPORTED when the "
-    "passage states what the sentence claims, otherwise NOT_SUPPORTED. Answer with that one word."
+    "You check citations. Given a sentence and a passage of the source it cites, answer SUPPORTED only when the "
+    "passage states what the sentence claims: each number for the same attribute (an employee count is not a "
+    "budget), each relation between the same entities in the same direction (who founded whom, who works for "
+    "whom), and no negation the passage lacks; a figure the sentence computes (a gap, a total) must follow from "
+    "the passage's figures. Otherwise answer NOT_SUPPORTED. Answer with that one word."
 )
 
 
@@ -36,6 +43,7 @@ class CitationCheck:
     overlap: float
     passage: str = ""
     section: str | None = None
+    reason: str = ""
 
     @property
     def supported(self) -> bool:
@@ -71,78 +79,72 @@ class CitationReport:
                 "dangling": len(self.dangling), "uncited_sentences": self.uncited}
 
 
-@dataclass
-class _Windows:
-    """Sentence windows of the documents checked so far, with their term sets (each document analysed once)."""
+@lru_cache(maxsize=8)
+def _gazetteer(directory: str, fingerprint: str, extra: tuple[str, ...]) -> Gazetteer:
+    """The index's titles (and the facts' names) as entity names: built once per index."""
+    from envgen.search.index import SearchIndex
 
-    index: SearchIndex
-    size: int
-    cache: dict[str, list[tuple[str, set[str]]]] = field(default_factory=dict)
-
-    def of(self, doc_id: str) -> list[tuple[str, set[str]]]:
-        if doc_id not in self.cache:
-            doc = self.index.document(doc_id)
-            sents = sentences(doc.text) or [doc.text]
-            spans = [" ".join(sents[i:i + self.size]) for i in range(max(1, len(sents) - self.size + 1))]
-            title = terms([doc.title])[0]
-            self.cache[doc_id] = [(s, t | title) for s, t in zip(spans, terms(spans), strict=True)]
-        return self.cache[doc_id]
+    index = SearchIndex.open(directory)
+    return Gazetteer.of([*index.titles(), *extra])
 
 
-def lexical_support(claim_terms: set[str], required: set[str],
-                    windows: Sequence[tuple[str, set[str]]]) -> tuple[float, str, bool]:
-    """(overlap, best window, every required term present) of a claim against a document's windows."""
-    if not claim_terms:
-        return 0.0, "", False
-    best = max(windows, key=lambda w: (len(claim_terms & w[1]), -len(w[0])))
-    return len(claim_terms & best[1]) / len(claim_terms), best[0], required <= best[1]
+def checker(index: SearchIndex, facts: Facts | None = None, threshold: float = 0.6,
+            window: int = 3) -> SupportChecker:
+    extra = tuple(facts.names()) if facts is not None else ()
+    gazetteer = _gazetteer(str(index.directory), index.info.corpus_fingerprint, extra)
+    return SupportChecker(gazetteer, facts, threshold, window)
 
 
 def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] = (), threshold: float = 0.6,
-                    window: int = 3, judge: Engine | None = None, section: str | None = None) -> CitationReport:
-    """Check every citation of ``text``; sentences are split as :func:`inference.research.text.sentences` does."""
-    windows = _Windows(index, window)
+                    window: int = 3, judge: Engine | None = None, section: str | None = None,
+                    facts: Facts | None = None) -> CitationReport:
+    """Check every citation of ``text``; sentences are split as :func:`inference.research.text.sentences` does.
+    A sentence citing several documents is checked against them together; each must contribute."""
+    support = checker(index, facts, threshold, window)
     checks: list[CitationCheck] = []
+    prefiltered: list[bool] = []
     uncited = 0
-    sents = sentences(text)
-    plains = [strip_citations(s) for s in sents]
-    for sent, plain, claim, name_terms in zip(sents, plains, terms(plains), names(plains), strict=True):
+    for sent in sentences(text):
         ids = cited_ids(sent)
         if not ids:
             uncited += 1
             continue
-        required = numbers(claim) | name_terms
+        plain = strip_citations(sent)
+        present = [d for d in ids if d not in excluded and d in index]
+        docs = [index.document(d) for d in present]
+        verdicts = dict(zip(present, support.check(plain, docs), strict=True)) if docs else {}
+        lexical_ok = support.prefilter(plain, docs) is None if docs else False
         for doc_id in ids:
             if doc_id in excluded:
-                checks.append(CitationCheck(plain, doc_id, "excluded", 0.0, section=section))
+                checks.append(CitationCheck(plain, doc_id, "excluded", 0.0, section=section,
+                                            reason="the task excludes this document"))
             elif doc_id not in index:
-                checks.append(CitationCheck(plain, doc_id, "missing", 0.0, section=section))
+                checks.append(CitationCheck(plain, doc_id, "missing", 0.0, section=section,
+                                            reason="the index has no such document"))
             else:
-                overlap, passage, required_ok = lexical_support(claim, required, windows.of(doc_id))
-                verdict: Verdict = "supported" if overlap >= threshold and required_ok else "unsupported"
-                checks.append(CitationCheck(plain, doc_id, verdict, round(overlap, 4), passage, section))
+                v = verdicts[doc_id]
+                checks.append(CitationCheck(plain, doc_id, v.verdict, v.overlap, v.passage, section, v.reason))
+            prefiltered.append(doc_id in verdicts and lexical_ok)
     if judge is not None:
-        checks = judge_support(judge, checks)
+        checks = judge_support(judge, checks, prefiltered)
     return CitationReport(tuple(checks), uncited)
 
 
-def judge_support(judge: Engine, checks: list[CitationCheck]) -> list[CitationCheck]:
-    """The judge's verdict on every citation that exists (one batched call); an unreadable answer keeps the
-    lexical verdict."""
-    todo = [i for i, c in enumerate(checks) if c.verdict in ("supported", "unsupported")]
+def judge_support(judge: Engine, checks: list[CitationCheck], passed: list[bool]) -> list[CitationCheck]:
+    """The judge's verdict on every citation that passed the pre-filter (one batched call); the others are
+    unsupported, and an unreadable answer keeps the fact-level verdict."""
+    todo = [i for i, ok in enumerate(passed) if ok]
     requests = [Request(messages=[{"role": "system", "content": JUDGE_SYSTEM},
                                   {"role": "user", "content": f"Sentence: {checks[i].sentence}\n\n"
                                                               f"Passage ({checks[i].doc_id}): {checks[i].passage}"}],
                         sampling=SamplingParams(temperature=0.0, max_tokens=8)) for i in todo]
-    out = list(checks)
+    out = [c if ok or c.verdict != "supported" else
+           replace(c, verdict="unsupported", reason=f"pre-filter: {c.reason}") for c, ok in zip(checks, passed,
+                                                                                                   strict=True)]
     for i, [completion] in zip(todo, judge.generate(requests) if requests else [], strict=True):
         answer = completion.text.strip().upper()
         if "NOT" in answer:
-            out[i] = _with(checks[i], "unsupported")
+            out[i] = replace(checks[i], verdict="unsupported", reason="the judge: not supported")
         elif "SUPPORTED" in answer:
-            out[i] = _with(checks[i], "supported")
+            out[i] = replace(checks[i], verdict="supported", reason="the judge: supported")
     return out
-
-
-def _with(check: CitationCheck, verdict: Verdict) -> CitationCheck:
-    return CitationCheck(check.sentence, check.doc_id, verdict, check.overlap, check.passage, check.section)

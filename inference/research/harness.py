@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envgen.search.support import Facts
 from inference.engine import Engine
 from inference.research.citations import check_citations
 from inference.research.editors import assemble, edit
@@ -68,7 +69,7 @@ def run_research(query: str, *, engine: Engine, index_dir: str | Path, teacher: 
                  config: HarnessConfig | None = None, task_id: str = "adhoc", excluded: Sequence[str] = (),
                  journal: str | Path | None = None, executor: Executor | None = None,
                  engine_ref: Any = None, progress: Progress | None = None,
-                 citation_judge: Engine | None = None) -> ResearchRun:
+                 citation_judge: Engine | None = None, citation_facts: Facts | None = None) -> ResearchRun:
     """Run the harness on ``query`` with ``engine`` as every role's teacher (``teacher`` names it in the records;
     ``engine_ref`` is what executor workers get for it: a spec string, a picklable engine, or a Dask future of
     one). A journal file makes the run resumable: a finished run is returned as recorded, an interrupted one
@@ -102,7 +103,7 @@ def run_research(query: str, *, engine: Engine, index_dir: str | Path, teacher: 
                          "call_id": outcomes[s.id].call_id, "text": texts.get(s.id),
                          "reason": outcomes[s.id].reason} for s in planned.spec.leaves()]
         report = check_citations(run.report, index, excluded=excluded, threshold=config.support_threshold,
-                                 judge=citation_judge)
+                                 judge=citation_judge, facts=citation_facts)
         run.citations = {**report.summary(), "checks": [asdict(c) for c in report.checks]}
         run.status = "complete" if len(done) == len(outcomes) else "partial"
     except (ResearchStop, SpecError) as exc:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
@@ -11,6 +12,7 @@ import networkx as nx
 import polars as pl
 
 from envgen.rewards import normalize
+from envgen.search.claims import SYMMETRIC, Claim
 
 # How the reference teacher speaks of the world's relations: (the object seen from the subject, the subjects
 # seen from the object). A relation missing here is spoken of by its name.
@@ -121,11 +123,11 @@ def _natural(node: str) -> tuple[int, str]:
 
 # --- facts of an entity, as documents state them and as questions and rubrics phrase them ---------------------
 
-_OUT_PHRASES = {"located_in": "located in {}", "born_in": "born in {}", "works_for": "employed by {}",
+OUT_PHRASES = {"located_in": "located in {}", "born_in": "born in {}", "works_for": "employed by {}",
                 "married_to": "married to {}", "founded_by": "founded by {}", "headquartered_in": "headquartered in {}",
                 "created_by": "created by {}", "published_by": "released by {}", "organized_by": "organised by {}",
                 "held_in": "held in {}"}
-_IN_PHRASES = {"located_in": "where {} lies", "born_in": "where {} was born", "works_for": "that employs {}",
+IN_PHRASES = {"located_in": "where {} lies", "born_in": "where {} was born", "works_for": "that employs {}",
                "married_to": "married to {}", "founded_by": "who founded {}",
                "headquartered_in": "where {} is headquartered", "created_by": "who created {}",
                "published_by": "that released {}", "organized_by": "that organised the {}",
@@ -177,11 +179,11 @@ def facts(kg: KnowledgeGraph, node: str) -> list[Fact]:
     for rel, obj in kg.out_edges(node):
         y = kg.name(obj)
         out.append(Fact(node, "relation", rel, obj, y, _statement(rel, x, y),
-                        _OUT_PHRASES.get(rel, rel.replace("_", " ") + " {}").format(y)))
+                        OUT_PHRASES.get(rel, rel.replace("_", " ") + " {}").format(y)))
     for rel, subject in kg.in_edges(node):
         s = kg.name(subject)
         out.append(Fact(node, "inverse", rel, subject, s, _statement(rel, s, x),
-                        _IN_PHRASES.get(rel, "linked to {}").format(s)))
+                        IN_PHRASES.get(rel, "linked to {}").format(s)))
     for attr, value in sorted(kg.attributes(node).items()):
         statement, phrase = _ATTRIBUTE_TEXT.get(attr, ("the {a} of {x} is {v}", "whose {a} is {v}"))
         year = value.year if isinstance(value, date) else (value if attr == "founded" else None)
@@ -220,3 +222,60 @@ def holds(kg: KnowledgeGraph, node: str, fact: Fact) -> bool:
 
 def _attribute_text(attribute: str, value: object) -> str:
     return str(value) if attribute == "founded" else fmt_value(value)  # a year has no thousands separator
+
+
+# --- claims checked against the graph (envgen.search.support.Facts) -------------------------------------------
+
+_CATEGORY_CLAIM = re.compile(r"\b(?:is|was|as) (?:an?|the) ([a-z]+)\b")
+
+
+@dataclass
+class WorldFacts:
+    """The graph as the citation check's ``Facts``: a claim's relations, values and categories held against the
+    world's own (every document of the world corpus is written from them)."""
+
+    kg: KnowledgeGraph
+    _node: dict[str, str] = field(default_factory=dict)
+    _categories: dict[str, set[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for node, name in self.kg.graph.nodes(data="name"):
+            self._node[name.lower()] = node
+            category = self.kg.category(node)
+            if category:
+                self._categories.setdefault(self.kg.type(node), set()).add(category)
+
+    def names(self) -> list[str]:
+        return [name for _, name in self.kg.graph.nodes(data="name")]
+
+    def contradiction(self, claim: Claim) -> str | None:
+        for t in claim.triples:
+            s, o = self._node.get(t.subject.lower()), self._node.get(t.object.lower())
+            if s is None or o is None:
+                continue
+            edges = self.kg.out_edges(s)
+            if (t.relation, o) in edges or (t.relation in SYMMETRIC and (t.relation, s) in self.kg.out_edges(o)):
+                continue
+            actual = [self.kg.name(v) for r, v in edges if r == t.relation]
+            label = labels(t.relation)[0]
+            return (f"the world's {label} of {t.subject} is {actual[0]}, not {t.object}" if actual else
+                    f"the world holds no fact that {t}")
+        nodes = [n for m in claim.mentions if (n := self._node.get(m.name.lower())) is not None]
+        for q in claim.quantities:
+            if q.derived or q.attribute is None:
+                continue
+            values = [self.kg.attributes(n)[q.attribute] for n in nodes if q.attribute in self.kg.attributes(n)]
+            if values and not any(_same_value(q.value, v) for v in values):
+                return f"the world's {q.attribute} of {claim.subject} is {fmt_value(values[0])}, not {q.value}"
+        subject = self._node.get(claim.subject.lower()) if claim.subject else None
+        if subject is not None and (said := _CATEGORY_CLAIM.search(claim.text)):
+            word, actual = said.group(1), self.kg.category(subject)
+            if actual and word != actual and word in self._categories.get(self.kg.type(subject), set()):
+                return f"the world has {claim.subject} as {actual}, not {word}"
+        return None
+
+
+def _same_value(claimed: str, value: object) -> bool:
+    if isinstance(value, date):
+        return claimed in (value.isoformat(), str(value.year))
+    return claimed == str(value)

@@ -13,11 +13,16 @@ probability 0 (the policy is deterministic).
 - The Planning Judge merges candidates section by section (same required entities: one section).
 - The Critic reads the query entities' documents and flags entities they name that no section covers.
 - The Reviser adds each flagged entity, question and lead to the section the Critic names.
-- Researchers search and read, then write their section from sentences of the passages they read that name their
-  required entities, each cited to its document.
-- The Global Editor detects repeated material (the same sentence in several sections; the owner is the section
-  whose required entities it names most) and conflicting figures; Local Editors replace repeated passages of
-  their section by a cross-reference to the owner.
+- Researchers search and read (each tool turn says why), then compose their section from the facts the passages
+  state (relations with their direction, figures with their attribute: envgen/search/claims.py reads them), only
+  those about their required entities: each entity's facts in one sentence, the entities a relation links to it
+  listed and counted, and between required entities the analysis a reader wants: the difference of two figures
+  or years, and the ordering of three or more, every figure cited to the document that states it. A collection
+  whose text yields no such facts gets the passages' sentences that name the required entities, cited.
+- The Global Editor finds overlapping material by fact (the same relation or figure stated in several sections:
+  the owner is the section whose required entities it names most, ties to the lower section id) and conflicting
+  figures (one entity's attribute given two values); Local Editors rewrite their own section: the material another
+  section owns leaves it, and a sentence names what that section covers.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from envgen.rewards import normalize
+from envgen.search.claims import Gazetteer, Triple, extract
 from inference.engine import Completion, Request
-from inference.research.knowledge import KnowledgeGraph, labels
+from inference.research.knowledge import KnowledgeGraph, fmt_value, labels
 from inference.research.prompts import PERSPECTIVES, parse_inputs, role_of
 from inference.research.spec import extract_json
-from inference.research.text import has_phrase, sentences, strip_citations, terms, tokens
+from inference.research.text import has_phrase, sentences, strip_citations, tokens
 
 MAX_READS = 5
 SENTENCES_PER_SECTION = 10
@@ -140,18 +146,25 @@ class ReferenceTeacher:
         """Search, open the wanted documents (and the ``others`` best other hits), read them: the first three
         turns of an exploring role."""
         if turn == 0:
-            return Move(calls=(("search", {"query": query, "k": 8}),
-                               *(("search", {"query": q, "k": 5}) for q in dict.fromkeys(extra))))
+            named = f", and {_join(list(dict.fromkeys(extra))[:4])} it leads to" if extra else ""
+            return Move(f"I search the collection for the query itself{named}, to see what the sources cover "
+                        "before deciding the structure.",
+                        (("search", {"query": query, "k": 8}),
+                         *(("search", {"query": q, "k": 5}) for q in dict.fromkeys(extra))))
         if turn == 1:
             hits = _hits(obs)
             titles = {normalize(t) for t in wanted}
             docs = [h["doc_id"] for h in hits if normalize(h["title"]) in titles] or [h["doc_id"] for h in hits[:3]]
             docs += [h["doc_id"] for h in hits if h["doc_id"] not in docs][:others]
             if docs:
-                return Move(calls=tuple(("open", {"doc_id": d}) for d in docs[:MAX_READS]))
+                return Move(f"I open {_join(docs[:MAX_READS])}: the articles of {_join(list(wanted)) or 'the best hits'}"
+                            + (" and the other hits that name them" if others else "") + ".",
+                            tuple(("open", {"doc_id": d}) for d in docs[:MAX_READS]))
             return None
         if turn == 2 and _opened(obs):
-            return Move(calls=_reads_of(_opened(obs)))
+            opened = _opened(obs)
+            return Move(f"I read {_join([d['doc_id'] for d in opened])} in full: their sections show which entities "
+                        "and facts the report can rest on.", _reads_of(opened))
         return None
 
     def _planning_writer(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
@@ -301,9 +314,12 @@ class ReferenceTeacher:
     def _researcher(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
         assignment = _loads(inputs.get("assignment"))
         required = [str(e) for e in assignment.get("required_entities", [])]
+        title = str(assignment.get("title", ""))
         if turn == 0:
-            queries = [*required[:5], f"{assignment.get('title', '')} {' '.join(required[:2])}"]
-            return Move(calls=tuple(("search", {"query": q, "k": 5}) for q in dict.fromkeys(queries) if q.strip()))
+            queries = [*required[:5], f"{title} {' '.join(required[:2])}"]
+            return Move(f"Section '{title}' is about {_join(required[:5]) or 'its scope'}: I search for each of "
+                        "them to find the documents that state their facts.",
+                        tuple(("search", {"query": q, "k": 5}) for q in dict.fromkeys(queries) if q.strip()))
         if turn == 1:
             hits = _hits(obs)
             names = {normalize(e) for e in required}
@@ -313,12 +329,26 @@ class ReferenceTeacher:
             leads = [str(d) for d in assignment.get("source_leads", [])]
             docs = list(dict.fromkeys([*own, *leads, *mentions]))[:MAX_READS]
             if docs:
-                return Move(calls=tuple(("open", {"doc_id": d}) for d in docs))
+                why = [f"{d} ({'the article of a required entity' if d in own else 'a planned source' if d in leads else 'its snippet names a required entity'})"
+                       for d in docs]
+                return Move(f"I open {'; '.join(why)}.", tuple(("open", {"doc_id": d}) for d in docs))
         if turn == 2 and _opened(obs):
-            return Move(calls=_reads_of(_opened(obs)))
+            opened = _opened(obs)
+            return Move(f"I read every section of {', '.join(d['doc_id'] for d in opened)}: the facts I can cite "
+                        "are in their text.", _reads_of(opened))
         return Move(self._write(required, _read(obs)))
 
+    def _gazetteer(self) -> Gazetteer:
+        if getattr(self, "_names", None) is None:
+            self._names = Gazetteer.of(name for _, name in self.kg.graph.nodes(data="name"))
+        return self._names
+
     def _write(self, required: list[str], reads: list[dict[str, Any]]) -> str:
+        """The section composed from the facts the reads state about the required entities; their sentences,
+        cited, when the text yields no such facts."""
+        facts = _Facts.of(reads, self._gazetteer(), required)
+        if facts.relations or facts.values:
+            return facts.compose(required)
         picked: list[tuple[int, int, str]] = []
         seen: set[str] = set()
         for order, read in enumerate(reads):
@@ -345,43 +375,256 @@ class ReferenceTeacher:
         spec = _loads(inputs.get("research_spec"))
         required = {s["id"]: s.get("required_entities", []) for s in spec.get("sections", [])}
         bodies = split_draft(inputs.get("draft", ""))
-        where: dict[str, list[tuple[str, str]]] = {}
+        where: dict[Any, list[tuple[str, str]]] = {}
         for sid, body in bodies.items():
             for sent in sentences(body):
-                key = normalize(strip_citations(sent))
+                key = self._fact_key(strip_citations(sent))
                 if key and sid not in [w for w, _ in where.get(key, [])]:
                     where.setdefault(key, []).append((sid, sent))
-        ownership, directives, conflicts = [], [], []
+        ownership, directives = [], []
         for places in where.values():
             if len(places) < 2:
                 continue
             toks = tokens(strip_citations(places[0][1]))
-            owner = max(places, key=lambda p: sum(has_phrase(toks, e) for e in required.get(p[0], [])))[0]
+            # the section whose required entities the material names most; a tie goes to the lower section id
+            owner = max(places, key=lambda p: (sum(has_phrase(toks, e) for e in required.get(p[0], [])),
+                                               [-int(x) for x in p[0][1:].split(".")]))[0]
             others = [sid for sid, _ in places if sid != owner]
             ownership.append({"material": strip_citations(places[0][1]), "owner": owner, "others": others})
-            directives += [{"section": sid, "action": "cross_reference", "material": strip_citations(places[0][1]),
-                            "owner": owner, "instruction": f"Replace this repeated passage with a brief "
-                                                           f"cross-reference to {owner}, which owns it."}
-                           for sid in others]
-        conflicts, fixes = _conflicts(bodies)
+            directives += [{"section": sid, "action": "cross_reference", "material": strip_citations(sent),
+                            "owner": owner, "instruction": f"Remove this material, which {owner} owns, and say "
+                                                           f"that {owner} covers it."}
+                           for sid, sent in places if sid != owner]
+        conflicts, fixes = self._conflicts(bodies)
         return Move(_json_reply({"ownership": ownership, "conflicts": conflicts, "directives": directives + fixes}))
 
+    def _fact_key(self, sentence: str) -> Any:
+        """What a sentence states, as facts (its relations and figures), so two wordings of one fact match; the
+        normalized words when it states none."""
+        claim = extract(sentence, self._gazetteer())
+        facts = frozenset([t.key() for t in claim.triples]
+                          + [(normalize(claim.subject or ""), q.attribute, q.value) for q in claim.quantities
+                             if q.attribute and not q.derived])
+        return facts or normalize(sentence)
+
+    def _conflicts(self, bodies: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """One entity's attribute given different values in two sections: recorded with both section ids, and the
+        later section directed to check its figure against the earlier one's source."""
+        seen: dict[tuple[str, str], tuple[str, str]] = {}
+        conflicts, fixes = [], []
+        for sid, body in bodies.items():
+            for sent in sentences(body):
+                plain = strip_citations(sent)
+                claim = extract(plain, self._gazetteer())
+                for q in claim.quantities:
+                    if not q.attribute or q.derived or not claim.subject:
+                        continue
+                    key = (normalize(claim.subject), q.attribute)
+                    if key in seen and seen[key][1] != q.value and seen[key][0] != sid:
+                        first_sid, value = seen[key]
+                        conflicts.append({"sections": [first_sid, sid], "description": f"{claim.subject}'s "
+                                          f"{q.attribute}: {value} in {first_sid}, {q.value} in {sid}"})
+                        fixes.append({"section": sid, "action": "resolve_conflict", "material": plain,
+                                      "owner": first_sid, "instruction": f"Check the {q.attribute} of "
+                                      f"{claim.subject} against the cited source and keep the figure {first_sid} "
+                                      "states if it is right."})
+                    seen.setdefault(key, (sid, q.value))
+        return conflicts, fixes
+
     def _local_editor(self, inputs: dict[str, str], turn: int, obs: list) -> Move:
+        """The section rewritten within itself: material another section owns leaves, and one sentence names what
+        each owner covers instead; a section left empty keeps its first sentence (a brief mention)."""
         text = inputs.get("section_text", "")
         directives = _loads(inputs.get("directives"), [])
-        drop = {normalize(str(d.get("material", ""))) for d in directives if d.get("material")}
-        owners = list(dict.fromkeys(str(d["owner"]) for d in directives
-                                    if d.get("action") == "cross_reference" and d.get("owner")))
+        moved: dict[str, list[str]] = {}
+        for d in directives:
+            if d.get("action") == "cross_reference" and d.get("owner") and d.get("material"):
+                moved.setdefault(str(d["owner"]), []).append(str(d["material"]))
+        drop = {normalize(m) for ms in moved.values() for m in ms}
         paragraphs = []
         for paragraph in text.split("\n\n"):
             kept = [s for s in sentences(paragraph) if normalize(strip_citations(s)) not in drop]
             if kept:
                 paragraphs.append(" ".join(kept))
-        if not paragraphs:  # keep a brief mention: the first sentence
+        if not paragraphs:
             paragraphs = sentences(text)[:1]
-        if owners:
-            paragraphs.append(" ".join(f"See section {o} for the material it covers." for o in owners))
+        pointers = [f"Section {owner} covers {self._describe(materials)}." for owner, materials in moved.items()]
+        if pointers:
+            paragraphs.append(" ".join(pointers))
         return Move("\n\n".join(paragraphs))
+
+    def _describe(self, materials: list[str]) -> str:
+        """What moved material is about: "the founder of X and X's employees"."""
+        parts: list[str] = []
+        for material in materials:
+            claim = extract(material, self._gazetteer())
+            parts += [f"the {labels(t.relation)[0]} of {t.subject}" for t in claim.triples]
+            parts += [f"the {_NOUN.get(q.attribute, q.attribute)} of {claim.subject}" for q in claim.quantities
+                      if q.attribute and claim.subject and not q.derived]
+        parts = list(dict.fromkeys(parts))
+        return _join(parts[:4]) + (" and more" if len(parts) > 4 else "") if parts else "that material"
+
+
+# How a composed section states a relation (subject, object) and lists several subjects of one object.
+_SAY = {"located_in": ("{s} lies in {o}", "{s} lie in {o}"), "born_in": ("{s} was born in {o}", "{s} were born in {o}"),
+        "works_for": ("{s} works for {o}", "{s} work for {o}"), "married_to": ("{s} is married to {o}", ""),
+        "founded_by": ("{s} was founded by {o}", "{s} were founded by {o}"),
+        "headquartered_in": ("{s} is headquartered in {o}", "{s} are headquartered in {o}"),
+        "created_by": ("{s} was created by {o}", "{s} were created by {o}"),
+        "published_by": ("{s} was released by {o}", "{s} were released by {o}"),
+        "organized_by": ("The {s} was organised by {o}", "{s} were organised by {o}"),
+        "held_in": ("The {s} was held in {o}", "{s} were held in {o}")}
+_VALUE = {"founded": "was founded in {v}", "born": "was born on {v}", "released": "was released on {v}",
+          "held": "took place on {v}", "population": "has a population of {v}", "employees": "employs {v} people",
+          "budget": "has an annual budget of ${v}", "attendance": "was attended by {v} people"}
+_YEARS = ("founded", "born", "released", "held")
+_EVENT = {"founded": "founding", "born": "birth", "released": "release", "held": "staging"}
+_NOUN = {"founded": "founding year", "born": "birth year", "released": "release year", "held": "year",
+         "population": "population", "employees": "employees", "budget": "annual budget", "attendance": "attendance"}
+
+
+@dataclass
+class _Facts:
+    """The facts a Researcher's reads state about its required entities: relations and attribute values, each with
+    the document that states it."""
+
+    relations: dict[tuple[str, str, str], tuple[Triple, str]]
+    values: dict[tuple[str, str], tuple[str, str]]  # (entity, attribute) -> (value, doc id)
+
+    @classmethod
+    def of(cls, reads: list[dict[str, Any]], gazetteer: Gazetteer, required: list[str]) -> _Facts:
+        wanted = {normalize(e) for e in required}
+        relations: dict[tuple[str, str, str], tuple[Triple, str]] = {}
+        values: dict[tuple[str, str], tuple[str, str]] = {}
+        for read in reads:
+            for sent in sentences(read["text"]):
+                claim = extract(sent, gazetteer, read["title"])
+                if claim.negated:
+                    continue
+                for t in claim.triples:
+                    if normalize(t.subject) in wanted or normalize(t.object) in wanted:
+                        relations.setdefault(t.key(), (t, read["doc_id"]))
+                # a figure belongs to the entity the passage is about when the sentence speaks of it ("Levine
+                # and Sons released it on ...": the date is the work's), else to the sentence's subject
+                subject = read["title"] if any(m.name == read["title"] for m in claim.mentions) else claim.subject
+                if subject and normalize(subject) in wanted:
+                    for q in claim.quantities:
+                        if q.attribute and not q.derived:
+                            values.setdefault((subject, q.attribute), (q.value, read["doc_id"]))
+        return cls(relations, values)
+
+    def compose(self, required: list[str]) -> str:
+        """The first required entity is the section's subject; another one gets its own facts only when no
+        relation ties it to the subject (a list of peers: the employees of X), else only those relations (the
+        section on X's founder does not retell X)."""
+        paragraphs = []
+        subject = normalize(required[0]) if required else ""
+        for n, entity in enumerate(required):
+            ties = [(t, d) for t, d in self.relations.values()
+                    if {normalize(t.subject), normalize(t.object)} == {subject, normalize(entity)}]
+            if n and ties:
+                lines = [_say(t) + f" [cite:{d}]." for t, d in ties if not self._said(t, required[0])]
+            else:
+                lines = self._about(entity)
+            if lines:
+                paragraphs.append(" ".join(lines))
+        analysis = self._analysis(required)
+        if analysis:
+            paragraphs.append(" ".join(analysis))
+        return "\n\n".join(paragraphs) or f"The collection holds no evidence on {', '.join(required)}."
+
+    def _said(self, t: Triple, entity: str) -> bool:
+        """Whether ``_about(entity)`` states ``t`` already."""
+        return normalize(entity) in (normalize(t.subject), normalize(t.object))
+
+    def _about(self, entity: str) -> list[str]:
+        key = normalize(entity)
+        lines = []
+        values = [(a, v, d) for (e, a), (v, d) in self.values.items() if normalize(e) == key]
+        parts = [_VALUE[a].format(v=_shown(a, v)) + f" [cite:{d}]" for a, v, d in values if a in _VALUE]
+        if parts:
+            lines.append(f"{entity} {_join(parts, ', ')}.")
+        for t, d in self.relations.values():
+            if normalize(t.subject) == key:
+                lines.append(_say(t) + f" [cite:{d}].")
+        by_relation: dict[str, list[tuple[str, str]]] = {}
+        for t, d in self.relations.values():
+            if normalize(t.object) == key and normalize(t.subject) != key:
+                by_relation.setdefault(t.relation, []).append((t.subject, d))
+        for relation, subjects in by_relation.items():
+            single, plural = _SAY.get(relation, ("{s} " + relation.replace("_", " ") + " {o}", ""))
+            cites = " ".join(f"[cite:{d}]" for d in dict.fromkeys(d for _, d in subjects))
+            names = [s for s, _ in subjects]
+            if len(names) > 1 and plural:
+                lines.append(f"{plural.format(s=_join(names), o=entity)}: {len(names)} in all that the sources "
+                             f"name {cites}.")
+            else:
+                lines += [single.format(s=n, o=entity) + f" [cite:{d}]." for n, d in subjects]
+        return lines
+
+    def _dated(self, entity: str) -> list[tuple[str, str, float, str]]:
+        """(entity, attribute, year, doc id) of the entity's dated facts, founding and birth first."""
+        return sorted(((e, a, float(v[:4]), d) for (e, a), (v, d) in self.values.items()
+                       if normalize(e) == normalize(entity) and a in _YEARS), key=lambda r: _YEARS.index(r[1]))
+
+    def _analysis(self, required: list[str]) -> list[str]:
+        """Differences between two required entities' figures, the ordering of three or more."""
+        out = []
+        keys = {normalize(e): e for e in required}
+        by_attribute: dict[str, list[tuple[str, float, str, str]]] = {}
+        for (e, a), (v, d) in self.values.items():
+            if normalize(e) in keys:
+                number = float(v[:4]) if a in _YEARS else float(v)
+                by_attribute.setdefault(a, []).append((e, number, v, d))
+        # the subject's dates against each other required entity's: the gap in years (a founding and its
+        # founder's birth, a work's release and its creator's)
+        dates = {normalize(e): rows[0] for e in required if (rows := self._dated(e))}
+        first = dates.get(normalize(required[0])) if required else None
+        for e in required[1:]:
+            other = dates.get(normalize(e))
+            if first is not None and other is not None and first[0] != other[0]:
+                (a, na, x, da), (b, nb, y, db) = sorted([first, other], key=lambda r: r[2])
+                out.append(f"{_possessive(b)} {_EVENT[nb]} in {int(y)} [cite:{db}] came {int(y - x)} years after "
+                           f"{_possessive(a)} {_EVENT[na]} in {int(x)} [cite:{da}].")
+        for attribute, rows in sorted(by_attribute.items()):
+            rows.sort(key=lambda r: r[1])
+            noun = _NOUN.get(attribute, attribute)
+            if len(rows) == 2 and attribute not in _YEARS:
+                (a, x, va, da), (b, y, vb, db) = rows
+                out.append(f"{b} has {_shown(attribute, vb)} {noun} [cite:{db}], {int(y - x):,} more than {a} "
+                           f"with {_shown(attribute, va)} [cite:{da}].")
+            elif len(rows) > 2:
+                order = ", ".join(f"{e} ({int(n) if attribute in _YEARS else _shown(attribute, v)} [cite:{d}])"
+                                  for e, n, v, d in rows)
+                out.append(f"By {noun}, {'earliest' if attribute in _YEARS else 'smallest'} first: {order}.")
+        return out
+
+
+def _possessive(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def _say(t: Triple) -> str:
+    return _SAY.get(t.relation, ("{s} " + t.relation.replace("_", " ") + " {o}", ""))[0].format(s=t.subject,
+                                                                                              o=t.object)
+
+
+def _shown(attribute: str, value: str) -> str:
+    """A value as the documents write it: "March 5, 1895", "79,116", a year as is."""
+    if "-" in value:
+        from datetime import date
+
+        return fmt_value(date.fromisoformat(value))
+    return value if attribute in _YEARS else fmt_value(int(float(value)))
+
+
+def _join(items: Sequence[str], sep: str | None = None) -> str:
+    """A list in prose; names holding commas ("Wells, Carpenter and Jacobs") are separated by semicolons."""
+    items = list(items)
+    if len(items) <= 2:
+        return " and ".join(items)
+    sep = sep or ("; " if any("," in i for i in items) else ", ")
+    return f"{sep.join(items[:-1])}{sep.strip()} and {items[-1]}"
 
 
 def split_draft(draft: str) -> dict[str, str]:
@@ -396,28 +639,6 @@ def split_draft(draft: str) -> dict[str, str]:
         elif current is not None:
             bodies[current].append(line)
     return {sid: "\n".join(lines).strip() for sid, lines in bodies.items()}
-
-
-def _conflicts(bodies: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Sentences alike but for their figures (same words, different numbers), across sections."""
-    seen: dict[frozenset[str], tuple[str, str, frozenset[str]]] = {}
-    conflicts, fixes = [], []
-    for sid, body in bodies.items():
-        sents = sentences(body)
-        for sent, t in zip(sents, terms([strip_citations(s) for s in sents]), strict=True):
-            digits = frozenset(x for x in t if x.isdigit())
-            words = frozenset(t - digits)
-            if not digits or not words:
-                continue
-            if words in seen and seen[words][2] != digits and seen[words][0] != sid:
-                first_sid, first, _ = seen[words]
-                conflicts.append({"sections": [first_sid, sid], "description": f"'{strip_citations(first)}' "
-                                  f"against '{strip_citations(sent)}'"})
-                fixes.append({"section": sid, "action": "resolve_conflict", "material": strip_citations(sent),
-                              "owner": first_sid, "instruction": "Check this figure against the cited source and "
-                                                                 f"keep the one {first_sid} states if it is right."})
-            seen.setdefault(words, (sid, sent, digits))
-    return conflicts, fixes
 
 
 def _resolve(sentence: str, title: str) -> str:

@@ -24,7 +24,7 @@ from envgen.search import SearchIndex
 from inference.engine import Engine
 from inference.research.roles import RoleCall, RoleConfig, RoleResult, run_roles
 
-HARNESS = "gymforge-research/1"
+HARNESS = "gymforge-research/2"  # 2: Researchers compose from facts, editors by fact
 """The harness's name and version, recorded with every run."""
 
 Progress = Callable[[str, str, str], None]

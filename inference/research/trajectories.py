@@ -12,9 +12,10 @@ distinct in the ``research_run`` record; each call's status and the filter's ver
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from envgen.midtrain.records import RESEARCH
 from envgen.search import TOOL_SCHEMAS, SearchIndex
 from inference.research.editors import parse_directives
 from inference.research.harness import ResearchRun
@@ -25,7 +26,7 @@ from inference.research.roles import RoleResult
 from inference.research.spec import parse_spec
 
 SOURCE = "research"
-VERIFIER = "research harness filters: role identity, tool-call/response closure, artifact validity"
+VERIFIER = RESEARCH
 
 
 def identity_problems(result: RoleResult) -> list[str]:
@@ -78,10 +79,11 @@ def call_problems(result: RoleResult, index: SearchIndex, excluded: Sequence[str
             or artifact_problems(result, index, excluded))
 
 
-def export(run: ResearchRun, index: SearchIndex, topic: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                          list[dict[str, Any]]]:
+def export(run: ResearchRun, index: SearchIndex, topic: str | None = None,
+           count: Callable[[Sequence[dict[str, Any]], Sequence[dict[str, Any]]], int] | None = None,
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """(trajectory rows kept, trajectory rows filtered out with their reason, research_call rows) of a run;
-    ``topic`` is the task's, the rows' domain."""
+    ``topic`` is the task's, the rows' domain; ``count(messages, tools)`` gives a row's tokens."""
     kept, rejected, calls = [], [], []
     for result in run.calls:
         problems = call_problems(result, index, run.excluded) if result.role in ROLES else ["unknown role"]
@@ -89,10 +91,11 @@ def export(run: ResearchRun, index: SearchIndex, topic: str | None = None) -> tu
         row = {
             "id": row_id, "source": SOURCE, "env_id": None, "task_id": None, "seed_id": run.task_id,
             "domain": topic, "messages": json.dumps(result.messages, ensure_ascii=False),
-            "tools": json.dumps(TOOL_SCHEMAS if ROLES.get(result.role) and ROLES[result.role].tools else []),
+            "tools": json.dumps(tools := TOOL_SCHEMAS if ROLES.get(result.role) and ROLES[result.role].tools else []),
             "train": [m.get("role") == "assistant" for m in result.messages],
             "verified": not problems, "verifier": f"{VERIFIER} ({result.role})", "parent_id": None,
-            "transform": None, "transform_settings": None, "tokens": None,
+            "transform": None, "transform_settings": None,
+            "tokens": count(result.messages, tools) if count is not None else None,
             "verify_input": json.dumps({"role": result.role, "run_id": run.run_id, "call_id": result.call_id,
                                         "teacher": run.teacher, "harness": run.harness,
                                         "excluded_doc_ids": run.excluded}),

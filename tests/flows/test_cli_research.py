@@ -68,3 +68,56 @@ def test_a_research_run_writes_its_report_and_resumes(tmp_path: Path) -> None:
     again = gymforge("research", "run", query, "--profile", str(profile), "--out", str(out), data=tmp_path,
                      timeout=400)
     assert again.returncode == 0 and (out / "journal.jsonl").read_text().count('"event": "end"') == 1
+
+
+def _check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> object:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    for name in EXPORTED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "400")
+    return CliRunner().invoke(app, ["--data-dir", str(tmp_path), "research", "check", *args])
+
+
+def test_research_check_lists_planted_false_citations_and_exits_nonzero(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from research_fixtures import index_dir, kg
+
+    g = kg()
+    org = g.of_type("organization")[0]
+    name, a = g.name(org), g.attributes(org)
+    founder = next(v for r, v in g.out_edges(org) if r == "founded_by")
+    true = [f"{name} employs {a['employees']:,} people [cite:{org}].",
+            f"{name} was founded by {g.name(founder)} [cite:{org}]."]
+    false = [f"{name} employs {a['budget']:,} people and its annual budget is ${a['employees']:,} [cite:{org}].",
+             f"{name} founded {g.name(founder)} [cite:{org}].",
+             f"{name} was not founded by {g.name(founder)} [cite:{org}].",
+             f"{name} has a long history [cite:E999999]."]
+    report = tmp_path / "report.md"
+    report.write_text("# Report\n\n" + " ".join(true + false) + "\n")
+    result = _check(tmp_path, monkeypatch, str(report), "--index", index_dir())
+    assert result.exit_code == 1, result.output
+    assert result.output.count("unsupported") == 3 and "the index has no such document" in result.output
+    assert "6 citations: 2 supported, 4 not" in result.output
+    assert "the source states the reverse" in result.output and "as budget, not employees" in result.output
+    as_json = _check(tmp_path, monkeypatch, str(report), "--index", index_dir(), "--json")
+    rows = json.loads(as_json.output)["citations"]
+    assert [r["verdict"] for r in rows] == ["supported"] * 2 + ["unsupported"] * 3 + ["missing"]
+    report.write_text(" ".join(true))
+    assert _check(tmp_path, monkeypatch, str(report), "--index", index_dir()).exit_code == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("nowhere.md",), "nowhere.md: no such file"),
+    (("REPORT", "--index", "0123abcd"), "neither an index directory nor a published search_index key"),
+    (("REPORT",), "the catalog holds none published search indexes"),
+    (("REPORT", "--judge", "reference"), "the judge must be an engine"),
+])
+def test_research_check_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           args: tuple[str, ...], message: str) -> None:
+    report = tmp_path / "report.md"
+    report.write_text("A sentence [cite:E1].\n")
+    result = _check(tmp_path, monkeypatch, *(str(report) if a == "REPORT" else a for a in args))
+    assert result.exit_code == 2 and message in " ".join(result.output.split()) and "Traceback" not in result.output

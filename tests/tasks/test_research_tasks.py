@@ -13,11 +13,13 @@ from research_fixtures import index_dir, small_world
 
 from data_contracts.gate import validate
 from data_contracts.stage import FrameArtifact
+from envgen.rewards import normalize
 from envgen.search import SearchIndex, load_corpus
 from inference.research.rubric import Criterion, Evidence, Rubric
 from tasks.research_tasks import (
     ResearchTaskParams,
     answer_leakage,
+    doc_ids_by_title,
     duplicates,
     excluded_source_leakage,
     gate,
@@ -61,7 +63,8 @@ COMPOUND = fact("R4", ["Mira Talven", "Quillport"], "States that Zorvex Labs was
 
 
 def test_complete_partial_and_missing_support_keep_revise_and_drop(zorvex: SearchIndex) -> None:
-    rubric, verdicts, reason = gate(zorvex, task([FOUNDER, HEADQUARTERS, STAFF]), ResearchTaskParams(min_factual=1))
+    rubric, verdicts, reason = gate(zorvex, task([FOUNDER, HEADQUARTERS, STAFF]), ResearchTaskParams(min_factual=1),
+                                    ["article"])
     decisions = {v["id"]: (v["support"], v["decision"]) for v in verdicts}
     assert decisions == {"R1": ("complete", "Keep"), "R2": ("partial", "Revise"), "R3": ("missing", "Drop")}
     assert [c.id for c in rubric.criteria] == ["R1", "R2"]  # a dropped criterion is not retained
@@ -70,7 +73,7 @@ def test_complete_partial_and_missing_support_keep_revise_and_drop(zorvex: Searc
 
 
 def test_a_compound_criterion_is_revised_to_its_supported_part(zorvex: SearchIndex) -> None:
-    rubric, verdicts, reason = gate(zorvex, task([COMPOUND]), ResearchTaskParams(min_factual=1))
+    rubric, verdicts, reason = gate(zorvex, task([COMPOUND]), ResearchTaskParams(min_factual=1), ["article"])
     assert reason is None
     [revised] = rubric.criteria
     assert revised.answer_terms == ["Mira Talven"] and "Quillport" not in revised.title
@@ -79,8 +82,16 @@ def test_a_compound_criterion_is_revised_to_its_supported_part(zorvex: SearchInd
 
 
 def test_too_few_searchable_criteria_fail_the_gate(zorvex: SearchIndex) -> None:
-    _, _, reason = gate(zorvex, task([FOUNDER, STAFF]), ResearchTaskParams(min_factual=2))
+    _, _, reason = gate(zorvex, task([FOUNDER, STAFF]), ResearchTaskParams(min_factual=2), ["article"])
     assert reason is not None and "only 1 factual" in reason
+
+
+def test_a_brief_gate_excludes_the_topics_own_article_so_a_brief_resting_on_it_fails(zorvex: SearchIndex) -> None:
+    brief = {**task([FOUNDER, STAFF]), "excluded_doc_ids": []}
+    _, verdicts, reason = gate(zorvex, brief, ResearchTaskParams(min_factual=2), [])
+    assert reason is None  # with the topic's article searchable, the staff figure is found there
+    _, verdicts, reason = gate(zorvex, brief, ResearchTaskParams(min_factual=2), ["article"])
+    assert reason is not None and {v["id"]: v["decision"] for v in verdicts}["R3"] == "Drop"
 
 
 def test_the_deterministic_checks(zorvex: SearchIndex) -> None:
@@ -124,8 +135,11 @@ def test_the_stage_keeps_tasks_that_pass_the_gate_and_the_checks(out) -> None:
         if row["route"] == "brief":
             brief = json.loads(row["brief"])
             assert len(brief["doc_ids"]) >= 2 and brief["limitations"] and not row["excluded_doc_ids"]
+            own = doc_ids_by_title(index)[normalize(row["topic_entity"])]
+            assert all(own not in v["doc_ids"] for v in json.loads(row["gate"]))  # found elsewhere
         else:
             assert row["excluded_doc_ids"] == row["construction_doc_ids"]
+        assert all(c.category != "analytical" or c.derived for c in rubric.criteria)  # names what it derives
 
 
 def test_the_stage_is_deterministic(out) -> None:
@@ -133,3 +147,10 @@ def test_the_stage_is_deterministic(out) -> None:
     again = research_tasks.run({"world": world, "search_index": FrameArtifact({}, directory=Path(index_dir()))},
                                research_tasks.parse_params({"n": 16}), "p0")
     assert all(out[name].equals(again[name]) for name in out)
+
+
+def test_the_brief_gate_can_fail() -> None:
+    world = FrameArtifact(small_world())
+    built = research_tasks.run({"world": world, "search_index": FrameArtifact({}, directory=Path(index_dir()))},
+                               research_tasks.parse_params({"n": 16, "routes": ["brief"]}), "p0")
+    assert built["rejected"].filter(pl.col("reason").str.contains("factual criteria are searchable")).height

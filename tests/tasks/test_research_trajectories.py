@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from longctx_fixtures import tokenizer_artifact
 from research_fixtures import index_dir, small_world
 
 from data_contracts.gate import validate
@@ -21,7 +22,8 @@ def inputs() -> dict[str, FrameArtifact]:
     world = FrameArtifact(small_world())
     index = FrameArtifact({}, directory=Path(index_dir()))
     tasks = research_tasks.run({"world": world, "search_index": index}, research_tasks.parse_params({"n": 6}), "p0")
-    return {"research_tasks": FrameArtifact(tasks), "search_index": index, "world": world}
+    return {"research_tasks": FrameArtifact(tasks), "search_index": index, "world": world,
+            "tokenizer": tokenizer_artifact()}
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +64,14 @@ def test_a_second_run_replays_the_journal_without_the_teacher(out, journal: Path
     params = research_trajectories.parse_params({"max_tasks": 2, "journal_dir": str(journal)})
     again = research_trajectories.run(inputs(), params, "p0")
     assert all(out[name].equals(again[name]) for name in out)
+
+
+def test_research_trajectories_carry_tokens_and_are_an_sft_route(out) -> None:
+    from envgen.midtrain.records import verify_row
+    from tasks.sft_set import ROUTES
+
+    rows = out["trajectories"]
+    assert rows.height and rows["tokens"].null_count() == 0 and rows["tokens"].min() > 0
+    assert ROUTES["research_trajectories"] == "research"
+    for row in rows.head(5).iter_rows(named=True):  # sft_set re-verifies them by their tool calls
+        assert verify_row(row) is None

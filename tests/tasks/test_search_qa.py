@@ -27,20 +27,34 @@ def out() -> dict[str, pl.DataFrame]:
     return run(n=12, start_constraints=1, max_constraints=4, answer_k=3)
 
 
-def satisfies(entity: dict, constraint: dict, world: dict[str, pl.DataFrame]) -> bool:
+def _bucket(entity: dict, attribute: str, op: str) -> int | str | None:
+    """An independent reading of the world's obfuscation buckets over a raw entity row."""
+    if op == "is":
+        return entity["category"]
+    value = entity["name"] if attribute == "name" else entity[attribute]
+    if value is None:
+        return None
+    if op == "exact":
+        return value if isinstance(value, str | int) else value.year
+    if op == "initial":
+        words = [w for w in value.split() if w[0].isalpha() and not w.endswith(".")]
+        return ord((words[-1] if entity["type"] == "person" else words[0])[0].upper())
+    if op == "decade":
+        return (value if isinstance(value, int) else value.year) // 10 * 10
+    digits = len(str(value))  # about: two significant figures, half up
+    scale = 10 ** max(digits - 2, 0)
+    return value if value < 100 else (value + scale // 2) // scale * scale
+
+
+def satisfies(entity: dict, spec: dict, world: dict[str, pl.DataFrame]) -> bool:
     """An independent reading of a constraint over the raw frames."""
-    names = dict(zip(world["entities"]["entity_id"], world["entities"]["name"], strict=True))
-    attr, value = constraint["attribute"], constraint["value"]
-    rel = world["relations"]
-    if attr == "category":
-        return entity["category"] == value
-    if attr in ("born", "released", "held"):
-        return entity[attr] is not None and str(entity[attr].year) in constraint["phrase"]
-    if attr in ("founded", "population", "employees", "budget", "attendance"):
-        return entity[attr] is not None and f"{entity[attr]:,}".replace(",", "") == value.replace(",", "")
-    out = rel.filter((pl.col("subject") == entity["entity_id"]) & (pl.col("relation") == attr))
-    inv = rel.filter((pl.col("object") == entity["entity_id"]) & (pl.col("relation") == attr))
-    return value in {names[o] for o in out["object"]} | {names[s] for s in inv["subject"]}
+    if "relation" in spec:
+        rel, by_id = world["relations"], {e["entity_id"]: e for e in world["entities"].to_dicts()}
+        mine, theirs = ("subject", "object") if spec["direction"] == "out" else ("object", "subject")
+        linked = rel.filter((pl.col(mine) == entity["entity_id"]) & (pl.col("relation") == spec["relation"]))
+        return any(by_id[o]["type"] == spec["of"]["type"] and satisfies(by_id[o], spec["of"], world)
+                   for o in linked[theirs])
+    return _bucket(entity, spec["attribute"], spec["op"]) == spec["target"]
 
 
 def test_answers_satisfy_every_constraint_and_are_unique(out) -> None:
@@ -50,7 +64,7 @@ def test_answers_satisfy_every_constraint_and_are_unique(out) -> None:
     for item in out["items"].iter_rows(named=True):
         constraints = json.loads(item["constraints"])
         matching = [e["entity_id"] for e in entities if e["type"] == item["entity_type"]
-                    and all(satisfies(e, c, world) for c in constraints)]
+                    and all(satisfies(e, c["spec"], world) for c in constraints)]
         assert matching == [item["entity_id"]], item["question"]
         assert clauses(item["question"]) == [c["phrase"] for c in constraints]
 
@@ -84,3 +98,15 @@ def test_difficulty_follows_the_answer_agent_accuracy(out) -> None:
 def test_the_stage_is_deterministic(out) -> None:
     again = run(n=12, start_constraints=1, max_constraints=4, answer_k=3)
     assert all(out[name].equals(again[name]) for name in out)
+
+
+def test_questions_describe_related_entities_instead_of_naming_them(out) -> None:
+    stated = [c["spec"] for row in out["items"]["constraints"] for c in json.loads(row)]
+    ops = {(s["of"] if "relation" in s else s)["op"] for s in stated}
+    assert "exact" in ops and ops & {"decade", "about", "initial"}  # some clauses blurred, some exact
+    for item in out["items"].iter_rows(named=True):
+        for c in json.loads(item["constraints"]):
+            if "relation" in c["spec"]:
+                assert c["spec"]["of"]["op"] == "exact" or c["value"] not in item["question"]
+            elif c["spec"]["op"] in ("decade", "about"):
+                assert c["value"] not in item["question"]  # the exact figure or date is blurred

@@ -11,6 +11,8 @@ import httpx
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from inference_support import tiny_checkpoint
 from longctx_fixtures import tokenizer_artifact
 from midtrain_fixtures import env_trajectories, environments
@@ -44,6 +46,16 @@ def test_the_openai_scorer_reads_prompt_logprobs_in_both_wire_formats() -> None:
     assert OpenAIScorer("http://x/v1", "m", transport=_server(echo)).token_logprobs(["abc"])[0].tolist() == [-0.5, -1.5]
     with pytest.raises(RuntimeError, match="no prompt log-probabilities"):
         OpenAIScorer("http://x/v1", "m", transport=_server({"choices": [{}]})).token_logprobs(["abc"])
+    # offsets: vLLM's decoded pieces, or the echo format's text_offset
+    pieces = {"choices": [{"prompt_logprobs": [None, {"7": {"logprob": -1.0, "decoded_token": "b"}},
+                                               {"3": {"logprob": -2.0, "decoded_token": "c"}}]}]}
+    [(_, offsets)] = OpenAIScorer("http://x/v1", "m", transport=_server(pieces)).token_logprobs_at(["abc"])
+    assert offsets.tolist() == [1, 2]
+    echo["choices"][0]["logprobs"]["text_offset"] = [0, 1, 2, 3]
+    [(_, offsets)] = OpenAIScorer("http://x/v1", "m", transport=_server(echo)).token_logprobs_at(["abc"])
+    assert offsets.tolist() == [1, 2]
+    with pytest.raises(RuntimeError, match="no token offsets"):
+        OpenAIScorer("http://x/v1", "m", transport=_server(vllm)).token_logprobs_at(["abc"])
 
 
 def test_a_dead_reference_endpoint_is_one_clear_error() -> None:
@@ -110,6 +122,9 @@ def test_sft_set_end_to_end_and_its_export_tokenizes_with_the_masks_the_records_
     assert scores.filter(pl.col("status") == "selected")["pick"].sort().to_list() == list(range(10))
     summary = dict(zip(out["summary"]["name"], out["summary"]["value"], strict=True))
     assert summary["coverage_max_distance"] <= summary["coverage_max_distance_random"] + 1e-9
+    # The default reference, cross-fitted on the candidates, predicts their trained tokens better than guessing.
+    assert summary["reference_mean_nll"] < summary["uniform_nll"]
+    assert 0 < summary["coverage_bigrams_random"] <= 1 and 0 < summary["coverage_domains"] <= 1
 
     # The random baseline: the same size from every route, drawn by the seed (the kcg_selection experiment's arm).
     randomly = sft_set.run(inputs, sft_set.parse_params({**params.model_dump(), "selection": "random"}), "t")
@@ -168,3 +183,77 @@ def _tokenizes_with_masks(path, selected: pl.DataFrame, tmp_path) -> None:
             masked_turns += 1
             assert messages[i + 1]["role"] == "tool" and "error" in messages[i + 1]["content"]
     assert masked_turns >= 1  # the fixture's failed tries reach the export, so the masks are exercised
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000))
+def test_a_cross_fitted_bigram_beats_uniform_guessing_on_text_of_the_same_source(seed: int) -> None:
+    from inference.perplexity import BigramReference
+
+    rng = np.random.default_rng(seed)
+    vocab = 50
+    transition = rng.dirichlet(np.full(vocab, 0.1), size=vocab)  # a sparse Markov source
+
+    def sample(n: int) -> list[int]:
+        out = [int(rng.integers(vocab))]
+        for _ in range(n - 1):
+            out.append(int(rng.choice(vocab, p=transition[out[-1]])))
+        return out
+
+    fitted = BigramReference(vocab).fit([sample(200) for _ in range(10)])
+    held_out = fitted.logprobs(sample(400))
+    assert len(held_out) == 399 and np.all(held_out < 0)
+    assert -held_out.mean() < math.log(vocab)
+    assert BigramReference(vocab).logprobs([1, 2, 3]) == pytest.approx([-math.log(vocab)] * 2)  # unfitted: uniform
+
+
+def test_perplexity_windows_see_only_the_trained_turns() -> None:
+    from tasks.sft_set import trained_logprobs, trained_spans
+    from tasks.tokenizer import resolve_tokenizer
+
+    tok = resolve_tokenizer("default", {"tokenizer": tokenizer_artifact()})
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "Find a record.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    messages = [{"role": "system", "content": "You are an agent. " * 40},
+                {"role": "user", "content": "Find order 7."},
+                {"role": "assistant", "content": "A failed try.", "tool_calls": [
+                    {"id": "c0", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c0", "content": "error"},
+                {"role": "assistant", "content": "Order 7 shipped on Monday."}]
+    train = [False, False, False, False, True]
+    text = tok.apply_chat_template(messages, tools=tools, tokenize=False)
+    [(start, end)] = trained_spans(tok, messages, tools, train)
+    assert "Order 7 shipped on Monday." in text[start:end] and "You are an agent" not in text[start:end]
+    assert "A failed try." not in text[start:end]
+    offsets = np.array([o[0] for o in tok(text, add_special_tokens=False, return_offsets_mapping=True)
+                        ["offset_mapping"]][1:])
+    logprobs = -np.arange(1, len(offsets) + 1, dtype=float)
+    kept = trained_logprobs(logprobs, offsets, [(start, end)])
+    assert 0 < len(kept) < len(offsets) / 4 and set(kept) <= set(logprobs[(offsets >= start) & (offsets < end)])
+
+
+def test_centred_embeddings_spread_the_distances_of_close_vectors() -> None:
+    from tasks.sft_set import centred
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=384)
+    close = base + 0.3 * rng.normal(size=(40, 384))  # one domain's conversations: cosine ~0.9 to each other
+    close /= np.linalg.norm(close, axis=1, keepdims=True)
+    raw = np.linalg.norm(close[:, None] - close[None], axis=-1)[np.triu_indices(40, 1)]
+    spread = centred(close)
+    after = np.linalg.norm(spread[:, None] - spread[None], axis=-1)[np.triu_indices(40, 1)]
+    assert raw.max() < 0.6 and after.mean() > 1.2 and np.allclose(np.linalg.norm(spread, axis=1), 1, atol=1e-5)
+
+
+def test_the_hf_scorer_gives_each_scored_token_its_offset() -> None:
+    from inference.perplexity import HFScorer
+
+    scorer = HFScorer(tiny_checkpoint())
+    scorer.max_positions = 16  # chunked, as a long conversation is
+    text = "The reference model answers every question it is asked, one token at a time, " * 3
+    [(logprobs, offsets)] = scorer.token_logprobs_at([text])
+    ids = scorer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    starts = [o[0] for o in ids["offset_mapping"]]
+    assert len(offsets) == len(logprobs) > 0 and np.all(np.diff(offsets) > 0) and offsets[-1] < len(text)
+    assert set(offsets.tolist()) <= set(starts[1:])  # each scored token is a token after the first
+    assert np.allclose(logprobs, scorer.token_logprobs([text])[0])

@@ -173,3 +173,32 @@ def test_the_journal_drops_a_torn_line_and_refuses_another_run(tmp_path: Path) -
     assert path.read_bytes().endswith(b"\n") and json.loads(path.read_text().splitlines()[-1])["event"] == "call"
     with pytest.raises(JournalMismatch, match="run_id"):
         Journal(path, {"run_id": "r2"})
+
+
+ANALYSIS = Criterion(id="R4", title="Relates Zorvex Labs's founding in 1931 to Mira Talven's birth in 1895, and what "
+                     "the gap of 36 years means", weight=4, category="analytical",
+                     terms=["Zorvex Labs", "1931", "Mira Talven", "1895"], together=False, derived=["36"])
+WRONG_FOUNDER = Criterion(id="R5", title="Claims that the founder of Zorvex Labs is Otto Brann", weight=-3,
+                          category="negative", terms=["Zorvex Labs", "Otto Brann"], relation="founded_by")
+
+
+@pytest.mark.parametrize(("report", "verdict"), [
+    (("Zorvex Labs was founded in 1931 [cite:a]. Mira Talven was born in 1895 [cite:b]. Mira Talven founded it 36 "
+     "years after her birth."), "satisfied"),
+    ("Zorvex Labs was founded in 1931 [cite:a]. Mira Talven was born in 1895 [cite:b].", "partially"),
+    ("Zorvex Labs was founded in 1931 [cite:a]. It is 36 years old.", "partially"),  # the gap without its inputs
+])
+def test_an_analytical_criterion_needs_the_derived_fact_not_only_its_inputs(report: str, verdict: str) -> None:
+    assert grade_lexical(report, ANALYSIS) == verdict
+
+
+@pytest.mark.parametrize(("report", "verdict"), [
+    ("Zorvex Labs was founded by Otto Brann.", "satisfied"),
+    ("Otto Brann founded Zorvex Labs in 1931.", "satisfied"),
+    ("Zorvex Labs was founded by Mira Talven, not by Otto Brann.", "not"),
+    ("Zorvex Labs was not founded by Otto Brann.", "not"),
+    ("Otto Brann works for Zorvex Labs.", "not"),
+    ("Zorvex Labs founded Otto Brann.", "not"),
+])
+def test_a_negative_criterion_is_met_by_the_claim_not_by_the_names_meeting(report: str, verdict: str) -> None:
+    assert grade_lexical(report, WRONG_FOUNDER) == verdict

@@ -199,3 +199,30 @@ def test_the_journal_resumes_an_interrupted_run(tmp_path: Path, baseline) -> Non
     before_the_end = [e for e in complete if e["event"] != "end"]
     assert sorted(map(_canonical, (e for e in resumed_events if e["event"] != "end"))) == sorted(
         map(_canonical, before_the_end))
+
+
+def test_sections_synthesize_the_facts_they_read_and_every_tool_turn_says_why(baseline) -> None:
+    from research_fixtures import small_world
+
+    from inference.research.text import sentences as split
+    from inference.research.text import strip_citations
+
+    run, _ = baseline
+    corpus = {s.rstrip(".") for text in small_world()["documents"]["text"] for s in split(text)}
+    written = [strip_citations(s).rstrip(".") for s in split(run.report) if "[cite:" in s]
+    copied = sum(s in corpus for s in written)
+    assert copied <= len(written) // 4, f"{copied} of {len(written)} cited sentences are the corpus's own"
+    # the analysis a reader wants, computed from the sources and cited to them, and supported by the check
+    derived = [c for c in run.citations["checks"] if " years after " in c["sentence"] or "first:" in c["sentence"]
+               or " in all" in c["sentence"]]
+    assert derived and all(c["verdict"] == "supported" for c in derived)
+    assert run.citations["rate"] == 1.0
+    tool_turns = [m for r in run.calls for m in r.messages if m.get("role") == "assistant" and m.get("tool_calls")]
+    assert tool_turns and all((m.get("content") or "").strip() for m in tool_turns)
+
+
+def test_local_editors_name_what_the_owning_section_covers(baseline) -> None:
+    run, _ = baseline
+    pointers = [s for s in run.report.split(". ") if s.startswith("Section S")]
+    assert pointers and all(" covers the " in p for p in pointers)
+    assert "for the material it covers" not in run.report
