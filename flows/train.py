@@ -289,6 +289,13 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
     checkpoints = store.home / "checkpoints" / stage.name / key
     params = params.model_copy(update={"output_dir": str(checkpoints), "resume": resume, "engine": engine,
                                        "dask_address": dask_address})
+    if engine is not None:  # malformed, dead, refusing, serving another model, or unable to load new weights
+        from inference.engines import EngineUnavailable, probe_engine
+
+        try:
+            probe_engine(engine, weights=True)
+        except EngineUnavailable as exc:
+            raise StageError(str(exc)) from None
     return TrainingRun(stage, params, input_keys, key, checkpoints, base_name)
 
 

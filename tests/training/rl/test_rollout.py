@@ -17,7 +17,7 @@ from rl_fixtures import VersionedTestEngine, manager_that_dies, prompt_task, pro
 from envgen import rewards
 from training.rl.config import RLConfig
 from training.rl.rollout import ThreadLauncher
-from training.rl.trainer import RLRun
+from training.rl.trainer import RLRun, RLRunError
 
 
 def run(tmp_path, engine, tasks=None, **config) -> tuple[RLRun, object]:
@@ -121,8 +121,16 @@ def test_a_controller_blocked_outside_the_engine_is_replaced_and_its_samples_han
 
 
 def test_controllers_that_keep_dying_stop_the_run_with_the_last_failure(tmp_path):
+    broken = tmp_path / "broken"  # passes the probe (a config.json), fails to load in every controller
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
     with pytest.raises(Exception, match="restarted .* times .*max_restarts=1"):
-        run(tmp_path, "hf:/no/such/model", max_restarts=1)
+        run(tmp_path, f"hf:{broken}", max_restarts=1)
+
+
+def test_an_engine_that_is_no_checkpoint_is_refused_before_any_controller_starts(tmp_path):
+    with pytest.raises(RLRunError, match=r"^engine hf:/no/such/model: /no/such/model is not a checkpoint"):
+        run(tmp_path, "hf:/no/such/model")
 
 
 def test_a_manager_that_breaks_ends_the_run_with_the_reason_instead_of_hanging(tmp_path, monkeypatch):
