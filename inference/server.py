@@ -408,7 +408,7 @@ def create_app(
                       "policy_version": engine.policy_version, "loaded_versions": list(loaded)}],
         }
 
-    @app.post("/v1/load_weights")
+    @app.post("/v1/load_weights", response_model=None)
     async def load_weights(body: LoadWeightsRequest) -> JSONResponse | dict[str, Any]:
         path = Path(body.path)
         if not path.is_file():

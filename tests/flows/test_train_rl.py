@@ -118,3 +118,20 @@ def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert "0 of 16 consumed samples trained" in allowed.stdout
     assert "staleness of the consumed samples mean" in allowed.stdout
+
+
+def test_a_dead_endpoint_fails_train_rl_within_seconds_with_one_line(tmp_path):
+    """Nothing listens on port 9: the command says so on one line, before any server or controller starts."""
+    data = tmp_path / "data"
+    prompts = execute_stage(ArtifactStore(data), Catalog(data), double_prompts, {}, {}, "p0").key
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")},
+           "GYMFORGE_DATA": str(data)}
+    command = [GYMFORGE, "train", "rl", "--from", str(tiny_checkpoint()), "--tasks", prompts,
+               "--engine", "openai:http://127.0.0.1:9/v1#m", "--set", "steps=1"]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert time.monotonic() - started < 60  # the CLI's imports included; the probe itself takes milliseconds
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "openai:http://127.0.0.1:9/v1#m: nothing answers at" in errors[0], done.stderr
+    assert Catalog(data).query("SELECT * FROM artifacts WHERE stage = 'rl'").is_empty()

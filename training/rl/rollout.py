@@ -163,6 +163,10 @@ class _EngineTimeout(Exception):
     pass
 
 
+class _WeightLoadError(Exception):
+    """The engine failed to load a published version: the controller is replaced, not its samples dropped."""
+
+
 def _leave_with_parent() -> None:
     """A controller whose parent was killed leaves within a fraction of a second, even mid-generation."""
     while not _orphaned():
@@ -185,6 +189,9 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
                 engine.load_weights(str(weights.path(latest)), latest)
             except FileNotFoundError:  # pruned while we read the pointer: a newer version is there next call
                 return
+            except Exception as exc:  # re-raised as the controller's failure
+                reason = f"loading policy version {latest} failed: {type(exc).__name__}: {exc}"
+                raise _WeightLoadError(reason[:300]) from exc
             version["loaded"] = engine.policy_version
             outbox.put(("loaded", uid, version["loaded"]))
 
@@ -200,6 +207,11 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
             sample = await run_sample(work, tasks[work.task_id], batcher, spec.config, spec.make_env)
         except TimeoutError:  # reported now, so the manager replaces us without waiting for the hung call
             outbox.put(("fatal", uid, f"an engine call outlasted request_timeout_s={spec.config.request_timeout_s:g}"))
+            fatal.set()
+            return
+        except _WeightLoadError as exc:
+            if not fatal.is_set():
+                outbox.put(("fatal", uid, str(exc)))
             fatal.set()
             return
         except Exception as exc:  # noqa: BLE001 - reported, the sample dropped with the reason
