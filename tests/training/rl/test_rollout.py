@@ -5,6 +5,7 @@ handed out again. Controllers run as threads over a test-double engine here; the
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue as queue_module
 import threading
 import time
 
@@ -15,9 +16,11 @@ from inference_support import tiny_checkpoint
 from rl_fixtures import VersionedTestEngine, manager_that_dies, prompt_task, prompt_tasks
 
 from envgen import rewards
+from training.rl import _within_admission_bound, _within_staleness_bound
 from training.rl.config import RLConfig
-from training.rl.rollout import ThreadLauncher
+from training.rl.rollout import ThreadLauncher, Work
 from training.rl.trainer import RLRun, RLRunError
+from training.rl.weights import FileWeightSync
 
 
 def run(tmp_path, engine, tasks=None, **config) -> tuple[RLRun, object]:
@@ -167,3 +170,53 @@ def test_a_controller_leaves_when_its_manager_is_killed(tmp_path):
     while controller.is_running() and controller.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the orphaned controller is still running"
         time.sleep(0.2)
+
+
+class CountingLauncher(ThreadLauncher):
+    """Records every sample handed to a controller, with the newest policy version published at that moment:
+    admissions counted from outside the manager, by what reached the engines."""
+
+    def __init__(self, weights: FileWeightSync) -> None:
+        self.weights = weights
+        self.dispatched: list[tuple[str, int]] = []
+
+    def queue(self):
+        launcher = self
+
+        class Inbox(queue_module.Queue):
+            def put(self, item, *args, **kwargs):
+                if isinstance(item, Work):
+                    launcher.dispatched.append((item.sample_id, launcher.weights.latest() or 0))
+                super().put(item, *args, **kwargs)
+
+        return Inbox()
+
+
+def test_the_output_alone_proves_both_bounds_and_admissions_counted_outside_agree(tmp_path):
+    engine = VersionedTestEngine(p=[0.5] * 6, latency_median_s=0.01, latency_sigma=1.5, hang_on_call=4, hang_s=60)
+    config = RLConfig(steps=6, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=6,
+                      max_staleness=1, beta=0.0)
+    launcher = CountingLauncher(FileWeightSync(tmp_path / "run" / "weights"))
+    rl = RLRun(tiny_checkpoint(), prompt_tasks(6), config, tmp_path / "run", engine=engine, launcher=launcher,
+               on_step=lambda row: engine.release.set() if row["version"] == 3 else None)
+    samples = rl.run().samples
+
+    # The rl stage's contract checks, on every row: AReaL's inequality at admission, the gap at consumption.
+    assert samples["admission_slot"].null_count() == 0
+    assert not _within_admission_bound(samples).any() and not _within_staleness_bound(samples).any()
+    assert (samples["admission_limit"] == (1 + samples["admission_version"] + 1) * 4).all()
+    forged = samples.with_columns(pl.col("admission_slot") + pl.col("admission_limit"))
+    assert _within_admission_bound(forged).all()
+    assert _within_staleness_bound(samples.with_columns(pl.col("staleness") + 2)).any()
+
+    # From outside: whatever reached an engine stayed within the bound of the newest published version, less the
+    # stale samples the trainer had dropped by then (at consumption by that version or earlier).
+    stale = samples.filter(pl.col("drop_reason") == "stale")
+    assert stale.height > 0  # the straggler outlived the bound
+    seen: set[str] = set()
+    for sample_id, latest in launcher.dispatched:
+        seen.add(sample_id)
+        released = stale.filter(pl.col("trainer_version") <= latest).height
+        assert len(seen) - released <= (config.max_staleness + latest + 1) * config.batch_size
+    # No over-generation: every admitted sample was consumed or replaced one dropped at consumption.
+    assert len(seen) == config.steps * config.batch_size + stale.height == samples.height
