@@ -182,7 +182,13 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
     version = {"loaded": getattr(engine, "policy_version", 0)}
     outbox.put(("loaded", uid, version["loaded"]))
 
-    def refresh() -> None:  # on the engine's thread, between engine calls
+    loading = threading.Lock()  # engine calls may run on several threads: one load at a time
+
+    def refresh() -> None:  # on an engine-call thread, before its call
+        with loading:
+            _refresh()
+
+    def _refresh() -> None:
         latest = weights.latest()
         if latest is not None and latest > version["loaded"]:
             try:
@@ -195,8 +201,10 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
             version["loaded"] = engine.policy_version
             outbox.put(("loaded", uid, version["loaded"]))
 
+    # A server batches concurrent requests itself (``max_concurrency``): each sample goes out as soon as it is ready.
+    calls = max(1, min(spec.config.concurrency, getattr(engine, "max_concurrency", 1)))
     batcher = ContinuousBatcher(engine, max_batch=spec.config.concurrency, before_batch=refresh,
-                                timeout_s=spec.config.request_timeout_s)
+                                timeout_s=spec.config.request_timeout_s, max_calls=calls)
     loop = asyncio.get_running_loop()
     running: set[asyncio.Task[None]] = set()
     tasks: dict[str, RLTask] = {}
