@@ -731,8 +731,10 @@ EVAL_SUMMARY = Record("eval_summary", "One figure of an evaluation: a metric of 
     variant=(pl.String, "the held-out variant"),
     strategy=(pl.String, "the strategy, as in eval_item"),
     k=(pl.Int64, "width, or the k of Pass@k / Avg@k"),
-    metric=(pl.String, ("accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget (self-"
-                       "consistency interpolated at this result's tokens)")),
+    metric=(pl.String, ("accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget / "
+                       "sc_at_read_budget (self-consistency interpolated at this result's generated tokens / generated "
+                       "plus summary-prompt tokens) | ht_minus_sc_at_budget / ht_minus_sc_at_read_budget (the paired "
+                       "difference per item, with its interval)")),
     group=(pl.String, ("all, or the attribute items are grouped by (domain, difficulty, length, noise_level, "
                       "noise_type, run, source)")),
     value=(pl.String, "the group's value (all for the whole suite)"),
