@@ -15,12 +15,18 @@ Async at max_staleness 1 and 2 against the synchronous baseline, side by side in
 engines' busy share (engine-call time over wall time, per controller), and the manager's overhead per sample (time in
 its collect / revive / admit / dispatch loop body, over the samples it handled).
 
+``engines``: the same comparison with real engines on the CPU (the transformers engine in two controller processes,
+a tiny model, real training steps): async against sync consumed samples/s (asynchrony must never cost throughput),
+and the RL loop's generated tokens/s over the engine's own batched generation tokens/s for the same shapes (how
+close the loop runs to its engine's limit).
+
 ``learning``: held-out reward before and after RL from a base model (an SFT checkpoint): the tasks split by a stable
 hash of their ids (half trained on, half held out), ``--k`` samples per held-out task before and after ``--steps``
 steps, and the mean per-task difference with a bootstrap 95% interval.
 
     .venv/bin/python -m bench.bench_rl throughput --data-dir DIR --base KEY [--steps 12] [--no-record]
     .venv/bin/python -m bench.bench_rl latency [--steps 30] [--median 0.2] [--sigma 1.4] [--step-s 0.1]
+    .venv/bin/python -m bench.bench_rl engines [--steps 8]
     .venv/bin/python -m bench.bench_rl learning --data-dir DIR --base KEY --tasks small_envs keychain [--steps 40]
 """
 
@@ -344,6 +350,77 @@ def latency(args: argparse.Namespace) -> None:
     report(lines, record=not args.no_record)
 
 
+def engine_tokens_per_s(model_dir: Path, tasks: Sequence[Any], config: Any, rounds: int = 3) -> float:
+    """The transformers engine's own batched generation: ``concurrency`` prompts of the tasks per call, the RL
+    run's sampling settings, best of ``rounds`` calls after a warm-up."""
+    import json
+
+    from inference.engine import Request, SamplingParams
+    from inference.hf_engine import HFEngine
+
+    engine = HFEngine(model_dir, max_batch_size=config.concurrency)
+    sampling = config.sampling
+    requests = [Request(json.loads(task.payload["prompt"]), sampling=SamplingParams(
+        sampling.temperature, sampling.top_p, sampling.max_tokens, seed=i)) for i, task in
+        zip(range(config.concurrency), [*tasks] * config.concurrency, strict=False)]
+    engine.generate(requests)
+    best = 0.0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        tokens = sum(len(c.token_ids) for cs in engine.generate(requests) for c in cs)
+        best = max(best, tokens / (time.perf_counter() - started))
+    return best
+
+
+def engines(args: argparse.Namespace) -> None:
+    from training.rl.config import RLConfig
+    from training.rl.trainer import NO_GRADIENT, RLRun
+
+    root = Path(tempfile.mkdtemp(prefix="bench-rl-engines-"))
+    load_before = os.getloadavg()[0]
+    try:
+        model_dir = tiny_model(root)
+        tasks = prompt_tasks(32)
+        common = {"steps": args.steps, "batch_size": args.batch_size, "num_generations": args.group,
+                  "controllers": 2, "concurrency": args.concurrency, "checkpoint_every": args.steps, "beta": 0.0,
+                  "seed": 0, "learning_rate": 1e-4, "sampling": {"max_tokens": args.max_tokens},
+                  "scheduling": {"hard_mining": False}}
+        arms = {"sync": RLConfig(**common, mode="sync", max_staleness=0),
+                "async, max_staleness 2": RLConfig(**common, max_staleness=2)}
+        rows = {}
+        for name, config in arms.items():
+            rl = RLRun(model_dir, tasks, config, root / name.split(",")[0], resume=False)
+            started = time.perf_counter()
+            result = rl.run()
+            wall = time.perf_counter() - started
+            samples = result.samples
+            consumed = samples.filter(samples["trained"] | (samples["drop_reason"] == NO_GRADIENT)).height
+            rows[name] = (wall, consumed / wall, samples.height / wall,
+                          int(samples["n_output_tokens"].sum()) / wall, rl.manager.engine_load())
+            print(f"{name}: {rows[name][1]:.2f} consumed samples/s", flush=True)
+        limit = engine_tokens_per_s(model_dir, tasks, arms["sync"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    lines = [
+        "", (f"## RL with real engines on the CPU: async vs sync and the engine's limit ({time.strftime('%Y-%m-%d')}, "
+             f"{machine()}, 1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)"), "",
+        (f"`python -m bench.bench_rl engines`: a tiny model (vocabulary 512), {len(tasks)} prompt tasks, {args.steps} "
+         f"steps of {args.batch_size} samples (G = {args.group}), 2 controller processes (transformers engine) x "
+         f"{args.concurrency} samples in flight, {args.max_tokens} tokens per answer, real training steps. The engine's "
+         f"own batched generation: {args.concurrency} of the same prompts per call, the same sampling, in this "
+         f"process: {limit:.0f} tokens/s. A consumed sample went into a step (the untrained tiny model rarely "
+         "answers right, so most groups have equal rewards: the same work to produce, no gradient)."), "",
+        ("| arm | wall s | consumed samples/s | vs sync | generated samples/s | generated tokens/s | of the engine's "
+         "batched tokens/s | engine load |"),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, (wall, trained, generated, tokens, load) in rows.items():
+        lines.append(f"| {name} | {wall:.1f} | {trained:.2f} | {trained / rows['sync'][1]:.2f}x | {generated:.2f} | "
+                     f"{tokens:.0f} | {tokens / limit:.0%} | {load:.0%} |")
+    lines.append("")
+    report(lines, record=not args.no_record)
+
+
 # --- learning --------------------------------------------------------------------------------------------------
 
 
@@ -414,6 +491,13 @@ def main() -> None:
     doubles.add_argument("--sigma", type=float, default=1.4, help="lognormal sigma (1.4: p99 = 26x median)")
     doubles.add_argument("--step-s", type=float, default=0.1, help="trainer step wall time, s")
     doubles.add_argument("--no-record", action="store_true")
+    real = sub.add_parser("engines")
+    real.add_argument("--steps", type=int, default=8)
+    real.add_argument("--batch-size", type=int, default=8)
+    real.add_argument("--group", type=int, default=4)
+    real.add_argument("--concurrency", type=int, default=8)
+    real.add_argument("--max-tokens", type=int, default=24)
+    real.add_argument("--no-record", action="store_true")
     for name in ("throughput", "learning"):
         p = sub.add_parser(name)
         p.add_argument("--data-dir", required=True)
@@ -436,7 +520,7 @@ def main() -> None:
     from inference.cpu import tune_allocator
 
     tune_allocator()
-    {"throughput": throughput, "learning": learning, "latency": latency}[args.command](args)
+    {"throughput": throughput, "learning": learning, "latency": latency, "engines": engines}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -271,3 +271,40 @@ def test_ctrl_c_stops_a_running_rl_run_and_its_controllers_without_tracebacks(tm
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in controllers):
         assert time.monotonic() < deadline, "a controller outlived the interrupted run"
         time.sleep(0.1)
+
+
+FAILING_RUN = """
+import sys
+from pathlib import Path
+from inference_support import tiny_checkpoint
+from rl_fixtures import prompt_tasks
+from training.rl.config import RLConfig
+from training.rl.trainer import RLRun, RLRunError
+
+config = RLConfig(steps=4, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=4,
+                  beta=0.0, max_restarts=1)
+try:
+    RLRun(tiny_checkpoint(), prompt_tasks(4), config, Path(sys.argv[1]), engine=f"hf:{sys.argv[2]}").run()
+except RLRunError as exc:
+    print(f"error: {exc}", flush=True)
+    sys.exit(1)
+"""
+
+
+def test_a_run_whose_controller_processes_keep_failing_exits_instead_of_hanging(tmp_path):
+    """Every controller process fails to load its engine: the run stops with the last failure and the process
+    exits (its queues' feeder threads are not waited for), leaving no controller behind."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    support = Path(__file__).parents[2] / "support"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(support), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", FAILING_RUN, str(tmp_path / "run"), str(broken)], env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "restarted 2 times (max_restarts=1)" in done.stdout and "Traceback" not in done.stderr
