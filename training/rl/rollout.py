@@ -152,6 +152,8 @@ def controller_main(uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> 
     try:
         engine = load_engine(spec.engine) if isinstance(spec.engine, str) else spec.engine
         asyncio.run(_serve(uid, spec, engine, inbox, outbox))
+        if threading.current_thread() is threading.main_thread() and mp.parent_process() is not None:
+            os._exit(0)  # stopped: leave now, not after the engine call in progress (nothing collects it)
     except _EngineTimeout:
         if threading.current_thread() is threading.main_thread():
             os._exit(3)  # a hung engine call keeps its thread: leave without waiting for it
@@ -245,6 +247,8 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
         task.add_done_callback(running.discard)
     if fatal.is_set():
         raise _EngineTimeout
+    for task in running:  # told to stop: the run is over and nothing collects these samples any more
+        task.cancel()
     await asyncio.gather(*running, return_exceptions=True)
 
 
