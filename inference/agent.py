@@ -182,7 +182,9 @@ class ContinuousBatcher:
         self._calls = 0  # engine calls in progress, on the executor's threads
         self._busy_since = 0.0
         self._busy_lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=max_calls, thread_name_prefix="engine-call")
+        # Overlapping calls get threads of their own, so they never starve the loop's default executor.
+        self._executor = ThreadPoolExecutor(max_workers=max_calls, thread_name_prefix="engine-call") \
+            if max_calls > 1 else None
 
     async def generate(self, episode: int, request: Request) -> list[Completion]:
         future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
