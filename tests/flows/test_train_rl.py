@@ -117,7 +117,7 @@ def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(
                              check=False)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert "0 of 16 consumed samples trained" in allowed.stdout
-    assert "staleness of the consumed samples mean" in allowed.stdout
+    assert "staleness of the consumed samples mean" in allowed.stdout and "no on-policy sample" in allowed.stdout
 
 
 def test_a_dead_endpoint_fails_train_rl_within_seconds_with_one_line(tmp_path):
