@@ -9,11 +9,24 @@ request load ratio (engine-busy time over wall time), the staleness histogram of
 against trained samples (asynchrony must not cost learning), plotted with throughput over time to
 ``bench/figures/rl_async_vs_sync.png``.
 
+``latency``: the orchestration against its limit, with latency test doubles and no CPU contention: an engine whose
+every call sleeps a lognormal wall time (p99 >= 20x median, as DORA's long tails), answering prompt tasks right with known probabilities, and a trainer whose step sleeps a fixed wall time.
+Async at max_staleness 1 and 2 against the synchronous baseline, side by side in one run: trained samples/s, the
+engines' busy share (engine-call time over wall time, per controller), and the manager's overhead per sample (time in
+its collect / revive / admit / dispatch loop body, over the samples it handled).
+
+``engines``: the same comparison with real engines on the CPU (the transformers engine in two controller processes,
+a tiny model, real training steps): async against sync consumed samples/s (asynchrony must never cost throughput),
+and the RL loop's generated tokens/s over the engine's own batched generation tokens/s for the same shapes (how
+close the loop runs to its engine's limit).
+
 ``learning``: held-out reward before and after RL from a base model (an SFT checkpoint): the tasks split by a stable
 hash of their ids (half trained on, half held out), ``--k`` samples per held-out task before and after ``--steps``
 steps, and the mean per-task difference with a bootstrap 95% interval.
 
     .venv/bin/python -m bench.bench_rl throughput --data-dir DIR --base KEY [--steps 12] [--no-record]
+    .venv/bin/python -m bench.bench_rl latency [--steps 30] [--median 0.2] [--sigma 1.4] [--step-s 0.1]
+    .venv/bin/python -m bench.bench_rl engines [--steps 60]
     .venv/bin/python -m bench.bench_rl learning --data-dir DIR --base KEY --tasks small_envs keychain [--steps 40]
 """
 
@@ -27,6 +40,7 @@ import platform
 import random
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -170,6 +184,252 @@ def throughput(args: argparse.Namespace) -> None:
     report(lines, record=not args.no_record)
 
 
+# --- latency test doubles -------------------------------------------------------------------------------------------
+
+
+class LatencyTestEngine:
+    """Test double: each call sleeps one lognormal draw of wall time (no CPU), whatever its batch, and answers
+    ``Question i`` right with probability ``p``; follows published versions without reading their weights."""
+
+    max_concurrency = 64  # a server: its calls overlap, each returns when its own time is up
+
+    def __init__(self, n_tasks: int, median_s: float, sigma: float, seed: int) -> None:
+        from inference.testing import BernoulliTestEngine
+
+        self.median_s, self.sigma = median_s, sigma
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()  # calls come from several threads
+        self.policy_version = 0
+        self.answers = BernoulliTestEngine({question(i): (0.5, f"city{i}") for i in range(n_tasks)}, exact=False)
+
+    def load_weights(self, path: str, policy_version: int) -> None:
+        self.policy_version = policy_version
+
+    def generate(self, requests: Sequence[Any]) -> list[list[Any]]:
+        from dataclasses import replace
+
+        with self.lock:
+            delay = self.median_s * self.rng.lognormvariate(0.0, self.sigma)
+            version = self.policy_version
+            answers = self.answers.generate(requests)
+        time.sleep(delay)
+        return [[replace(c, policy_version=version) for c in cs] for cs in answers]
+
+    def close(self) -> None:
+        pass
+
+
+def question(i: int) -> str:
+    return f"Question {i}: which city?"
+
+
+def prompt_tasks(n: int) -> list[Any]:
+    import json
+
+    from training.rl.scheduling import RLTask
+
+    return [RLTask(f"q{i}", "prompt", "qa", {"prompt": json.dumps([{"role": "user", "content": question(i)}]),
+                                             "answer": f"city{i}", "aliases": [], "reward_fn": "two_way"})
+            for i in range(n)]
+
+
+class OwnEngines:
+    """Controller threads, each with a fresh latency double (its own seed)."""
+
+    def __init__(self, n_tasks: int, median_s: float, sigma: float) -> None:
+        from training.rl.rollout import ThreadLauncher
+
+        self.threads = ThreadLauncher()
+        self.engine = lambda uid: LatencyTestEngine(n_tasks, median_s, sigma, seed=uid)
+
+    def queue(self) -> Any:
+        return self.threads.queue()
+
+    def start(self, uid: int, spec: Any, inbox: Any, outbox: Any) -> Any:
+        from dataclasses import replace
+
+        return self.threads.start(uid, replace(spec, engine=self.engine(uid)), inbox, outbox)
+
+
+def fixed_step(trainer: Any, step_s: float) -> Any:
+    """The trainer double's step: ``step_s`` of wall time, every sample trained (advantage 1), the version advanced."""
+    from training.rl.trainer import StepResult
+
+    def step(groups: Sequence[Sequence[Any]], kinds: Mapping[str, str]) -> StepResult:
+        time.sleep(step_s)
+        trainer.version += 1
+        samples = [s for group in groups for s in group]
+        metrics = {"loss": 0.0, "kl": 0.0, "clip_ratio": 0.0, "ratio_mean": 1.0, "behaviour_weight_mean": 1.0,
+                   "tokens": 0.0, "grad_norm": 0.0, "learning_rate": 0.0, "zero_variance_groups": 0.0,
+                   "groups": float(len(groups)), "trained_samples": float(len(samples)), "ratio_on_policy": 1.0}
+        return StepResult(metrics, {s.sample_id: 1.0 for s in samples})
+
+    return step
+
+
+def timed(manager: Any, spent: list[float]) -> None:
+    """Accumulate the wall time of the manager's loop body into ``spent[0]``."""
+    for name in ("_collect", "_revive", "admit", "_dispatch"):
+        original = getattr(manager, name)
+
+        def wrapper(*args: Any, _original: Any = original) -> Any:
+            start = time.perf_counter()
+            try:
+                return _original(*args)
+            finally:
+                spent[0] += time.perf_counter() - start
+
+        setattr(manager, name, wrapper)
+
+
+def tiny_model(directory: Path) -> Path:
+    """A tiny transformers checkpoint (its trainer only publishes weights here)."""
+    from inference.tokenizer import save, train_tokenizer
+    from training.tiny_model import init_model
+
+    rng = random.Random(0)
+    words = ["city", "river", "which", "question", "answer", "north", "boxed", "founded", "the", "of"]
+    texts = [" ".join(rng.choice(words) for _ in range(20)) + f" {i}." for i in range(300)]
+    save(train_tokenizer(texts, vocab_size=512), directory / "tokenizer")
+    return init_model("tiny", directory / "tokenizer", directory / "model", seed=0)
+
+
+def latency(args: argparse.Namespace) -> None:
+    from training.rl.config import RLConfig
+    from training.rl.trainer import RLRun
+
+    root = Path(tempfile.mkdtemp(prefix="bench-rl-latency-"))
+    load_before = os.getloadavg()[0]
+    try:
+        model_dir = tiny_model(root)
+        tasks = prompt_tasks(32)
+        common = {"steps": args.steps, "batch_size": args.batch_size, "num_generations": args.group,
+                  "controllers": args.controllers, "concurrency": args.concurrency, "checkpoint_every": args.steps,
+                  "beta": 0.0, "seed": 0, "scheduling": {"hard_mining": False}}
+        arms = {"sync": {"mode": "sync", "max_staleness": 0}, "async, max_staleness 1": {"max_staleness": 1},
+                "async, max_staleness 2": {"max_staleness": 2}}
+        rows = {}
+        for name, arm in arms.items():
+            config = RLConfig(**common, **arm)
+            rl = RLRun(model_dir, tasks, config, root / name.replace(" ", "_").replace(",", ""),
+                       engine=LatencyTestEngine(len(tasks), args.median, args.sigma, 99),
+                       launcher=OwnEngines(len(tasks), args.median, args.sigma), resume=False)
+            rl.trainer.step = fixed_step(rl.trainer, args.step_s)
+            spent = [0.0]
+            timed(rl.manager, spent)
+            started = time.perf_counter()
+            result = rl.run()
+            wall = time.perf_counter() - started
+            trained = int(result.samples["trained"].sum())
+            rows[name] = (wall, trained / wall, rl.manager.engine_load(), spent[0] / max(1, rl.manager.admissions)
+                          * 1e6, result.samples.height, int((result.samples["drop_reason"] == "stale").sum()),
+                          result.samples.filter(result.samples["trained"])["staleness"].mean())
+            print(f"{name}: {trained / wall:.1f} trained samples/s", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    rng = random.Random(0)
+    draws = sorted(args.median * rng.lognormvariate(0.0, args.sigma) for _ in range(100_000))
+    p50, p99 = draws[len(draws) // 2], draws[int(len(draws) * 0.99)]
+    sync_rate = rows["sync"][1]
+    lines = [
+        "", (f"## RL orchestration against its limit: latency test doubles ({time.strftime('%Y-%m-%d')}, {machine()}, "
+             f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)"), "",
+        (f"`python -m bench.bench_rl latency`: {args.steps} steps of {args.batch_size} samples (G = {args.group}), "
+         f"{args.controllers} controllers x {args.concurrency} samples in flight; an engine call sleeps a lognormal "
+         f"draw (median {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms = {p99 / p50:.0f}x "
+         f"median; no CPU), a trainer step sleeps {args.step_s:g} s. The manager's overhead is its loop body's time "
+         "over the samples admitted."), "",
+        ("| arm | wall s | trained samples/s | vs sync | engines' busy share | manager overhead per sample (µs) | "
+         "generated | stale drops | staleness of trained (mean) |"),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, (wall, rate, busy, overhead, generated, stale, staleness) in rows.items():
+        lines.append(f"| {name} | {wall:.1f} | {rate:.1f} | {rate / sync_rate:.2f}x | {busy:.0%} | {overhead:.0f} | "
+                     f"{generated} | {stale} | {staleness:.2f} |")
+    lines.append("")
+    report(lines, record=not args.no_record)
+
+
+def engine_tokens_per_s(model_dir: Path, tasks: Sequence[Any], config: Any, rounds: int = 3) -> float:
+    """The transformers engine's own batched generation: ``concurrency`` prompts of the tasks per call, the RL
+    run's sampling settings, best of ``rounds`` calls after a warm-up."""
+    import json
+
+    from inference.engine import Request, SamplingParams
+    from inference.hf_engine import HFEngine
+
+    engine = HFEngine(model_dir, max_batch_size=config.concurrency)
+    sampling = config.sampling
+    requests = [Request(json.loads(task.payload["prompt"]), sampling=SamplingParams(
+        sampling.temperature, sampling.top_p, sampling.max_tokens, seed=i)) for i, task in
+        zip(range(config.concurrency), [*tasks] * config.concurrency, strict=False)]
+    engine.generate(requests)
+    best = 0.0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        tokens = sum(len(c.token_ids) for cs in engine.generate(requests) for c in cs)
+        best = max(best, tokens / (time.perf_counter() - started))
+    return best
+
+
+def engines(args: argparse.Namespace) -> None:
+    import polars as pl
+
+    from training.rl.config import RLConfig
+    from training.rl.trainer import NO_GRADIENT, RLRun
+
+    root = Path(tempfile.mkdtemp(prefix="bench-rl-engines-"))
+    load_before = os.getloadavg()[0]
+    try:
+        model_dir = tiny_model(root)
+        tasks = prompt_tasks(32)
+        common = {"steps": args.steps, "batch_size": args.batch_size, "num_generations": args.group,
+                  "controllers": 2, "concurrency": args.concurrency, "checkpoint_every": args.steps, "beta": 0.0,
+                  "seed": 0, "learning_rate": 1e-4, "sampling": {"max_tokens": args.max_tokens},
+                  "scheduling": {"hard_mining": False}}
+        arms = {"sync": RLConfig(**common, mode="sync", max_staleness=0),
+                "async, max_staleness 2": RLConfig(**common, max_staleness=2)}
+        rows = {}
+        for name, config in arms.items():
+            rl = RLRun(model_dir, tasks, config, root / name.split(",")[0], resume=False)
+            started = time.perf_counter()
+            result = rl.run()
+            wall = time.perf_counter() - started
+            samples = result.samples
+            consumed = samples.filter(samples["trained"] | (samples["drop_reason"] == NO_GRADIENT)).height
+            # Steady state: from the first step to the last (the controllers' start-up, importing torch and
+            # loading the model in each process, is not the loop's throughput).
+            clock = result.steps["wall_s"]
+            steady = (config.steps - 1) * config.batch_size / (clock[-1] - clock[0])
+            late = samples.filter(pl.col("trainer_version") >= 1)
+            rows[name] = (wall, steady, consumed / wall, int(late["n_output_tokens"].sum()) / (clock[-1] - clock[0]),
+                          rl.manager.engine_load())
+            print(f"{name}: {rows[name][1]:.2f} consumed samples/s", flush=True)
+        limit = engine_tokens_per_s(model_dir, tasks, arms["sync"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    lines = [
+        "", (f"## RL with real engines on the CPU: async vs sync and the engine's limit ({time.strftime('%Y-%m-%d')}, "
+             f"{machine()}, 1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)"), "",
+        (f"`python -m bench.bench_rl engines`: a tiny model (vocabulary 512), {len(tasks)} prompt tasks, {args.steps} "
+         f"steps of {args.batch_size} samples (G = {args.group}), 2 controller processes (transformers engine) x "
+         f"{args.concurrency} samples in flight, {args.max_tokens} tokens per answer, real training steps. The engine's "
+         f"own batched generation: {args.concurrency} of the same prompts per call, the same sampling, in this "
+         f"process: {limit:.0f} tokens/s. A consumed sample went into a step (the untrained tiny model rarely "
+         "answers right, so most groups have equal rewards: the same work to produce, no gradient). Steady: from the "
+         "first step to the last, without the controllers' start-up (each process imports torch and loads the "
+         "model); tokens are those of the samples consumed after the first step."), "",
+        ("| arm | wall s | consumed samples/s, steady | vs sync | consumed samples/s, whole run | generated tokens/s, "
+         "steady | of the engine's batched tokens/s | engine load |"),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, (wall, steady, whole, tokens, load) in rows.items():
+        lines.append(f"| {name} | {wall:.1f} | {steady:.2f} | {steady / rows['sync'][1]:.2f}x | {whole:.2f} | "
+                     f"{tokens:.0f} | {tokens / limit:.0%} | {load:.0%} |")
+    lines.append("")
+    report(lines, record=not args.no_record)
+
+
 # --- learning --------------------------------------------------------------------------------------------------
 
 
@@ -230,6 +490,23 @@ def learning(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    doubles = sub.add_parser("latency")
+    doubles.add_argument("--steps", type=int, default=30)
+    doubles.add_argument("--batch-size", type=int, default=16)
+    doubles.add_argument("--group", type=int, default=4)
+    doubles.add_argument("--controllers", type=int, default=4)
+    doubles.add_argument("--concurrency", type=int, default=8)
+    doubles.add_argument("--median", type=float, default=0.2, help="median engine-call latency, s")
+    doubles.add_argument("--sigma", type=float, default=1.4, help="lognormal sigma (1.4: p99 = 26x median)")
+    doubles.add_argument("--step-s", type=float, default=0.1, help="trainer step wall time, s")
+    doubles.add_argument("--no-record", action="store_true")
+    real = sub.add_parser("engines")
+    real.add_argument("--steps", type=int, default=60)
+    real.add_argument("--batch-size", type=int, default=8)
+    real.add_argument("--group", type=int, default=4)
+    real.add_argument("--concurrency", type=int, default=8)
+    real.add_argument("--max-tokens", type=int, default=24)
+    real.add_argument("--no-record", action="store_true")
     for name in ("throughput", "learning"):
         p = sub.add_parser(name)
         p.add_argument("--data-dir", required=True)
@@ -252,7 +529,7 @@ def main() -> None:
     from inference.cpu import tune_allocator
 
     tune_allocator()
-    {"throughput": throughput, "learning": learning}[args.command](args)
+    {"throughput": throughput, "learning": learning, "latency": latency, "engines": engines}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -547,6 +547,10 @@ RL_SAMPLE = Record("rl_sample", "A sample an RL run consumed or dropped: the aud
     max_policy_version=(pl.Int64, "newest policy version among the sample's tokens (null: it has none)"),
     trainer_version=(pl.Int64, "the trainer version that consumed (or dropped) it"),
     staleness=(pl.Int64, "trainer_version - min_policy_version (0 for a sample without tokens)"),
+    max_staleness=(pl.Int64, "the run's staleness bound S: a trained sample has staleness <= S"),
+    admission_version=(pl.Int64, "the trainer version when the sample was admitted"),
+    admission_slot=(pl.Int64, "accepted + running samples, this one included, when it was admitted"),
+    admission_limit=(pl.Int64, "AReaL's bound then: (S + admission_version + 1) x batch_size >= admission_slot"),
     reward=(pl.Float64, "the sample's reward"),
     advantage=(pl.Float64, "the advantage it was trained with (times its weight); null when not trained"),
     weight=(pl.Float64, "its weight (a self-verification sample's: the judged group's uncertainty)"),
@@ -568,6 +572,7 @@ RL_STEP = Record("rl_step", "One optimizer step of an RL run.", _cols(
     groups=(pl.Float64, "groups consumed"),
     zero_variance_groups=(pl.Float64, "groups whose rewards were all equal: reported, not trained"),
     trained_samples=(pl.Float64, "samples in the loss"),
+    ratio_on_policy=(pl.Float64, "mean token ratio (trainer / engine) of samples this version drew; null if none"),
     reward_mean=(pl.Float64, "mean reward of the consumed samples"),
     reward_std=(pl.Float64, "their standard deviation"),
     staleness_mean=(pl.Float64, "mean staleness of the consumed samples"),
@@ -726,8 +731,10 @@ EVAL_SUMMARY = Record("eval_summary", "One figure of an evaluation: a metric of 
     variant=(pl.String, "the held-out variant"),
     strategy=(pl.String, "the strategy, as in eval_item"),
     k=(pl.Int64, "width, or the k of Pass@k / Avg@k"),
-    metric=(pl.String, ("accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget (self-"
-                       "consistency interpolated at this result's tokens)")),
+    metric=(pl.String, ("accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget / "
+                       "sc_at_read_budget (self-consistency interpolated at this result's generated tokens / generated "
+                       "plus summary-prompt tokens) | ht_minus_sc_at_budget / ht_minus_sc_at_read_budget (the paired "
+                       "difference per item, with its interval)")),
     group=(pl.String, ("all, or the attribute items are grouped by (domain, difficulty, length, noise_level, "
                       "noise_type, run, source)")),
     value=(pl.String, "the group's value (all for the whole suite)"),

@@ -54,7 +54,7 @@ def run(
         for column in HEADLINE:
             table.add_column(column)
         for row in evaluation["headline"]:
-            if row["metric"] in ("accuracy", "avg@k", "gap", "sc_at_budget"):
+            if row["metric"] in ("accuracy", "avg@k", "gap", "sc_at_budget", "ht_minus_sc_at_budget"):
                 table.add_row(*(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in HEADLINE))
         print_table(console, table)
         if evaluation["overlap"]:

@@ -147,8 +147,14 @@ def rl(
                   f"{result['reward_last']:.3f} (mean of the first and last steps); staleness of the consumed "
                   f"samples mean {result['staleness_mean']:.2f}, max {result['staleness_max']}; "
                   f"{result['samples_per_s']:.2f} trained samples/s, engine load {result['engine_load']:.0%}; "
+                  f"{_on_policy(result['ratio_on_policy'])}"
                   f"dropped: {dropped} -> {result['model']}")
     console.print(f"serve it: gymforge serve --model {result['key']}")
+
+
+def _on_policy(ratio: float | None) -> str:
+    """The on-policy token ratio (trainer over engine at staleness 0): 1 when both score the same distribution."""
+    return "no on-policy sample; " if ratio is None else f"on-policy ratio {ratio:.4f}; "
 
 
 DEMO_DATA = ("sft_set", "small_envs")  # the cold-start set, else the small environments' golden trajectories

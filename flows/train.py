@@ -289,11 +289,18 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
     checkpoints = store.home / "checkpoints" / stage.name / key
     params = params.model_copy(update={"output_dir": str(checkpoints), "resume": resume, "engine": engine,
                                        "dask_address": dask_address})
+    if engine is not None:  # malformed, dead, refusing, serving another model, or unable to load new weights
+        from inference.engines import EngineUnavailable, probe_engine
+
+        try:
+            probe_engine(engine, weights=True)
+        except EngineUnavailable as exc:
+            raise StageError(str(exc)) from None
     return TrainingRun(stage, params, input_keys, key, checkpoints, base_name)
 
 
-STEP_COLUMNS = ("version", "reward_mean", "loss", "kl", "clip_ratio", "zero_variance_groups", "staleness_mean",
-                "staleness_max", "queue_depth", "samples_per_s", "engine_load", "drops", "requeued")
+STEP_COLUMNS = ("version", "reward_mean", "loss", "kl", "clip_ratio", "ratio_on_policy", "zero_variance_groups",
+                "staleness_mean", "staleness_max", "queue_depth", "samples_per_s", "engine_load", "drops", "requeued")
 
 
 def report_rl(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
@@ -323,6 +330,8 @@ def report_rl(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
             "staleness_mean": float(consumed["staleness"].mean() or 0.0),
             "staleness_max": int(consumed["staleness"].max() or 0),
             "samples_per_s": float(steps["samples_per_s"][-1]), "engine_load": float(steps["engine_load"][-1]),
+            # 1 when the trainer scores the distribution the engines sampled from (null: no on-policy sample)
+            "ratio_on_policy": steps["ratio_on_policy"].mean(),
             "dropped": dict(drops.iter_rows())}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -161,18 +162,29 @@ class LockstepBatcher:
 
 class ContinuousBatcher:
     """Sends every pending request as one engine batch as soon as the engine is free: no episode waits for another's
-    turn, so rollouts stream (asynchronous RL). ``before_batch`` runs before each engine call on the engine's
-    thread (a policy-weight refresh); ``timeout_s`` bounds one engine call."""
+    turn, so rollouts stream (asynchronous RL). ``max_calls`` engine calls may be in flight at once: 1 for an
+    in-process engine (one batch at a time), more for a server that batches itself (``openai:``), so each request
+    returns when it is done instead of with the slowest of a batch. ``before_batch`` runs before each engine call on
+    the engine's thread (a policy-weight refresh); ``timeout_s`` bounds one engine call."""
 
     def __init__(self, engine: Engine, max_batch: int = 16, before_batch: Callable[[], None] | None = None,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, max_calls: int = 1) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self.engine = engine
         self.max_batch = max_batch
+        self.max_calls = max_calls
         self.before_batch = before_batch or (lambda: None)
         self.timeout_s = timeout_s
-        self.busy_s = 0.0  # engine time, for the request load ratio
+        self.busy_s = 0.0  # time with at least one engine call in flight, for the request load ratio
         self._pending: list[tuple[Request, asyncio.Future[list[Completion]]]] = []
-        self._running = False
+        self._running = 0
+        self._calls = 0  # engine calls in progress, on the executor's threads
+        self._busy_since = 0.0
+        self._busy_lock = threading.Lock()
+        # Overlapping calls get threads of their own, so they never starve the loop's default executor.
+        self._executor = ThreadPoolExecutor(max_workers=max_calls, thread_name_prefix="engine-call") \
+            if max_calls > 1 else None
 
     async def generate(self, episode: int, request: Request) -> list[Completion]:
         future: asyncio.Future[list[Completion]] = asyncio.get_running_loop().create_future()
@@ -184,23 +196,29 @@ class ContinuousBatcher:
         return None
 
     def _kick(self) -> None:
-        if self._running or not self._pending:
-            return
-        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
-        self._running = True
-        asyncio.get_running_loop().create_task(self._run(batch))
+        while self._running < self.max_calls and self._pending:
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+            self._running += 1
+            asyncio.get_running_loop().create_task(self._run(batch))
 
     def _call(self, requests: list[Request]) -> list[list[Completion]]:
         self.before_batch()
-        start = time.perf_counter()
+        with self._busy_lock:
+            if not self._calls:
+                self._busy_since = time.perf_counter()
+            self._calls += 1
         try:
             return self.engine.generate(requests)
         finally:
-            self.busy_s += time.perf_counter() - start
+            with self._busy_lock:
+                self._calls -= 1
+                if not self._calls:
+                    self.busy_s += time.perf_counter() - self._busy_since
 
     async def _run(self, batch: list[tuple[Request, asyncio.Future[list[Completion]]]]) -> None:
         try:
-            call = asyncio.to_thread(self._call, [request for request, _ in batch])
+            call = asyncio.get_running_loop().run_in_executor(self._executor, self._call,
+                                                              [request for request, _ in batch])
             results = await (asyncio.wait_for(call, self.timeout_s) if self.timeout_s else call)
         except Exception as exc:  # noqa: BLE001  (re-raised in every waiting episode)
             for _, future in batch:
@@ -211,7 +229,7 @@ class ContinuousBatcher:
                 if not future.done():
                     future.set_result(completions)
         finally:
-            self._running = False
+            self._running -= 1
             self._kick()
 
 

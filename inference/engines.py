@@ -30,29 +30,79 @@ TOOL_CALL_OPEN = "<tool_call>"
 SPEC_FORMS = "hf:DIR, openai:URL#MODEL or vllm:DIR"
 
 
-def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
-    """Build the engine a spec names; ``options`` go to the engine's constructor."""
+class EngineUnavailable(ValueError):
+    """An engine spec that is malformed, or an engine that cannot serve: one line naming it and what to do."""
+
+
+def parse_spec(spec: str) -> tuple[str, str, str | None]:
+    """``(kind, target, model)`` of a spec, checked for form only (nothing is loaded or reached)."""
     kind, sep, target = spec.partition(":")
     if not sep or not target:
-        raise ValueError(f"engine spec {spec!r}: expected {SPEC_FORMS}")
-    if kind == "hf":
-        from inference.checkpoint import resolve_model
-        from inference.hf_engine import HFEngine
-
-        return HFEngine(resolve_model(target), policy_version=policy_version, **options)
+        raise EngineUnavailable(f"engine spec {spec!r}: expected {SPEC_FORMS}")
     if kind == "openai":
         url, hash_, model = target.partition("#")
         if not hash_ or not model or not url.startswith(("http://", "https://")):
-            raise ValueError(f"engine spec {spec!r}: expected openai:http(s)://HOST:PORT/v1#MODEL")
+            raise EngineUnavailable(f"engine spec {spec!r}: expected openai:http(s)://HOST:PORT/v1#MODEL")
+        return kind, url.rstrip("/"), model
+    if kind not in ("hf", "vllm"):
+        raise EngineUnavailable(f"engine spec {spec!r}: unknown kind {kind!r}; expected {SPEC_FORMS}")
+    return kind, target, None
+
+
+def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
+    """Build the engine a spec names; ``options`` go to the engine's constructor."""
+    kind, target, model = parse_spec(spec)
+    if kind == "openai":
         from inference.http_engine import HTTPEngine
 
-        return HTTPEngine(url, model, policy_version=policy_version, **options)
-    if kind == "vllm":
-        from inference.checkpoint import resolve_model
-        from inference.vllm_engine import VLLMEngine
+        return HTTPEngine(target, model or "", policy_version=policy_version, **options)
+    from inference.checkpoint import resolve_model
 
-        return VLLMEngine(resolve_model(target), policy_version=policy_version, **options)
-    raise ValueError(f"engine spec {spec!r}: unknown kind {kind!r}; expected {SPEC_FORMS}")
+    if kind == "hf":
+        from inference.hf_engine import HFEngine
+
+        return HFEngine(resolve_model(target), policy_version=policy_version, **options)
+    from inference.vllm_engine import VLLMEngine
+
+    return VLLMEngine(resolve_model(target), policy_version=policy_version, **options)
+
+
+def probe_engine(spec: str, *, weights: bool = False, timeout_s: float = 5.0) -> None:
+    """Check, within seconds and without loading a model, that ``spec`` can serve: a checkpoint directory for
+    ``hf:``, vLLM and a GPU for ``vllm:``, an endpoint that answers and serves the model for ``openai:``; with
+    ``weights``, also that it can load new policy weights (asynchronous RL). Raises :class:`EngineUnavailable`."""
+    kind, target, model = parse_spec(spec)
+    if kind == "openai":
+        from inference.http_engine import probe_endpoint
+
+        probe_endpoint(target, model or "", weights=weights, timeout_s=timeout_s)
+        return
+    from inference.checkpoint import resolve_model
+
+    try:
+        path = resolve_model(target)
+    except ValueError as exc:
+        raise EngineUnavailable(f"engine {spec}: {exc}") from None
+    if not (path / "config.json").is_file():
+        raise EngineUnavailable(f"engine {spec}: {path} is not a checkpoint directory (no config.json)")
+    if kind == "vllm":
+        import importlib.util
+
+        import torch
+
+        from inference.vllm_engine import INSTALL_HINT
+
+        if importlib.util.find_spec("vllm") is None or not torch.cuda.is_available():
+            raise EngineUnavailable(f"engine {spec}: {INSTALL_HINT}")
+
+
+def check_weight_loading(engine: Any, name: str) -> None:
+    """An engine object (not a spec) must have the weight-update path asynchronous RL drives."""
+    if not callable(getattr(engine, "load_weights", None)):
+        raise EngineUnavailable(
+            f"engine {name} cannot load new policy weights (no load_weights): its completions would stay at "
+            "version 0 and every sample go stale; use hf:DIR, vllm:DIR, or openai:URL#MODEL against gymforge "
+            "serve or vllm serve")
 
 
 def render_prompt(

@@ -45,17 +45,21 @@ class Sample:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None
     text: str = ""
+    policy_version: int = 0  # the weights that generated it (read under the engine's lock)
 
 
 Progress = Callable[[int, Sample], None]
 """Called after every decode step for each row still running (and once when it finishes): ``(row index, sample)``."""
 
 
-def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                   keep: torch.Tensor | None = None) -> torch.Tensor:
     """Log-probabilities of the sampling distribution: logits / temperature, then top-p (nucleus) truncation.
 
     ``temperature`` of 0 marks a greedy row and is treated as 1; top-p keeps the smallest set of tokens whose
-    probability reaches ``top_p`` (the most likely token always stays)."""
+    probability reaches ``top_p`` (the most likely token always stays). ``keep`` (one token id per row) stays in
+    the nucleus whatever its mass: the RL trainer scores sampled tokens with this same function, and a token that
+    another policy version sampled must keep a finite log-probability. Differentiable in ``logits``."""
     import torch
 
     scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
@@ -65,6 +69,8 @@ def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     drop_sorted = (mass_before >= top_p[:, None]) & (temperature > 0)[:, None]
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    if keep is not None:
+        drop = drop.scatter(-1, keep[:, None], False)
     return scaled.masked_fill(drop, float("-inf")).log_softmax(dim=-1)
 
 
@@ -139,7 +145,7 @@ class HFEngine:
             sample.token_ids,
             sample.logprobs,
             sample.finish_reason or "length",
-            self.policy_version,
+            sample.policy_version,
             prompt_ids,
             parse_tools,
         )
@@ -149,6 +155,12 @@ class HFEngine:
         with self._lock:
             self.model.load_state_dict(state_dict)
             self.policy_version = policy_version
+
+    def load_weights(self, path: str | Path, policy_version: int) -> None:
+        """Load a published version (a safetensors file of the model's state dict): the weight-sync path."""
+        from safetensors.torch import load_file
+
+        self.update_weights(load_file(str(path), device=str(self.device)), policy_version)
 
     def generate_rows(self, rows: Sequence[Row], progress: Progress | None = None) -> list[Sample]:
         """Samples for ``rows`` in order, generated in batches of at most ``max_batch_size``."""
@@ -193,7 +205,7 @@ class HFEngine:
         top_p = torch.tensor([r.sampling.top_p for r in rows], device=self.device)
         generators = [None if r.sampling.temperature == 0 else self._generator(r) for r in rows]
         top_k = max(r.top_logprobs for r in rows)
-        samples = [Sample() for _ in rows]
+        samples = [Sample(policy_version=self.policy_version) for _ in rows]
         running = list(range(size))
         cache = None
         with torch.inference_mode():

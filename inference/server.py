@@ -7,6 +7,12 @@ usage). The official ``openai`` client works against it unchanged. Like vLLM, ``
 and ``return_tokens_as_token_ids`` spells logprob tokens ``token_id:N``, so :class:`inference.http_engine.HTTPEngine`
 reads exact tokens from either server. Logprobs are those of the sampling distribution (temperature, top-p).
 
+New policy weights (asynchronous RL with ``--engine openai:URL#MODEL``): ``POST /v1/load_weights`` with
+``{"path": FILE, "policy_version": N}`` loads a version the trainer published (a safetensors state dict, e.g.
+``<run>/weights/v000003.safetensors``; the file must be readable by the server) between generation batches; the
+answer, ``/v1/models`` (``policy_version``, ``loaded_versions``) and every completion (``policy_version``) say which
+version generated it.
+
 Generation runs on :class:`inference.hf_engine.HFEngine` behind a small batching queue: requests that arrive while
 the model is busy are generated together in the next batch (up to ``max_batch_size`` samples).
 When tools are offered, a streamed answer's content is sent at the end, with its tool calls, because markup that
@@ -64,6 +70,15 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
+
+
+class LoadWeightsRequest(BaseModel):
+    """``POST /v1/load_weights``: a published policy version to generate with from now on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="a safetensors file of the model's full state dict")
+    policy_version: int = Field(ge=0, description="the version completions report from now on")
 
 
 @dataclass
@@ -147,6 +162,7 @@ def _copy(sample: Sample) -> Sample:
         list(sample.top_logprobs),
         sample.finish_reason,
         sample.text,
+        sample.policy_version,
     )
 
 
@@ -249,6 +265,7 @@ class ChatService:
             "model": self.name,
             "choices": choices,
             "usage": _usage(prompt, samples),
+            "policy_version": samples[0].policy_version if samples else self.engine.policy_version,
         }
         if body.return_token_ids:
             out["prompt_token_ids"] = prompt
@@ -265,6 +282,7 @@ class ChatService:
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": self.name,
+            "policy_version": self.engine.policy_version,
         }
         stops = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
         # Never send text that a stop string completed later may cut (vLLM's rule: the stop string is not output).
@@ -362,6 +380,7 @@ def create_app(
     name = served_model_name or Path(model_dir).name
     batcher = Batcher(engine, max_batch_size)
     service = ChatService(engine, name, batcher)
+    loaded: list[int] = []  # every version loaded through /v1/load_weights, in order
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -385,8 +404,22 @@ def create_app(
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "gymforge"}],
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "gymforge",
+                      "policy_version": engine.policy_version, "loaded_versions": list(loaded)}],
         }
+
+    @app.post("/v1/load_weights", response_model=None)
+    async def load_weights(body: LoadWeightsRequest) -> JSONResponse | dict[str, Any]:
+        path = Path(body.path)
+        if not path.is_file():
+            return error(400, f"no such weights file {path} on the server (it must see the run's directory)")
+        if body.policy_version != engine.policy_version:
+            try:  # on a worker thread: the engine's lock waits for the batch in progress
+                await asyncio.to_thread(engine.load_weights, path, body.policy_version)
+            except Exception as exc:  # noqa: BLE001 - a state dict of another model, a corrupt file: the client's error
+                return error(400, f"cannot load {path}: {str(exc)[:300]}")
+            loaded.append(body.policy_version)
+        return {"policy_version": engine.policy_version}
 
     @app.get("/health")
     async def health() -> dict[str, str]:

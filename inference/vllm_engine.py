@@ -5,6 +5,13 @@ to vLLM as token ids, so all three engines see byte-identical prompts. vLLM is s
 ``logprobs_mode="processed_logprobs"`` so the returned logprobs are those of the sampling distribution (temperature
 and top-p applied); its default, ``raw_logprobs``, would score tokens under the unscaled model distribution.
 Extra keyword arguments go to ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size``, ``dtype`` ...).
+
+New policy weights (asynchronous RL): :class:`WeightLoader` is vLLM's worker extension (``worker_extension_cls``)
+that loads a published safetensors file into each worker's model (``model_runner.model.load_weights``, which maps
+checkpoint names to vLLM's fused layers); :meth:`VLLMEngine.load_weights` runs it on every worker through
+``collective_rpc`` and resets the prefix cache, whose KV the old weights computed. ``vllm serve`` takes the same
+extension (``VLLM_SERVER_DEV_MODE=1 vllm serve DIR --worker-extension-cls inference.vllm_engine.WeightLoader``),
+driven over HTTP by :meth:`inference.http_engine.HTTPEngine.load_weights`.
 """
 
 from __future__ import annotations
@@ -22,6 +29,20 @@ INSTALL_HINT = (
 )
 
 
+WEIGHT_LOADER = "inference.vllm_engine.WeightLoader"
+
+
+class WeightLoader:
+    """Mixed into each vLLM worker (``worker_extension_cls``): ``self`` is the worker."""
+
+    model_runner: Any
+
+    def load_weights_from_path(self, path: str) -> None:
+        from safetensors.torch import load_file
+
+        self.model_runner.model.load_weights(weights=load_file(path).items())
+
+
 class VLLMEngine:
     def __init__(self, model_dir: str | Path, policy_version: int = 0, **llm_options: Any) -> None:
         try:
@@ -36,7 +57,7 @@ class VLLMEngine:
         self.policy_version = policy_version
         self.tokenizer = load_tokenizer(path)
         self.stop_ids = sorted(stop_token_ids(self.tokenizer))
-        options = {"logprobs_mode": "processed_logprobs", **llm_options}
+        options = {"logprobs_mode": "processed_logprobs", "worker_extension_cls": WEIGHT_LOADER, **llm_options}
         self.llm = vllm.LLM(model=str(path), tokenizer=str(path), **options)
 
     def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:
@@ -82,6 +103,12 @@ class VLLMEngine:
                 )
             results.append(samples)
         return results
+
+    def load_weights(self, path: str | Path, policy_version: int) -> None:
+        """Load a published version into every worker; completions from now on carry ``policy_version``."""
+        self.llm.collective_rpc("load_weights_from_path", args=(str(path),))
+        self.llm.reset_prefix_cache()
+        self.policy_version = policy_version
 
     def close(self) -> None:
         self.llm = None

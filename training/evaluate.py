@@ -81,7 +81,7 @@ def _no_infra_scored(frame: pl.DataFrame) -> pl.Series:
     return (frame["status"] == "infra_error") & frame["score"].is_not_null()
 
 
-@stage(name=STAGE, version="1", params=EvaluateParams, resources="gpu",
+@stage(name=STAGE, version="2", params=EvaluateParams, resources="gpu",
        outputs={"items": EVAL_ITEM.contract(
                     expectations=(in_set("status", ["scored", "infra_error"]),),
                         checks=(Check("infra_errors_unscored", _no_infra_scored,

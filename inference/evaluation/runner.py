@@ -318,6 +318,10 @@ def run_prompts(engine: Engine, summary_engine: Engine, items: Sequence[EvalItem
         else:
             samples[item.id] = _prompt_samples(item, completions[item.id])
         out[item.id] = strategy_rows(base, samples[item.id], ctx, lambda i, s=samples[item.id]: s[i].answer)
+    if "heavy_thinking" in ctx.strategies:  # an overflowing item scores 0 here too: every strategy, the same items
+        for item in (i for i in items if i.id not in completions):
+            out[item.id] += [result_row(base_row(item, ctx), "heavy_thinking", k, samples[item.id][:k], 0.0, 0)
+                             for k in cfg.ks]
     if "heavy_thinking" in ctx.strategies and fitting:
         heavy = HeavyThinking(engine, cfg.heavy, summary_engine, fits=partial(fits_context, summary_engine))
         keyed = [(item.id, list(item.messages)) for item in fitting]

@@ -8,7 +8,9 @@
 - the robustness gap (LongCat-Flash-Thinking-2601 Table 1): success on a clean task minus success on its noisy
   twin, paired by task, per level and per transform.
 - matched budgets: self-consistency's accuracy interpolated at the tokens each Heavy Thinking result spent
-  (``sc_at_budget``), so the two are compared at equal generated tokens, not equal width.
+  (``sc_at_budget``: generated; ``sc_at_read_budget``: generated plus the summary stage's prompt), so the two are
+  compared at equal tokens, not equal width, with the paired difference and its interval (``ht_minus_sc_*``). Both
+  are over the same items: an item whose prompt overflows has a zero-scored row for every strategy.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 import polars as pl
@@ -94,7 +97,10 @@ def summarize(items: pl.DataFrame, breakdowns: Sequence[str], ks: Sequence[int],
                                     [r["tokens"] * kk / r["n_samples"] for r in enough], part)
     _gaps(figures, rows, groups)
     frame = EVAL_SUMMARY.frame(figures.rows)
-    return pl.concat([frame, matched_budget(frame)], how="vertical") if not frame.is_empty() else frame
+    if frame.is_empty():
+        return frame
+    matched = matched_budget(frame, rows, resamples=resamples, confidence=confidence, seed=seed)
+    return pl.concat([frame, matched], how="vertical")
 
 
 def _usable(row: Mapping[str, Any]) -> bool:
@@ -131,19 +137,54 @@ def _gaps(figures: _Figures, rows: Sequence[Mapping[str, Any]], groups: Sequence
                         [r["tokens"] for r in usable], part)
 
 
-def matched_budget(summary: pl.DataFrame) -> pl.DataFrame:
-    """For each Heavy Thinking result (all items): self-consistency's accuracy at the same mean generated tokens,
-    interpolated on its budget curve (linear in log tokens); absent where the curve does not reach that budget."""
+def matched_budget(summary: pl.DataFrame, items: Sequence[Mapping[str, Any]], *, resamples: int = 1000,
+                   confidence: float = 0.95, seed: int = 0) -> pl.DataFrame:
+    """For each Heavy Thinking result (all items), self-consistency at the same budget, interpolated on its budget
+    curve (linear in log tokens) and absent where the curve does not reach it. Two budgets: the tokens generated
+    (``sc_at_budget``) and those plus the summary stage's prompt tokens, the k answers it read (``sc_at_read_budget``).
+    Each comes with the paired difference Heavy Thinking minus self-consistency at that budget
+    (``ht_minus_sc_at_budget``, ``ht_minus_sc_at_read_budget``): per item, its self-consistency scores at the two
+    widths around the budget weighted as the curve is, and a bootstrap interval over the items."""
+    from inference.metrics import paired_bootstrap_ci
+
     overall = summary.filter((pl.col("group") == "all") & (pl.col("metric") == "accuracy")
                              & pl.col("estimate").is_not_null())
-    curve = [(t, e) for t, e in overall.filter(pl.col("strategy") == "self_consistency")
-             .select("tokens", "estimate").iter_rows()]
+    curve = sorted((t, e, k) for t, e, k in overall.filter(pl.col("strategy") == "self_consistency")
+                   .select("tokens", "estimate", "k").iter_rows())
+    usable = [r for r in items if _usable(r)]
+    sc = {(r["item_id"], r["k"]): r["score"] for r in usable if r["strategy"] == "self_consistency"}
     rows = []
     for row in overall.filter(pl.col("strategy") == "heavy_thinking").iter_rows(named=True):
-        value = interpolate(curve, row["tokens"])
-        if value is not None:
-            rows.append({**row, "metric": "sc_at_budget", "estimate": value, "ci_lo": None, "ci_hi": None})
+        heavy = [r for r in usable if r["strategy"] == "heavy_thinking" and r["k"] == row["k"]]
+        read = row["tokens"] + sum(r["summary_prompt_tokens"] or 0 for r in heavy) / max(1, len(heavy))
+        for metric, budget in (("sc_at_budget", row["tokens"]), ("sc_at_read_budget", read)):
+            value = interpolate([(t, e) for t, e, _ in curve], budget)
+            if value is None:
+                continue
+            rows.append({**row, "metric": metric, "estimate": value, "ci_lo": None, "ci_hi": None,
+                         "tokens": budget})
+            (k0, k1), w = _bracket(curve, budget)
+            paired = [(r["score"], (1 - w) * sc[r["item_id"], k0] + w * sc[r["item_id"], k1]) for r in heavy
+                      if (r["item_id"], k0) in sc and (r["item_id"], k1) in sc]
+            if paired:
+                diff = paired_bootstrap_ci([a for a, _ in paired], [b for _, b in paired], resamples, confidence,
+                                           seed)
+                rows.append({**row, "metric": f"ht_minus_sc_{metric.removeprefix('sc_')}", "n": len(paired),
+                             "estimate": diff.value, "ci_lo": diff.lo, "ci_hi": diff.hi, "tokens": budget})
     return EVAL_SUMMARY.frame(rows)
+
+
+def _bracket(curve: Sequence[tuple[float, float, int]], budget: float) -> tuple[tuple[int, int], float]:
+    """The self-consistency widths whose mean tokens bracket ``budget`` and the weight of the upper one, as
+    :func:`inference.metrics.interpolate` weighs them (linear in log tokens)."""
+    for (t0, _, k0), (t1, _, k1) in pairwise(curve):
+        if t0 <= budget <= t1:
+            if t1 == t0:
+                return (k1, k1), 1.0
+            lt0, lt1, lb = (math.log(max(v, 1e-9)) for v in (t0, t1, budget))
+            return (k0, k1), (lb - lt0) / (lt1 - lt0)
+    k = curve[-1][2]
+    return (k, k), 1.0
 
 
 def compare(a: pl.DataFrame, b: pl.DataFrame, *, resamples: int = 1000, confidence: float = 0.95,

@@ -203,3 +203,37 @@ def test_every_call_of_a_malformed_turn_is_answered():
     assert [e["tool_call_id"] for e in errors] == ["a", "b"]
     assert "not run" in errors[0]["content"] and "missing required argument(s): x" in errors[1]["content"]
     assert tool_call_errors({"role": "assistant", "content": "", "tool_calls": calls[:1]}, tools) == []
+
+
+class _SlowServer(ScriptedEngine):
+    """Test double of a server: every call takes 0.3 s of wall time, and calls may overlap."""
+
+    def generate(self, requests):
+        import time
+
+        time.sleep(0.3)
+        return super().generate(requests)
+
+
+@pytest.mark.parametrize("max_calls", [1, 4])
+def test_overlapping_engine_calls_return_each_request_when_done(max_calls):
+    """With ``max_calls`` 4 four single-request calls run at once (a server batching them itself), and the engine
+    is busy while any is in flight; with 1 they queue behind each other."""
+    import asyncio
+    import time
+
+    from inference.agent import ContinuousBatcher
+    from inference.engine import Request
+
+    batcher = ContinuousBatcher(_SlowServer(lambda r, i: "ok"), max_batch=1, max_calls=max_calls)
+
+    async def four() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(batcher.generate(i, Request([{"role": "user", "content": str(i)}])) for i in range(4)))
+        return time.perf_counter() - started
+
+    elapsed = asyncio.run(four())
+    if max_calls == 4:
+        assert elapsed < 0.9 and 0.25 < batcher.busy_s < 0.9  # the union of overlapping calls, not their sum
+    else:
+        assert elapsed >= 1.2 and batcher.busy_s >= 1.2

@@ -310,3 +310,42 @@ def test_evaluation_offers_a_task_the_tools_training_and_rl_offer_it():
                for t in (task, twin)]
     assert offered[0] == offered[1]  # the twin is offered its clean task's tools
     assert [s["function"]["name"] for s in offered[0]] == task_view(env, task, 1)["tool_names"]
+
+
+class WindowedHeavyEngine(HeavyTestEngine):
+    """The Heavy Thinking double with a context window of 4000 characters (one token each)."""
+
+    max_positions = 4000
+
+    def render(self, request) -> list[int]:
+        return [0] * sum(len(str(m.get("content", ""))) for m in request.messages)
+
+
+def test_matched_budget_compares_strategies_on_the_same_items_with_a_paired_interval():
+    """An item whose prompt overflows scores 0 under every strategy, Heavy Thinking included, so no strategy is
+    averaged over a subset; the summary stage's prompt tokens make a second budget; each budget's difference is
+    paired per item."""
+    engine = WindowedHeavyEngine({question(i): (0.4, f"city{i}") for i in range(8)}, summary_skill=1.0)
+    long_item = EvalItem(id="long", kind="prompt", source="qa", messages=[{"role": "user", "content": "x" * 5000}],
+                         reward="two_way", answer="city0")
+    ks = (1, 2, 4)
+    _, items = run(engine, [long_item, *(prompt_item(i) for i in range(8))], EvalConfig(ks=ks))
+    long_rows = items.filter(pl.col("item_id") == "long")
+    assert set(long_rows.filter(pl.col("strategy") == "heavy_thinking")["k"]) == set(ks)
+    assert (long_rows["score"] == 0.0).all()
+    counts = items.filter(pl.col("strategy") != "sample").group_by("strategy", "k").len()["len"]
+    assert set(counts) == {9}  # every strategy at every width over the same nine items
+    summary = summarize(items, (), ks, resamples=200)
+    paired = summary.filter(pl.col("metric").str.starts_with("ht_minus_sc"))
+    assert not paired.is_empty() and (paired["n"] == 9).all()
+    assert ((paired["ci_lo"] <= paired["estimate"]) & (paired["estimate"] <= paired["ci_hi"])).all()
+    # The read budget adds the summary stage's prompt (the k answers it read) to the generated tokens; where it lies
+    # beyond self-consistency's widest measured width there is no matched figure, rather than an extrapolated one.
+    widest = overall(summary, "self_consistency", max(ks))["tokens"]
+    for k in ks[1:]:
+        heavy = items.filter((pl.col("strategy") == "heavy_thinking") & (pl.col("k") == k))
+        budget = overall(summary, "heavy_thinking", k)["tokens"] + heavy["summary_prompt_tokens"].mean()
+        read = summary.filter((pl.col("metric") == "sc_at_read_budget") & (pl.col("k") == k))
+        assert budget > overall(summary, "heavy_thinking", k)["tokens"]
+        assert (read.height == 1 and read["tokens"][0] == pytest.approx(budget)) or (read.is_empty() and budget > widest)
+    EVAL_SUMMARY.frame(summary.to_dicts())

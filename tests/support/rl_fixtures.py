@@ -36,7 +36,7 @@ def prompt_tasks(n: int, source: str = "qa") -> list[RLTask]:
 class VersionedTestEngine:
     """Answers ``Question i`` right with probability ``p[i]`` (seeded by the request), takes ``latency(rng)``
     seconds per engine call (a long tail when asked), follows
-    ``update_weights`` versions (ignoring the weights), and hangs on call number ``hang_on_call`` when set."""
+    ``load_weights`` versions (ignoring the weights), and hangs on call number ``hang_on_call`` when set."""
 
     p: Sequence[float]
     latency_median_s: float = 0.0
@@ -54,7 +54,7 @@ class VersionedTestEngine:
         items = {f"Question {i}: which city?": (p, f"city{i}") for i, p in enumerate(self.p)}
         self._answers = BernoulliTestEngine(items, exact=False, key=last_user_content)
 
-    def update_weights(self, state_dict: dict[str, Any], policy_version: int) -> None:
+    def load_weights(self, path: str, policy_version: int) -> None:
         self.policy_version = policy_version
 
     def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:

@@ -30,11 +30,31 @@ def _trained_within_their_group(frame: pl.DataFrame) -> pl.Series:
     return frame["trained"] != (frame["advantage"].is_not_null() & frame["drop_reason"].is_null())
 
 
-@stage(name=STAGE, version="1", inputs=("sft", "small_envs", "keychain"), params=RLParams, resources="gpu",
+def _within_admission_bound(frame: pl.DataFrame) -> pl.Series:
+    """AReaL's inequality at admission, from the row alone: the sample's slot is within the bound of its version,
+    and that bound is (S + version + 1) x one batch size for the whole run."""
+    per_batch = frame["admission_limit"] / (frame["max_staleness"] + frame["admission_version"] + 1)
+    batch = per_batch.drop_nulls().mode().min() if per_batch.drop_nulls().len() else None
+    admitted = frame["admission_slot"].is_not_null()
+    broken = ((frame["admission_slot"] > frame["admission_limit"]) | (per_batch != batch)
+              | (frame["admission_slot"] < 1) | (frame["admission_version"] > frame["trainer_version"]))
+    return (admitted & broken).fill_null(False)
+
+
+def _within_staleness_bound(frame: pl.DataFrame) -> pl.Series:
+    """The version gap at consumption: no trained sample is staler than the bound."""
+    return frame["trained"] & (frame["staleness"] > frame["max_staleness"])
+
+
+@stage(name=STAGE, version="2", inputs=("sft", "small_envs", "keychain"), params=RLParams, resources="gpu",
        kind="model", directory=MODEL_DIRECTORY,
        outputs={"samples": RL_SAMPLE.contract(checks=(
                     Check("trained_or_dropped", _trained_within_their_group,
-                          description="a trained sample has an advantage and no drop reason"),)),
+                          description="a trained sample has an advantage and no drop reason"),
+                    Check("admission_bound", _within_admission_bound,
+                          description="admission_slot <= (max_staleness + admission_version + 1) x batch_size"),
+                    Check("staleness_bound", _within_staleness_bound,
+                          description="a trained sample's staleness is at most max_staleness"))),
                 "steps": RL_STEP.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1)})
 def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir: Path) -> dict[str, pl.DataFrame]:
     """Asynchronous RL (GRPO/GSPO, streaming rollouts with bounded staleness) of a model on RL tasks."""

@@ -4,6 +4,8 @@ the same knob (``loss_type``, ``importance_sampling_level``, ``epsilon``, ``epsi
 
 Defaults follow the reports: GSPO at the sequence level with β = 0.001 (LongCat-Flash-Thinking-2601, "RL Training
 Strategy"), temperature 0.6 for tool use and 1.0 otherwise with top-p 0.95, G samples per prompt (LoongRL uses 8).
+The clip range follows the importance-sampling level: the GSPO paper's 3e-4 / 4e-4 for sequence ratios (a mean of
+per-token log-ratios moves far less than a token's), GRPO/DAPO's 0.2 / 0.28 for token ratios.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pydantic import Field, model_validator
 from data_contracts.stage import Params
 
 Scale = Literal["group", "batch", "none"]
+CLIP_DEFAULTS = {"sequence": {"epsilon": 3e-4, "epsilon_high": 4e-4}, "token": {"epsilon": 0.2, "epsilon_high": 0.28}}
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
 
@@ -53,8 +56,10 @@ class RLConfig(Params):
     loss_type: LossType = Field("grpo", description="aggregation of the per-token loss, as TRL names it")
     importance_sampling_level: ImportanceSamplingLevel = Field(
         "sequence", description="token (GRPO) or sequence (GSPO, the report's objective) importance ratio")
-    epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="lower clip of the ratio: 1 - epsilon")
-    epsilon_high: float = Field(0.28, gt=0.0, description="upper clip of the ratio: 1 + epsilon_high")
+    epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="lower clip of the ratio: 1 - epsilon (default: 3e-4 "
+                           "at sequence level, as the GSPO paper; 0.2 at token level)")
+    epsilon_high: float = Field(0.28, gt=0.0, description="upper clip of the ratio: 1 + epsilon_high (default: "
+                                "4e-4 at sequence level; 0.28 at token level, DAPO's clip-higher)")
     beta: float = Field(0.001, ge=0.0, description="k3 KL weight to the starting policy (0 skips the reference)")
     scale_rewards: Scale = Field("group", description="advantage normalization, as TRL's scale_rewards")
     old_policy: Literal["behaviour", "proximal"] = Field(
@@ -77,6 +82,8 @@ class RLConfig(Params):
                                                                 "engine; its samples are re-queued")
     max_restarts: int = Field(10, ge=0, description="controller restarts after which the run stops with the last "
                                                     "failure, instead of restarting forever")
+    weight_sync_timeout_s: float = Field(300.0, gt=0.0, description="the run stops when no engine has loaded the "
+                                         "oldest still-trainable policy version this long after it was published")
     # -- optimization
     steps: int = Field(20, ge=1, description="optimizer steps")
     learning_rate: float = Field(5e-5, gt=0.0, description="AdamW learning rate (on the tiny model 3e-4 collapsed "
@@ -116,11 +123,14 @@ class RLConfig(Params):
     def _scaled(cls, raw: Any) -> Any:
         """A checkpoint interval longer than the run is the run's length (a profile's interval fits its own
         steps, and `--set steps=2` should not have to set it too); both name one run, so one artifact key."""
-        if isinstance(raw, dict) and "steps" in raw:
+        if not isinstance(raw, dict):
+            return raw
+        if "steps" in raw:
             every = raw.get("checkpoint_every", cls.model_fields["checkpoint_every"].default)
             if isinstance(every, int) and isinstance(raw["steps"], int) and every > raw["steps"] >= 1:
-                return {**raw, "checkpoint_every": raw["steps"]}
-        return raw
+                raw = {**raw, "checkpoint_every": raw["steps"]}
+        level = raw.get("importance_sampling_level", cls.model_fields["importance_sampling_level"].default)
+        return {**CLIP_DEFAULTS.get(level, {}), **raw}
 
 
 class RLParams(RLConfig):

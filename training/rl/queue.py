@@ -31,6 +31,7 @@ class Sample:
     reward: float
     drop_reason: str | None = None  # set when the sample failed (a reward that raised, an engine that died)
     weight: float = 1.0  # a self-verification sample's weight: the quality of the rollout it judges
+    admission: tuple[int, int, int] | None = None  # (trainer version, slot, limit) at admission: the bound's audit
 
     @property
     def versions(self) -> tuple[int, int] | None:

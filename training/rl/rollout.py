@@ -11,7 +11,10 @@ sample goes straight to the queue. There is no batch barrier; the synchronous ba
 
 A controller is a local process by default (a thread in tests). One that dies, or whose engine call outlasts the
 timeout, is restarted, and its samples in flight are handed out again (counted as ``requeued``), so a dead engine
-never deadlocks the run.
+never deadlocks the run. Between engine calls a controller loads the newest published version into its engine
+(``load_weights``: in-process for ``hf:`` and ``vllm:``, over HTTP for ``openai:``) and tells the manager; a run
+whose engines stop advancing ends with the reason (``weight_sync_timeout_s``) instead of dropping stale samples
+forever. A controller process ignores Ctrl-C (its parent stops it) and leaves when its parent dies.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import multiprocessing as mp
 import os
 import queue as queue_module
+import signal
 import threading
 import time
 from collections import Counter
@@ -60,6 +64,7 @@ class Work:
     seed: int
     weight: float = 1.0
     task: RLTask | None = None
+    admission: tuple[int, int, int] | None = None  # (trainer version, slot, limit) when it was admitted
 
 
 def default_env(record: Mapping[str, Any]) -> Any:
@@ -136,14 +141,19 @@ class ControllerSpec:
 def controller_main(uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> None:
     """A controller's life: load the engine, then run the samples it is handed, ``config.concurrency`` at a time,
     reloading the newest published weights between engine calls. Messages out: ``("done", uid, sample)``,
-    ``("busy", uid, engine seconds)``, and ``("fatal", uid, reason)`` before it leaves on a failure (an engine that
-    cannot load, an engine call past the timeout)."""
+    ``("busy", uid, engine seconds)``, ``("loaded", uid, version)``, and ``("fatal", uid, reason)`` before it leaves
+    on a failure (an engine that cannot load, an engine call past the timeout)."""
     from inference.cpu import tune_allocator
 
+    if threading.current_thread() is threading.main_thread() and mp.parent_process() is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
+        threading.Thread(target=_leave_with_parent, name="parent-watch", daemon=True).start()
     tune_allocator()
     try:
         engine = load_engine(spec.engine) if isinstance(spec.engine, str) else spec.engine
         asyncio.run(_serve(uid, spec, engine, inbox, outbox))
+        if threading.current_thread() is threading.main_thread() and mp.parent_process() is not None:
+            os._exit(0)  # stopped: leave now, not after the engine call in progress (nothing collects it)
     except _EngineTimeout:
         if threading.current_thread() is threading.main_thread():
             os._exit(3)  # a hung engine call keeps its thread: leave without waiting for it
@@ -155,18 +165,48 @@ class _EngineTimeout(Exception):
     pass
 
 
+class _WeightLoadError(Exception):
+    """The engine failed to load a published version: the controller is replaced, not its samples dropped."""
+
+
+def _leave_with_parent() -> None:
+    """A controller whose parent was killed leaves within a fraction of a second, even mid-generation."""
+    while not _orphaned():
+        time.sleep(0.2)
+    os._exit(0)
+
+
 async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, outbox: Any) -> None:
+    from inference.engines import check_weight_loading
+
+    check_weight_loading(engine, str(spec.engine))
     weights = FileWeightSync(spec.weights_dir)
     version = {"loaded": getattr(engine, "policy_version", 0)}
+    outbox.put(("loaded", uid, version["loaded"]))
 
-    def refresh() -> None:  # on the engine's thread, between engine calls
+    loading = threading.Lock()  # engine calls may run on several threads: one load at a time
+
+    def refresh() -> None:  # on an engine-call thread, before its call
+        with loading:
+            _refresh()
+
+    def _refresh() -> None:
         latest = weights.latest()
-        if latest is not None and latest > version["loaded"] and hasattr(engine, "update_weights"):
-            engine.update_weights(weights.load(latest), latest)
-            version["loaded"] = latest
+        if latest is not None and latest > version["loaded"]:
+            try:
+                engine.load_weights(str(weights.path(latest)), latest)
+            except FileNotFoundError:  # pruned while we read the pointer: a newer version is there next call
+                return
+            except Exception as exc:  # re-raised as the controller's failure
+                reason = f"loading policy version {latest} failed: {type(exc).__name__}: {exc}"
+                raise _WeightLoadError(reason[:300]) from exc
+            version["loaded"] = engine.policy_version
+            outbox.put(("loaded", uid, version["loaded"]))
 
+    # A server batches concurrent requests itself (``max_concurrency``): each sample goes out as soon as it is ready.
+    calls = max(1, min(spec.config.concurrency, getattr(engine, "max_concurrency", 1)))
     batcher = ContinuousBatcher(engine, max_batch=spec.config.concurrency, before_batch=refresh,
-                                timeout_s=spec.config.request_timeout_s)
+                                timeout_s=spec.config.request_timeout_s, max_calls=calls)
     loop = asyncio.get_running_loop()
     running: set[asyncio.Task[None]] = set()
     tasks: dict[str, RLTask] = {}
@@ -177,6 +217,11 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
             sample = await run_sample(work, tasks[work.task_id], batcher, spec.config, spec.make_env)
         except TimeoutError:  # reported now, so the manager replaces us without waiting for the hung call
             outbox.put(("fatal", uid, f"an engine call outlasted request_timeout_s={spec.config.request_timeout_s:g}"))
+            fatal.set()
+            return
+        except _WeightLoadError as exc:
+            if not fatal.is_set():
+                outbox.put(("fatal", uid, str(exc)))
             fatal.set()
             return
         except Exception as exc:  # noqa: BLE001 - reported, the sample dropped with the reason
@@ -202,6 +247,8 @@ async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, out
         task.add_done_callback(running.discard)
     if fatal.is_set():
         raise _EngineTimeout
+    for task in running:  # told to stop: the run is over and nothing collects these samples any more
+        task.cancel()
     await asyncio.gather(*running, return_exceptions=True)
 
 
@@ -303,6 +350,7 @@ class _Controller:
     inbox: Any
     handle: Handle
     in_flight: dict[str, Work] = field(default_factory=dict)
+    loaded: int = -1  # the policy version its engine holds (-1: not reported yet)
     sent_at: dict[str, float] = field(default_factory=dict)  # when each sample in flight was handed out
     known: set[str] = field(default_factory=set)  # task ids this controller has been sent
     busy_s: float = 0.0
@@ -324,7 +372,8 @@ class RolloutManager:
         self.spec = spec
         self.launcher = launcher or ProcessLauncher()
         self.on_group = on_group or (lambda task, samples: None)
-        self.version = 0  # written by the trainer only
+        self.version = 0  # written by the trainer only, through publish()
+        self.published_at: dict[int, float] = {}
         self.step = 0
         self.accepted = 0  # finished, unfailed samples (written by the manager only)
         self.released = 0  # accepted samples dropped at consumption (written by the trainer only)
@@ -332,6 +381,8 @@ class RolloutManager:
         self.restarts = 0
         self.last_failure = ""
         self.crash: str | None = None  # why the manager's own loop stopped, if it did: the run cannot go on
+        self.stall: str | None = None  # why no engine can produce a trainable sample any more, if so
+        self.admissions = 0  # samples admitted (requeued ones are not admitted again)
         self.lock = threading.Lock()  # held by the manager's loop; the trainer takes it to checkpoint
         self._tasks: dict[str, RLTask] = {}
         self._pending: list[Work] = []
@@ -352,11 +403,27 @@ class RolloutManager:
     def running(self) -> int:
         return len(self._pending) + sum(len(c.in_flight) for c in self._controllers)
 
+    def limit(self) -> int:
+        """AReaL's admission bound from the trainer's current version: (max_staleness + version + 1) x batch_size."""
+        return (self.config.max_staleness + self.version + 1) * self.config.batch_size
+
+    @property
+    def load(self) -> int:
+        """Samples counted against the bound: accepted + running (samples dropped at consumption leave
+        ``accepted``, so their places are admitted again)."""
+        return self.accepted - self.released + self.running
+
     def capacity(self) -> int:
-        """Samples that may still be admitted: accepted + running <= (max_staleness + version + 1) x batch_size
-        (AReaL's bound, from the trainer's current version; samples dropped at consumption leave ``accepted``)."""
-        limit = (self.config.max_staleness + self.version + 1) * self.config.batch_size
-        return limit - (self.accepted - self.released + self.running)
+        """Samples that may still be admitted: accepted + running stays within AReaL's bound, and within the
+        samples the run's remaining steps consume (``steps x batch_size`` in all), so nothing is generated for a
+        step that will not happen."""
+        return min(self.limit(), self.config.steps * self.config.batch_size) - self.load
+
+    def publish(self, version: int) -> None:
+        """The trainer published ``version``: the bound moves on, and engines have ``weight_sync_timeout_s`` to
+        reach the oldest version still trainable."""
+        self.published_at[version] = time.monotonic()
+        self.version = version
 
     def admit(self) -> int:
         """Admit whole groups while the bound allows; returns how many samples were admitted. A task's oversampled
@@ -371,10 +438,13 @@ class RolloutManager:
     def _admit_group(self, group: GroupSpec) -> int:
         self._tasks.setdefault(group.task.task_id, group.task)
         self._group_tasks[group.group_id] = group.task
+        limit = self.limit()
         for index in range(self.config.num_generations):
             seed = seed_for(self.config.seed, "rl", group.group_id, index)
+            slot = self.load + 1  # its place under the bound, recorded so the output shows the bound held
             self._pending.append(Work(f"{group.group_id}#{index}", group.group_id, group.task.task_id, index, seed,
-                                      group.weight))
+                                      group.weight, admission=(self.version, slot, limit)))
+            self.admissions += 1
         return self.config.num_generations
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -386,8 +456,11 @@ class RolloutManager:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop admitting and restarting, tell every controller to stop, kill what is still alive after 10 s; the
+        queues' feeder threads are not waited for at exit (a killed reader would block them for ever)."""
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
         for controller in self._controllers:
             controller.inbox.put("stop")
         deadline = time.monotonic() + 10
@@ -396,6 +469,9 @@ class RolloutManager:
         for controller in self._controllers:
             if controller.handle.is_alive():
                 controller.handle.kill()
+        for q in [self._outbox, *(c.inbox for c in self._controllers)]:
+            if hasattr(q, "cancel_join_thread"):
+                q.cancel_join_thread()
 
     def _spawn(self) -> _Controller:
         """A new controller under a new id: results of a replaced one that arrive late are ignored."""
@@ -423,6 +499,7 @@ class RolloutManager:
                     self._revive()
                     self.admit()
                     self._dispatch()
+                    self.stall = self._stalled()
                 time.sleep(0.01)
         except Exception as exc:  # noqa: BLE001 - nothing would admit or collect again: the trainer ends the run
             self.crash = f"the rollout manager stopped: {type(exc).__name__}: {exc}"
@@ -446,11 +523,27 @@ class RolloutManager:
                 continue  # a replaced controller's late result: its sample was handed out again
             if kind == "busy":
                 controller.busy_s = payload
+            elif kind == "loaded":
+                controller.loaded = payload
             elif kind == "fatal":
                 self._replace(controller, payload)
-            elif kind == "done" and controller.in_flight.pop(payload.sample_id, None) is not None:
+            elif kind == "done" and (work := controller.in_flight.pop(payload.sample_id, None)) is not None:
                 controller.sent_at.pop(payload.sample_id, None)
-                self._finish(payload)
+                self._finish(replace(payload, admission=work.admission))
+
+    def _stalled(self) -> str | None:
+        """The watchdog: the oldest version a trainable sample may start at was published over
+        ``weight_sync_timeout_s`` ago and no engine has loaded it, so every sample the engines make is stale."""
+        needed = self.version - self.config.max_staleness
+        since = self.published_at.get(needed)
+        bound = self.config.weight_sync_timeout_s
+        newest = max((c.loaded for c in self._controllers), default=-1)
+        if since is None or newest >= needed or time.monotonic() - since < bound:
+            return None
+        return (f"no engine loaded policy version {needed} within weight_sync_timeout_s={bound:g} s of its "
+                f"publication (the newest an engine holds: {newest}), so every sample would be past max_staleness="
+                f"{self.config.max_staleness}; check that the engines reach the run's weights directory "
+                f"{self.spec.weights_dir}")
 
     def _finish(self, sample: Sample) -> None:
         if sample.drop_reason:

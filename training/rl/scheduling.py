@@ -129,6 +129,7 @@ class Scheduler:
     retired: set[str] = field(default_factory=set)
     verifying: bool = False
     issued: int = 0
+    verify_credit: float = 0.0  # verification groups owed by the share (a deficit counter): not lost to rounding
     noise: CurriculumController | None = None
     _recent: deque[tuple[RLTask, str, float, float]] = field(default_factory=lambda: deque(maxlen=64))
     _plateau: PlateauDetector | None = None
@@ -170,12 +171,16 @@ class Scheduler:
     # -- admission ------------------------------------------------------------------------------------------------
 
     def next_groups(self, n: int, step: int) -> list[GroupSpec]:
-        """At least ``n`` groups to admit (a task's oversampled copies come together)."""
+        """At least ``n`` groups to admit (a task's oversampled copies come together). While the self-verification
+        phase is on, each group asked for adds ``self_verification_share`` to a credit and every whole unit of it is
+        a verification group, so over a run the share holds whatever ``n`` is (one group per admission included)."""
         groups: list[GroupSpec] = []
         rng = random.Random(f"{self.seed}/{step}/{self.issued}")
         if self.verifying and self._recent:
-            for _ in range(round(n * self.settings.self_verification_share)):
+            self.verify_credit += n * self.settings.self_verification_share
+            while self.verify_credit >= 1.0 - 1e-9 and len(groups) < n:
                 groups.append(self._verification_group(rng))
+                self.verify_credit -= 1.0
         while len(groups) < n:
             task = self._pick(rng, step)
             copies = oversampling_copies(self.pass_rate(task), self.settings.max_copies) \
@@ -224,7 +229,7 @@ class Scheduler:
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": dict(self.history), "retired": sorted(self.retired), "verifying": self.verifying,
-                "issued": self.issued, "plateau": list(self._plateau.rewards),
+                "issued": self.issued, "verify_credit": self.verify_credit, "plateau": list(self._plateau.rewards),
                 "noise": self.noise.state_dict() if self.noise is not None else None}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -232,6 +237,7 @@ class Scheduler:
         self.retired = set(state["retired"])
         self.verifying = state["verifying"]
         self.issued = state["issued"]
+        self.verify_credit = state.get("verify_credit", 0.0)
         self._plateau.rewards.extend(state["plateau"])
         if self.noise is not None and state.get("noise"):
             self.noise.load_state_dict(state["noise"])

@@ -1,7 +1,9 @@
 """The RL trainer and the run that feeds it (LongCat-Flash-Thinking-2601, "The DORA Asynchronous RL Framework").
 
 ``PolicyTrainer`` turns batches of whole groups into optimizer steps: it scores the sampled tokens under the current
-policy (temperature-scaled, at the output positions only), takes group advantages, and minimises the clipped
+policy over the distribution the engine sampled from (temperature and top-p, through the engine's own
+``process_logits``; at the output positions only), so at staleness 0 with equal weights every token's ratio is 1
+(``ratio_on_policy``, a step metric), takes group advantages, and minimises the clipped
 GRPO/GSPO loss of ``training/rl/losses.py``, accumulating over micro-batches of samples with the normalisation the
 whole batch would have. Groups whose rewards are all equal carry no gradient: they are reported and left out.
 
@@ -60,12 +62,15 @@ class TokenBatch:
     mask: torch.Tensor  # 1 where a token is trained on
 
 
-def completion_logprobs(model: Any, samples: Sequence[Sample], temperatures: Sequence[float], pad_id: int
-                        ) -> TokenBatch:
-    """Log-probabilities of every sampled output token under ``model`` at the temperature it was sampled with (the
-    engine samples from logits / T; top-p truncation is not applied, as in TRL). Each engine call is one row (its
+def completion_logprobs(model: Any, samples: Sequence[Sample], temperatures: Sequence[float], pad_id: int,
+                        top_p: float = 1.0) -> TokenBatch:
+    """Log-probabilities of every sampled output token under ``model`` in the distribution it was sampled from:
+    logits / T, then top-p truncation, by the function the engines sample with (the sampled token always stays in
+    the nucleus, so a token an older version drew keeps a finite log-probability). Each engine call is one row (its
     exact prompt ids, then its output ids), so multi-turn and summarised rollouts are scored as they were sampled;
     the output head runs at the output positions only."""
+    from inference.hf_engine import process_logits
+
     rows = [(b, turn) for b, sample in enumerate(samples) for turn in sample.rollout.turns() if any(turn.loss_mask)]
     device = next(model.parameters()).device
     width = max(len(turn.prompt_ids) + len(turn.output_ids) for _, turn in rows)
@@ -90,8 +95,10 @@ def completion_logprobs(model: Any, samples: Sequence[Sample], temperatures: Seq
     hidden = model.base_model(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
     picked = hidden[torch.tensor(row_at, device=device), torch.tensor(position, device=device)]
     scale = torch.tensor([temperatures[b] for b in sample_of], device=device, dtype=torch.float32)
-    logits = model.get_output_embeddings()(picked).float() / scale[:, None]
-    token_logprobs = logits.log_softmax(-1).gather(1, torch.tensor(target, device=device)[:, None]).squeeze(1)
+    targets = torch.tensor(target, device=device)
+    logprobs = process_logits(model.get_output_embeddings()(picked), scale, torch.full_like(scale, top_p),
+                              keep=targets)
+    token_logprobs = logprobs.gather(1, targets[:, None]).squeeze(1)
 
     shape = (len(samples), max(filled))
     index = (torch.tensor(sample_of, device=device), torch.tensor(slot, device=device))
@@ -142,11 +149,12 @@ class PolicyTrainer:
         untrained = {s.sample_id: NO_GRADIENT for s, zero in zip(samples, flat_zero, strict=True) if zero}
         metrics: Counter[str] = Counter()
         grad_norm = 0.0
+        fresh: list[float] = []  # token ratios of samples drawn by this very version, before the update
         if trained:
             self.model.train()
             total_tokens = sum(sum(sum(t.loss_mask) for t in s.rollout.turns()) for s, _ in trained)
             for chunk in _chunks(trained, config.micro_batch_size):
-                loss, chunk_metrics, share = self._chunk_loss(chunk, kinds, len(trained), total_tokens)
+                loss, chunk_metrics, share = self._chunk_loss(chunk, kinds, len(trained), total_tokens, fresh)
                 (loss * share).backward()
                 for name, value in chunk_metrics.items():
                     metrics[name] += value * (1.0 if name == "num_tokens" else share)
@@ -163,21 +171,30 @@ class PolicyTrainer:
             "grad_norm": grad_norm, "learning_rate": self.schedule.get_last_lr()[0],
             "zero_variance_groups": float(zero_variance.sum()), "groups": float(len(groups)),
             "trained_samples": float(len(trained)),
+            "ratio_on_policy": sum(fresh) / len(fresh) if fresh else None,
         }
         return StepResult(summary, {s.sample_id: a for s, a in trained}, untrained)
 
     def _chunk_loss(self, chunk: list[tuple[Sample, float]], kinds: dict[str, Literal["env", "prompt"]],
-                    n_trained: int, total_tokens: int) -> tuple[torch.Tensor, dict[str, float], float]:
+                    n_trained: int, total_tokens: int, fresh: list[float]
+                    ) -> tuple[torch.Tensor, dict[str, float], float]:
         """The loss of a micro-batch and its share of the batch loss: the samples' share for ``grpo`` and ``dr_grpo``
-        (means over sequences), the tokens' share for ``bnpo`` and ``dapo`` (means over tokens)."""
+        (means over sequences), the tokens' share for ``bnpo`` and ``dapo`` (means over tokens). Appends to
+        ``fresh`` the token ratios (trainer over engine) of samples this version drew entirely."""
         config = self.config
         samples = [s for s, _ in chunk]
         temperatures = [self.temperature(kinds[s.task_id]) for s in samples]
-        batch = completion_logprobs(self.model, samples, temperatures, self.pad_id)
+        top_p = config.sampling.top_p
+        batch = completion_logprobs(self.model, samples, temperatures, self.pad_id, top_p)
+        with torch.no_grad():
+            for row, s in enumerate(samples):
+                if s.versions == (self.version, self.version):
+                    valid = batch.mask[row].bool()
+                    fresh += (batch.logprobs[row][valid] - batch.behaviour[row][valid]).exp().tolist()
         reference = None
         if self.reference is not None:
             with torch.no_grad():
-                reference = completion_logprobs(self.reference, samples, temperatures, self.pad_id).logprobs
+                reference = completion_logprobs(self.reference, samples, temperatures, self.pad_id, top_p).logprobs
         if config.old_policy == "behaviour":
             old, weights = batch.behaviour, None
         else:  # decoupled PPO: the ratio to the current policy, a truncated weight for how the sample was drawn
@@ -318,7 +335,7 @@ class RLRun:
     def _dropped(self, sample: Sample, reason: str, version: int) -> None:
         if not sample.drop_reason:
             self.manager.released += 1  # its place under the admission bound is free again
-        self.sample_rows.append(_sample_row(sample, version, None, reason))
+        self.sample_rows.append(_sample_row(sample, version, None, reason, self.config.max_staleness))
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -328,6 +345,7 @@ class RLRun:
         self.manager.version = self.manager.step = trainer.version
         if trainer.version >= config.steps:
             return self._result()
+        self.probe()
         self.manager.start()
         try:
             while trainer.version < config.steps:
@@ -338,7 +356,7 @@ class RLRun:
                     kinds = dict(self.kinds)
                 result = trainer.step(groups, kinds)
                 self.weights.publish(trainer.model.state_dict(), trainer.version)
-                self.manager.version = trainer.version  # only now: engines can already load this version
+                self.manager.publish(trainer.version)  # only now: engines can already load this version
                 self._log(groups, result, trainer.version - 1, time.monotonic() - started)
                 if self.unwritten.total() == self.consumed >= UNWRITTEN_LIMIT * config.batch_size:
                     raise RLRunError(self._unwritten())
@@ -348,11 +366,27 @@ class RLRun:
             self.manager.stop()
         return self._result()
 
+    def probe(self) -> None:
+        """Before any controller starts: the engine spec is well formed, its endpoint or checkpoint answers, and it
+        can load new policy weights; else one line naming it."""
+        from inference.engines import EngineUnavailable, check_weight_loading, probe_engine
+
+        spec = self.manager.spec.engine
+        try:
+            if isinstance(spec, str):
+                probe_engine(spec, weights=True)
+            else:
+                check_weight_loading(spec, type(spec).__name__)
+        except EngineUnavailable as exc:
+            raise RLRunError(str(exc)) from None
+
     def _failed(self) -> str | None:
-        """Why the run must stop: the manager's loop stopped, or every controller keeps dying (an engine that cannot
-        load, say)."""
+        """Why the run must stop: the manager's loop stopped, every controller keeps dying (an engine that cannot
+        load, say), or no engine loads the weights a trainable sample needs."""
         if self.manager.crash:
             return self.manager.crash
+        if self.manager.stall:
+            return self.manager.stall
         if self.manager.failed:
             return (f"rollout controllers were restarted {self.manager.restarts} times (max_restarts="
                     f"{self.config.max_restarts}); the last failure: {self.manager.last_failure}")
@@ -370,7 +404,7 @@ class RLRun:
         self.unwritten.update(s.rollout.stop_reason for s in samples if s.versions is None and s.rollout is not None)
         for s in samples:
             self.sample_rows.append(_sample_row(s, version, result.advantages.get(s.sample_id),
-                                                result.untrained.get(s.sample_id)))
+                                                result.untrained.get(s.sample_id), self.config.max_staleness))
         staleness = [s.staleness(version) for s in samples]
         rewards = [s.reward for s in samples]
         mean = sum(rewards) / len(rewards)
@@ -461,9 +495,13 @@ def _answer(sample: Sample) -> str:
     return ""
 
 
-def _sample_row(sample: Sample, version: int, advantage: float | None, reason: str | None) -> dict[str, Any]:
+def _sample_row(sample: Sample, version: int, advantage: float | None, reason: str | None,
+                max_staleness: int) -> dict[str, Any]:
     oldest, newest = sample.versions or (None, None)
+    admitted, slot, limit = sample.admission or (None, None, None)
     return {
+        "admission_version": admitted, "admission_slot": slot, "admission_limit": limit,
+        "max_staleness": max_staleness,
         "sample_id": sample.sample_id, "group_id": sample.group_id, "task_id": sample.task_id,
         "source": sample.source, "min_policy_version": oldest, "max_policy_version": newest,
         "trainer_version": version, "staleness": sample.staleness(version), "reward": sample.reward,

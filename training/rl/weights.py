@@ -7,22 +7,17 @@ root by default), which works on a CPU and across machines that share the data r
 then a ``latest`` pointer is replaced atomically, so a reader never sees half a version. Old versions beyond
 ``keep`` are removed.
 
-On GPUs with vLLM engines (``vllm:DIR`` in-process, or ``vllm serve`` behind ``openai:``), the same interface is the
-seam: an implementation that calls the engine's weight-update path (vLLM's ``collective_rpc`` /
-``update_weights_from_tensor`` or a reload from the published safetensors) replaces the file reader; the trainer
-side is unchanged. It is exercised only where a GPU is available.
+Engines load a published version from its file (``load_weights(path, version)``): ``hf:`` in-process, ``vllm:``
+through its workers (``inference.vllm_engine.WeightLoader``), ``openai:`` by asking the server (``gymforge serve``'s
+``/v1/load_weights``, ``vllm serve``'s development endpoints), which must read the same directory. The vLLM paths
+need CUDA and are exercised only where a GPU is.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any, Protocol
-
-
-class WeightSyncTimeout(TimeoutError):
-    """An engine did not reach a policy version in time."""
 
 
 class WeightSync(Protocol):
@@ -33,7 +28,8 @@ class WeightSync(Protocol):
 
     def latest(self) -> int | None: ...
 
-    def load(self, version: int) -> dict[str, Any]: ...
+    def path(self, version: int) -> Path:
+        """The safetensors file of ``version``, which engines load (``load_weights``)."""
 
 
 class FileWeightSync:
@@ -78,16 +74,3 @@ class FileWeightSync:
             return int((self.directory / self.LATEST).read_text())
         except (FileNotFoundError, ValueError):
             return None
-
-    def load(self, version: int) -> dict[str, Any]:
-        from safetensors.torch import load_file
-
-        return load_file(str(self.path(version)))
-
-    def wait_for(self, version: int, timeout_s: float) -> None:
-        """Block until ``version`` (or a newer one) is published."""
-        deadline = time.monotonic() + timeout_s
-        while (self.latest() or -1) < version:
-            if time.monotonic() > deadline:
-                raise WeightSyncTimeout(f"policy version {version} was not published within {timeout_s:.0f} s")
-            time.sleep(0.05)

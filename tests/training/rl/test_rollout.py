@@ -5,6 +5,7 @@ handed out again. Controllers run as threads over a test-double engine here; the
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue as queue_module
 import threading
 import time
 
@@ -15,9 +16,11 @@ from inference_support import tiny_checkpoint
 from rl_fixtures import VersionedTestEngine, manager_that_dies, prompt_task, prompt_tasks
 
 from envgen import rewards
+from training.rl import _within_admission_bound, _within_staleness_bound
 from training.rl.config import RLConfig
-from training.rl.rollout import ThreadLauncher
-from training.rl.trainer import RLRun
+from training.rl.rollout import ThreadLauncher, Work
+from training.rl.trainer import RLRun, RLRunError
+from training.rl.weights import FileWeightSync
 
 
 def run(tmp_path, engine, tasks=None, **config) -> tuple[RLRun, object]:
@@ -121,8 +124,16 @@ def test_a_controller_blocked_outside_the_engine_is_replaced_and_its_samples_han
 
 
 def test_controllers_that_keep_dying_stop_the_run_with_the_last_failure(tmp_path):
+    broken = tmp_path / "broken"  # passes the probe (a config.json), fails to load in every controller
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
     with pytest.raises(Exception, match="restarted .* times .*max_restarts=1"):
-        run(tmp_path, "hf:/no/such/model", max_restarts=1)
+        run(tmp_path, f"hf:{broken}", max_restarts=1)
+
+
+def test_an_engine_that_is_no_checkpoint_is_refused_before_any_controller_starts(tmp_path):
+    with pytest.raises(RLRunError, match=r"^engine hf:/no/such/model: /no/such/model is not a checkpoint"):
+        run(tmp_path, "hf:/no/such/model")
 
 
 def test_a_manager_that_breaks_ends_the_run_with_the_reason_instead_of_hanging(tmp_path, monkeypatch):
@@ -154,8 +165,146 @@ def test_a_controller_leaves_when_its_manager_is_killed(tmp_path):
         if sum(controller.cpu_times()[:2]) - busy < 0.1:
             break
         assert time.monotonic() < deadline, "the controller never became idle"
-    manager.kill()  # SIGKILL: no chance to stop its controllers
-    deadline = time.monotonic() + 60
+    manager.kill()  # SIGKILL: no chance to stop its controllers; they leave within a second or two
+    deadline = time.monotonic() + 5
     while controller.is_running() and controller.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the orphaned controller is still running"
         time.sleep(0.2)
+
+
+class CountingLauncher(ThreadLauncher):
+    """Records every sample handed to a controller, with the newest policy version published at that moment:
+    admissions counted from outside the manager, by what reached the engines."""
+
+    def __init__(self, weights: FileWeightSync) -> None:
+        self.weights = weights
+        self.dispatched: list[tuple[str, int]] = []
+
+    def queue(self):
+        launcher = self
+
+        class Inbox(queue_module.Queue):
+            def put(self, item, *args, **kwargs):
+                if isinstance(item, Work):
+                    launcher.dispatched.append((item.sample_id, launcher.weights.latest() or 0))
+                super().put(item, *args, **kwargs)
+
+        return Inbox()
+
+
+def test_the_output_alone_proves_both_bounds_and_admissions_counted_outside_agree(tmp_path):
+    engine = VersionedTestEngine(p=[0.5] * 6, latency_median_s=0.01, latency_sigma=1.5, hang_on_call=4, hang_s=60)
+    config = RLConfig(steps=6, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=6,
+                      max_staleness=1, beta=0.0)
+    launcher = CountingLauncher(FileWeightSync(tmp_path / "run" / "weights"))
+    rl = RLRun(tiny_checkpoint(), prompt_tasks(6), config, tmp_path / "run", engine=engine, launcher=launcher,
+               on_step=lambda row: engine.release.set() if row["version"] == 3 else None)
+    samples = rl.run().samples
+
+    # The rl stage's contract checks, on every row: AReaL's inequality at admission, the gap at consumption.
+    assert samples["admission_slot"].null_count() == 0
+    assert not _within_admission_bound(samples).any() and not _within_staleness_bound(samples).any()
+    assert (samples["admission_limit"] == (1 + samples["admission_version"] + 1) * 4).all()
+    forged = samples.with_columns(pl.col("admission_slot") + pl.col("admission_limit"))
+    assert _within_admission_bound(forged).all()
+    assert _within_staleness_bound(samples.with_columns(pl.col("staleness") + 2)).any()
+
+    # From outside: whatever reached an engine stayed within the bound of the newest published version, less the
+    # stale samples the trainer had dropped by then (at consumption by that version or earlier).
+    stale = samples.filter(pl.col("drop_reason") == "stale")
+    assert stale.height > 0  # the straggler outlived the bound
+    seen: set[str] = set()
+    for sample_id, latest in launcher.dispatched:
+        seen.add(sample_id)
+        released = stale.filter(pl.col("trainer_version") <= latest).height
+        assert len(seen) - released <= (config.max_staleness + latest + 1) * config.batch_size
+    # No over-generation: every admitted sample was consumed or replaced one dropped at consumption.
+    assert len(seen) == config.steps * config.batch_size + stale.height == samples.height
+
+
+INTERRUPTED_RUN = """
+import sys
+from pathlib import Path
+from inference_support import tiny_checkpoint
+from rl_fixtures import prompt_tasks
+from training.rl.config import RLConfig
+from training.rl.trainer import RLRun
+
+config = RLConfig(steps=1000, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=1000,
+                  beta=0.0, sampling={"max_tokens": 8})
+run = RLRun(tiny_checkpoint(), prompt_tasks(4), config, Path(sys.argv[1]),
+            on_step=lambda row: print("step", row["version"], flush=True))
+try:
+    run.run()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_stops_a_running_rl_run_and_its_controllers_without_tracebacks(tmp_path):
+    """Ctrl-C reaches the terminal's whole process group: controllers ignore it (no restarts, no tracebacks of
+    theirs) and leave when the run, which gets the KeyboardInterrupt, stops them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    support = Path(__file__).parents[2] / "support"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(support), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, str(tmp_path / "run")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert child.stdout.readline().startswith("step "), "the run never stepped"
+        controllers = psutil.Process(child.pid).children(recursive=True)
+        assert len(controllers) >= 2
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 130 and "interrupted" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert "restarted" not in out + err
+    deadline = time.monotonic() + 5
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in controllers):
+        assert time.monotonic() < deadline, "a controller outlived the interrupted run"
+        time.sleep(0.1)
+
+
+FAILING_RUN = """
+import sys
+from pathlib import Path
+from inference_support import tiny_checkpoint
+from rl_fixtures import prompt_tasks
+from training.rl.config import RLConfig
+from training.rl.trainer import RLRun, RLRunError
+
+config = RLConfig(steps=4, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=4,
+                  beta=0.0, max_restarts=1)
+try:
+    RLRun(tiny_checkpoint(), prompt_tasks(4), config, Path(sys.argv[1]), engine=f"hf:{sys.argv[2]}").run()
+except RLRunError as exc:
+    print(f"error: {exc}", flush=True)
+    sys.exit(1)
+"""
+
+
+def test_a_run_whose_controller_processes_keep_failing_exits_instead_of_hanging(tmp_path):
+    """Every controller process fails to load its engine: the run stops with the last failure and the process
+    exits (its queues' feeder threads are not waited for), leaving no controller behind."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    support = Path(__file__).parents[2] / "support"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(support), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", FAILING_RUN, str(tmp_path / "run"), str(broken)], env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "restarted 2 times (max_restarts=1)" in done.stdout and "Traceback" not in done.stderr

@@ -132,3 +132,20 @@ def test_state_round_trips_through_a_checkpoint():
     again.load_state_dict(scheduler.state_dict())
     assert again.state_dict() == scheduler.state_dict()
     assert [g.group_id for g in again.next_groups(3, step=2)] == [g.group_id for g in scheduler.next_groups(3, 2)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(share=st.floats(0.0, 1.0), calls=st.integers(1, 120))
+def test_self_verification_holds_its_share_at_one_group_per_admission(share, calls):
+    """The manager admits one group at a time; rounding 1 x share gave no verification at share <= 0.5 and
+    nothing else above it. The deficit counter gives floor(calls x share) of them, whatever the share."""
+    tasks = prompt_tasks(2)
+    settings_ = SchedulingSettings(oversampling=False, self_verification_window=1, self_verification_share=share)
+    scheduler = Scheduler(tasks, settings_, total_steps=10)
+    scheduler.record_group(tasks[0], [1.0, 0.0], ["\\boxed{city0}", "x"])
+    scheduler.record_step(0.5)
+    scheduler.record_step(0.5)  # a window of 1 with no gain: the plateau
+    assert scheduler.verifying
+    groups = [g for _ in range(calls) for g in scheduler.next_groups(1, step=1)]
+    verify = sum(g.task.source == "self_verification" for g in groups)
+    assert len(groups) == calls and verify == int(calls * share + 1e-9)

@@ -174,3 +174,53 @@ def test_a_run_whose_samples_never_reach_the_policy_stops_and_says_why(tmp_path)
     with pytest.raises(RLRunError, match=r"before the policy wrote a token \(context_overflow x16\)"):
         rl.run()
     assert rl.trainer.version == UNWRITTEN_LIMIT  # far past max_staleness: the samples were not dropped as stale
+
+
+def engine_samples(top_p: float, n: int = 4) -> tuple[object, list]:
+    """Samples the transformers engine drew at ``top_p`` (temperature 1), with its sampling logprobs, version 0."""
+    from inference.engine import Request, SamplingParams
+    from inference.hf_engine import HFEngine
+
+    engine = HFEngine(tiny_checkpoint())
+    request = Request([{"role": "user", "content": "Which city lies on the river?"}],
+                      sampling=SamplingParams(temperature=1.0, top_p=top_p, max_tokens=12, n=n, seed=3))
+    [completions] = engine.generate([request])
+    samples = [sample(f"s{i}", [Turn(list(c.prompt_token_ids), list(c.token_ids), list(c.logprobs), 0,
+                                     [1] * len(c.token_ids), "stop")], float(i % 2))
+               for i, c in enumerate(completions)]
+    return engine, samples
+
+
+def test_at_equal_weights_every_token_ratio_is_one_under_top_p():
+    """The engine samples from the top-p-processed distribution and reports its logprobs; the trainer scores the
+    same distribution, so on-policy ratios are 1 (scored at temperature only they were ~0.95 at top-p 0.95)."""
+    engine, samples = engine_samples(top_p=0.7)
+    batch = completion_logprobs(engine.model, samples, [1.0] * len(samples), engine.pad_id, top_p=0.7)
+    valid = batch.mask.bool()
+    gap = (batch.logprobs.detach() - batch.behaviour)[valid]
+    assert valid.sum() > 20 and gap.abs().max() < 1e-4
+    truncation_ignored = completion_logprobs(engine.model, samples, [1.0] * len(samples), engine.pad_id)
+    assert (truncation_ignored.logprobs.detach() - batch.behaviour)[valid].mean() < -1e-2  # the bias it had
+    config = RLConfig(num_generations=2, batch_size=4, steps=1, checkpoint_every=1, beta=0.0,
+                      sampling={"top_p": 0.7})
+    metrics = PolicyTrainer(engine.model, config, engine.pad_id).step([samples[:2], samples[2:]],
+                                                                       {"t": "prompt"}).metrics
+    assert abs(metrics["ratio_on_policy"] - 1.0) < 1e-4 and abs(metrics["ratio_mean"] - 1.0) < 1e-4
+
+
+def test_the_gspo_clip_binds_once_the_policy_has_moved():
+    """The GSPO paper's sequence-level range (3e-4 / 4e-4, the default at sequence level) clips the samples of the
+    previous version after one step; the token-level 0.2 / 0.28 at sequence level never did."""
+    clipped = {}
+    for name, extra in {"gspo": {}, "token_range": {"epsilon": 0.2, "epsilon_high": 0.28}}.items():
+        engine, samples = engine_samples(top_p=1.0, n=8)
+        config = RLConfig(num_generations=2, batch_size=8, steps=2, checkpoint_every=2, beta=0.0,
+                          sampling={"top_p": 1.0}, **extra)
+        trainer = PolicyTrainer(engine.model, config, engine.pad_id)
+        groups = [samples[i:i + 2] for i in range(0, 8, 2)]
+        first = trainer.step(groups, {"t": "prompt"}).metrics
+        clipped[name] = (first["clip_ratio"], trainer.step(groups, {"t": "prompt"}).metrics["clip_ratio"])
+    assert RLConfig().epsilon == 3e-4 and RLConfig().epsilon_high == 4e-4
+    assert RLConfig(importance_sampling_level="token").epsilon == 0.2
+    assert clipped["gspo"][0] == 0.0 and clipped["gspo"][1] > 0.0  # on-policy nothing is clipped; one step on, it is
+    assert clipped["token_range"] == (0.0, 0.0)
