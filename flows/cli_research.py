@@ -23,22 +23,17 @@ from typing import Annotated, Any
 import typer
 
 research_app = typer.Typer(no_args_is_help=True, help="Deep research: the harness, research tasks, trajectories.")
-ENGINE_KINDS = ("hf", "openai", "vllm")
 REFERENCE = "reference"
 
 
 def check_teacher(spec: str, option: str = "--teacher") -> str:
-    """``reference`` or an engine spec of a known kind (``openai:`` with ``http(s)://HOST/v1#MODEL``)."""
-    if spec == REFERENCE:
-        return spec
-    kind, sep, target = spec.partition(":")
-    if not sep or kind not in ENGINE_KINDS or not target:
-        raise typer.BadParameter(f"{spec!r}: use reference, hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint=option)
-    if kind == "openai":
-        url, hash_, model = target.partition("#")
-        if not hash_ or not model or not url.startswith(("http://", "https://")):
-            raise typer.BadParameter(f"{spec!r}: use openai:http(s)://HOST:PORT/v1#MODEL", param_hint=option)
-    return spec
+    """``reference`` or an engine spec (``inference.teacher.check_spec``), as a CLI option error."""
+    from inference.teacher import check_spec
+
+    try:
+        return check_spec(spec)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 class RoleProgress:

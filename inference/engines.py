@@ -22,31 +22,23 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from inference.engine import Completion, Engine, FinishReason, Request
+from inference.engine_spec import EngineSpec, EngineSpecError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 TOOL_CALL_OPEN = "<tool_call>"
-SPEC_FORMS = "hf:DIR, openai:URL#MODEL or vllm:DIR"
-
-
 class EngineUnavailable(ValueError):
     """An engine spec that is malformed, or an engine that cannot serve: one line naming it and what to do."""
 
 
 def parse_spec(spec: str) -> tuple[str, str, str | None]:
-    """``(kind, target, model)`` of a spec, checked for form only (nothing is loaded or reached)."""
-    kind, sep, target = spec.partition(":")
-    if not sep or not target:
-        raise EngineUnavailable(f"engine spec {spec!r}: expected {SPEC_FORMS}")
-    if kind == "openai":
-        url, hash_, model = target.partition("#")
-        if not hash_ or not model or not url.startswith(("http://", "https://")):
-            raise EngineUnavailable(f"engine spec {spec!r}: expected openai:http(s)://HOST:PORT/v1#MODEL")
-        return kind, url.rstrip("/"), model
-    if kind not in ("hf", "vllm"):
-        raise EngineUnavailable(f"engine spec {spec!r}: unknown kind {kind!r}; expected {SPEC_FORMS}")
-    return kind, target, None
+    """``(kind, target, model)`` of a spec (``inference.engine_spec``), checked for form only."""
+    try:
+        parsed = EngineSpec.parse(spec)
+    except EngineSpecError as exc:
+        raise EngineUnavailable(str(exc)) from None
+    return parsed.kind, parsed.target, parsed.model
 
 
 def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:

@@ -225,14 +225,16 @@ class BigramReference:
 
 def load_scorer(spec: str) -> Scorer:
     """``hf:DIR`` or ``openai:URL#MODEL``."""
-    kind, _, target = spec.partition(":")
-    if kind == "hf":
-        return HFScorer(target)
-    if kind == "openai":
-        url, _, model = target.partition("#")
-        if not model or not url.startswith(("http://", "https://")):
-            raise ValueError(f"reference {spec!r}: expected openai:http(s)://HOST:PORT/v1#MODEL")
-        return OpenAIScorer(url, model)
+    from inference.engine_spec import EngineSpec, EngineSpecError
+
+    try:
+        parsed = EngineSpec.parse(spec)
+    except EngineSpecError as exc:
+        raise ValueError(f"reference {spec!r}: {exc}") from None
+    if parsed.kind == "hf":
+        return HFScorer(parsed.target)
+    if parsed.kind == "openai":
+        return OpenAIScorer(parsed.target, str(parsed.model))
     raise ValueError(f"reference {spec!r}: use 'tiny', hf:DIR or openai:URL#MODEL (an engine returning prompt "
                      "log-probabilities)")
 

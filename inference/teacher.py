@@ -27,13 +27,13 @@ class TeacherError(StageError):
 
 def check_spec(spec: str) -> str:
     """``reference`` or an engine spec (hf:DIR, openai:URL#MODEL, vllm:DIR); raises ValueError naming the forms."""
-    from inference.engine_spec import FORMS, EngineSpec, EngineSpecError
+    from inference.engine_spec import EngineSpec, EngineSpecError
 
     if spec != REFERENCE:
         try:
             EngineSpec.parse(spec)
         except EngineSpecError as exc:
-            raise ValueError(f"teacher={spec!r}: use 'reference' (offline) or an engine spec {FORMS} ({exc})") from None
+            raise ValueError(f"{exc}, or 'reference' (the offline teacher)") from None
     return spec
 
 

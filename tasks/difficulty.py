@@ -51,13 +51,13 @@ class FilterParams(Params):
     @field_validator("engine")
     @classmethod
     def _engine(cls, value: str) -> str:
-        from inference.engine_spec import FORMS, EngineSpec, EngineSpecError
+        from inference.engine_spec import EngineSpec, EngineSpecError
 
         if value != TINY:
             try:
                 EngineSpec.parse(value)
             except EngineSpecError as exc:
-                raise ValueError(f"engine={value!r}: set 'tiny' or an engine spec {FORMS} ({exc})") from None
+                raise ValueError(f"{exc}, or 'tiny' (the tiny_policy artifact)") from None
         return value
 
     @model_validator(mode="after")

@@ -78,7 +78,15 @@ class SFTSetParams(TrajectoryParams):
     @field_validator("reference")
     @classmethod
     def _reference(cls, value: str) -> str:
-        if value not in ("tiny", "bigram") and value.partition(":")[0] not in ("hf", "openai"):
+        from inference.engine_spec import EngineSpec, EngineSpecError
+
+        if value in ("tiny", "bigram"):
+            return value
+        try:
+            kind = EngineSpec.parse(value).kind
+        except EngineSpecError:
+            kind = None
+        if kind not in ("hf", "openai"):  # a scorer of prompt log-probabilities
             raise ValueError(f"reference={value!r}: set 'bigram', 'tiny', hf:DIR or openai:URL#MODEL")
         return value
 
@@ -91,8 +99,10 @@ class SFTSetParams(TrajectoryParams):
         return value
 
     def local_inputs(self) -> list[str]:
-        kind, _, target = self.reference.partition(":")
-        return super().local_inputs() + ([target] if kind == "hf" else [])
+        from inference.engine_spec import EngineSpec
+
+        spec = EngineSpec.named_in(self.reference)
+        return super().local_inputs() + (spec.local_inputs() if spec else [])
 
 
 def embed_text(messages: list[dict[str, Any]], train: list[bool], chars: int) -> str:

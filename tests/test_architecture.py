@@ -5,6 +5,7 @@ a wrong-way edge. Run it alone with ``make architecture``."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,32 @@ def test_the_walk_sees_every_import(tmp_path: Path, source: str, expected: list[
     path = tmp_path / "m.py"
     path.write_text(source)
     assert [module for _, module in imports(path)] == expected
+
+
+# An engine spec is parsed in one place (inference/engine_spec.py, through inference/engines.py's factory): code
+# elsewhere that splits a string at ":" and compares the head with an engine kind, or tests a string for a kind's
+# prefix, is a second parser.
+SPEC_PARSERS = ("inference/engine_spec.py", "inference/engines.py")
+PREFIX_TEST = re.compile(r'startswith\(\(?\s*"(hf|openai|vllm):"')
+KIND_COMPARED = re.compile(r'(==|!=|\bin)\s*\(?\s*"(hf|openai|vllm)"')
+
+
+def spec_parsers(text: str) -> bool:
+    """Whether ``text`` tests a string for an engine kind's prefix, or splits at ':' and compares a kind."""
+    return bool(PREFIX_TEST.search(text)) or ('partition(":")' in text and bool(KIND_COMPARED.search(text)))
+
+
+def test_engine_specs_are_parsed_in_one_place() -> None:
+    found = [str(path.relative_to(ROOT)) for room in RANK for path in sorted((ROOT / room).rglob("*.py"))
+             if str(path.relative_to(ROOT)) not in SPEC_PARSERS and spec_parsers(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+@pytest.mark.parametrize(("source", "parses"), [
+    ('ok = spec.startswith(("hf:", "vllm:"))', True),
+    ('kind, _, target = spec.partition(":")\nif kind == "openai": pass', True),
+    ('kind, _, rest = spec.partition(":")\nif kind in ("world", "hotpotqa"): pass', False),
+    ('spec = EngineSpec.parse(value)\nif spec.kind not in ("hf", "openai"): pass', False),
+])
+def test_the_spec_parser_check_sees_a_second_parser(source: str, parses: bool) -> None:
+    assert spec_parsers(source) is parses

@@ -72,8 +72,10 @@ class EvaluateParams(EvalConfig):
         return v
 
     def local_inputs(self) -> list[str]:
-        return [spec.partition(":")[2] for spec in (self.engine, self.summary_engine)
-                if spec and spec.startswith(("hf:", "vllm:")) and Path(spec.partition(":")[2]).is_dir()]
+        from inference.engine_spec import EngineSpec
+
+        specs = [EngineSpec.named_in(s) for s in (self.engine, self.summary_engine) if s]
+        return [s.target for s in specs if s and s.local and Path(s.target).is_dir()]
 
 
 def _no_infra_scored(frame: pl.DataFrame) -> pl.Series:

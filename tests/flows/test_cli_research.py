@@ -22,13 +22,13 @@ def gymforge(*args: str, data: Path, timeout: int) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("run", "Zorvex Labs", "--teacher", "gpt4"), "use reference, hf:DIR, openai:URL#MODEL or vllm:DIR"),
+    (("run", "Zorvex Labs", "--teacher", "gpt4"), "expected hf:DIR, openai:URL#MODEL or vllm:DIR, or 'reference'"),
     (("run", "Zorvex Labs", "--teacher", "openai:localhost:8000#m"), "openai:http(s)://HOST:PORT/v1#MODEL"),
     (("run", "   "), "the query is empty"),
     (("run", "Zorvex Labs", "--writers", "0"), "--writers: Input should be greater than or equal to 1"),
     (("tasks", "--routes", "essay"), "brief, article"),
     (("tasks", "--routes", ""), "no route was given"),
-    (("qa", "--engine", "tiny"), "use reference"),
+    (("qa", "--engine", "tiny"), "or 'reference'"),
     (("run", "Zorvex Labs", "--judge", "reference"), "the judge must be an engine"),
 ])
 def test_bad_options_are_one_line_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
