@@ -181,16 +181,24 @@ def row(name: str, before: Sequence[float], after: Sequence[float], ci: Any, pai
 def curve(args: argparse.Namespace) -> None:
     import random
 
+    import polars as pl
+
     from inference.checkpoint import save_model
     from inference.metrics import bootstrap_ci
     from training.sft import fit, load_base
+    from training.sft_eval import call_turns
 
     base_dir, params, tasks, frame = resolve(args)
-    turns = held_out_turns(args.data_dir, tasks)
+    held = held_out_frame(args.data_dir, args.heldout_from, [t.task_id for t in tasks] if args.heldout_from ==
+                          "small_envs" else None, args.max_heldout)
+    frame = frame.filter(~pl.col("task_id").is_in(held["task_id"].unique().to_list()).fill_null(False))
+    if args.heldout_from != "small_envs":
+        tasks = []  # its rows' environments are not tasks of an artifact: validity only, no free episodes
+    turns = call_turns(held.to_dicts(), limit=1 << 30)
     tokenizer = load_base(base_dir)[1]
     rows, _ = rows_of(frame, tokenizer, params.max_length)
     random.Random(0).shuffle(rows)
-    eval_rows, _ = rows_of(held_out_frame(args.data_dir, tasks), tokenizer, params.max_length)
+    eval_rows, _ = rows_of(held, tokenizer, params.max_length)
     arm = params.model_copy(update={"max_steps": args.max_steps, "eval_steps": args.eval_every,
                                     "save_steps": 10 * args.max_steps})
     started = time.perf_counter()
@@ -204,32 +212,36 @@ def curve(args: argparse.Namespace) -> None:
                                  scratch / "trainer", None, progress=False)
             points[size] = sorted({(int(e["step"]), e["eval_tool_call_format"], e["eval_tool_call_valid"])
                                    for e in history if "eval_tool_call_valid" in e})
-            save_model(model, tokenizer, scratch / "model", {"base": str(base_dir), "method": "sft"})
-            _, episode = measure(model, tokenizer, scratch / "model", [], tasks, args)
-            rewards[size] = bootstrap_ci([sum(r) / len(r) for r in episode.values()], resamples=10_000)
-            print(f"size {size}: (step, format, valid) {points[size]}; reward {rewards[size]}", flush=True)
+            if tasks:
+                save_model(model, tokenizer, scratch / "model", {"base": str(base_dir), "method": "sft"})
+                _, episode = measure(model, tokenizer, scratch / "model", [], tasks, args)
+                rewards[size] = bootstrap_ci([sum(r) / len(r) for r in episode.values()], resamples=10_000)
+            print(f"size {size}: (step, format, valid) {points[size]}; reward {rewards.get(size)}", flush=True)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     figure = plot_curve(points, Path(args.figure))
     lines = ["", (f"## Cold-start SFT: learning curves on held-out environment tasks ({time.strftime('%Y-%m-%d')}, "
-                 f"{machine()})"), "",
+                  f"{machine()})"), "",
              (f"`python -m bench.bench_sft curve`: base `{args.base}`, trained on `{', '.join(args.data)}` (the first "
               f"N of {len(rows)} trajectories in a seeded order, every row of a held-out task removed); profile "
               f"`{args.profile}`'s sft config with {args.max_steps} steps of {params.per_device_train_batch_size} "
-              f"(lr {params.learning_rate:g}, {params.lr_scheduler_type}); held out: {len(tasks)} small-environment "
-              f"tasks, {len(turns)} tool-calling turns teacher-forced (greedy) every {args.eval_every} steps, "
-              f"{args.k} free episodes per task at the end; wall {(time.perf_counter() - started) / 60:.1f} min."),
+              f"(lr {params.learning_rate:g}, {params.lr_scheduler_type}); held out: {held['task_id'].n_unique()} "
+              f"tasks of `{args.heldout_from}`, {len(turns)} tool-calling turns teacher-forced (greedy) every "
+              f"{args.eval_every} steps" + (f", {args.k} free episodes per task at the end" if tasks else "")
+              + f"; wall {(time.perf_counter() - started) / 60:.1f} min."),
              "", "| trajectories | step | call format rate | valid call rate |", "|---|---|---|---|"]
     for size, curve_points in points.items():
         lines += [f"| {size} | {step} | {fmt:.3f} | {valid:.3f} |" for step, fmt, valid in curve_points]
-    lines += ["", "| trajectories | environment reward after [95% CI] |", "|---|---|"]
-    lines += [f"| {size} | {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] |" for size, r in rewards.items()]
-    lines += ["", f"![valid call rate against steps]({figure.relative_to(Path(__file__).parent)})", ""]
+    if rewards:
+        lines += ["", "| trajectories | environment reward after [95% CI] |", "|---|---|"]
+        lines += [f"| {size} | {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] |" for size, r in rewards.items()]
+    lines += ["", f"![held-out call rates against steps]({os.path.relpath(figure, Path(__file__).parent)})", ""]
     report(lines, record=not args.no_record)
 
 
-def held_out_frame(data_dir: str | None, tasks: Sequence[Any]) -> Any:
-    """The held-out tasks' golden trajectories (the SFT run's eval split: its loss and validity)."""
+def held_out_frame(data_dir: str | None, stage: str, task_ids: Sequence[str] | None, limit: int) -> Any:
+    """The held-out trajectories (the SFT run's eval split: its loss and validity): those of ``task_ids``, else
+    the rows of up to ``limit`` tasks of ``stage`` held out by bench_rl's hash split."""
     import polars as pl
 
     from data_contracts.catalog import Catalog
@@ -238,8 +250,10 @@ def held_out_frame(data_dir: str | None, tasks: Sequence[Any]) -> Any:
     from flows.train import published
 
     root = data_root(data_dir)
-    small = published(Catalog(root), ArtifactStore(root), "small_envs")
-    return small.read("trajectories").filter(pl.col("task_id").is_in([t.task_id for t in tasks])).sort("id")
+    rows = published(Catalog(root), ArtifactStore(root), stage).read("trajectories")
+    if task_ids is None:
+        task_ids = sorted({t for t in rows["task_id"].drop_nulls() if heldout(t)})[:limit]
+    return rows.filter(pl.col("task_id").is_in(list(task_ids))).sort("id")
 
 
 def plot_curve(points: dict[int, list[tuple[int, float, float]]], path: Path) -> Path:
@@ -252,9 +266,12 @@ def plot_curve(points: dict[int, list[tuple[int, float, float]]], path: Path) ->
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
     try:
         for size, curve_points in points.items():
-            ax.plot([p[0] for p in curve_points], [p[2] for p in curve_points], marker="o", label=f"{size} traj.")
+            steps = [p[0] for p in curve_points]
+            [line] = ax.plot(steps, [p[2] for p in curve_points], marker="o", label=f"valid call, {size} traj.")
+            ax.plot(steps, [p[1] for p in curve_points], marker="s", linestyle="--", color=line.get_color(),
+                    label=f"parsable call, {size} traj.")
         ax.set_xlabel("SFT step")
-        ax.set_ylabel("held-out valid tool-call rate")
+        ax.set_ylabel("held-out rate (teacher-forced turns)")
         ax.set_ylim(-0.02, 1.02)
         ax.legend()
         fig.tight_layout()
@@ -336,6 +353,8 @@ def main() -> None:
     curves = sub.choices["curve"]
     curves.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="training-set sizes")
     curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
+    curves.add_argument("--heldout-from", default="small_envs", help="the trajectory stage whose held-out tasks' "
+                        "turns are scored (small_envs also plays free episodes)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
