@@ -14,8 +14,9 @@ Differences are paired (per turn, per task) with percentile bootstrap 95% interv
 
 ``curve``: the learning curves a profile's SFT budget is chosen from: for each training-set size of ``--sizes``
 (the first N training trajectories in a seeded order), one run of ``--max-steps`` steps evaluated every
-``--eval-every`` steps on the held-out turns (teacher-forced validity, as above); a table and a PNG of valid-call
-rate against steps, one line per size, with the final environment reward of each run.
+``--eval-every`` steps on the held-out turns (teacher-forced, as above) of ``--heldout-from``'s held-out tasks (the
+small environments by default, which also play free episodes at the end); a table and a PNG of parsable and valid
+call rates against steps, one line each per size.
 
 ``throughput``: the same training rows and config for ``--steps`` steps with and without packing (best-fit
 decreasing, padding-free), side by side: trained-on tokens per second (non-padding input tokens / train runtime) and
@@ -23,6 +24,7 @@ padding waste (pad positions / all positions over one epoch of the trainer's own
 
     .venv/bin/python -m bench.bench_sft learning [--data-dir DIR] [--base tiny_policy] [--max-steps N] [--no-record]
     .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
+        [--heldout-from midtrain_env]
     .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--no-record]
 """
 
