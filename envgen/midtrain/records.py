@@ -189,9 +189,10 @@ def _checks_written(domain: CompiledDomain, tool: Any, result: str, later: Seque
 
 
 def value_texts_in(result: str, key: str) -> set[str]:
-    """The values of ``key`` in a rendered tool result (a row, or a list of rows under ``results``)."""
+    """The values of ``key`` in a rendered tool result (a row, or a list of rows under ``results``), whole or as
+    step compression summarized it."""
     try:
-        content = json.loads(result)
+        content = json.loads(result.removeprefix(SUMMARY_TAG))
     except json.JSONDecodeError:
         return set()
     rows = content.get("results") if isinstance(content, dict) and "results" in content else [content]

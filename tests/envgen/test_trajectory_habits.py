@@ -17,6 +17,7 @@ from envgen.customers import owner_of, written_rows
 from envgen.midtrain.augment import _why_not, alternatives, decompose
 from envgen.midtrain.records import (
     EXECUTION,
+    SUMMARY_TAG,
     episode_steps,
     needless_read,
     needless_reads,
@@ -162,6 +163,18 @@ def test_a_lookup_of_a_stated_value_is_needless() -> None:
     stated = "Please move my reservation RES1 to flight FLJILEPU."
     assert needless_reads(domain, calls, results, [stated, stated]) == [0]
     assert needless_reads(domain, calls, results, ["Move RES1 to flight LC0106."] * 2) == []
+
+
+def test_a_check_of_the_record_about_to_change_is_a_reason_also_when_compressed() -> None:
+    """Reading the reservation a write then changes is a check before it, whether the result is whole or, after
+    step compression, summarized (a compressed row of `make demo`'s sft_set was refused for it)."""
+    domain = domain_for(environments()[0])
+    calls = [{"name": "get_reservation", "arguments": {"reservation_id": "RES1"}},
+             {"name": "change_flight", "arguments": {"reservation_id": "RES1", "new_flight_id": "FLJILEPU"}}]
+    stated = ["Please move my reservation RES1 to flight FLJILEPU."] * 2
+    whole = '{"reservation_id":"RES1","flight_id":"FLOLD","status":"confirmed"}'
+    for result in (whole, SUMMARY_TAG + '{"reservation_id": "RES1", "status": "confirmed"}'):
+        assert needless_reads(domain, calls, [result, '{"ok":true}'], stated) == []
 
 
 def test_a_final_message_without_a_written_value_is_refused() -> None:
