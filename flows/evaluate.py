@@ -301,7 +301,11 @@ def evaluations_of(ref: str, catalog: Catalog, store: ArtifactStore) -> tuple[st
         artifact = store.get("evaluate", ref)
         return ref, [artifact] if artifact else []
     label, key = ref, None
-    if EngineSpec.named_in(ref) is None:
+    try:
+        engine = EngineSpec.named_in(ref)
+    except EngineSpecError as exc:
+        raise StageError(str(exc)) from None
+    if engine is None:
         model = resolve_model(ref, catalog, store)
         label, key = model.label, model.key
     found = [store.get("evaluate", k) for k, params, inputs in rows.iter_rows()
