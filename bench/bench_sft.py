@@ -78,17 +78,9 @@ def resolve(args: argparse.Namespace) -> tuple[Path, Any, list[Any], Any]:
 
 def held_out_turns(data_dir: str | None, tasks: Sequence[Any]) -> list[Any]:
     """Every tool-calling turn of the held-out tasks' golden trajectories."""
-    import polars as pl
-
-    from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
-    from flows.runtime import data_root
-    from flows.train import published
     from training.sft_eval import call_turns
 
-    root = data_root(data_dir)
-    small = published(Catalog(root), ArtifactStore(root), "small_envs")
-    rows = small.read("trajectories").filter(pl.col("task_id").is_in([t.task_id for t in tasks])).sort("id")
+    rows = held_out_frame(data_dir, "small_envs", [t.task_id for t in tasks], len(tasks))
     return call_turns(rows.to_dicts(), limit=1 << 30)
 
 

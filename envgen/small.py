@@ -103,7 +103,8 @@ def small_environment(env: Mapping[str, Any], task: Mapping[str, Any], distracto
 
 def task_view(env: Mapping[str, Any], task: Mapping[str, Any], distractors: int) -> dict[str, Any]:
     """:func:`small_environment` as every reader of tasks offers it (RL, held-out scoring, evaluation): compact, its
-    distractors drawn by the task's clean task id, so a noisy twin is offered its clean task's tools and the same
-    task the same tools wherever it is read."""
+    distractors drawn by the task's clean task id, so a noisy twin is offered its clean task's tools and a task the
+    same tools in each of those readers. (``small_envs`` draws its own with its seed; its rows are already this
+    small, so reading them through the view keeps their tools.)"""
     seed = task.get("clean_task_id") or task["task_id"]
     return small_environment(env, task, distractors, random.Random(f"task_view/{seed}"))

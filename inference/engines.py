@@ -32,42 +32,42 @@ class EngineUnavailable(ValueError):
     """An engine spec that is malformed, or an engine that cannot serve: one line naming it and what to do."""
 
 
-def parse_spec(spec: str) -> tuple[str, str, str | None]:
-    """``(kind, target, model)`` of a spec (``inference.engine_spec``), checked for form only."""
+def _parsed(spec: str) -> EngineSpec:
+    """The spec checked for form only; a malformed one is the :class:`EngineUnavailable` line run-start checks catch."""
     try:
-        parsed = EngineSpec.parse(spec)
+        return EngineSpec.parse(spec)
     except EngineSpecError as exc:
         raise EngineUnavailable(str(exc)) from None
-    return parsed.kind, parsed.target, parsed.model
 
 
 def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
     """Build the engine a spec names; ``options`` go to the engine's constructor."""
-    kind, target, model = parse_spec(spec)
-    if kind == "openai":
+    parsed = _parsed(spec)
+    if parsed.kind == "openai":
         from inference.http_engine import HTTPEngine
 
-        return HTTPEngine(target, model or "", policy_version=policy_version, **options)
+        return HTTPEngine(parsed.target, str(parsed.model), policy_version=policy_version, **options)
     from inference.checkpoint import resolve_model
 
-    if kind == "hf":
+    if parsed.kind == "hf":
         from inference.hf_engine import HFEngine
 
-        return HFEngine(resolve_model(target), policy_version=policy_version, **options)
+        return HFEngine(resolve_model(parsed.target), policy_version=policy_version, **options)
     from inference.vllm_engine import VLLMEngine
 
-    return VLLMEngine(resolve_model(target), policy_version=policy_version, **options)
+    return VLLMEngine(resolve_model(parsed.target), policy_version=policy_version, **options)
 
 
 def probe_engine(spec: str, *, weights: bool = False, timeout_s: float = 5.0) -> None:
     """Check, within seconds and without loading a model, that ``spec`` can serve: a checkpoint directory for
     ``hf:``, vLLM and a GPU for ``vllm:``, an endpoint that answers and serves the model for ``openai:``; with
     ``weights``, also that it can load new policy weights (asynchronous RL). Raises :class:`EngineUnavailable`."""
-    kind, target, model = parse_spec(spec)
+    parsed = _parsed(spec)
+    kind, target = parsed.kind, parsed.target
     if kind == "openai":
         from inference.http_engine import probe_endpoint
 
-        probe_endpoint(target, model or "", weights=weights, timeout_s=timeout_s)
+        probe_endpoint(target, str(parsed.model), weights=weights, timeout_s=timeout_s)
         return
     from inference.checkpoint import resolve_model
 
