@@ -140,22 +140,22 @@ def known(args: argparse.Namespace) -> None:
 
 def _tiny_policy(data_dir: str) -> str:
     from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
 
     found = Catalog(data_dir).query("SELECT key FROM artifacts WHERE stage = 'tiny_policy' AND status = 'published' "
                                     "ORDER BY key")
     if found.is_empty():
         raise SystemExit(f"no published tiny_policy in {data_dir}: run `gymforge demo` first")
-    return str(ArtifactStore(data_dir).get("tiny_policy", found["key"][0]).directory)
+    return str(open_store(data_dir).get("tiny_policy", found["key"][0]).directory)
 
 
 def _suite_items(data_dir: str, suite: str) -> list[Any]:
     from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
     from inference.evaluation.suites import get_suite
     from training.evaluate import suite_items
 
-    store, catalog = ArtifactStore(data_dir), Catalog(data_dir)
+    store, catalog = open_store(data_dir), Catalog(data_dir)
     inputs = {}
     for name in get_suite(suite).stages:
         found = catalog.query("SELECT key FROM artifacts WHERE stage = ? AND status = 'published' ORDER BY key",

@@ -38,12 +38,12 @@ def tiny_inputs(steps: int | None, root: Path) -> tuple[object, object, float]:
     """(qa_seeds frame, tiny_policy model artifact, training seconds), published under ``root`` by the stages
     themselves with the tiny profile."""
     from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
     from data_contracts.runner import run_serially
-    from data_contracts.store import ArtifactStore
     from flows.profiles import stage_params
 
     params = stage_params("tiny", {"tiny_policy": {"steps": steps}} if steps else None)
-    store = ArtifactStore(root)
+    store = open_store(root)
     runs = run_serially(store, Catalog(root), ["qa_seeds", "tokenizer"], params, "bench", progress=False)
     start = time.perf_counter()
     policy = run_serially(store, Catalog(root), ["tiny_policy"], params, "bench", progress=False)["tiny_policy"]

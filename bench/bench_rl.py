@@ -95,11 +95,11 @@ class SlowToolsFactory:
 def resolve(data_dir: str, base: str, task_refs: Sequence[str]) -> tuple[Path, list[Any]]:
     """The base model's directory and the RL tasks of the named artifacts (keys or stage names)."""
     from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
     from flows.train import published
     from training.rl.sources import load_tasks
 
-    store, catalog = ArtifactStore(data_dir), Catalog(data_dir)
+    store, catalog = open_store(data_dir), Catalog(data_dir)
     base_path = Path(base)
     model_dir = base_path if base_path.is_dir() else Path(published(catalog, store, base).directory)
     inputs = {}

@@ -53,10 +53,10 @@ def _frame(rows: int, seed: int) -> pl.DataFrame:
 
 def publish_rate(root: str, count: int, rows: int) -> tuple[float, float]:
     """(artifacts/s, MB/s) of ``count`` first publishes of one output of ``rows`` 64-bit values each."""
+    from data_contracts.roots import open_store
     from data_contracts.stage import Contract, Params, Stage
-    from data_contracts.store import ArtifactStore
 
-    store = ArtifactStore(root)
+    store = open_store(root)
     stage = Stage("bench_publish", "1", (), Params, {"x": Contract()}, lambda i, p, s: {})
     frames = [_frame(rows, i) for i in range(count)]
     start = time.perf_counter()
@@ -70,10 +70,10 @@ def publish_rate(root: str, count: int, rows: int) -> tuple[float, float]:
 
 def publish_small(root: str, count: int) -> float:
     """Seconds to publish ``count`` one-row artifacts through ``ArtifactStore.publish``."""
+    from data_contracts.roots import open_store
     from data_contracts.stage import Contract, Params, Stage
-    from data_contracts.store import ArtifactStore
 
-    store = ArtifactStore(root)
+    store = open_store(root)
     stage = Stage("bench_rebuild", "1", (), Params, {"x": Contract()}, lambda i, p, s: {})
     frame = pl.DataFrame({"v": [1]})
     start = time.perf_counter()
@@ -86,9 +86,10 @@ def publish_small(root: str, count: int) -> float:
 def copy_to_object_store(local: str, url: str) -> float:
     """Seconds to lay the local store's artifacts out on the object store as committed attempts (batched, concurrent
     uploads: publishing 10,000 one by one through a loopback S3 server would measure the server, not the rebuild)."""
-    from data_contracts.store import MANIFEST, ArtifactStore
+    from data_contracts.roots import open_store
+    from data_contracts.store import MANIFEST
 
-    store, target = ArtifactStore(local), ArtifactStore(url)
+    store, target = open_store(local), open_store(url)
     start = time.perf_counter()
     batch: dict[str, bytes] = {}
     for manifest, _ in store.manifests():
@@ -108,10 +109,10 @@ def copy_to_object_store(local: str, url: str) -> float:
 def rebuild_time(root: str) -> tuple[float, int]:
     """(seconds to rebuild the catalog from the manifests, rows rebuilt)."""
     from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
 
     start = time.perf_counter()
-    rows = Catalog(root).rebuild(ArtifactStore(root))
+    rows = Catalog(root).rebuild(open_store(root))
     return time.perf_counter() - start, rows
 
 

@@ -52,7 +52,7 @@ def resolve(args: argparse.Namespace) -> tuple[Path, Any, list[Any], Any]:
     import polars as pl
 
     from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
     from flows.profiles import parse, stage_params
     from flows.runtime import data_root
     from flows.train import published
@@ -60,7 +60,7 @@ def resolve(args: argparse.Namespace) -> tuple[Path, Any, list[Any], Any]:
     from training.sft_data import read_trajectories
 
     root = data_root(args.data_dir)
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     base_path = Path(args.base)
     base_dir = base_path if base_path.is_dir() else Path(published(catalog, store, args.base).directory)
     overrides = {"max_steps": args.max_steps} if getattr(args, "max_steps", None) else {}
@@ -239,12 +239,12 @@ def held_out_frame(data_dir: str | None, stage: str, task_ids: Sequence[str] | N
     import polars as pl
 
     from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
     from flows.runtime import data_root
     from flows.train import published
 
     root = data_root(data_dir)
-    rows = published(Catalog(root), ArtifactStore(root), stage).read("trajectories")
+    rows = published(Catalog(root), open_store(root), stage).read("trajectories")
     if task_ids is None:
         task_ids = sorted({t for t in rows["task_id"].drop_nulls() if heldout(t)})[:limit]
     return rows.filter(pl.col("task_id").is_in(list(task_ids))).sort("id")

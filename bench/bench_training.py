@@ -61,11 +61,12 @@ from pathlib import Path
 from data_contracts.catalog import Catalog
 from data_contracts.runner import run_serially
 from data_contracts.store import ArtifactStore
+from data_contracts.roots import open_store
 from flows.profiles import stage_params
 root = Path(sys.argv[1])
 os.environ["GYMFORGE_CACHE"] = str(root / "cache")
 params = stage_params("tiny", {"tiny_policy": json.loads(sys.argv[2])})
-store = ArtifactStore(root)
+store = open_store(root)
 def run(target):
     before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     runs = run_serially(store, Catalog(root), [target], params, "p0", progress=False)

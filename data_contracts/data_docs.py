@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from data_contracts.gate import GateReport
-from data_contracts.store import ArtifactStore
+from data_contracts.roots import open_store
 
 _STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
@@ -65,7 +65,7 @@ def build_data_docs(root: Path | str, reports: Iterable[GateReport] | None = Non
     Without ``reports`` the site lists every validation kept on disk: each published and quarantined artifact,
     one row per output, linking to a page with every expectation's result. With ``reports`` it lists those only.
     """
-    store = ArtifactStore(root)
+    store = open_store(root)
     docs = store.home / "data_docs"
     index_rows = []
     if reports is not None:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from data_contracts.catalog import Catalog
-from data_contracts.store import MANIFEST, ArtifactStore, sha256_file
+from data_contracts.layout import MANIFEST, sha256_file
+from data_contracts.store import ArtifactStore
 
 
 @dataclass(frozen=True)

@@ -38,19 +38,20 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from data_contracts.content import cache_dir
-from data_contracts.stage import StageError
-from data_contracts.store import (
-    _STALE_AFTER_S,
+from data_contracts.layout import (
     MANIFEST,
+    STALE_AFTER_S,
+    TMP,
     VALIDATION,
-    ArtifactStore,
-    PublishedArtifact,
-    _checked,
-    _validation_json,
-    _write_parquet,
+    address,
     describe_directory,
     sha256_file,
+    validation_json,
+    write_parquet,
+    writer_of,
 )
+from data_contracts.stage import StageError
+from data_contracts.store import ArtifactStore, PublishedArtifact
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -184,16 +185,16 @@ class ObjectArtifactStore(ArtifactStore):
     # --- addresses ----------------------------------------------------------------------------------------------
 
     def _dir(self, section: str, stage: str, key: str) -> str:
-        return f"{self.base}/{section}/{_checked(stage, key)}"
+        return f"{self.base}/{section}/{address(stage, key)}"
 
     def _url(self, fs_path: str) -> str:
         return self.root + fs_path[len(self.base):]
 
     def path(self, stage: str, key: str) -> str:
-        return f"{self.root}/artifacts/{_checked(stage, key)}"
+        return f"{self.root}/artifacts/{address(stage, key)}"
 
     def quarantine_path(self, stage: str, key: str) -> str:
-        return f"{self.root}/_quarantine/{_checked(stage, key)}"
+        return f"{self.root}/_quarantine/{address(stage, key)}"
 
     def location(self, stage: str, key: str, status: str) -> str:
         return f"{self.root}/{self.relative_location(stage, key, status)}"
@@ -296,11 +297,11 @@ class ObjectArtifactStore(ArtifactStore):
             entries = {}
             for name in sorted(outputs):
                 file, rows, entry = outputs[name]
-                size = _write_parquet(rows, tmp / file)
+                size = write_parquet(rows, tmp / file)
                 entries[name] = {**entry, "bytes": size, "sha256": sha256_file(tmp / file), "file": file}
                 self._upload(tmp / file, f"{prefix}/{file}")
             if reports is not None:
-                (tmp / VALIDATION).write_text(json.dumps(_validation_json(reports), indent=2, sort_keys=True,
+                (tmp / VALIDATION).write_text(json.dumps(validation_json(reports), indent=2, sort_keys=True,
                                                          default=str) + "\n", encoding="utf-8")
                 self._upload(tmp / VALIDATION, f"{prefix}/{VALIDATION}")
             described = None
@@ -343,7 +344,7 @@ class ObjectArtifactStore(ArtifactStore):
             return published
 
     def scratch(self, stage: str, key: str) -> Path:
-        return self._temp_dir(self.home / "scratch" / stage, _checked(stage, key).split("/")[1])
+        return self._temp_dir(self.home / "scratch" / stage, address(stage, key).split("/")[1])
 
     def remove_quarantine(self, stage: str, key: str) -> None:
         self._remove(self._dir("_quarantine", stage, key))
@@ -373,7 +374,7 @@ class ObjectArtifactStore(ArtifactStore):
         local = sorted(str(p) for p in (self.home / "scratch").glob("*/.tmp-*"))
         return [self._url(prefix) for prefix, _ in self._uncommitted()] + local
 
-    def gc(self, older_than_s: float = _STALE_AFTER_S) -> list[str]:
+    def gc(self, older_than_s: float = STALE_AFTER_S) -> list[str]:
         """Delete attempts no manifest names that are older than ``older_than_s`` (a writer still uploading is
         younger than the bound) and local scratch left by dead writers; returns the URLs removed."""
         removed = []
@@ -389,14 +390,12 @@ class ObjectArtifactStore(ArtifactStore):
                     removed.append(str(leftover))
         return removed
 
-    def clean_partial(self, *, stale_after_s: float = _STALE_AFTER_S) -> int:
+    def clean_partial(self, *, stale_after_s: float = STALE_AFTER_S) -> int:
         return len(self.gc(stale_after_s))
 
 
 def _dead_local_writer(name: str) -> bool:
     import psutil
 
-    from data_contracts.store import _TMP, _writer
-
-    writer = _writer(name, _TMP)
+    writer = writer_of(name, TMP)
     return writer is not None and writer[0] == socket.gethostname() and not psutil.pid_exists(writer[1])

@@ -14,7 +14,7 @@ filesystem lacks it, the old copy is first renamed to a ``.prev-`` sibling that 
 the old or the new artifact is published.
 
 A data root given as a URL (``s3://bucket/prefix``, any fsspec URL) is an object store, where nothing can be renamed:
-``ArtifactStore(url)`` is then a :class:`data_contracts.objectstore.ObjectArtifactStore`, which commits an artifact by
+``open_store(url)`` (:mod:`data_contracts.roots`) gives a :class:`data_contracts.objectstore.ObjectArtifactStore`, which commits by
 writing its manifest last. Every manifest lists each file's size and SHA-256, which readers and ``fsck`` check.
 """
 
@@ -26,7 +26,6 @@ import errno
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -36,27 +35,31 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 import psutil
 
 from data_contracts.content import digests
+from data_contracts.layout import (
+    MANIFEST,
+    STALE_AFTER_S,
+    TMP,
+    VALIDATION,
+    address,
+    describe_directory,
+    sha256_file,
+    validation_json,
+    write_parquet,
+    writer_of,
+)
 from data_contracts.stage import Params, Stage, StageError
 
 if TYPE_CHECKING:
     from data_contracts.gate import GateReport
 
-MANIFEST = "manifest.json"
-VALIDATION = "validation.json"
-_TMP = ".tmp-"
 _PREV = ".prev-"  # the old copy of an artifact being replaced where RENAME_EXCHANGE is not available
-_STALE_AFTER_S = 6 * 3600  # a temp dir from another host cannot be probed by pid; this old means its writer is gone
 _RENAME_ATTEMPTS = 5
-_KEY = re.compile(r"^[0-9A-Za-z_]+$")  # keys become directory names: nothing that could leave the store
-_KEEP_ROW_INDICES = 1000  # failing row indices kept in validation.json; the failing-rows Parquet keeps them all
-# Fixed writer settings: identical frames give identical bytes, so a backfill rewrites the same files.
-_PARQUET = {"compression": "zstd", "compression_level": 3, "statistics": True, "row_group_size": 128 * 1024}
 
 
 @cache
@@ -164,41 +167,13 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> int:
-    frame.write_parquet(path, **_PARQUET)
+    size = write_parquet(frame, path)
     _fsync_path(path)
-    return path.stat().st_size
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def describe_directory(target: Path) -> dict[str, Any]:
-    """A directory output as the manifest lists it: its name, every file's size and SHA-256, the total."""
-    files, hashes = {}, {}
-    for file in sorted(p for p in target.rglob("*") if p.is_file()):
-        relative = file.relative_to(target).as_posix()
-        files[relative], hashes[relative] = file.stat().st_size, sha256_file(file)
-    return {"name": target.name, "files": files, "sha256": hashes, "bytes": sum(files.values())}
+    return size
 
 
 def _describe(frame: pl.DataFrame) -> dict[str, Any]:
     return {"rows": frame.height, "columns": {col: str(dtype) for col, dtype in frame.schema.items()}}
-
-
-def _validation_json(reports: Mapping[str, GateReport]) -> dict[str, Any]:
-    """Every report in full, except that row indices beyond the first few are left to the failing-rows files."""
-    out = {}
-    for name, report in reports.items():
-        dumped = report.model_dump(mode="json")
-        dumped["failing_rows_total"] = len(report.failing_rows)
-        dumped["failing_rows"] = report.failing_rows[:_KEEP_ROW_INDICES]
-        out[name] = dumped
-    return out
 
 
 def _complete(path: Path, manifest: Mapping[str, Any]) -> bool:
@@ -241,21 +216,6 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-def _writer(name: str, prefix: str) -> tuple[str, int] | None:
-    """(host, pid) of the writer that made a ``.tmp-`` / ``.prev-`` directory, or None for a foreign name."""
-    rest = name[len(prefix):].split("-")
-    try:
-        return "-".join(rest[1:-2]), int(rest[-2])
-    except (ValueError, IndexError):
-        return None
-
-
-def _checked(stage: str, key: str) -> str:
-    if not stage.isidentifier() or not _KEY.match(key):
-        raise StageError(f"not an artifact address: stage {stage!r} key {key!r} (a stage name and a hex key)")
-    return f"{stage}/{key}"
-
-
 class ArtifactStore:
     """Artifacts under ``root/artifacts/<stage>/<key>/``; quarantined ones under ``root/_quarantine/``.
 
@@ -263,14 +223,6 @@ class ArtifactStore:
     files, logs, Data Docs): the data root itself when it is a local path."""
 
     remote = False
-
-    def __new__(cls, root: Path | str) -> Self:
-        if cls is ArtifactStore:
-            from data_contracts.objectstore import ObjectArtifactStore, is_remote
-
-            if is_remote(root):
-                return super().__new__(ObjectArtifactStore)
-        return super().__new__(cls)
 
     def __init__(self, root: Path | str) -> None:
         self.root: Any = Path(root)
@@ -296,10 +248,10 @@ class ArtifactStore:
         return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:20]
 
     def path(self, stage: str, key: str) -> Any:
-        return self.artifacts_dir / _checked(stage, key)
+        return self.artifacts_dir / address(stage, key)
 
     def quarantine_path(self, stage: str, key: str) -> Any:
-        return self.quarantine_dir / _checked(stage, key)
+        return self.quarantine_dir / address(stage, key)
 
     def location(self, stage: str, key: str, status: str) -> Any:
         """The directory (a URL on an object store) of an artifact with the status :meth:`manifests` gives it."""
@@ -309,7 +261,7 @@ class ArtifactStore:
     def relative_location(stage: str, key: str, status: str) -> str:
         """The artifact's directory relative to the data root (what the catalog keeps, so a copied or moved data
         root reads its own files)."""
-        return f"{'artifacts' if status == 'published' else '_quarantine'}/{_checked(stage, key)}"
+        return f"{'artifacts' if status == 'published' else '_quarantine'}/{address(stage, key)}"
 
     # --- reading --------------------------------------------------------------------------------------------
 
@@ -355,12 +307,12 @@ class ArtifactStore:
     def manifests(self) -> Iterator[tuple[dict[str, Any], str]]:
         """Every manifest on disk with its status (``published`` or ``quarantined``), in a stable order."""
         keys = {(p.parent.name, p.name.removeprefix(_PREV).split("-")[0])
-                for p in self.artifacts_dir.glob("*/*") if not p.name.startswith(_TMP)}
+                for p in self.artifacts_dir.glob("*/*") if not p.name.startswith(TMP)}
         for stage, key in sorted(keys):
             if (artifact := self.get(stage, key)) is not None:
                 yield artifact.manifest, "published"
         for manifest_path in sorted(self.quarantine_dir.glob(f"*/*/{MANIFEST}")):
-            if manifest_path.parent.name.startswith((_TMP, _PREV)):
+            if manifest_path.parent.name.startswith((TMP, _PREV)):
                 continue
             try:
                 yield json.loads(manifest_path.read_text(encoding="utf-8")), "quarantined"
@@ -402,7 +354,7 @@ class ArtifactStore:
         }
 
     @staticmethod
-    def _temp_name(key: str, prefix: str = _TMP) -> str:
+    def _temp_name(key: str, prefix: str = TMP) -> str:
         # host and pid let clean_partial tell a live writer's directory from a killed one's
         return f"{prefix}{key}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -490,7 +442,7 @@ class ArtifactStore:
                 size = _write_parquet(rows, tmp / file)
                 entries[name] = {**entry, "bytes": size, "sha256": sha256_file(tmp / file), "file": file}
             if reports is not None:
-                _write_json(tmp / VALIDATION, _validation_json(reports))
+                _write_json(tmp / VALIDATION, validation_json(reports))
             described = None if directory is None else _move_directory(directory, tmp)
             _write_json(tmp / MANIFEST, {**manifest, "outputs": entries, "directory": described})
             self._move_into_place(tmp, final, replace=replace)
@@ -546,13 +498,13 @@ class ArtifactStore:
     def scratch(self, stage: str, key: str) -> Path:
         """A fresh temp directory beside the artifact's place, for a directory output to be written into before it
         is gated and published; a killed writer's scratch is cleaned like any ``.tmp-`` directory."""
-        return self._temp_dir(self.artifacts_dir / stage, _checked(stage, key).split("/")[1])
+        return self._temp_dir(self.artifacts_dir / stage, address(stage, key).split("/")[1])
 
     def remove_quarantine(self, stage: str, key: str) -> None:
         """Drop a quarantined copy once the same key has been published (e.g. after a forced re-run)."""
         shutil.rmtree(self.quarantine_path(stage, key), ignore_errors=True)
 
-    def clean_partial(self, *, stale_after_s: float = _STALE_AFTER_S) -> int:
+    def clean_partial(self, *, stale_after_s: float = STALE_AFTER_S) -> int:
         """Finish what killed writers left: drop their ``.tmp-`` directories (a partial new copy, or the old copy
         an exchange swapped out) and resolve their ``.prev-`` copies (dropped when the new copy is in place, else
         renamed back). A writer is gone when its pid is dead on this host, or its directory from another host is
@@ -560,9 +512,9 @@ class ArtifactStore:
         host = socket.gethostname()
         resolved = 0
         for base in (self.artifacts_dir, self.quarantine_dir):
-            for prefix in (_PREV, _TMP):  # a .prev- copy first: it may be the only copy left
+            for prefix in (_PREV, TMP):  # a .prev- copy first: it may be the only copy left
                 for leftover in sorted(base.glob(f"*/{prefix}*")):
-                    writer = _writer(leftover.name, prefix)
+                    writer = writer_of(leftover.name, prefix)
                     if writer == (host, os.getpid()):
                         continue
                     try:
@@ -586,9 +538,9 @@ class ArtifactStore:
     def leftovers(self) -> list[Any]:
         """Every ``.tmp-`` and ``.prev-`` directory on disk, whoever wrote it."""
         return sorted(p for base in (self.artifacts_dir, self.quarantine_dir)
-                      for prefix in (_TMP, _PREV) for p in base.glob(f"*/{prefix}*"))
+                      for prefix in (TMP, _PREV) for p in base.glob(f"*/{prefix}*"))
 
-    def gc(self, older_than_s: float = _STALE_AFTER_S) -> list[str]:
+    def gc(self, older_than_s: float = STALE_AFTER_S) -> list[str]:
         """Remove what writers left uncommitted: a leftover of a dead writer on this host, or any leftover older
         than ``older_than_s``. Returns what was removed, relative to the data root."""
         before = set(self.leftovers())

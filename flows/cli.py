@@ -342,9 +342,9 @@ def _catalog() -> Any:
     catalog = Catalog(data_root())
     if not catalog.path.exists() and isinstance(catalog.root, str):
         # an object-store data root's catalog is a local cache of its manifests: build it on first use here
-        from data_contracts.store import ArtifactStore
+        from data_contracts.roots import open_store
 
-        catalog.rebuild(ArtifactStore(catalog.root))
+        catalog.rebuild(open_store(catalog.root))
     return catalog
 
 
@@ -396,10 +396,10 @@ def _model_rows(catalog: Any, frame: pl.DataFrame) -> pl.DataFrame:
 
     import polars as pl
 
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
     from inference.checkpoint import model_card_of
 
-    store = ArtifactStore(catalog.root)
+    store = open_store(catalog.root)
     rows = []
     for row in frame.iter_rows(named=True):
         artifact = store.get(row["stage"], row["key"]) if row["status"] == "published" else None
@@ -427,8 +427,8 @@ def artifacts_show(
     as_json: Annotated[bool, typer.Option("--json", help="The raw manifest as JSON.")] = False,
 ) -> None:
     """Show one artifact: what made it, its outputs and contract, its params, and its lineage."""
+    from data_contracts.roots import open_store
     from data_contracts.stage import StageError
-    from data_contracts.store import ArtifactStore
 
     with _clean_errors():
         catalog = _catalog()
@@ -436,7 +436,7 @@ def artifacts_show(
         if found.is_empty():
             raise StageError(f"no artifact with key {key!r} in {catalog.path}; list them with `gymforge artifacts ls`")
         stage, status = found.row(0)
-        store = ArtifactStore(catalog.root)
+        store = open_store(catalog.root)
         published = store.get(stage, key) if status == "published" else None
         manifest = published.manifest if published is not None else store.quarantined_manifest(stage, key)
         if manifest is None:
@@ -511,11 +511,11 @@ def artifacts_fsck(
     """Check the whole data root: missing or truncated files, leftover temp dirs, catalog rows without artifacts
     and artifacts without rows. Exits 1 when a problem remains."""
     from data_contracts import fsck
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
 
     with _clean_errors():
         catalog = _catalog()
-        store = ArtifactStore(catalog.root)
+        store = open_store(catalog.root)
         problems = fsck.check(store, catalog)
         if problems and repair:
             fsck.repair(store, catalog)
@@ -542,12 +542,12 @@ def artifacts_gc(
 ) -> None:
     """Remove what writers left uncommitted: attempts no manifest commits (object stores) and temp directories
     (local roots) older than --older-than, and leftovers of dead writers on this host."""
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
 
     with _clean_errors():
         if older_than < 0:
             raise typer.BadParameter(f"--older-than {older_than}: give a number of hours >= 0")
-        removed = ArtifactStore(_catalog().root).gc(older_than * 3600)
+        removed = open_store(_catalog().root).gc(older_than * 3600)
     for where in removed:
         console.print(Text(f"removed {where}"))
     console.print(f"{len(removed)} uncommitted write(s) removed")

@@ -100,15 +100,15 @@ def model_import(
     """Import a pretrained checkpoint as a model artifact (card, tokenizer, a chat template with gymforge's tool-call
     format when the source's cannot train): a base for `train sft --base KEY`, `eval`, `serve`."""
     from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
     from data_contracts.runner import execute_stage
     from data_contracts.stage import StageError
-    from data_contracts.store import ArtifactStore
     from flows.registry import stage_named
     from flows.runtime import data_root
     from inference.checkpoint import model_card_of
 
     root = data_root(data_dir)
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     importer = stage_named("imported_model")
     try:
         params = importer.parse_params({"source": str(source), "chat_template": chat_template, "dtype": dtype})

@@ -100,9 +100,9 @@ def keyed_selection(ref: str, section: dict[str, Any], profile: str, data_dir: P
     from rich.console import Console
 
     from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
     from data_contracts.runner import execute_stage
     from data_contracts.stage import StageError
-    from data_contracts.store import ArtifactStore
     from flows.profiles import parse, stage_params
     from flows.runtime import data_root
     from flows.train import published
@@ -110,7 +110,7 @@ def keyed_selection(ref: str, section: dict[str, Any], profile: str, data_dir: P
     from tasks.sft_set import sft_set
 
     root = data_root(data_dir)
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     try:
         artifact = published(catalog, store, ref)
     except StageError as exc:

@@ -303,8 +303,8 @@ def check(
 def _open_index(index: str | None) -> tuple[Any, Any]:
     """The index (a key of the catalog or a directory) and, for an index of the world corpus, the world's facts."""
     from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
     from data_contracts.stage import StageError
-    from data_contracts.store import ArtifactStore
     from envgen.search import SearchIndex
     from flows.runtime import data_root
 
@@ -324,7 +324,7 @@ def _open_index(index: str | None) -> tuple[Any, Any]:
         found = f"{len(keys)} ({', '.join(keys)})" if keys else "none"
         raise typer.BadParameter(f"the catalog holds {found} published search indexes: name one with --index KEY "
                                  "or an index directory", param_hint="--index")
-    store = ArtifactStore(catalog.root)
+    store = open_store(catalog.root)
     artifact = store.get("search_index", keys[0])
     if artifact is None:
         raise StageError(f"the catalog lists search_index/{keys[0]} but its files are gone; run "

@@ -26,6 +26,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import StageRun, execute_stage, run_serially
 from data_contracts.stage import Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
@@ -124,7 +125,7 @@ def check(model: str, suites: Sequence[str], *, profile: str = "tiny", overrides
     check_suites(suites)
     settings(profile, overrides)
     root = data_root(data_dir)
-    return resolve_model(model, Catalog(root), ArtifactStore(root))
+    return resolve_model(model, Catalog(root), open_store(root))
 
 
 def _materialize(store: ArtifactStore, catalog: Catalog, suite: Suite, profile_params: Mapping[str, Any],
@@ -148,7 +149,7 @@ def plan_evaluation(model: str, suites: Sequence[str], *, profile: str = "tiny",
     """Resolve the model, materialize every suite variant's data, flag training-data overlap, and derive each
     evaluate artifact's params, inputs, key and checkpoint directory."""
     root = data_root(data_dir)
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     ref = check(model, suites, profile=profile, overrides=overrides, data_dir=str(root))
     base = settings(profile, overrides)
     raw = stage_params(profile, {"evaluate": dict(overrides or {})})
@@ -178,7 +179,7 @@ def evaluate_task(run: VariantRun, data_dir: str, progress: bool = False) -> Sta
     from prefect.runtime import flow_run
 
     params = run.params.model_copy(update={"progress": progress})
-    return execute_stage(ArtifactStore(data_dir), Catalog(data_dir), run.stage, params, run.input_keys,
+    return execute_stage(open_store(data_dir), Catalog(data_dir), run.stage, params, run.input_keys,
                          run.variant, flow_run_id=flow_run.id)
 
 
@@ -260,7 +261,7 @@ def evaluate(
     """
     logger = get_run_logger()
     root = data_root(data_dir)
-    store = ArtifactStore(root)
+    store = open_store(root)
     store.clean_partial()
     ref, runs = plan_evaluation(model, suites, profile=profile, overrides=overrides, partition=partition,
                                 data_dir=str(root))
@@ -321,7 +322,7 @@ def compare_models(a: str, b: str, data_dir: str | None = None, html: Path | Non
                    ) -> tuple[str, str, pl.DataFrame]:
     """B minus A, paired per item, on every suite variant, strategy and width both were evaluated on."""
     root = data_root(data_dir)
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     (label_a, found_a), (label_b, found_b) = evaluations_of(a, catalog, store), evaluations_of(b, catalog, store)
     table = compare(load_items(found_a), load_items(found_b))
     if table.is_empty():

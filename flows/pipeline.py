@@ -29,6 +29,7 @@ from prefect.states import State
 
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
+from data_contracts.roots import open_store
 from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan, planned_keys
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
@@ -161,7 +162,7 @@ def run_stage(
     its StageRun once it completes, and which makes this task wait for it)."""
     from prefect.runtime import flow_run
 
-    store = ArtifactStore(data_dir)
+    store = open_store(data_dir)
     try:
         # manifests only: the flow driver writes the catalog (one DuckDB writer per data root)
         run = execute_stage(
@@ -261,7 +262,7 @@ def _run_dag(
 ) -> list[dict[str, Any]]:
     logger = get_run_logger()
     root = data_root(data_dir)
-    store = ArtifactStore(root)
+    store = open_store(root)
     resolved = store.clean_partial()  # finish what writers killed mid-write or mid-replace left behind
     if resolved:
         logger.info("resolved %d director%s left by killed runs", resolved, "y" if resolved == 1 else "ies")
@@ -425,7 +426,7 @@ def materialize(
     with contextlib.ExitStack() as stack:
         rt = runtime or stack.enter_context(Runtime(data_dir))
         summary = refresh(rt, profile=profile, partition=partition, stages=targets, force=force, overrides=overrides)
-    store = ArtifactStore(rt.root)
+    store = open_store(rt.root)
     published = {row["stage"]: store.get(row["stage"], row["key"]) for row in summary}
     missing = sorted(name for name, artifact in published.items() if artifact is None)
     if missing:  # the flow reported success, so this means files were removed while it ran

@@ -24,6 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
@@ -109,7 +110,7 @@ def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides
     if not data:
         raise StageError("name at least one trajectory artifact to train on (--data KEY)")
     root = data_root(data_dir)
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     input_keys: dict[str, str] = {}
     for ref in data:
         artifact = published(catalog, store, ref)
@@ -134,7 +135,7 @@ def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides
 def train_task(run: TrainingRun, partition: str, data_dir: str) -> StageRun:
     from prefect.runtime import flow_run
 
-    return execute_stage(ArtifactStore(data_dir), Catalog(data_dir), run.stage, run.params, run.input_keys,
+    return execute_stage(open_store(data_dir), Catalog(data_dir), run.stage, run.params, run.input_keys,
                          partition, flow_run_id=flow_run.id)
 
 
@@ -239,7 +240,7 @@ def train_sft(
     """
     logger = get_run_logger()
     root = data_root(data_dir)
-    store = ArtifactStore(root)
+    store = open_store(root)
     store.clean_partial()  # a killed run's scratch space
     run = plan_sft(data, base, profile=profile, overrides=overrides, resume=resume, partition=partition,
                    data_dir=str(root))
@@ -276,7 +277,7 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
     if not tasks:
         raise StageError("name at least one task artifact to train on (--tasks KEY: small_envs, keychain, rl_mix...)")
     root = data_root(data_dir)
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     artifacts = {}
     for ref in tasks:
         artifact = published(catalog, store, ref)
@@ -365,7 +366,7 @@ def train_rl(
     """
     logger = get_run_logger()
     root = data_root(data_dir)
-    store = ArtifactStore(root)
+    store = open_store(root)
     store.clean_partial()  # a killed run's scratch space
     run = plan_rl(tasks, base, profile=profile, overrides=overrides, resume=resume, partition=partition,
                   data_dir=str(root), engine=engine, dask_address=dask_address)

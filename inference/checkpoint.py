@@ -89,7 +89,7 @@ def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[st
         return path
     root = Path(data_dir or os.environ.get("GYMFORGE_DATA") or "data").expanduser().resolve()
     from data_contracts.catalog import Catalog
-    from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
 
     catalog = Catalog(root)
     found = (catalog.query("SELECT stage, kind, status FROM artifacts WHERE key = ?", [key])
@@ -100,7 +100,7 @@ def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[st
     stage, kind, status = found.row(0)
     if kind != "model":
         raise ValueError(f"artifact {key} is a {kind} artifact of stage {stage!r}, not a model")
-    artifact = ArtifactStore(root).get(stage, key) if status == "published" else None
+    artifact = open_store(root).get(stage, key) if status == "published" else None
     if artifact is None:
         raise ValueError(f"model artifact {stage}/{key} is {status if status != 'published' else 'missing'} in {root}; "
                          "run `gymforge artifacts fsck`")

@@ -23,9 +23,9 @@ from typing import Any
 import polars as pl
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage, run_serially
 from data_contracts.stage import StageError
-from data_contracts.store import ArtifactStore
 from flows.experiments.config import Experiment, Overrides
 from flows.experiments.core import ArmRun
 from flows.profiles import parse, stage_params
@@ -48,7 +48,7 @@ class PipelineExecutor:
     def __init__(self, data_dir: str | Path, *, partition: str = "default", flow_run_id: str | None = None,
                  progress: bool = False) -> None:
         self.root = str(data_dir)
-        self.store, self.catalog = ArtifactStore(self.root), Catalog(self.root)
+        self.store, self.catalog = open_store(self.root), Catalog(self.root)
         self.partition = partition
         self.flow_run_id = flow_run_id
         self.progress = progress

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.stage import Contract, Params, Stage
 from data_contracts.store import MANIFEST, ArtifactStore
 
@@ -26,7 +27,7 @@ def _manifest(store: ArtifactStore, name: str, key: str, inputs: dict[str, str] 
 @pytest.fixture
 def chain(tmp_path: Path) -> tuple[ArtifactStore, Catalog]:
     """Published a -> b -> c (c also reads a directly) and a quarantined d reading c."""
-    store, catalog = ArtifactStore(tmp_path), Catalog(tmp_path)
+    store, catalog = open_store(tmp_path), Catalog(tmp_path)
     frame = {"x": pl.DataFrame({"v": [1, 2]})}
     for name, key, inputs in [("_test_double_a", "ka", {}), ("_test_double_b", "kb", {"_test_double_a": "ka"}),
                               ("_test_double_c", "kc", {"_test_double_b": "kb", "_test_double_a": "ka"})]:

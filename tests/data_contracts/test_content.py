@@ -10,9 +10,9 @@ import pytest
 
 from data_contracts import content
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import Contract, Params, Stage
-from data_contracts.store import ArtifactStore
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +80,7 @@ STAGE = Stage("_test_double_reads_file", "1", (), _FileParams, {"lines": Contrac
 
 
 def test_a_seed_file_cut_in_place_is_not_served_from_the_cache(tmp_path: Path) -> None:
-    store, catalog = ArtifactStore(tmp_path / "data"), Catalog(tmp_path / "data")
+    store, catalog = open_store(tmp_path / "data"), Catalog(tmp_path / "data")
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text("".join(f"{{\"id\": {i}}}\n" for i in range(6)))
     params = {"path": str(seeds)}

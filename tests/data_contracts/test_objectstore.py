@@ -22,6 +22,7 @@ from data_contracts.objectstore import (
     is_remote,
     local_home,
 )
+from data_contracts.roots import open_store
 from data_contracts.runner import run_serially
 from data_contracts.stage import Contract, DirectoryContract, Params, Stage, StageError
 from data_contracts.store import ArtifactStore
@@ -51,7 +52,7 @@ def _manifest(store: ArtifactStore, key: str, run: str = "r1") -> dict:
 
 
 def test_a_url_root_is_an_object_store_with_a_local_home(root: str) -> None:
-    store = ArtifactStore(root)
+    store = open_store(root)
     assert isinstance(store, ObjectArtifactStore) and store.remote and is_remote(root)
     assert not is_remote("/tmp/data") and not is_remote("file:///tmp/data")
     assert local_home(root) == store.home and local_home(root) != local_home(root + "-other")
@@ -59,12 +60,12 @@ def test_a_url_root_is_an_object_store_with_a_local_home(root: str) -> None:
 
 
 def test_publish_read_and_replace_round_trip(root: str) -> None:
-    store = ArtifactStore(root)
+    store = open_store(root)
     key = "a" * 20
     assert store.get(STAGE, key) is None
     published = store.publish(_manifest(store, key), FRAMES)
     assert published.location == f"{root}/artifacts/{STAGE}/{key}" == store.path(STAGE, key)
-    again = ArtifactStore(root).get(STAGE, key)
+    again = open_store(root).get(STAGE, key)
     assert again is not None and again.read("x").equals(FRAMES["x"]) and again.rows == {"x": 100}
     assert again.manifest["outputs"]["x"]["sha256"] == published.manifest["outputs"]["x"]["sha256"]
 
@@ -75,7 +76,7 @@ def test_publish_read_and_replace_round_trip(root: str) -> None:
 
 
 def test_nothing_is_published_until_the_manifest_is_written(root: str) -> None:
-    store = ArtifactStore(root)
+    store = open_store(root)
     key = "b" * 20
     manifest = _manifest(store, key)
     commit = store._commit
@@ -88,17 +89,17 @@ def test_nothing_is_published_until_the_manifest_is_written(root: str) -> None:
 
 
 def test_a_reader_trusts_only_files_that_match_the_manifest(root: str) -> None:
-    store = ArtifactStore(root)
+    store = open_store(root)
     key = "c" * 20
     published = store.publish(_manifest(store, key), FRAMES)
     prefix = f"{store.base}/artifacts/{STAGE}/{key}/{published.manifest['attempt']}"
     data = store.fs.cat_file(f"{prefix}/x.parquet")
 
     store.fs.pipe_file(f"{prefix}/x.parquet", data[:-10])  # truncated: the size check rejects it
-    assert ArtifactStore(root).get(STAGE, key) is None
+    assert open_store(root).get(STAGE, key) is None
     flipped = bytes([data[0] ^ 1]) + data[1:]  # same size, other bytes: the hash check rejects it on read
     store.fs.pipe_file(f"{prefix}/x.parquet", flipped)
-    fresh = ArtifactStore(root).get(STAGE, key)
+    fresh = open_store(root).get(STAGE, key)
     assert fresh is not None
     with pytest.raises(StageError, match="does not match its manifest"):
         fresh.read("x")
@@ -112,7 +113,7 @@ def test_a_reader_trusts_only_files_that_match_the_manifest(root: str) -> None:
 
 def test_concurrent_writers_of_one_key_commit_exactly_once(root: str) -> None:
     key = "d" * 20
-    stores = [ArtifactStore(root) for _ in range(4)]
+    stores = [open_store(root) for _ in range(4)]
     manifests = [_manifest(store, key, f"r{i}") for i, store in enumerate(stores)]
     results: list = [None] * len(stores)
     barrier = threading.Barrier(len(stores))
@@ -133,7 +134,7 @@ def test_concurrent_writers_of_one_key_commit_exactly_once(root: str) -> None:
 
 
 def test_gc_removes_only_uncommitted_attempts_past_the_bound(root: str) -> None:
-    store = ArtifactStore(root)
+    store = open_store(root)
     key = "e" * 20
     store.publish(_manifest(store, key), FRAMES)
     dead = f"{store.base}/artifacts/{STAGE}/{'f' * 20}/a1000-otherhost-1-abcd"  # a writer killed in 1970
@@ -151,7 +152,7 @@ def test_gc_removes_only_uncommitted_attempts_past_the_bound(root: str) -> None:
 def test_quarantine_and_directory_artifacts(root: str, tmp_path: Path) -> None:
     from data_contracts.gate import GateReport
 
-    store = ArtifactStore(root)
+    store = open_store(root)
     key = "f" * 20
     report = GateReport(stage=STAGE, output="x", partition="p0", passed=False, rows=100, results=[], failing_rows=[],
                         seconds=0.0)
@@ -170,7 +171,7 @@ def test_quarantine_and_directory_artifacts(root: str, tmp_path: Path) -> None:
                             directory=DirectoryContract("model"))
     manifest = store.manifest(directory_stage, key, partition="p0", params=Params(), input_keys={})
     published = store.publish(manifest, FRAMES, directory=model)
-    fetched = ArtifactStore(root).get(STAGE, key).directory
+    fetched = open_store(root).get(STAGE, key).directory
     assert fetched != model and (fetched / "weights.bin").read_bytes() == b"\0" * 1000
     assert json.loads((fetched / "sub" / "config.json").read_text()) == {}
     assert published.bytes == published.manifest["outputs"]["x"]["bytes"] + 1002
@@ -179,7 +180,7 @@ def test_quarantine_and_directory_artifacts(root: str, tmp_path: Path) -> None:
 def test_stages_run_and_the_catalog_rebuilds_from_the_manifests(root: str) -> None:
     import stages_for_tests  # noqa: F401 - registers the test-double stages
 
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     assert catalog.path.parent == local_home(root)
     runs = run_serially(store, None, ["test_double_square"], {}, "p0", progress=False)  # type: ignore[arg-type]
     assert not catalog.path.exists()  # no writer recorded rows: the manifests are the truth

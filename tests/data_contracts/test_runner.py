@@ -14,6 +14,7 @@ from pydantic import Field
 
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
+from data_contracts.roots import open_store
 from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, plan, run_serially
 from data_contracts.stage import (
     REJECTED,
@@ -88,7 +89,7 @@ def doubles() -> Iterator[dict[str, Stage]]:
 
 @pytest.fixture
 def env(tmp_path: Path) -> tuple[ArtifactStore, Catalog]:
-    return ArtifactStore(tmp_path), Catalog(tmp_path)
+    return open_store(tmp_path), Catalog(tmp_path)
 
 
 def test_cache_hit_does_not_run_again(doubles, env) -> None:
@@ -319,7 +320,7 @@ def _index_stage() -> Stage:
 
 
 def test_a_directory_artifact_is_published_gated_and_catalogued(tmp_path: Path) -> None:
-    store, catalog = ArtifactStore(tmp_path), Catalog(tmp_path)
+    store, catalog = open_store(tmp_path), Catalog(tmp_path)
     index = _index_stage()
     run = execute_stage(store, catalog, index, {}, {}, "p0")
     artifact = store.get(index.name, run.key)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from data_contracts import store as store_module
 from data_contracts.gate import validate
+from data_contracts.roots import open_store
 from data_contracts.stage import Contract, Expect, Params, Stage, StageError
 from data_contracts.store import MANIFEST, VALIDATION, ArtifactStore
 
@@ -41,7 +42,7 @@ def _manifest(store: ArtifactStore, key: str = "k" * 20, stage: Stage | None = N
 
 @pytest.fixture
 def store(tmp_path: Path) -> ArtifactStore:
-    return ArtifactStore(tmp_path)
+    return open_store(tmp_path)
 
 
 def _leftovers(store: ArtifactStore) -> list[Path]:
@@ -107,7 +108,7 @@ def test_artifact_key_is_sensitive(change: dict) -> None:
 
 
 def test_identical_frames_give_identical_bytes(tmp_path: Path) -> None:
-    a, b = ArtifactStore(tmp_path / "a"), ArtifactStore(tmp_path / "b")
+    a, b = open_store(tmp_path / "a"), open_store(tmp_path / "b")
     pa, pb = a.publish(_manifest(a), FRAMES), b.publish(_manifest(b), FRAMES)
     for name in FRAMES:
         assert pa.file(name).read_bytes() == pb.file(name).read_bytes()
@@ -204,12 +205,13 @@ _RACER = textwrap.dedent(
     import polars as pl
     from data_contracts.stage import Contract, Params, Stage
     from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
 
     class P(Params):
         n: int = 3
         mode: str = "a"
 
-    store = ArtifactStore(Path(sys.argv[1]))
+    store = open_store(Path(sys.argv[1]))
     stage = Stage("_test_double_store", "1", (), P, {"x": Contract()}, lambda i, p, s: {})
     manifest = store.manifest(stage, "k" * 20, partition="p0", params=P(), input_keys={})
     frame = pl.DataFrame({"i": range(50_000)})
@@ -246,8 +248,8 @@ def test_quarantine_keeps_validation_and_failing_rows(store: ArtifactStore) -> N
        texts=st.lists(st.one_of(st.none(), st.text(max_size=8)), min_size=30, max_size=30))
 def test_round_trip_is_exact_and_byte_stable(tmp_path_factory, values: list, texts: list) -> None:
     frame = pl.DataFrame({"v": values, "t": texts[: len(values)]}, schema={"v": pl.Int64, "t": pl.String})
-    first = ArtifactStore(tmp_path_factory.mktemp("a")).publish(_manifest(ArtifactStore(".")), {"x": frame})
-    second = ArtifactStore(tmp_path_factory.mktemp("b")).publish(_manifest(ArtifactStore(".")), {"x": frame})
+    first = open_store(tmp_path_factory.mktemp("a")).publish(_manifest(open_store(".")), {"x": frame})
+    second = open_store(tmp_path_factory.mktemp("b")).publish(_manifest(open_store(".")), {"x": frame})
     assert first.read("x").equals(frame)
     assert first.file("x").read_bytes() == second.file("x").read_bytes()
 

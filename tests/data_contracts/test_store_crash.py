@@ -13,6 +13,7 @@ import pytest
 
 from data_contracts import fsck
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.stage import Contract, Params, Stage
 from data_contracts.store import ArtifactStore
 
@@ -28,6 +29,7 @@ _WRITER = textwrap.dedent(
     from data_contracts.catalog import Catalog
     from data_contracts.stage import Contract, Params, Stage
     from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
 
     root, step, value, use_exchange = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
     steps = 0
@@ -51,7 +53,7 @@ _WRITER = textwrap.dedent(
     shutil.rmtree = faulty(shutil.rmtree)
     Catalog.record = faulty(Catalog.record)
 
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     stage = Stage("_test_double_crash", "1", (), Params, {"x": Contract()}, lambda i, p, s: {})
     manifest = store.manifest(stage, "c" * 20, partition="p0", params=Params(), input_keys={}, flow_run_id=f"v{value}")
     published = store.publish(manifest, {"x": pl.DataFrame({"v": [value]})}, replace=True)
@@ -83,7 +85,7 @@ def test_kill_at_every_step_keeps_an_artifact_published(tmp_path: Path, use_exch
     step = 0
     while True:
         root = tmp_path / f"step{step}"
-        store, catalog = ArtifactStore(root), Catalog(root)
+        store, catalog = open_store(root), Catalog(root)
         old = None if first_publish else 1
         if old is not None:
             assert _write(root, -1, old, use_exchange) is not None
@@ -110,7 +112,7 @@ def test_kill_at_every_step_keeps_an_artifact_published(tmp_path: Path, use_exch
 
 
 def test_fsck_finds_and_repairs_every_kind_of_disagreement(tmp_path: Path) -> None:
-    store, catalog = ArtifactStore(tmp_path), Catalog(tmp_path)
+    store, catalog = open_store(tmp_path), Catalog(tmp_path)
     stage = Stage(STAGE, "1", (), Params, {"x": Contract()}, lambda i, p, s: {})
     frames = {"x": pl.DataFrame({"v": [1]})}
     for key in ("a" * 20, "b" * 20, "d" * 20):
@@ -131,7 +133,7 @@ def test_fsck_finds_and_repairs_every_kind_of_disagreement(tmp_path: Path) -> No
 
 
 def test_catalog_paths_are_relative_so_a_moved_root_reads_its_own_files(tmp_path: Path) -> None:
-    store, catalog = ArtifactStore(tmp_path / "a"), Catalog(tmp_path / "a")
+    store, catalog = open_store(tmp_path / "a"), Catalog(tmp_path / "a")
     stage = Stage(STAGE, "1", (), Params, {"x": Contract()}, lambda i, p, s: {})
     published = store.publish(store.manifest(stage, KEY, partition="p0", params=Params(), input_keys={}),
                               {"x": pl.DataFrame({"v": [1]})})
@@ -140,4 +142,4 @@ def test_catalog_paths_are_relative_so_a_moved_root_reads_its_own_files(tmp_path
     moved = Catalog(tmp_path / "b")
     [path] = moved.query("SELECT path FROM artifacts")["path"].to_list()
     assert path == f"artifacts/{STAGE}/{KEY}"
-    assert fsck.check(ArtifactStore(tmp_path / "b"), moved) == []
+    assert fsck.check(open_store(tmp_path / "b"), moved) == []

@@ -15,8 +15,8 @@ from sft_fixtures import micro_base
 from typer.testing import CliRunner
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
-from data_contracts.store import ArtifactStore
 from flows.cli import app
 
 EXPORTED = ("GYMFORGE_DATA", "PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL",
@@ -39,7 +39,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     from training.sft import SFTParams, sft
 
     data = tmp_path_factory.mktemp("output") / "data"
-    store, catalog = ArtifactStore(data), Catalog(data)
+    store, catalog = open_store(data), Catalog(data)
     trajectories = execute_stage(store, catalog, double_trajectories, {}, {}, "p0").key
     base = micro_base(data.parent / "micro")
     params = SFTParams(model_name_or_path=str(base), max_steps=2, learning_rate=1e-2, use_cpu=True, max_length=1024,
@@ -142,7 +142,7 @@ def test_export_reads_a_published_artifact_without_a_server(cli, tmp_path, monke
     profile.write_text("test_double_source: {n: 5}\n")
     from stages_for_tests import source
 
-    execute_stage(ArtifactStore(data), Catalog(data), source, {"n": 5}, {}, "default")
+    execute_stage(open_store(data), Catalog(data), source, {"n": 5}, {}, "default")
     result = cli("--data-dir", data, "export", "--artifact", "test_double_source", "--profile", profile,
                  "--format", "jsonl", "--out", tmp_path / "out.jsonl")
     assert result.exit_code == 0, result.output

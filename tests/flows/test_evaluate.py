@@ -11,9 +11,9 @@ from inference_support import tiny_checkpoint
 from typer.testing import CliRunner
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
-from data_contracts.store import ArtifactStore
 from flows.cli import app
 
 DEAD = "openai:http://127.0.0.1:9/v1#m"
@@ -55,7 +55,7 @@ def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp
     from training.evaluate import suite_items
 
     data = tmp_path / "data"
-    store = ArtifactStore(data)
+    store = open_store(data)
     # The tiny profile's math suite: 6 hard and 6 four-choice problems on their own partition (made here first to
     # configure the test double on them; the flow then finds them in the cache).
     math = execute_stage(store, Catalog(data), stage_named("math_seeds"), {"n_hard": 6, "n_easy": 6}, {}, "eval")

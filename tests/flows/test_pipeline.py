@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from data_contracts.catalog import Catalog
-from data_contracts.store import ArtifactStore
+from data_contracts.roots import open_store
 from flows.pipeline import PipelineFailed, StageFailed, _transient, materialize, refresh
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ def test_stage_publishes_then_is_cached(runtime, profile: str) -> None:
     assert {row["status"] for row in first} == {"published"}
     square = first[-1]
     assert square["rows"] == 5 + 2 and square["contract"] == "passed"
-    artifact = ArtifactStore(runtime.root).get("test_double_square", square["key"])
+    artifact = open_store(runtime.root).get("test_double_square", square["key"])
     assert artifact is not None and artifact.read("numbers")["value"].to_list()[:2] == [0, 16]
 
     again = refresh(runtime, profile=profile, partition="pub", stages=["test_double_square"])
@@ -41,7 +41,7 @@ def test_stage_publishes_then_is_cached(runtime, profile: str) -> None:
     shutil.rmtree(artifact.path)  # a cache record must not stand in for files that are gone
     healed = refresh(runtime, profile=profile, partition="pub", stages=["test_double_square"])
     assert [row["status"] for row in healed] == ["cached", "cached", "published"]
-    assert ArtifactStore(runtime.root).get("test_double_square", square["key"]) is not None
+    assert open_store(runtime.root).get("test_double_square", square["key"]) is not None
 
     from prefect.artifacts import Artifact
 
@@ -78,7 +78,7 @@ def test_bad_row_quarantines_and_blocks_downstream(runtime, profile: str) -> Non
     status = {row["stage"]: row["status"] for row in failure.value.summary}
     assert status == {"test_double_other": "published", "test_double_source": "failed", "test_double_square": "blocked"}
 
-    store = ArtifactStore(runtime.root)
+    store = open_store(runtime.root)
     bad = next(row for row in failure.value.summary if row["stage"] == "test_double_source")
     assert bad["contract"] == "failed"
     assert store.get("test_double_source", bad["key"]) is None
@@ -103,6 +103,7 @@ KILLED_WRITER = textwrap.dedent(
     from data_contracts.catalog import Catalog
     from data_contracts.runner import execute_stage
     from data_contracts.store import ArtifactStore
+    from data_contracts.roots import open_store
     from flows.registry import stage_named
 
     write_parquet = pl.DataFrame.write_parquet
@@ -113,7 +114,7 @@ KILLED_WRITER = textwrap.dedent(
 
     pl.DataFrame.write_parquet = write_then_die
     root = sys.argv[1]
-    execute_stage(ArtifactStore(root), Catalog(root), stage_named("test_double_source"), {"n": 5}, {}, "killed")
+    execute_stage(open_store(root), Catalog(root), stage_named("test_double_source"), {"n": 5}, {}, "killed")
     """
 )
 
@@ -125,7 +126,7 @@ def test_run_killed_mid_write_leaves_no_artifact_and_rerun_completes(runtime, pr
     stage_dir = runtime.root / "artifacts" / "test_double_source"
     partial = [path.name for path in stage_dir.glob(".tmp-*")]
     assert len(partial) == 1, "the killed writer leaves exactly its temp directory"
-    store = ArtifactStore(runtime.root)
+    store = open_store(runtime.root)
     assert not [m for m, _ in store.manifests() if m["partition"] == "killed"], "nothing was published"
 
     rerun = refresh(runtime, profile=profile, partition="killed", stages=["test_double_source"])

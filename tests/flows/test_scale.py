@@ -22,7 +22,7 @@ from services import DaskCluster, S3Server, dask_cluster, postgres_server, s3_se
 
 from data_contracts import fsck
 from data_contracts.catalog import Catalog
-from data_contracts.store import ArtifactStore
+from data_contracts.roots import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -67,7 +67,7 @@ def gymforge(*args: str, env: dict[str, str], timeout: float = 300) -> subproces
 def _outputs(root: str | Path, partition: str) -> dict[tuple[str, str], dict[str, str]]:
     """(stage, key) -> output -> SHA-256 of every published artifact of a partition."""
     return {(m["stage"], m["key"]): {name: out["sha256"] for name, out in m["outputs"].items()}
-            for m, status in ArtifactStore(root).manifests() if status == "published" and m["partition"] == partition}
+            for m, status in open_store(root).manifests() if status == "published" and m["partition"] == partition}
 
 
 def _scheduled(cluster: DaskCluster) -> int:
@@ -108,7 +108,7 @@ def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskClu
     assert checked.returncode == 0 and "store and catalog agree" in checked.stdout, checked.stdout + checked.stderr
 
     # a writer killed before its commit left an attempt no manifest names: gc removes it, the artifacts stay
-    store = ArtifactStore(remote)
+    store = open_store(remote)
     stage, key = next(iter(reference))
     dead = f"{store.base}/artifacts/{stage}/{key}/a1000-otherhost-1-abcd"
     store.fs.pipe_file(f"{dead}/rows.parquet", b"partial")
@@ -141,7 +141,7 @@ def test_a_worker_killed_mid_task_is_survived(cluster: DaskCluster, s3: S3Server
     assert len(attempts) == 2 and first in attempts  # the task ran again on another worker process ...
     rows = Catalog(root).query("SELECT key FROM artifacts WHERE stage = 'test_double_slow'")
     assert rows.height == 1  # ... and published once
-    assert fsck.check(ArtifactStore(root), Catalog(root)) == []
+    assert fsck.check(open_store(root), Catalog(root)) == []
 
 
 def _published_stages(output: str) -> list[str]:
@@ -188,12 +188,12 @@ def test_two_refreshes_and_a_backfill_at_once_on_one_data_root(cluster: DaskClus
     assert "Completed" in outputs[2]
     # each artifact published by exactly one of the three: the refreshes say so in their summaries, the backfill's
     # copies carry its flow run id
-    by_backfill = [m["stage"] for m, _ in ArtifactStore(root).manifests() if m["flow_run_id"] == backfill_run]
+    by_backfill = [m["stage"] for m, _ in open_store(root).manifests() if m["flow_run_id"] == backfill_run]
     published = sorted([stage for output in outputs[:2] for stage in _published_stages(output)] + by_backfill)
     assert published == sorted(SQUARE)
     catalog = Catalog(root)
     assert sorted(catalog.artifacts()["stage"].to_list()) == sorted(SQUARE)
-    assert fsck.check(ArtifactStore(root), catalog) == []
+    assert fsck.check(open_store(root), catalog) == []
 
 
 def test_prefect_on_postgres(cluster: DaskCluster, s3: S3Server, tmp_path: Path) -> None:

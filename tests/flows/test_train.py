@@ -18,8 +18,8 @@ import pytest
 from sft_fixtures import double_trajectories, micro_base
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
-from data_contracts.store import ArtifactStore
 from inference.checkpoint import read_card
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,7 +33,7 @@ OVERRIDES = {"max_steps": 6, "save_steps": 3, "max_length": 1024, "learning_rate
 def root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
     """A data root holding a published trajectory artifact, and a base model directory."""
     data = tmp_path_factory.mktemp("train") / "data"
-    key = execute_stage(ArtifactStore(data), Catalog(data), double_trajectories, {}, {}, "p0").key
+    key = execute_stage(open_store(data), Catalog(data), double_trajectories, {}, {}, "p0").key
     return data, key, micro_base(data.parent / "base")
 
 
@@ -57,7 +57,7 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
         again = train_sft(**args)
     assert not first["cached"] and again["cached"] and again["key"] == first["key"]
     assert first["steps"] == 6 and first["evaluation"]
-    model = ArtifactStore(data).get("sft", first["key"]).directory
+    model = open_store(data).get("sft", first["key"]).directory
     assert read_card(model)["config"]["use_cpu"] is True  # the tiny profile's setting
     assert not (data / "checkpoints" / "sft" / first["key"]).exists()  # served their purpose once published
     assert (data / "figures" / f"sft-{first['key']}.png").is_file()
@@ -117,7 +117,7 @@ def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, env):
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=60)
-    store = ArtifactStore(data)
+    store = open_store(data)
     assert store.get("sft", planned.key) is None and not (data / "artifacts" / "sft" / planned.key).exists()
     assert Catalog(data).query("SELECT * FROM artifacts WHERE key = ?", [planned.key]).is_empty()
     saved = max(int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/gymforge_checkpoint_complete"))

@@ -101,11 +101,11 @@ def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, bro
     from sft_fixtures import double_trajectories, micro_base
 
     from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
     from data_contracts.runner import execute_stage
-    from data_contracts.store import ArtifactStore
 
     data = Path(runtime.root)
-    key = execute_stage(ArtifactStore(data), Catalog(data), double_trajectories, {}, {}, "ui").key
+    key = execute_stage(open_store(data), Catalog(data), double_trajectories, {}, {}, "ui").key
     base = micro_base(tmp_path / "base")
     env = {**os.environ, "GYMFORGE_DATA": str(data), "PREFECT_API_URL": f"{runtime.ui_url}/api"}
     settings = {"max_steps": 120, "save_steps": 60, "logging_steps": 5, "max_length": 1024, "learning_rate": 3e-3,

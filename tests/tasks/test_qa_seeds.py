@@ -188,14 +188,14 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_world_to_qa_seeds_through_the_store(tmp_path: Path) -> None:
     """Published through the artifact store (Parquet round trip, gate, cache): a re-run hits the cache."""
     from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
     from data_contracts.runner import run_serially
-    from data_contracts.store import ArtifactStore
     from tasks import world  # noqa: F401  (registers the upstream stage)
 
     params = {"world": {"n_entities": 300, "n_questions": 40, "n_distractors": 1}}
-    first = run_serially(ArtifactStore(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
+    first = run_serially(open_store(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
     assert first["qa_seeds"].outputs["seeds"] == first["world"].outputs["seeds"] > 30
-    again = run_serially(ArtifactStore(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
+    again = run_serially(open_store(tmp_path), Catalog(tmp_path), ["qa_seeds"], params, "p0", progress=False)
     assert again["qa_seeds"].cached and again["qa_seeds"].key == first["qa_seeds"].key
 
 

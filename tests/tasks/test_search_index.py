@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore
@@ -22,7 +23,7 @@ WORLD = {"n_entities": 80, "n_questions": 0}
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[ArtifactStore, Catalog, str]:
     root = tmp_path_factory.mktemp("data")
-    s, c = ArtifactStore(root), Catalog(root)
+    s, c = open_store(root), Catalog(root)
     world_key = execute_stage(s, c, world, WORLD, {}, "p0").key
     return s, c, world_key
 

@@ -14,6 +14,7 @@ from eval_fixtures import finetuned as finetuned_model
 from pydantic import ValidationError
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore
@@ -29,7 +30,7 @@ FAST = {"max_retries": 0, "backoff_s": 0.0}
 def root(tmp_path):
     from flows.registry import stage_named
 
-    store, catalog = ArtifactStore(tmp_path / "data"), Catalog(tmp_path / "data")
+    store, catalog = open_store(tmp_path / "data"), Catalog(tmp_path / "data")
     key = execute_stage(store, catalog, stage_named("math_seeds"), MATH, {}, "eval").key
     return store, catalog, key
 
@@ -117,7 +118,7 @@ def test_bad_input_is_one_clear_error(root, tmp_path):
 
 
 def test_training_data_is_found_through_the_models_lineage(tmp_path):
-    store, catalog = ArtifactStore(tmp_path), Catalog(tmp_path)
+    store, catalog = open_store(tmp_path), Catalog(tmp_path)
     data = execute_stage(store, catalog, trainset, {}, {}, "p0").key
     base = execute_stage(store, catalog, trained_model, {}, {"test_double_trainset": data}, "p0").key
     tuned = execute_stage(store, catalog, finetuned_model, {}, {"test_double_trained_model": base}, "p0").key

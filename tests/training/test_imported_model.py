@@ -11,14 +11,14 @@ from inference_support import tiny_checkpoint
 from sft_fixtures import micro_base, write_gguf
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
-from data_contracts.store import ArtifactStore
 from flows.registry import stage_named
 
 
 def imported(root: Path, **params: str):
-    store = ArtifactStore(root)
+    store = open_store(root)
     stage = stage_named("imported_model")
     run = execute_stage(store, Catalog(root), stage, stage.parse_params(params), {}, "default")
     artifact = store.get("imported_model", run.key)

@@ -9,8 +9,8 @@ import pytest
 from sft_fixtures import double_trajectories, micro_base
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
-from data_contracts.store import ArtifactStore
 from inference.checkpoint import read_card, resolve_model
 from training.sft import SFTParams, sft
 
@@ -19,7 +19,7 @@ from training.sft import SFTParams, sft
 def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     root = tmp_path_factory.mktemp("root")
     base = micro_base(tmp_path_factory.mktemp("base") / "base")
-    store, catalog = ArtifactStore(root), Catalog(root)
+    store, catalog = open_store(root), Catalog(root)
     data = execute_stage(store, catalog, double_trajectories, {}, {}, "p0")
     params = SFTParams(model_name_or_path=str(base), max_steps=3, learning_rate=1e-2, use_cpu=True,
                        max_length=1024, eval_tool_calls=1, save_steps=2)
@@ -30,7 +30,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]
 
 def test_the_model_is_published_with_its_card_and_lineage(published):
     root, key, data_key = published
-    artifact = ArtifactStore(root).get("sft", key)
+    artifact = open_store(root).get("sft", key)
     card = read_card(artifact.directory)
     assert card["data"] == {"test_double_trajectories": data_key} and card["steps"] == 3
     assert card["code_version"]["git_sha"] and artifact.manifest["kind"] == "model"
@@ -43,8 +43,8 @@ def test_the_model_is_published_with_its_card_and_lineage(published):
 
 def test_an_identical_run_is_a_cache_hit(published):
     root, key, data_key = published
-    again = execute_stage(ArtifactStore(root), Catalog(root), sft.with_inputs(["test_double_trajectories"]),
-                          ArtifactStore(root).get("sft", key).manifest["params"],
+    again = execute_stage(open_store(root), Catalog(root), sft.with_inputs(["test_double_trajectories"]),
+                          open_store(root).get("sft", key).manifest["params"],
                           {"test_double_trajectories": data_key}, "p0")
     assert again.cached and again.key == key
 
@@ -54,7 +54,7 @@ def test_engines_take_a_model_artifact_key(published, monkeypatch):
     from inference.engines import load_engine
 
     root, key, data_key = published
-    assert resolve_model(key, root) == ArtifactStore(root).get("sft", key).directory
+    assert resolve_model(key, root) == open_store(root).get("sft", key).directory
     monkeypatch.setenv("GYMFORGE_DATA", str(root))
     engine = load_engine(f"hf:{key}")
     [[completion]] = engine.generate([Request(messages=[{"role": "user", "content": "Book 2 seats"}],
@@ -78,6 +78,6 @@ def test_serve_takes_a_model_artifact_key(published, monkeypatch):
     monkeypatch.setattr(inference.server, "serve", lambda path, **kw: served.update(path=path, **kw))
     result = CliRunner().invoke(app, ["--data-dir", str(root), "serve", "--model", key, "--port", "1"])
     assert result.exit_code == 0, result.output
-    assert served["path"] == ArtifactStore(root).get("sft", key).directory and served["served_model_name"] == key
+    assert served["path"] == open_store(root).get("sft", key).directory and served["served_model_name"] == key
     result = CliRunner().invoke(app, ["--data-dir", str(root), "serve", "--model", "f" * 20])
     assert result.exit_code != 0 and "no artifact with that key" in result.output

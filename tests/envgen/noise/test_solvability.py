@@ -212,15 +212,15 @@ def test_stages_publish_through_the_store_from_the_environment_stages(tmp_path) 
 
     discover()  # registers the upstream stages
     from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
     from data_contracts.runner import run_serially
-    from data_contracts.store import ArtifactStore
 
     # Two shipped domains keep the upstream stages small (and this test about the noise stages).
     params = {"domain_graphs": {"domains": "airline,retail"},
               "environments": {"envs_per_domain": 1, "heldout": []},
               "eval_random_envs": {"runs": 1, "tasks_per_run": 4, "min_domains": 2, "heldout": []},
               "noisy_tasks": {"levels": [1, 4]}, "noisy_eval": {}}
-    runs = run_serially(ArtifactStore(tmp_path), Catalog(tmp_path), ["noisy_tasks", "noisy_eval"], params, "p0",
+    runs = run_serially(open_store(tmp_path), Catalog(tmp_path), ["noisy_tasks", "noisy_eval"], params, "p0",
                        progress=False)
     for name in ("noisy_tasks", "noisy_eval"):
         assert all(runs[name].contract.values()), runs[name]

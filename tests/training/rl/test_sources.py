@@ -10,16 +10,16 @@ from rl_fixtures import double_prompts, qa_seed_rows
 from sft_fixtures import double_trajectories
 
 from data_contracts.catalog import Catalog
+from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
-from data_contracts.store import ArtifactStore
 from envgen.rewards import REWARDS
 from training.rl.sources import load_tasks
 
 
 @pytest.fixture()
 def published(tmp_path):
-    store, catalog = ArtifactStore(tmp_path), Catalog(tmp_path)
+    store, catalog = open_store(tmp_path), Catalog(tmp_path)
 
     def publish(stage, params=None):
         return store.get(stage.name, execute_stage(store, catalog, stage, params or {}, {}, "p0").key)
