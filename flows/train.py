@@ -291,7 +291,8 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
     params = params.model_copy(update={"output_dir": str(checkpoints), "resume": resume, "engine": engine,
                                        "dask_address": dask_address})
     if engine is not None:  # malformed, dead, refusing, serving another model, or unable to load new weights
-        from inference.engines import EngineUnavailable, probe_engine
+        from inference.engine_support import EngineUnavailable
+        from inference.engines import probe_engine
 
         try:
             probe_engine(engine, weights=True)

@@ -29,7 +29,7 @@ from pydantic import Field
 from data_contracts.stage import Params, seed_for
 from inference import context as ctx
 from inference.engine import Completion, Engine, Message, Request, SamplingParams
-from inference.engines import assistant_message
+from inference.engine_support import assistant_message
 from inference.rollout import Rollout, Segment, Turn
 
 QA_INSTRUCTION = "Answer the question using the documents. Put the final answer in \\boxed{}."
@@ -81,7 +81,7 @@ def tool_call_errors(message: Message, tools: Sequence[Mapping[str, Any]]) -> li
              "content": f"Error: {problem}" if problem else "Error: not run, another call of this turn is malformed"}
             for call, problem in zip(calls, problems, strict=True)
         ]
-    # Engines keep the raw text of a completion whose tool-call markup did not parse (inference/engines.py).
+    # Engines keep the raw text of a completion whose tool-call markup did not parse (inference/engine_support.py).
     if len(_TOOL_CALL_TAG.findall(str(message.get("content") or ""))) > len(calls):
         errors.append({
             "role": "tool", "tool_call_id": "",

@@ -112,7 +112,7 @@ def _loads_and_generates(path: Path) -> str | None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from inference.engines import render_prompt
+    from inference.engine_support import render_prompt
     from inference.tokenizer import load
 
     card = read_card(path)

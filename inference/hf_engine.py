@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from inference.cpu import tune_allocator
 from inference.engine import Completion, Request, SamplingParams
-from inference.engines import make_completion, render_prompt, stop_token_ids, validate_request
+from inference.engine_support import make_completion, render_prompt, stop_token_ids, validate_request
 
 if TYPE_CHECKING:
     import torch

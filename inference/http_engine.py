@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 
 from inference.engine import Completion, Request
-from inference.engines import EngineUnavailable, make_completion, validate_request
+from inference.engine_support import EngineUnavailable, make_completion, validate_request
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 VLLM_WEIGHTS = ("start it with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls inference.vllm_engine.WeightLoader "

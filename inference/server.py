@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference.engine import Request, SamplingParams
-from inference.engines import validate_request
+from inference.engine_support import validate_request
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -1,6 +1,6 @@
 """The in-process vLLM engine, ``vllm:DIR`` (optional extra: ``pip install 'gymforge[vllm]'``, CUDA GPU only).
 
-Prompts are rendered with the checkpoint's own chat template by :func:`inference.engines.render_prompt` and passed
+Prompts are rendered with the checkpoint's own chat template by :func:`inference.engine_support.render_prompt` and passed
 to vLLM as token ids, so all three engines see byte-identical prompts. vLLM is started with
 ``logprobs_mode="processed_logprobs"`` so the returned logprobs are those of the sampling distribution (temperature
 and top-p applied); its default, ``raw_logprobs``, would score tokens under the unscaled model distribution.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from inference.engine import Completion, Request
-from inference.engines import make_completion, render_prompt, stop_token_ids, validate_request
+from inference.engine_support import make_completion, render_prompt, stop_token_ids, validate_request
 
 INSTALL_HINT = (
     "the vllm: engine needs the optional vLLM extra on a CUDA machine: pip install 'gymforge[vllm]'. "

@@ -79,7 +79,7 @@ def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
     """The figures of each turn (greedy decoding, one turn at a time)."""
     import torch
 
-    from inference.engines import render_prompt, stop_token_ids
+    from inference.engine_support import render_prompt, stop_token_ids
 
     stops = sorted(stop_token_ids(tokenizer))
     device = next(model.parameters()).device

@@ -31,7 +31,7 @@ from data_contracts.stage import Params, seed_for
 from inference.agent import AgentConfig, Episode, SamplingConfig, fits_context, run_episodes
 from inference.context import ContextConfig
 from inference.engine import Completion, Engine, Request
-from inference.engines import assistant_message
+from inference.engine_support import assistant_message
 from inference.evaluation.items import EvalItem
 from inference.heavy_thinking import (
     Briefed,

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from inference_support import tiny_checkpoint
 
 from inference.engine import Request, SamplingParams
-from inference.engines import assistant_message, load_engine, make_completion, split_tool_calls
+from inference.engine_support import assistant_message, make_completion, split_tool_calls
+from inference.engines import load_engine
 
 PROMPT = [{"role": "user", "content": "who founded the city on the river?"}]
 

@@ -43,7 +43,8 @@ from inference.agent import (
     single_turn_rollout,
 )
 from inference.engine import Engine, Request, SamplingParams
-from inference.engines import assistant_message, load_engine
+from inference.engine_support import assistant_message
+from inference.engines import load_engine
 from training.rl.config import RLConfig
 from training.rl.queue import Sample, SampleQueue
 from training.rl.scheduling import GroupSpec, RLTask, Scheduler

@@ -369,7 +369,8 @@ class RLRun:
     def probe(self) -> None:
         """Before any controller starts: the engine spec is well formed, its endpoint or checkpoint answers, and it
         can load new policy weights; else one line naming it."""
-        from inference.engines import EngineUnavailable, check_weight_loading, probe_engine
+        from inference.engine_support import EngineUnavailable
+        from inference.engines import check_weight_loading, probe_engine
 
         spec = self.manager.spec.engine
         try:

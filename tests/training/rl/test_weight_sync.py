@@ -14,7 +14,8 @@ from fastapi import FastAPI, Request
 from inference_support import tiny_checkpoint
 from rl_fixtures import VersionedTestEngine, prompt_tasks
 
-from inference.engines import EngineUnavailable, probe_engine
+from inference.engine_support import EngineUnavailable
+from inference.engines import probe_engine
 from inference.http_engine import HTTPEngine
 from inference.server import create_app, serve_in_background
 from training.rl.config import RLConfig
