@@ -79,3 +79,77 @@ def test_engine_specs_are_parsed_in_one_place() -> None:
 ])
 def test_the_spec_parser_check_sees_a_second_parser(source: str, parses: bool) -> None:
     assert spec_parsers(source) is parses
+
+
+# No import circle inside a room: of two modules that need each other, one is a helper library the other should
+# not be, and the shared part belongs in a module of its own. Edges are between a room's own modules, module-level
+# or inside a function (a lazy import only hides a circle).
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room_graph(room: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same room it imports (``from pkg import sub`` counts as importing ``pkg.sub``)."""
+    paths = {module_name(path): path for path in sorted((ROOT / room).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base for alias in node.names}
+        graph[module] = {target for target in targets if target in paths and target != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([*component, node]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("room", sorted(RANK))
+def test_no_import_circle_inside_a_room(room: str) -> None:
+    assert circles(room_graph(room)) == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}, "a.v": set()}
+    assert circles(graph) == [["a.x", "a.y", "a.z"]]
+    assert circles({"a.x": {"a.y"}, "a.y": set()}) == []
+
+
+def test_the_room_graph_sees_lazy_and_submodule_imports() -> None:
+    graph = room_graph("inference")
+    assert "inference.hf_engine" in graph["inference.engines"]  # imported inside load_engine
+    assert graph["inference.hf_engine"] >= {"inference.engine_support"}
