@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import typer
 
 research_app = typer.Typer(no_args_is_help=True, help="Deep research: the harness, research tasks, trajectories.")
-REFERENCE = "reference"
+from inference.teacher import REFERENCE
 
 
 def check_teacher(spec: str, option: str = "--teacher") -> str:

@@ -39,7 +39,8 @@ from inference.research.trajectories import export
 from tasks.trajectories import token_counter
 
 STAGE = "research_trajectories"
-REFERENCE = "reference"
+from inference.teacher import REFERENCE
+
 DATA_ROOT_ENV = "GYMFORGE_DATA"  # the data root flows.runtime exports to every process it starts
 
 

@@ -39,8 +39,7 @@ CURRICULUM = ("warmup", "stage1", "stage2")
 TABLE_1 = {"keychain": 7500, "qa": 7500, "needle_multikey": 512, "needle_multivalue": 512, "math_hard": 2500,
            "math_easy": 2500}
 QA_REWARD = "two_way"  # LoongRL's two-way substring exact match, hardened (envgen/rewards.py)
-BOXED = "Put the final answer in \\boxed{}."
-
+from inference.evaluation.items import BOXED
 
 
 class MixParams(Params):
