@@ -116,6 +116,8 @@ def rl(
                                                                      "`gymforge params rl` lists them.")] = None,
     engine: Annotated[str | None, typer.Option(help="The controllers' engine, e.g. openai:URL#MODEL for vLLM "
                                                     "servers (default: the model itself in each controller).")] = None,
+    report_to: Annotated[str | None, typer.Option(help="Also report each step's figures to tensorboard (files "
+                                                       "under <data root>/tensorboard/rl/KEY).")] = None,
     allow_untrained: AllowUntrained = False,
     partition: Annotated[str, typer.Option(help="Partition to record the run under.")] = "default",
 ) -> None:
@@ -130,7 +132,7 @@ def rl(
     from flows.terminal import stdout_console
     from flows.train import plan_rl, train_rl
 
-    overrides = run_overrides(settings, allow_untrained)
+    overrides = run_overrides(settings, allow_untrained, report_to=report_to)
     names = [name.strip() for name in tasks.split(",") if name.strip()]
     dask_address = os.environ.get(DASK_ENV) or None
     plan_rl(names, base, profile=profile, overrides=overrides, resume=resume, partition=partition, engine=engine,

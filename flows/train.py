@@ -289,7 +289,8 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
     key = store.artifact_key(stage, params, input_keys, partition)
     checkpoints = store.home / "checkpoints" / stage.name / key
     params = params.model_copy(update={"output_dir": str(checkpoints), "resume": resume, "engine": engine,
-                                       "dask_address": dask_address})
+                                       "dask_address": dask_address,
+                                       "logging_dir": str(store.home / "tensorboard" / stage.name / key)})
     if engine is not None:  # malformed, dead, refusing, serving another model, or unable to load new weights
         from inference.engine_support import EngineUnavailable
         from inference.engines import probe_engine

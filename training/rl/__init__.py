@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir
     from inference.checkpoint import equals_parent, read_card, save_model
     from inference.cpu import tune_allocator
     from inference.tokenizer import load as load_tokenizer
+    from training.rl.report import TensorBoardSteps
     from training.rl.rollout import DaskLauncher, ProcessLauncher
     from training.rl.sources import load_tasks
     from training.rl.trainer import RLRun
@@ -73,11 +75,18 @@ def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir
         shutil.rmtree(run_dir, ignore_errors=True)
     launcher = DaskLauncher(_dask_client(params.dask_address)) if params.dask_address else ProcessLauncher()
     config = params.to_config()
-    run = RLRun(base_dir, tasks, config, run_dir, engine=params.engine, launcher=launcher,
-                on_step=lambda row: progress.update(row["version"], _figures(row)), resume=params.resume,
-                device=params.device)
-    with RunProgress("rl", config.steps, completed=run.trainer.version) as progress:  # a resumed run's ETA too
-        progress.update(figures={"status": "waiting for the first batch"}, log=False)
+
+    def on_step(row: dict[str, Any]) -> None:
+        progress.update(row["version"], _figures(row))
+        if report is not None:
+            report(row)
+
+    run = RLRun(base_dir, tasks, config, run_dir, engine=params.engine, launcher=launcher, on_step=on_step,
+                resume=params.resume, device=params.device)
+    report = (TensorBoardSteps(Path(params.logging_dir or run_dir / "tensorboard"))
+              if params.report_to == "tensorboard" else None)
+    with report or nullcontext(), RunProgress("rl", config.steps, completed=run.trainer.version) as progress:
+        progress.update(figures={"status": "waiting for the first batch"}, log=False)  # a resumed run's ETA too
         result = run.run()
     steps = result.steps
     trained = int(result.samples["trained"].sum())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from data_contracts.stage import Params
 
@@ -152,6 +152,21 @@ class RLParams(RLConfig):
     device: str | None = Field(None, exclude=True, description="the trainer's device (default: cuda when present)")
     allow_untrained: bool = Field(False, exclude=True, description="publish a run that trained no sample, or left "
                                   "the model equal to its base (otherwise that run is an error)")
+    report_to: Literal["none", "tensorboard"] = Field("none", exclude=True, description="where each step's figures "
+                                                      "(reward, loss, kl, staleness, samples/s...) also go, as SFT's "
+                                                      "report_to: tensorboard (the flow puts its files under <data "
+                                                      "root>/tensorboard/rl/<key>), or none")
+    logging_dir: str | None = Field(None, exclude=True, description="TensorBoard's directory (default: <run "
+                                                                     "directory>/tensorboard, gone with it)")
+
+    @field_validator("report_to")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        import importlib.util
+
+        if value == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("report_to tensorboard needs its package installed: pip install tensorboard")
+        return value
 
     def local_inputs(self) -> list[str]:
         return [self.model_name_or_path] if self.model_name_or_path else []

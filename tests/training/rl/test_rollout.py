@@ -308,3 +308,24 @@ def test_a_run_whose_controller_processes_keep_failing_exits_instead_of_hanging(
                           capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "restarted 2 times (max_restarts=1)" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_report_to_tensorboard_writes_every_steps_reward_at_its_version(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from training.rl.config import RLParams
+    from training.rl.report import TensorBoardSteps
+
+    assert RLParams().report_to == "none"
+    with TensorBoardSteps(tmp_path / "tb") as report:
+        rl = RLRun(tiny_checkpoint(), prompt_tasks(6), RLConfig(steps=2, batch_size=4, num_generations=2,
+                                                                  controllers=1, concurrency=2, beta=0.0),
+                   tmp_path / "run", engine=VersionedTestEngine(p=[0.5] * 6), launcher=ThreadLauncher(),
+                   on_step=report)
+        result = rl.run()
+    events = EventAccumulator(str(tmp_path / "tb")).Reload()
+    rewards = events.Scalars("train/reward_mean")
+    assert [event.step for event in rewards] == [1, 2]
+    assert [event.value for event in rewards] == pytest.approx(result.steps["reward_mean"].to_list())
+    assert {"train/loss", "train/kl", "train/staleness_mean", "train/samples_per_s"} <= set(events.Tags()["scalars"])
