@@ -17,18 +17,27 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any, Literal
 
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY, in_set
+from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from envgen.midtrain.longctx import answer_text
 from envgen.midtrain.records import ANSWER, verify_answer
 from tasks.keychain import KEY_FORMATS, PASSAGE_HEADER, link_statements, make_keys
 from tasks.needles import ADJECTIVES, NOUNS, base_pool
-from tasks.token_budget import BudgetFiller, Reject, TokenCounter, boundaries, chat_frame, insert_cost, length_window
+from tasks.token_budget import (
+    BudgetFiller,
+    Reject,
+    TokenCounter,
+    boundaries,
+    chat_frame,
+    insert_cost,
+    length_window,
+)
 from tasks.tokenizer import LengthParams, resolve_tokenizer
 from tasks.trajectories import TrajectoryParams, make_row, token_counter, too_long, trajectory_contract
 
@@ -99,7 +108,7 @@ class ReadingBuilder:
         chain, value = chains[0], values[0]
         if resolve(content, self.p.key_format) != (chain, value) or content.count(value) != 1:
             raise Reject("link_or_value_also_in_documents")
-        steps = [f"I start from key {chain[0]}.", *(f"{a} leads to {b}." for a, b in zip(chain, chain[1:])),
+        steps = [f"I start from key {chain[0]}.", *(f"{a} leads to {b}." for a, b in pairwise(chain)),
                  f'{chain[-1]} holds the value "{value}".']
         reply = f"\\boxed{{{value}}}" if self.p.answer == "direct" else answer_text(steps, value)
         verify_input = {"answer": value, "aliases": [], "conditions": chain if self.p.answer == "trace" else [],
