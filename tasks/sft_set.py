@@ -46,7 +46,7 @@ from tasks.trajectories import EVAL_ENV_PREFIX, TrajectoryParams, token_counter,
 STAGE = "sft_set"
 ROUTES = {"midtrain_env": "midtrain_env", "midtrain_decompose": "decompose", "midtrain_reason": "reason",
           "midtrain_plan": "plan", "midtrain_text": "midtrain_text", "midtrain_longctx": "midtrain_longctx",
-          "research_trajectories": "research"}
+          "research_trajectories": "research", "reading_curriculum": "reading_curriculum"}
 """Input stage -> the route (``source``) its trajectories carry."""
 SOURCES = (*ROUTES.values(), "compress")
 STATUSES = ("selected", "not_selected", "duplicate", "near_duplicate", "too_long", "not_verified", "heldout",

@@ -178,11 +178,12 @@ TRAJECTORY_CHECKS = (
 )
 
 
-def trajectory_contract(sources: Sequence[str], min_rows: int = 0) -> Any:
+def trajectory_contract(sources: Sequence[str], min_rows: int = 0, checks: Sequence[Check] = ()) -> Any:
+    """The contract of every trajectory output; ``checks`` are a route's own, run after the shared ones."""
     return TRAJECTORY.contract(
         expectations=(in_set("source", list(sources)), in_set("verifier", list(VERIFIERS)),
                       in_set("verified", [True]), between("tokens", min_value=1)),
-        checks=TRAJECTORY_CHECKS, min_rows=min_rows)
+        checks=(*TRAJECTORY_CHECKS, *checks), min_rows=min_rows)
 
 
 # --- environment episodes -> rows ----------------------------------------------------------------------------
