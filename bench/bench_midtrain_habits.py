@@ -51,8 +51,8 @@ def main() -> None:
 
     from envgen.midtrain.compress import compress_steps
     from envgen.midtrain.records import EXECUTION, verify_row
-    from flows.cli_midtrain import ROUTES as STAGES
-    from flows.cli_midtrain import route_overrides
+    from flows.cli.midtrain import ROUTES as STAGES
+    from flows.cli.midtrain import route_overrides
     from flows.pipeline import materialize
     from flows.profiles import stage_params
     from tasks.trajectories import TrajectoryParams, token_counter

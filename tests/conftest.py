@@ -11,7 +11,7 @@ import pytest
 
 SUPPORT_DIR = Path(__file__).resolve().parent / "support"
 
-# As the CLI does (flows/cli.py): passive OpenMP waiting before torch loads, here and in spawned workers.
+# As the CLI does (flows/cli/__init__.py): passive OpenMP waiting before torch loads, here and in spawned workers.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # And its allocator settings (inference/cpu.py), for the same processes.
 from inference.cpu import tune_allocator

@@ -15,8 +15,8 @@ import typer
 from paths import QA_FIXTURES
 from typer.testing import CliRunner
 
-from flows import cli_data
 from flows.cli import app
+from flows.cli import data as cli_data
 
 FIXTURES = QA_FIXTURES
 ROWS = [

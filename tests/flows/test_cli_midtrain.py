@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from data_contracts.stage import StageError
 from flows.cli import app
-from flows.cli_midtrain import route_overrides
+from flows.cli.midtrain import route_overrides
 
 
 @pytest.mark.parametrize(("routes", "message"), [("env,bogus", "bogus"), ("", "no route was given"),
@@ -38,7 +38,7 @@ def test_a_keyed_selection_reads_that_artifact_and_its_parents_and_selects_its_r
     from types import SimpleNamespace
 
     import data_contracts.runner
-    import flows.cli_midtrain as cli
+    import flows.cli.midtrain as cli
     import flows.train
 
     found = SimpleNamespace(stage="midtrain_decompose", key="K1",

@@ -104,7 +104,7 @@ def test_params_lists_a_stages_fields_with_nested_ones_dotted(cli, tmp_path) -> 
 
 
 def test_dotted_settings_override_one_nested_field_and_keep_the_profiles_others() -> None:
-    from flows.cli_train import parse_settings
+    from flows.cli.train import parse_settings
     from flows.profiles import stage_params
 
     overrides = parse_settings(["sampling.max_tokens=8", "steps=2"])

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import flows.train
-from flows import cli_train
+from flows.cli import train as cli_train
 
 
 class Runtime:

@@ -36,18 +36,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from flows import (
-    cli_data,
-    cli_deploy,
-    cli_envgen,
-    cli_eval,
-    cli_experiment,
-    cli_inference,
-    cli_midtrain,
-    cli_noise,
-    cli_research,
-    cli_train,
-)
+from flows.cli import data, deploy, envgen, experiment, inference, midtrain, noise, research, train
+from flows.cli import eval as eval_room  # bound under another name: `eval` is a builtin
 from flows.terminal import print_table, stdout_console
 
 if TYPE_CHECKING:
@@ -65,8 +55,7 @@ console = stdout_console()  # tables fit a terminal and arrive whole in a pipe (
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
 
-for room in (cli_data, cli_envgen, cli_noise, cli_inference, cli_deploy, cli_research, cli_train, cli_midtrain,
-             cli_eval, cli_experiment):
+for room in (data, envgen, noise, inference, deploy, research, train, midtrain, eval_room, experiment):
     room.register(app)
 
 
@@ -241,7 +230,7 @@ def demo(
     set (the `train-sft` flow); print the UI URL and a summary."""
     with _clean_errors():
         _refresh_with_progress(None, profile, partition, force=False, keep_ui=keep_ui,
-                               then=lambda rt, summary: cli_train.demo_sft(rt, summary, profile, partition))
+                               then=lambda rt, summary: train.demo_sft(rt, summary, profile, partition))
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli_data import DataDirOpt, atomic_dir, require_new_dir, write_frame
+from flows.cli.data import DataDirOpt, atomic_dir, require_new_dir, write_frame
 
 ROUTES = {"env": "midtrain_env", "text": "midtrain_text", "decompose": "midtrain_decompose",
           "reason": "midtrain_reason", "plan": "midtrain_plan", "longctx": "midtrain_longctx"}

@@ -35,7 +35,7 @@ def run(
     from rich.markup import escape
     from rich.table import Table
 
-    from flows.cli_train import parse_settings
+    from flows.cli.train import parse_settings
     from flows.evaluate import check, evaluate
     from flows.runtime import Runtime
     from flows.terminal import print_table, stdout_console
