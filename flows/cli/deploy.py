@@ -26,7 +26,7 @@ POOLS = (POOL, GPU_POOL)
 
 def project_dir() -> Path:
     """The checkout holding ``prefect.yaml``: deployments run from it (its pull step sets the working directory)."""
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     if not (here / "prefect.yaml").is_file():
         raise typer.BadParameter(f"no prefect.yaml in {here}: deploy from a checkout of gymforge")
     return here
