@@ -107,7 +107,7 @@ def main() -> None:
 
     from envgen.search import SearchIndex, load_corpus
     from inference.research.knowledge import KnowledgeGraph, WorldFacts
-    from tasks.world import world
+    from tasks.longctx.world import world
 
     frames = world.run({}, world.parse_params({"n_entities": args.entities, "n_questions": 0}), "bench")
     kg = KnowledgeGraph.from_frames(frames["entities"], frames["relations"])

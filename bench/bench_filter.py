@@ -55,7 +55,7 @@ def tiny_inputs(steps: int | None, root: Path) -> tuple[object, object, float]:
 
 def timed_filter(seeds, engine) -> tuple[float, list[int]]:
     """Seconds to filter ``seeds`` with the tiny profile's qa_filtered params, and the pass-count histogram."""
-    from tasks.qa_filtered import QAFilterParams, filter_qa
+    from tasks.longctx.qa_filtered import QAFilterParams, filter_qa
 
     raw = {key: value for key, value in (tiny_profile().get("qa_filtered") or {}).items() if key != "engine"}
     params = QAFilterParams(**{**raw, "k": 8})

@@ -97,7 +97,7 @@ def prepare_inputs(n_seeds: int) -> tuple[Path, Path, Path]:
 def _builder(kept_path: str, rej_path: str, tok_dir: str, target: int, total: int,
              counting: str = "lazy") -> tuple[Any, pl.DataFrame]:
     from data_contracts.stage import FrameArtifact
-    from tasks.keychain import KeyChainBuilder, KeyChainParams, prepare
+    from tasks.longctx.keychain import KeyChainBuilder, KeyChainParams, prepare
     from tasks.tokenizer import resolve_tokenizer
 
     params = KeyChainParams(n=total, n_regular=0, target_tokens=target, tokenizer=tok_dir, pool_counting=counting)
@@ -108,7 +108,7 @@ def _builder(kept_path: str, rej_path: str, tok_dir: str, target: int, total: in
 
 def shard(args: tuple[str, str, str, int, int, int, int]) -> dict[str, Any]:
     """Build examples ``start .. start+count`` in this process (a Dask task); timings and peak memory."""
-    from tasks.keychain import build_frames
+    from tasks.longctx.keychain import build_frames
 
     kept_path, rej_path, tok_dir, target, start, count, total = args
     t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def shard(args: tuple[str, str, str, int, int, int, int]) -> dict[str, Any]:
 def interleaved(paths: tuple[str, str, str], target: int, examples: int, counting: str) -> dict[str, Any]:
     """Build one example, then tokenize its final prompt once, right away: the two times are measured under the
     same machine load (this machine is shared), and their ratio is the overhead of the whole KeyChain procedure."""
-    from tasks.token_budget import length_window
+    from tasks.longctx.token_budget import length_window
 
     t0 = time.perf_counter()
     builder, items = _builder(*paths, target, examples, counting)
@@ -169,8 +169,8 @@ def interleaved(paths: tuple[str, str, str], target: int, examples: int, countin
 
 def needles_run(tok_dir: str, rej_path: str, target: int, examples: int) -> dict[str, float]:
     """RULER multi-key needles on the pool's documents as haystack: ms/example and the same overhead ratio."""
-    from tasks.needles import NeedleBuilder, NeedleParams
-    from tasks.token_budget import DocPool
+    from tasks.longctx.needles import NeedleBuilder, NeedleParams
+    from tasks.longctx.token_budget import DocPool
     from tasks.tokenizer import resolve_tokenizer
 
     texts = [d["text"] for doc in pl.read_parquet(rej_path, n_rows=20_000)["docs"] for d in json.loads(doc)]

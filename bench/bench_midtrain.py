@@ -34,7 +34,7 @@ from data_contracts.stage import FrameArtifact
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings
 from envgen.taskgen import TaskSettings, build_verified
-from tasks.kcenter import k_center_greedy, k_center_greedy_naive
+from tasks.midtrain.kcenter import k_center_greedy, k_center_greedy_naive
 
 DOMAINS = ("airline", "retail", "bank", "car_rental")
 
@@ -54,8 +54,8 @@ def environments(n: int) -> list[dict]:
 def _inputs() -> dict[str, FrameArtifact]:
     """What the stages read: a world, a tokenizer trained on it, four domains' graphs, eight environments."""
     from data_contracts.schemas import DOMAIN_GRAPH, KEYCHAIN
+    from tasks.longctx.world import world as world_stage
     from tasks.tokenizer import tokenizer as tokenizer_stage
-    from tasks.world import world as world_stage
 
     world = FrameArtifact(world_stage.run({}, world_stage.parse_params(
         {"n_entities": 600, "n_questions": 200, "n_distractors": 2}), "b"))
@@ -80,12 +80,12 @@ def run_plan(inputs: dict[str, FrameArtifact], plan: list[tuple[Any, dict[str, A
 
 
 def _route_stages() -> list[Any]:
-    from tasks.midtrain_decompose import midtrain_decompose
-    from tasks.midtrain_env import midtrain_env
-    from tasks.midtrain_longctx import midtrain_longctx
-    from tasks.midtrain_plan import midtrain_plan
-    from tasks.midtrain_reason import midtrain_reason
-    from tasks.midtrain_text import midtrain_text
+    from tasks.midtrain.midtrain_decompose import midtrain_decompose
+    from tasks.midtrain.midtrain_env import midtrain_env
+    from tasks.midtrain.midtrain_longctx import midtrain_longctx
+    from tasks.midtrain.midtrain_plan import midtrain_plan
+    from tasks.midtrain.midtrain_reason import midtrain_reason
+    from tasks.midtrain.midtrain_text import midtrain_text
 
     return [midtrain_env, midtrain_decompose, midtrain_reason, midtrain_plan, midtrain_text, midtrain_longctx]
 
@@ -101,7 +101,7 @@ def tiny_profile_cost(workdir: Path) -> list[tuple[str, int, int, float, float]]
     """The tiny profile's mid-training stages and sft_set (what they add to `make demo`), the reference model an
     untrained tiny policy of the profile's size (scoring costs the same as the trained one's)."""
     from flows.profiles import load_profile
-    from tasks.sft_set import sft_set
+    from tasks.midtrain.sft_set import sft_set
     from tasks.tokenizer import resolve_tokenizer
     from training.tiny_model import init_model
 
@@ -120,7 +120,7 @@ def selection_quality(n_tasks: int, workdir: Path, seeds: int = 5) -> list[str]:
     bigrams of the trained text, domains) and in the centred embedding space."""
     import polars as pl
 
-    from tasks.sft_set import sft_set
+    from tasks.midtrain.sft_set import sft_set
     from tasks.tokenizer import resolve_tokenizer
     from training.tiny_model import init_model
 

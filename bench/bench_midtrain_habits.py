@@ -49,13 +49,13 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
-    from envgen.midtrain.compress import compress_steps
-    from envgen.midtrain.records import EXECUTION, verify_row
+    from envgen.trajectory_checks import EXECUTION, verify_row
     from flows.cli.midtrain import ROUTES as STAGES
     from flows.cli.midtrain import route_overrides
     from flows.pipeline import materialize
     from flows.profiles import stage_params
-    from tasks.trajectories import TrajectoryParams, token_counter
+    from tasks.midtrain.routes import TrajectoryParams, token_counter
+    from tasks.midtrain.sft_set import compress_steps
 
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="bench-habits-")
     targets = [STAGES[r] for r in ROUTES]

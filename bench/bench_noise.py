@@ -27,10 +27,10 @@ from data_contracts.stage import REJECTED, FrameArtifact
 from envgen.compiler import compiled
 from envgen.noise.environment import NoisyEnvironment
 from envgen.noise.solvability import summary_frame
-from envgen.noise.twins import NoiseParams
 from envgen.runtime import Environment, replay
 from envgen.taskgen import build_verified
-from tasks.noisy_tasks import noisy_tasks
+from tasks.noise.noisy_tasks import noisy_tasks
+from tasks.noise.twins import NoiseParams
 
 
 def build(n: int) -> tuple[list[dict], list[dict]]:

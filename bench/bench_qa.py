@@ -30,8 +30,8 @@ def main() -> None:
 
     from data_contracts.stage import FrameArtifact
     from envgen.search import SearchIndex, load_corpus
-    from tasks.search_qa import DIFFICULTY, search_qa
-    from tasks.world import world
+    from tasks.longctx.world import world
+    from tasks.research.search_qa import DIFFICULTY, search_qa
 
     frames = world.run({}, world.parse_params({"n_entities": args.entities, "n_questions": 0}), "bench")
     with tempfile.TemporaryDirectory(prefix="bench-qa-") as tmp:

@@ -35,7 +35,7 @@ from bench import report
 
 def world(entities: int, directory: Path) -> tuple[dict[str, pl.DataFrame], Path, float]:
     from envgen.search import SearchIndex, load_corpus
-    from tasks.world import world as world_stage
+    from tasks.longctx.world import world as world_stage
 
     frames = world_stage.run({}, world_stage.parse_params({"n_entities": entities, "n_questions": 0}), "bench")
     start = time.perf_counter()
@@ -158,8 +158,8 @@ def main() -> None:
     from inference.research.knowledge import KnowledgeGraph
     from inference.research.reference import ReferenceTeacher
     from inference.research.rubric import Rubric, grade
-    from tasks.research_tasks import research_tasks
-    from tasks.search_qa import search_qa
+    from tasks.research.research_tasks import research_tasks
+    from tasks.research.search_qa import search_qa
 
     with tempfile.TemporaryDirectory(prefix="bench-research-") as tmp:
         frames, index_dir, build_s = world(args.entities, Path(tmp))

@@ -37,8 +37,8 @@ def main() -> None:
     from inference.research.reference import ReferenceTeacher
     from inference.research.rubric import Rubric, grade_lexical
     from inference.research.text import sentences
-    from tasks.research_tasks import research_tasks
-    from tasks.world import world
+    from tasks.longctx.world import world
+    from tasks.research.research_tasks import research_tasks
 
     frames = world.run({}, world.parse_params({"n_entities": args.entities, "n_questions": 0}), "bench")
     teacher = ReferenceTeacher(KnowledgeGraph.from_frames(frames["entities"], frames["relations"]))

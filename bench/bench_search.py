@@ -165,8 +165,8 @@ def query(engine: str, out: str, questions_path: str, corpus_path: str) -> dict[
 
 
 def world_corpus(entities: int, questions: int, directory: Path) -> tuple[Path, Path, int]:
-    from tasks.world import WorldParams
-    from tasks.world import world as world_stage
+    from tasks.longctx.world import WorldParams
+    from tasks.longctx.world import world as world_stage
 
     out = world_stage.run({}, WorldParams(n_entities=entities, n_questions=questions), "bench")
     docs = out["documents"]

@@ -25,8 +25,8 @@ from bench import report
 
 
 def measure(n_seeds: int, entities_per_seed: float) -> dict[str, Any]:
-    from tasks.world import WorldParams, build_world, entity_frame, generate_seeds
-    from tasks.world import world as world_stage
+    from tasks.longctx.world import WorldParams, build_world, entity_frame, generate_seeds
+    from tasks.longctx.world import world as world_stage
 
     params = WorldParams(n_entities=max(60, int(n_seeds * entities_per_seed)), n_questions=n_seeds)
     t0 = time.perf_counter()
@@ -91,7 +91,7 @@ def hotpot_file(path: Path, records: int) -> None:
 def measure_loader(path: str, streaming: bool) -> dict[str, Any]:
     start = time.perf_counter()
     if streaming:
-        from tasks.qa_seeds import load_seed_file
+        from tasks.longctx.qa_seeds import load_seed_file
 
         rows = load_seed_file("hotpotqa", path)[0].height
     else:

@@ -45,7 +45,7 @@ def _loss_curve(artifact: Artifact, path: Path) -> None:
 
 
 def _selection(artifact: Artifact, path: Path) -> None:
-    from tasks.sft_set import plot_selection
+    from tasks.midtrain.sft_set import plot_selection
 
     plot_selection(artifact.read("scores"), artifact.read("summary"), path)
 

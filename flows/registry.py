@@ -1,6 +1,6 @@
-"""Stage discovery. A stage lives in the module named after it (``tasks/<name>.py`` or ``training/<name>.py``, STYLE.md
-guideline 8: a unit is registered beside its code), so the registry imports a stage's module only when that stage
-is asked for: a Dask worker running ``world`` never loads torch or transformers for ``tiny_policy``. ``discover``
+"""Stage discovery. A stage lives in the module named after it (``tasks/<branch>/<name>.py``, ``tasks/<name>.py`` or
+``training/<name>.py``, STYLE.md guideline 8: a unit is registered beside its code), so the registry imports a stage's
+module only when that stage is asked for: a Dask worker running ``world`` never loads torch or transformers for ``tiny_policy``. ``discover``
 imports them all, for planning the whole DAG.
 
 Extra stage modules (a user's own stages, the test doubles of the test suite) are named in the environment
@@ -18,7 +18,9 @@ from functools import cache
 
 from data_contracts.stage import STAGES, Stage, StageError, get_stage
 
-STAGE_PACKAGES = ("tasks", "training")
+# Where stage modules live: the stage packages and the branches of tasks/ (tasks/__init__.py says which is which).
+STAGE_HOMES = ("tasks", "tasks.environments", "tasks.noise", "tasks.longctx", "tasks.midtrain", "tasks.research",
+               "training")
 EXTRA_MODULES_ENV = "GYMFORGE_STAGE_MODULES"
 
 
@@ -40,10 +42,11 @@ def _extra_modules() -> None:
 def discover() -> dict[str, Stage]:
     """Import every module of the stage packages once per process and return the registry (name -> Stage)."""
     _extra_modules()
-    for package_name in STAGE_PACKAGES:
-        package = importlib.import_module(package_name)
-        for info in pkgutil.iter_modules(package.__path__, prefix=f"{package_name}."):
-            _import(info.name)
+    for home in STAGE_HOMES:
+        package = importlib.import_module(home)
+        for info in pkgutil.iter_modules(package.__path__, prefix=f"{home}."):
+            if info.name not in STAGE_HOMES:
+                _import(info.name)
     return STAGES
 
 
@@ -51,8 +54,8 @@ def stage_named(name: str) -> Stage:
     """The registered stage called ``name``, importing only its own module; the error lists the known stages."""
     _extra_modules()
     if name not in STAGES and name.isidentifier():
-        for package_name in STAGE_PACKAGES:
-            module_name = f"{package_name}.{name}"
+        for home in STAGE_HOMES:
+            module_name = f"{home}.{name}"
             if importlib.util.find_spec(module_name) is not None:
                 _import(module_name)
                 break

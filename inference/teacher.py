@@ -1,7 +1,7 @@
 """Teachers: who writes the words of synthesized trajectories (reasoning, the user's requests and replies).
 
 A teacher is ``reference`` — the offline, deterministic reference teacher, which keeps the texts written from the
-graph and the specs (``envgen.midtrain``'s ``Slot.default``) — or any engine spec, usually an OpenAI-compatible
+graph and the specs (``envgen.trajectory_checks``' ``Slot.default``) — or any engine spec, usually an OpenAI-compatible
 server (``openai:URL#MODEL``). An engine teacher is probed once before any work (an endpoint that is down or answers
 garbage is one clear ``TeacherError``); afterwards a failure on one item (an error, an empty answer, a rewrite that
 drops a value it had to keep) rejects that item with its reason and never the stage.
@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from data_contracts.stage import StageError
-from envgen.midtrain.records import Slot, slot_problem
+from envgen.trajectory_checks import Slot, slot_problem
 from inference.engine import Request, SamplingParams
 
 REFERENCE = "reference"

@@ -1,0 +1,14 @@
+"""The data stages of the DAG, one package per branch (README "The pipeline"); a stage lives in the module named
+after it inside its branch, with the procedure only it uses beside it:
+
+- ``environments``: domain graphs, executable environments and their tasks, the unseen Random Complex Tasks, the
+  small environments and the difficulty-filtered tasks;
+- ``noise``: noisy twins of environment tasks on a curriculum, for training and evaluation;
+- ``longctx``: the synthetic world, QA seeds and their difficulty filter, KeyChain, needles, math and the RL mixture;
+- ``midtrain``: mid-training and cold-start trajectories (environment-grounded and its augmentations, text-driven,
+  long-context, the reading curriculum) and the cold-start selection ``sft_set``;
+- ``research``: the search index, search QA and research tasks and trajectories.
+
+Shared by several branches, at the top: ``tokenizer`` (the stage every token count uses) and ``difficulty`` (the
+keep decision and figure of both difficulty filters).
+"""

@@ -20,7 +20,7 @@ MESSAGE_COLUMNS = ("prompt",)  # JSON-string chat messages in the artifacts, lis
 JSON_COLUMNS = ("distractor_chains",)
 
 from data_contracts.stage import Params
-from tasks.keychain import KeyChainParams
+from tasks.longctx.keychain import KeyChainParams
 
 DataDirOpt = Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")]
 
@@ -30,7 +30,7 @@ def seed_source(spec: str) -> str:
 
     The file is read up to its first usable seed, so a missing, corrupt, empty or wholly rejected file fails here
     with a ``InputFileError`` naming it, before any server or cluster starts; the stage reads the rest."""
-    from tasks.qa_seeds import load_seed_file
+    from tasks.longctx.qa_seeds import load_seed_file
 
     kind, _, path = spec.partition(":")
     if kind not in SEED_KINDS or (kind == "world") != (not path):
@@ -117,7 +117,7 @@ def trl_frame(frame: pl.DataFrame) -> pl.DataFrame:
     problem (question) on its own."""
     import polars as pl
 
-    from tasks.rl_mix import question_prompt, seed_prompt
+    from tasks.longctx.rl_mix import question_prompt, seed_prompt
 
     if "prompt" not in frame.columns:
         if {"question", "docs"} <= set(frame.columns):

@@ -38,7 +38,7 @@ def check_bundles(envs: Path | None, routes: list[str]) -> str | None:
     if not set(ENV_ROUTES) & set(routes):
         raise typer.BadParameter(f"--envs feeds the routes {', '.join(ENV_ROUTES)}; --routes names none of them")
     from data_contracts.stage import StageError
-    from tasks.midtrain_env import bundle_environments
+    from tasks.midtrain.midtrain_env import bundle_environments
 
     try:
         bundle_environments(envs)
@@ -106,8 +106,8 @@ def keyed_selection(ref: str, section: dict[str, Any], profile: str, data_dir: P
     from flows.profiles import parse, stage_params
     from flows.runtime import data_root
     from flows.train import published
-    from tasks.sft_set import ROUTES as SFT_ROUTES
-    from tasks.sft_set import sft_set
+    from tasks.midtrain.sft_set import ROUTES as SFT_ROUTES
+    from tasks.midtrain.sft_set import sft_set
 
     root = data_root(data_dir)
     store, catalog = open_store(root), Catalog(root)
@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from tasks.sft_set import ROUTES as SFT_ROUTES
+        from tasks.midtrain.sft_set import ROUTES as SFT_ROUTES
 
         if k < 1:
             raise typer.BadParameter(f"--k {k}: must be >= 1")

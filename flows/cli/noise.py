@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         from data_contracts.stage import REJECTED, FrameArtifact, StageError
         from envgen.noise.plot import plot_noise_success
         from envgen.noise.solvability import summary_frame
-        from tasks.noisy_tasks import noisy_tasks
+        from tasks.noise.noisy_tasks import noisy_tasks
 
         require_new_dir(out)
         try:

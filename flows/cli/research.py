@@ -125,7 +125,7 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
     from flows.pipeline import materialize
     from flows.runtime import Runtime
     from inference.research.harness import run_research
-    from tasks.research_trajectories import teacher_engine
+    from tasks.research.research_trajectories import teacher_engine
 
     with Runtime() as rt:
         artifacts = materialize(["search_index", "world"], profile=profile, overrides=overrides, runtime=rt)
@@ -269,7 +269,7 @@ def check(
     opened, facts = _open_index(index)
     engine = None
     if judge is not None:
-        from tasks.research_trajectories import teacher_engine
+        from tasks.research.research_trajectories import teacher_engine
 
         engine = teacher_engine(judge, None)[0]
     try:

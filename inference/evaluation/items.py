@@ -20,7 +20,7 @@ from inference.agent import qa_prompt
 from inference.engine import Message
 
 ItemKind = Literal["prompt", "env"]
-BOXED = "Put the final answer in \\boxed{}."  # also the RL mixture's math prompt (tasks/rl_mix.py)
+BOXED = "Put the final answer in \\boxed{}."  # also the RL mixture's math prompt (tasks/longctx/rl_mix.py)
 
 
 class TaskLike(Protocol):

@@ -15,8 +15,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envgen.midtrain.records import RESEARCH
 from envgen.search import TOOL_SCHEMAS, SearchIndex
+from envgen.trajectory_checks import RESEARCH
 from inference.research.editors import parse_directives
 from inference.research.harness import ResearchRun
 from inference.research.planning import parse_issues

@@ -77,8 +77,8 @@ def tree_bytes(directory: Path) -> dict[str, bytes]:
 
 
 def test_world_documents_frame() -> None:
-    from tasks.world import WorldParams
-    from tasks.world import world as world_stage
+    from tasks.longctx.world import WorldParams
+    from tasks.longctx.world import world as world_stage
 
     frame = world_stage.run({}, WorldParams(n_entities=120, n_questions=0), "p0")["documents"]
     corpus = load_corpus(frame)

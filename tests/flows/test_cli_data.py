@@ -63,7 +63,7 @@ def rl_ready() -> dict[str, pl.DataFrame]:
     from mix_inputs import mix_inputs
 
     from data_contracts.stage import get_stage
-    from tasks.qa_seeds import load_seed_file
+    from tasks.longctx.qa_seeds import load_seed_file
 
     inputs = mix_inputs()
     mix = get_stage("rl_mix")
@@ -82,7 +82,7 @@ def test_every_rl_ready_artifact_exports_for_trl(stage: str, tmp_path) -> None:
     """Artifacts without a prompt column get the prompt rl_mix gives the same item."""
     from datasets import load_dataset
 
-    from tasks import rl_mix
+    from tasks.longctx import rl_mix
 
     frame = rl_ready()[stage]
     artifact, out = tmp_path / f"{stage}.parquet", tmp_path / "train.parquet"
@@ -190,7 +190,7 @@ def test_keychain_command_passes_its_settings_and_writes_the_file(monkeypatch, t
     from longctx_fixtures import qa_filtered, tokenizer_artifact
 
     from data_contracts.stage import FrameArtifact
-    from tasks import keychain
+    from tasks.longctx import keychain
 
     seen = {}
 

@@ -48,7 +48,7 @@ def test_bad_options_are_one_line_before_anything_starts(tmp_path: Path, monkeyp
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_research_run_writes_its_report_and_resumes(tmp_path: Path) -> None:
-    from tasks.world import world
+    from tasks.longctx.world import world
 
     params = {"n_entities": 120, "n_questions": 0}
     profile = tmp_path / "world.yaml"

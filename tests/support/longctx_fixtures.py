@@ -1,5 +1,5 @@
 """Small, deterministic inputs for the long-context data stages (keychain, needles, rl_mix): a qa_seed frame in the
-schema of ``tasks/qa_seeds.py`` plus pass counts, world-like documents, and a tokenizer artifact trained on them."""
+schema of ``tasks/longctx/qa_seeds.py`` plus pass counts, world-like documents, and a tokenizer artifact trained on them."""
 
 from __future__ import annotations
 
@@ -85,8 +85,6 @@ def tokenizer():
 @cache
 def real_world() -> tuple[FrameArtifact, FrameArtifact]:
     """The QA room's `world` stage output (small) and the `tokenizer` stage trained on its documents."""
-    import tasks.tokenizer
-    import tasks.world  # noqa: F401  (registers the stage)
     from data_contracts.stage import get_stage
 
     world_stage, tok_stage = get_stage("world"), get_stage("tokenizer")

@@ -19,9 +19,9 @@ def environments() -> list[dict[str, Any]]:
     the customer (mid-training tasks act for one)."""
     from envgen.compiler import compile_domain
     from envgen.construct import ConstructionSettings
-    from envgen.midtrain.synth import identifying_tool
     from envgen.spec import load_domain
     from envgen.taskgen import TaskSettings, build_verified
+    from tasks.midtrain.synth import identifying_tool
 
     envs = []
     for name in DOMAINS:
@@ -47,7 +47,7 @@ def env_trajectories(n_tasks: int = 8) -> pl.DataFrame:
     failed try where one fits, so selections of a few rows still carry masked turns."""
     from longctx_fixtures import tokenizer_artifact
 
-    import tasks.midtrain_env as stage
+    import tasks.midtrain.midtrain_env as stage
 
     inputs = {"environments": environments_artifact(), "tokenizer": tokenizer_artifact()}
     out = stage.midtrain_env.run(inputs, stage.midtrain_env.parse_params({"n_tasks": n_tasks, "retry_prob": 1.0}), "t")

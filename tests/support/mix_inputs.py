@@ -8,7 +8,7 @@ from functools import cache
 from longctx_fixtures import qa_filtered, tokenizer_artifact, world_documents
 
 from data_contracts.stage import FrameArtifact, get_stage
-from tasks import keychain, math_seeds, needles, rl_mix  # noqa: F401  (registers the stages)
+from tasks.longctx import keychain, math_seeds, needles, rl_mix  # noqa: F401  (registers the stages)
 
 
 def _run(name: str, params: dict, stage_inputs: dict) -> FrameArtifact:

@@ -22,7 +22,7 @@ WORLD = {"n_entities": 200, "n_questions": 0, "seed": 3}
 
 @lru_cache(maxsize=1)
 def small_world() -> dict[str, pl.DataFrame]:
-    from tasks.world import world
+    from tasks.longctx.world import world
 
     return world.run({}, world.parse_params(WORLD), "p0")
 

@@ -14,7 +14,7 @@ from longctx_fixtures import vault_seeds
 from inference.agent import prompt_docs, qa_prompt
 from inference.testing import BernoulliTestEngine
 from tasks.difficulty import ANSWER_OVER_CAP, cap_per_answer, plot_pass_histogram, split_by_window, verdict
-from tasks.qa_filtered import QAFilterParams, filter_qa
+from tasks.longctx.qa_filtered import QAFilterParams, filter_qa
 
 K = 8
 
@@ -143,7 +143,7 @@ def test_task_filter_keeps_exactly_the_window():
     from agent_fixtures import airline_env_and_task, golden_policy, stall_policy
 
     from inference.testing import ScriptedEngine
-    from tasks.task_filtered import TaskFilterParams, filter_tasks
+    from tasks.environments.task_filtered import TaskFilterParams, filter_tasks
 
     env, task = airline_env_and_task()
     successes = [0, 1, 3, 4]
@@ -171,7 +171,7 @@ def test_task_filter_keeps_exactly_the_window():
     assert rollouts.height == 16 and rollouts["group_id"].to_list() == [f"t{i}" for i in range(4) for _ in range(4)]
     assert rollouts.filter(pl.col("verified"))["failure"].null_count() == sum(successes)
     from data_contracts.gate import validate
-    from tasks.task_filtered import task_filtered
+    from tasks.environments.task_filtered import task_filtered
 
     for name, frame in out.items():
         report = validate("task_filtered", name, frame, task_filtered.outputs[name], "p0")
@@ -180,7 +180,7 @@ def test_task_filter_keeps_exactly_the_window():
 
 def test_outputs_pass_their_contracts():
     from data_contracts.gate import validate
-    from tasks.qa_filtered import qa_filtered
+    from tasks.longctx.qa_filtered import qa_filtered
 
     successes = [0, 3, 8, 5]
     seeds = vault_seeds(len(successes))
@@ -196,7 +196,7 @@ def test_tasks_the_engine_cannot_read_are_rejected_as_prompt_too_long():
     from agent_fixtures import airline_env_and_task, golden_policy
 
     from inference.testing import ScriptedEngine
-    from tasks.task_filtered import TaskFilterParams, filter_tasks
+    from tasks.environments.task_filtered import TaskFilterParams, filter_tasks
 
     env, task = airline_env_and_task()
     out = filter_tasks(pl.DataFrame([env]), pl.DataFrame([task]), ScriptedEngine(golden_policy, max_positions=64),

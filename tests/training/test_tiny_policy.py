@@ -138,7 +138,7 @@ def test_bad_params_are_clear_errors(raw, field):
 
 def test_qa_filtered_stage_runs_on_the_tiny_policy(trained):
     from data_contracts.gate import validate
-    from tasks.qa_filtered import qa_filtered
+    from tasks.longctx.qa_filtered import qa_filtered
 
     inputs = {"qa_seeds": FrameArtifact({"seeds": SEEDS}), "tiny_policy": trained}
     params = qa_filtered.parse_params({"k": 2, "max_tokens": 8, "window": [0, 2]})

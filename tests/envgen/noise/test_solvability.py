@@ -18,11 +18,11 @@ from envgen.noise.environment import NoisyEnvironment, scored_for_agent
 from envgen.noise.plot import plot_noise_success
 from envgen.noise.records import NoiseRecord, Transform
 from envgen.noise.solvability import make_noisy_task, noisy_twins, summary_frame, survey, verify, writes_of
-from envgen.noise.twins import NoiseParams
 from envgen.taskgen import TaskSettings, environment_record, make_task
 from envgen.tools import ToolResult
-from tasks.noisy_eval import NoiseEvalParams, noisy_eval
-from tasks.noisy_tasks import noisy_tasks
+from tasks.noise.noisy_eval import NoiseEvalParams, noisy_eval
+from tasks.noise.noisy_tasks import noisy_tasks
+from tasks.noise.twins import NoiseParams
 
 SEEDS = range(8)
 
@@ -234,8 +234,8 @@ from data_contracts.stage import FrameArtifact
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
 from envgen.taskgen import TaskSettings, environment_record, make_task
-from envgen.noise.twins import NoiseParams
-from tasks.noisy_tasks import noisy_tasks
+from tasks.noise.twins import NoiseParams
+from tasks.noise.noisy_tasks import noisy_tasks
 domain, envs, tasks = compiled("airline"), [], []
 for seed in range(3):
     built = build_environment(domain, seed, ConstructionSettings())

@@ -1,0 +1,62 @@
+"""Stage `midtrain_plan`: planning-oriented augmentation (LongCat-Flash-Thinking-2601 section 2, "Problem
+decomposition trajectories"; the procedure is ``plan`` below): a plan of sub-goals derived from
+the calls' dependency structure (one per write, the reads that feed it, which earlier step each uses) before the
+correct first action; the conversation is re-verified by execution."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+
+from data_contracts.schemas import ITEM_REJECTED
+from data_contracts.stage import REJECTED, Artifact, stage
+from envgen.runtime import domain_for
+from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
+from tasks.midtrain.synth import Episode
+
+STAGE = "midtrain_plan"
+TRANSFORM = "plan"
+
+
+def plan(ep: Episode) -> tuple[Episode, list[str]]:
+    """A plan of sub-goals (one per write, with the reads that feed it, and which earlier step each depends on)
+    placed before the first action (LongCat-Flash-Thinking-2601 2, "Problem decomposition trajectories")."""
+    domain = domain_for(ep.env)
+    goals: list[list[int]] = [[]]
+    for k, call in enumerate(ep.calls):
+        goals[-1].append(k)
+        if domain.tools[call["name"]].is_write and k < len(ep.calls) - 1:
+            goals.append([])
+    goals = [g for g in goals if g]
+    owner = {k: i for i, g in enumerate(goals) for k in g}
+    lines = []
+    for i, goal in enumerate(goals):
+        steps = ", then ".join(ep.calls[k]["name"] for k in goal)
+        deps = sorted({owner[j] + 1 for k in goal for j in range(k) if owner[j] != i
+                       and domain.graph.has_edge(ep.calls[j]["name"], ep.calls[k]["name"])})
+        after = f" (uses what step {', '.join(map(str, deps))} finds)" if deps else ""
+        write = next((ep.calls[k] for k in goal if domain.tools[ep.calls[k]["name"]].is_write), None)
+        what = domain.tools[write["name"]].description.split(". ")[0].rstrip(".").lower() if write else "check records"
+        lines.append(f"{i + 1}. {what}: {steps}{after}.")
+    text = "Plan:\n" + "\n".join(lines) + f"\nFirst step: {ep.calls[0]['name']}."
+    return Episode(ep.env, ep.task, ep.calls, plan=text), lines
+
+
+class PlanParams(EpisodeParams):
+    """midtrain_plan takes the params of every episode route."""
+
+
+# 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
+# reason; reasons, alternatives and the outcome stated in words that are true
+@stage(name=STAGE, version="2", params=PlanParams, inputs=("midtrain_env", "tokenizer"),
+       outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
+def midtrain_plan(inputs: Mapping[str, Artifact], params: PlanParams, partition: str) -> dict[str, pl.DataFrame]:
+    """A plan of sub-goals before the first action of each verified environment trajectory."""
+
+    def with_plan(episode, rng):
+        new, subgoals = plan(episode)
+        return new, {"subgoals": len(subgoals), "plan": subgoals}
+
+    return augment(inputs["midtrain_env"].read("trajectories"), params, partition, STAGE, TRANSFORM, with_plan,
+                   inputs)

@@ -1,0 +1,255 @@
+"""What the trajectory stages share (midtrain_env, the augmentations, midtrain_text, midtrain_longctx, sft_set): the
+contract every output of the `trajectory` record obeys, token counting with the project tokenizer, and how a
+trajectory row is put together.
+
+The contract re-checks each row on its own (``envgen.trajectory_checks``): it re-verifies by its verifier (an
+execution replay, schema conformance, or the two-way answer with reasoning completeness), trained turns hold valid
+tool-call JSON matching the offered schemas, masks sit only on assistant turns and cover every message, no row comes
+from an evaluation environment or a held-out domain, tokens are within the window the row was held to, and lineage
+is consistent (a transform has its parent, an original has neither).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+from pydantic import Field, field_validator
+
+from data_contracts.schemas import TRAJECTORY, between, in_set
+from data_contracts.stage import Artifact, Check, Params
+from envgen.runtime import json_field
+from envgen.small import DISTRACTORS
+from envgen.trajectory_checks import (
+    VERIFIERS,
+    calls_invalid,
+    needless_read,
+    other_customer_write,
+    turn_mask,
+    unidentified_write,
+    unstated_outcome,
+    verify_row,
+)
+
+EVAL_ENV_PREFIX = "rct-"
+"""Environment ids of Random Complex Tasks (``eval_random_envs``): never trained on."""
+
+
+class TrajectoryParams(Params):
+    """Params every trajectory-synthesis stage takes."""
+
+    seed: int = Field(0, description="root seed; item i draws from rng_for(seed, stage, partition, i)")
+    teacher: str = Field("reference", description="who writes the texts: 'reference' (the offline reference teacher, "
+                         "texts written from the graph and specs) or an engine spec openai:URL#MODEL, hf:DIR, vllm:DIR")
+    max_tokens: int = Field(16384, ge=64, description="longest chat-templated trajectory kept (project tokenizer)")
+    heldout: tuple[str, ...] = Field(("telecom",), description="domains never trained on (Random Complex Tasks)")
+    tokenizer: str = Field("default", description="'default' = the tokenizer artifact, or a local tokenizer dir")
+
+    @field_validator("teacher")
+    @classmethod
+    def _teacher(cls, value: str) -> str:
+        from inference.teacher import check_spec
+
+        return check_spec(value)
+
+    def local_inputs(self) -> list[str]:
+        from inference.engine_spec import EngineSpec
+        from inference.teacher import REFERENCE
+
+        teacher = [] if self.teacher == REFERENCE else EngineSpec.parse(self.teacher).local_inputs()
+        return teacher + ([] if self.tokenizer == "default" else [self.tokenizer])
+
+    def limits(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "heldout": list(self.heldout)}
+
+
+class EpisodeParams(TrajectoryParams):
+    """Params of the routes that play environment episodes (midtrain_env and its augmentations)."""
+
+    distractor_tools: int = Field(DISTRACTORS, ge=-1, description="tools offered beside the called ones, graph "
+                                  "neighbours first, in compact schemas (envgen.small.task_tools); -1: all")
+
+
+def open_teacher(params: TrajectoryParams) -> Any:
+    from inference.teacher import Teacher
+
+    return Teacher(params.teacher, seed=params.seed)
+
+
+def token_counter(params: TrajectoryParams, inputs: Mapping[str, Artifact]) -> Any:
+    """``count(messages, tools) -> int``: the chat-templated conversation's length with the project tokenizer."""
+    from tasks.tokenizer import resolve_tokenizer
+
+    tok = resolve_tokenizer(params.tokenizer, inputs)
+
+    def count(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> int:
+        text = tok.apply_chat_template([dict(m) for m in messages], tools=list(tools) or None, tokenize=False)
+        return len(tok.encode(text, add_special_tokens=False))
+
+    return count
+
+
+def trajectory_id(source: str, *parts: Any) -> str:
+    digest = hashlib.blake2b(json.dumps([source, *parts], default=str).encode(), digest_size=8).hexdigest()
+    return f"{source}:{digest}"
+
+
+def make_row(*, id: str, source: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], verifier: str,
+             verify_input: dict[str, Any], tokens: int, domain: str | None = None, env_id: str | None = None,
+             task_id: str | None = None, seed_id: str | None = None, env_db: bytes | None = None,
+             parent_id: str | None = None, transform: str | None = None,
+             transform_settings: Any = None) -> dict[str, Any]:
+    """A `trajectory` row, its turn-level mask computed from the conversation."""
+    return {
+        "id": id, "source": source, "env_id": env_id, "task_id": task_id, "seed_id": seed_id, "domain": domain,
+        "messages": json.dumps(messages), "tools": json.dumps(tools), "train": turn_mask(messages, tools),
+        "verified": True, "verifier": verifier, "parent_id": parent_id, "transform": transform,
+        "transform_settings": None if transform_settings is None else json.dumps(transform_settings),
+        "tokens": tokens, "verify_input": json.dumps(verify_input), "env_db": env_db,
+    }
+
+
+def too_long(tokens: int, params: TrajectoryParams) -> str | None:
+    return f"too_long: {tokens} tokens > max_tokens={params.max_tokens}" if tokens > params.max_tokens else None
+
+
+# --- the contract -------------------------------------------------------------------------------------------
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return list(frame.iter_rows(named=True))
+
+
+def _not_reverified(frame: pl.DataFrame) -> list[bool]:
+    return [verify_row(row) is not None for row in _rows(frame)]
+
+
+def _bad_calls(frame: pl.DataFrame) -> list[bool]:
+    return [calls_invalid(json_field(r["messages"]), json_field(r["tools"]), r["train"]) is not None
+            for r in _rows(frame)]
+
+
+def _bad_mask(frame: pl.DataFrame) -> list[bool]:
+    bad = []
+    for r in _rows(frame):
+        roles = [m.get("role") for m in json_field(r["messages"])]
+        flags = list(r["train"] or [])
+        bad.append(len(flags) != len(roles) or any(f and role != "assistant" for f, role in zip(flags, roles))
+                   or not any(flags))
+    return bad
+
+
+def _not_allowed(frame: pl.DataFrame) -> list[bool]:
+    bad = []
+    for r in _rows(frame):
+        limits = (json_field(r["verify_input"]) or {}).get("limits") or {}
+        bad.append(str(r["env_id"] or "").startswith(EVAL_ENV_PREFIX) or not limits
+                   or r["domain"] in limits.get("heldout", ()) or r["tokens"] > limits.get("max_tokens", 0))
+    return bad
+
+
+def _lineage(frame: pl.DataFrame) -> list[bool]:
+    return [(r["parent_id"] is None) != (r["transform"] is None) or r["parent_id"] == r["id"] for r in _rows(frame)]
+
+
+def _habit(problem: Any) -> Any:
+    return lambda frame: [problem(row) is not None for row in _rows(frame)]
+
+
+TRAJECTORY_CHECKS = (
+    Check("reverifies", _not_reverified, description="every row re-verifies by its verifier (execution replays it)"),
+    Check("tool_calls_valid", _bad_calls, description="trained turns' tool calls are JSON matching the schemas"),
+    Check("masks_on_assistant_turns", _bad_mask,
+          description="one train flag per message, true only on assistant turns, at least one trained turn"),
+    Check("within_limits", _not_allowed,
+          description="no evaluation environment or held-out domain; tokens within the row's window"),
+    Check("lineage_consistent", _lineage, description="a transform names its parent; an original has neither"),
+    Check("one_customer", _habit(other_customer_write),
+          description="every write names records of the task's one acting customer (or shared ones)"),
+    Check("identified_before_write", _habit(unidentified_write),
+          description="the acting customer is identified with the tools before the first write"),
+    Check("no_needless_read", _habit(needless_read),
+          description="no read looks up what the user stated or an earlier result returned"),
+    Check("outcome_stated", _habit(unstated_outcome),
+          description="the final message states a value the writes (or the last step) returned"),
+)
+
+
+def trajectory_contract(sources: Sequence[str], min_rows: int = 0, checks: Sequence[Check] = ()) -> Any:
+    """The contract of every trajectory output; ``checks`` are a route's own, run after the shared ones."""
+    return TRAJECTORY.contract(
+        expectations=(in_set("source", list(sources)), in_set("verifier", list(VERIFIERS)),
+                      in_set("verified", [True]), between("tokens", min_value=1)),
+        checks=(*TRAJECTORY_CHECKS, *checks), min_rows=min_rows)
+
+
+# --- environment episodes -> rows ----------------------------------------------------------------------------
+
+
+def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: EpisodeParams, source: str,
+                 count: Any, teacher: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Play each ``(id, episode, fields)`` (``tasks.midtrain.synth``), let the teacher write its texts, and keep it
+    only if the final conversation re-verifies by execution and fits the window; ``fields`` go into the row
+    (parent_id, transform, transform_settings). Returns (rows, rejected {id, reason})."""
+    from envgen.trajectory_checks import EXECUTION, apply_texts, verify_execution
+    from tasks.midtrain.synth import ENV_FIELDS, Unusable, play
+
+    played, rejected = [], []
+    for item_id, episode, fields in items:
+        if episode.env["domain"] in params.heldout or str(episode.env["env_id"]).startswith(EVAL_ENV_PREFIX):
+            rejected.append({"id": item_id, "reason": f"heldout: domain {episode.env['domain']}"})
+            continue
+        try:
+            played.append((item_id, episode, fields, play(episode, fields.pop("rng"), params.distractor_tools)))
+        except Unusable as exc:
+            rejected.append({"id": item_id, "reason": f"not_verified: {exc}"})
+    texts = teacher.write_all([p.slots for *_, p in played])
+    rows = []
+    for (item_id, episode, fields, p), written in zip(played, texts, strict=True):
+        if isinstance(written, str):
+            rejected.append({"id": item_id, "reason": written})
+            continue
+        messages = apply_texts(p.messages, p.slots, written)
+        verify_input = {"env": {k: episode.env[k] for k in ENV_FIELDS}, "task": episode.task,
+                        "limits": params.limits(), "teacher": teacher.name}
+        tokens = count(messages, p.tools)
+        failed = verify_execution(messages, verify_input, bytes(episode.env["db"]))
+        reason = f"not_verified: {failed}" if failed else too_long(tokens, params)
+        if reason:
+            rejected.append({"id": item_id, "reason": reason})
+            continue
+        rows.append(make_row(
+            id=item_id, source=source, messages=messages, tools=p.tools, verifier=EXECUTION,
+            verify_input=verify_input, tokens=tokens, domain=episode.env["domain"], env_id=episode.env["env_id"],
+            task_id=episode.task["task_id"], env_db=bytes(episode.env["db"]), **fields))
+    return rows, rejected
+
+
+def augment(parents: pl.DataFrame, params: EpisodeParams, partition: str, stage: str, transform: str,
+            fn: Any, inputs: Mapping[str, Artifact]) -> dict[str, pl.DataFrame]:
+    """An augmentation stage: ``fn(episode, rng) -> (episode, settings)`` on every verified parent episode; the
+    augmented episodes are played, written and verified like originals, with the parent and settings recorded."""
+    from data_contracts.schemas import ITEM_REJECTED
+    from data_contracts.stage import REJECTED, rng_for
+    from tasks.midtrain.synth import Unusable, episode_of
+
+    items, rejected = [], []
+    for i, row in enumerate(parents.filter(pl.col("verifier") == "execution").iter_rows(named=True)):
+        rng = rng_for(params.seed, stage, partition, i)
+        item_id = f"{transform}:{row['id']}"
+        try:
+            episode, settings = fn(episode_of(row), rng)
+        except Unusable as exc:
+            rejected.append({"id": item_id, "reason": f"not_applicable: {exc}"})
+            continue
+        items.append((item_id, episode, {"rng": rng, "parent_id": row["id"], "transform": transform,
+                                         "transform_settings": settings}))
+    teacher = open_teacher(params)
+    try:
+        rows, failed = episode_rows(items, params, transform, token_counter(params, inputs), teacher)
+    finally:
+        teacher.close()
+    return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected + failed)}

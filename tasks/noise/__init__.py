@@ -1,0 +1,3 @@
+"""Noise (LongCat-Flash-Thinking-2601 section 3.3.3): verified noisy twins of environment tasks, per curriculum level
+for training (``noisy_tasks``) and at the hardest level for evaluation (``noisy_eval``); ``twins`` is the procedure
+both share."""

@@ -1,0 +1,28 @@
+"""Stage `noisy_eval`: noisy evaluation twins of the unseen Random Complex Tasks, like the report's tau2-Bench-Noise
+and VitaBench-Noise (LongCat-Flash-Thinking-2601 Table 1): the robustness gap is success on the clean tasks minus
+success on these twins."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+from pydantic import Field
+
+from data_contracts.schemas import NOISE_REJECTED, NOISY_EVAL_TASK
+from data_contracts.stage import REJECTED, Artifact, stage
+from tasks.noise.twins import NoiseParams, build_twins, twins_contract
+
+
+class NoiseEvalParams(NoiseParams):
+    levels: tuple[int, ...] = Field((4,), description="Levels of the evaluation twins (default: the hardest).")
+
+
+@stage(name="noisy_eval", version="1", params=NoiseEvalParams, inputs=("eval_random_envs",),
+       outputs={"tasks": twins_contract(NOISY_EVAL_TASK), REJECTED: NOISE_REJECTED.contract()})
+def noisy_eval(inputs: Mapping[str, Artifact], params: NoiseEvalParams, partition: str) -> dict[str, pl.DataFrame]:
+    """Noisy evaluation twins of the unseen random environments' tasks (the -Noise benchmarks of Table 1)."""
+    source = inputs["eval_random_envs"]
+    kept, rejected = build_twins(source.read("environments"), source.read("tasks"), params, "noisy_eval",
+                                 partition, NOISY_EVAL_TASK)
+    return {"tasks": kept, REJECTED: rejected}

@@ -1,0 +1,77 @@
+"""research_trajectories: teacher runs on research tasks, journaled (a second run replays the journal without the
+teacher), exported as trajectory rows that pass their contract, runs and calls kept distinct by status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from longctx_fixtures import tokenizer_artifact
+from research_fixtures import index_dir, small_world
+
+from data_contracts.gate import validate
+from data_contracts.stage import FrameArtifact
+from inference.research.reference import ReferenceTeacher
+from tasks.research.research_tasks import research_tasks
+from tasks.research.research_trajectories import research_trajectories
+
+
+def inputs() -> dict[str, FrameArtifact]:
+    world = FrameArtifact(small_world())
+    index = FrameArtifact({}, directory=Path(index_dir()))
+    tasks = research_tasks.run({"world": world, "search_index": index}, research_tasks.parse_params({"n": 6}), "p0")
+    return {"research_tasks": FrameArtifact(tasks), "search_index": index, "world": world,
+            "tokenizer": tokenizer_artifact()}
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("journal")
+
+
+@pytest.fixture(scope="module")
+def out(journal: Path) -> dict[str, pl.DataFrame]:
+    params = research_trajectories.parse_params({"max_tasks": 2, "journal_dir": str(journal)})
+    return research_trajectories.run(inputs(), params, "p0")
+
+
+def test_runs_are_exported_as_trajectories_that_pass_their_contracts(out) -> None:
+    for name, frame in out.items():
+        report = validate("research_trajectories", name, frame, research_trajectories.outputs[name], "p0")
+        assert report.passed, report.summary()
+    runs, calls, trajectories = out["runs"], out["calls"], out["trajectories"]
+    assert runs.height == 2 and set(runs["status"]) <= {"complete", "partial", "failed"}
+    assert (runs["citation_support"] >= 0.9).all() and runs["rubric_score"].is_not_null().all()
+    assert set(trajectories["id"]) == set(calls.filter(pl.col("kept"))["id"])
+    assert set(calls["teacher"]) == {"reference"} and calls["harness"].n_unique() == 1
+    for row in trajectories.iter_rows(named=True):
+        messages = json.loads(row["messages"])
+        assert row["train"] == [m["role"] == "assistant" for m in messages] and row["verified"]
+        assert json.loads(row["verify_input"])["role"] in row["verifier"]
+    researchers = calls.filter(pl.col("role") == "researcher")
+    assert researchers["branch"].is_not_null().all() and (researchers["depends_on"].list.len() == 1).all()
+
+
+def test_a_second_run_replays_the_journal_without_the_teacher(out, journal: Path, monkeypatch) -> None:
+    assert len(list(journal.glob("run-*.jsonl"))) == 2
+
+    def no_teacher(self, requests):
+        raise AssertionError("the teacher was asked again")
+
+    monkeypatch.setattr(ReferenceTeacher, "generate", no_teacher)
+    params = research_trajectories.parse_params({"max_tasks": 2, "journal_dir": str(journal)})
+    again = research_trajectories.run(inputs(), params, "p0")
+    assert all(out[name].equals(again[name]) for name in out)
+
+
+def test_research_trajectories_carry_tokens_and_are_an_sft_route(out) -> None:
+    from envgen.trajectory_checks import verify_row
+    from tasks.midtrain.sft_set import ROUTES
+
+    rows = out["trajectories"]
+    assert rows.height and rows["tokens"].null_count() == 0 and rows["tokens"].min() > 0
+    assert ROUTES["research_trajectories"] == "research"
+    for row in rows.head(5).iter_rows(named=True):  # sft_set re-verifies them by their tool calls
+        assert verify_row(row) is None
