@@ -52,9 +52,8 @@ def resolve(args: argparse.Namespace) -> tuple[Path, Any, list[Any], Any]:
     import polars as pl
 
     from data_contracts.catalog import Catalog
-    from data_contracts.roots import open_store
+    from data_contracts.roots import data_root, open_store
     from flows.profiles import parse, stage_params
-    from flows.runtime import data_root
     from flows.train import published
     from training.rl.sources import load_tasks
     from training.sft_data import read_trajectories
@@ -239,8 +238,7 @@ def held_out_frame(data_dir: str | None, stage: str, task_ids: Sequence[str] | N
     import polars as pl
 
     from data_contracts.catalog import Catalog
-    from data_contracts.roots import open_store
-    from flows.runtime import data_root
+    from data_contracts.roots import data_root, open_store
     from flows.train import published
 
     root = data_root(data_dir)

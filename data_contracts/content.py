@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 CACHE_ENV = "GYMFORGE_CACHE"
 _CHUNK = 1 << 20
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON form of a value that is hashed or compared: keys sorted, no spaces, text as it is (an artifact
+    key is the SHA-256 of this form of its inputs, so it must never change)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 class LocalInputError(FileNotFoundError):

@@ -11,6 +11,17 @@ from typing import Any
 
 from data_contracts.stage import StageError
 
+TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+"""The plain-text files a corpus directory contributes (tokenizer, needles' haystacks, how-to texts, search)."""
+
+
+def text_files(directory: str | Path) -> list[Path]:
+    """The text files under ``directory`` (``TEXT_SUFFIXES``) in sorted path order; hidden files and folders
+    (.git, .DS_Store) are not documents."""
+    root = Path(directory)
+    return sorted(p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
 
 class InputFileError(StageError):
     """An input file is missing, unreadable, corrupt, truncated, empty or holds no usable record; the message names

@@ -2,10 +2,69 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
+from typing import Any
 
-from data_contracts.objectstore import ObjectArtifactStore, is_remote
+from data_contracts.objectstore import (
+    ObjectArtifactStore,
+    ObjectStoreError,
+    check_root,
+    is_remote,
+    normalized,
+)
 from data_contracts.store import ArtifactStore
+
+DATA_ENV = "GYMFORGE_DATA"
+"""The data root of every process gymforge starts (``--data-dir`` sets it for the CLI and its children)."""
+
+
+class DataRootError(ValueError):
+    """The data root is not a directory gymforge can use; the message says why."""
+
+
+def data_root(data_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The data root: ``data_dir``, else ``$GYMFORGE_DATA``, else ``./data`` (absolute, created when missing); a URL
+    (``s3://bucket/prefix``) stays a URL string."""
+    given = str(data_dir or os.environ.get(DATA_ENV) or "data")
+    if is_remote(given):
+        return normalized(given)
+    root = Path(given).expanduser().resolve()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise DataRootError(f"data root {root} is a file, not a directory; set --data-dir or GYMFORGE_DATA to a "
+                            "directory") from None
+    except NotADirectoryError:
+        raise DataRootError(f"data root {root} lies under a file, not a directory; set --data-dir or "
+                            "GYMFORGE_DATA to a directory") from None
+    except OSError as exc:
+        raise DataRootError(f"cannot create the data root {root}: {exc.strerror}") from None
+    return root
+
+
+def writable_data_root(data_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The data root, checked to be writable (a run writes artifacts, the catalog and the server's files there);
+    an object store is probed with a small object written, read and deleted."""
+    root = data_root(data_dir)
+    if isinstance(root, str):
+        try:
+            check_root(root)
+        except ObjectStoreError as exc:
+            raise DataRootError(str(exc)) from None
+        return root
+    probe = root / f".write-test-{os.getpid()}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        why = "is on a read-only filesystem" if exc.errno == errno.EROFS else f"is not writable ({exc.strerror})"
+        raise DataRootError(f"data root {root} {why}; runs need a writable data root (reading the catalog "
+                            "with `gymforge artifacts ls` works without)") from None
+    return root
+
+
 
 
 def open_store(root: Path | str) -> ArtifactStore:

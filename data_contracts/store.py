@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import polars as pl
 import psutil
 
-from data_contracts.content import digests
+from data_contracts.content import canonical_json, digests
 from data_contracts.layout import (
     MANIFEST,
     STALE_AFTER_S,
@@ -77,10 +77,6 @@ def code_version() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         return {"git_sha": "unknown", "dirty": False}
     return {"git_sha": sha, "dirty": bool(status.strip())}
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 class RemoteFiles(Protocol):

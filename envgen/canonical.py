@@ -72,7 +72,3 @@ def diff_states(before: State, after: State, domain: CompiledDomain) -> dict[str
         if changed or created or deleted:
             out[name] = {"changed": changed, "created": created, "deleted": deleted}
     return out
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)

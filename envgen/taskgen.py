@@ -21,8 +21,9 @@ from typing import Any
 from pydantic import Field
 from sqlalchemy.engine import Engine
 
+from data_contracts.content import canonical_json
 from data_contracts.stage import Params
-from envgen.canonical import State, canonical_json, canonical_state, diff_states
+from envgen.canonical import State, canonical_state, diff_states
 from envgen.compiler import CompiledDomain
 from envgen.construct import (
     BuiltEnvironment,

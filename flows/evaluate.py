@@ -26,7 +26,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
-from data_contracts.roots import open_store
+from data_contracts.roots import data_root, open_store
 from data_contracts.runner import StageRun, execute_stage, run_serially
 from data_contracts.stage import Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
@@ -34,7 +34,6 @@ from flows.failures import fails_cleanly
 from flows.live import live_progress
 from flows.profiles import parse, stage_params
 from flows.registry import stage_named
-from flows.runtime import data_root
 from flows.train import published
 from inference.engine_spec import EngineSpec, EngineSpecError
 from inference.evaluation.report import (

@@ -29,14 +29,14 @@ from prefect.states import State
 
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
-from data_contracts.roots import open_store
+from data_contracts.roots import data_root, open_store
 from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan, planned_keys
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import draw_figure, figure_markdown
 from flows.profiles import Overrides, parse, stage_params
 from flows.registry import discover, stage_named
-from flows.runtime import DASK_ENV, Runtime, cluster_kwargs, data_root
+from flows.runtime import DASK_ENV, Runtime, cluster_kwargs
 
 # Transient failures (a flaky filesystem, a timeout) are retried; a contract violation or a bad stage is not:
 # re-running a deterministic stage on the same inputs fails the same way.

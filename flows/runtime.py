@@ -18,71 +18,24 @@ starts, and the server's files, the catalog and the Dask scratch space live in i
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import signal
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Self
 
-from data_contracts.objectstore import ObjectStoreError, check_root, is_remote, local_home, normalized
+from data_contracts.objectstore import local_home
+from data_contracts.roots import writable_data_root
 from flows.prefect_server import API_ENV, RuntimeStartError, ServerLease, healthy, prefect_env, ui_url
 
 if TYPE_CHECKING:
     from prefect_dask import DaskTaskRunner
 
-DATA_ENV = "GYMFORGE_DATA"
 DASK_ENV = "GYMFORGE_DASK_ADDRESS"
 
 log = logging.getLogger(__name__)
-
-class DataRootError(ValueError):
-    """The data root is not a directory gymforge can use; the message says why."""
-
-
-def data_root(data_dir: str | os.PathLike[str] | None = None) -> Any:
-    """The data root: ``data_dir``, else ``$GYMFORGE_DATA``, else ``./data`` (absolute, created when missing); a URL
-    (``s3://bucket/prefix``) stays a URL string."""
-    given = str(data_dir or os.environ.get(DATA_ENV) or "data")
-    if is_remote(given):
-        return normalized(given)
-    root = Path(given).expanduser().resolve()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise DataRootError(f"data root {root} is a file, not a directory; set --data-dir or GYMFORGE_DATA to a "
-                            "directory") from None
-    except NotADirectoryError:
-        raise DataRootError(f"data root {root} lies under a file, not a directory; set --data-dir or "
-                            "GYMFORGE_DATA to a directory") from None
-    except OSError as exc:
-        raise DataRootError(f"cannot create the data root {root}: {exc.strerror}") from None
-    return root
-
-
-def writable_data_root(data_dir: str | os.PathLike[str] | None = None) -> Any:
-    """The data root, checked to be writable (a run writes artifacts, the catalog and the server's files there);
-    an object store is probed with a small object written, read and deleted."""
-    root = data_root(data_dir)
-    if isinstance(root, str):
-        try:
-            check_root(root)
-        except ObjectStoreError as exc:
-            raise DataRootError(str(exc)) from None
-        return root
-    probe = root / f".write-test-{os.getpid()}"
-    try:
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        why = "is on a read-only filesystem" if exc.errno == errno.EROFS else f"is not writable ({exc.strerror})"
-        raise DataRootError(f"data root {root} {why}; runs need a writable data root (reading the catalog "
-                            "with `gymforge artifacts ls` works without)") from None
-    return root
-
 
 def cluster_kwargs(n_workers: int = 2) -> dict[str, Any]:
     """``LocalCluster`` settings of every cluster gymforge starts: single-threaded worker processes (stages are

@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
-from data_contracts.roots import open_store
+from data_contracts.roots import data_root, open_store
 from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
@@ -32,7 +32,6 @@ from flows.failures import fails_cleanly
 from flows.figures import figure_markdown
 from flows.live import live_progress
 from flows.profiles import parse, stage_params
-from flows.runtime import data_root
 from inference.tokenizer import load as load_tokenizer
 from training.rl import rl as rl_stage
 from training.rl.sources import load_tasks

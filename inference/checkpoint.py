@@ -87,9 +87,10 @@ def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[st
     key = str(target)
     if path.is_dir() or not _ARTIFACT_KEY.match(key):
         return path
-    root = Path(data_dir or os.environ.get("GYMFORGE_DATA") or "data").expanduser().resolve()
     from data_contracts.catalog import Catalog
-    from data_contracts.roots import open_store
+    from data_contracts.roots import data_root, open_store
+
+    root = data_root(data_dir)
 
     catalog = Catalog(root)
     found = (catalog.query("SELECT stage, kind, status FROM artifacts WHERE key = ?", [key])

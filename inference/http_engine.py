@@ -175,6 +175,10 @@ class HTTPEngine:
             payload = await self._post(self.request_body(request))
         return self.parse_response(payload, parse_tools=bool(request.tools), policy_version=version)
 
+    def retry_delay(self, attempt: int) -> float:
+        """Seconds before re-sending after failed attempt ``attempt`` (0-based): doubling, bounded."""
+        return min(self.max_backoff_s, self.backoff_s * 2**attempt)
+
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         assert self._client is not None
         url = f"{self.base_url}/chat/completions"
@@ -195,7 +199,7 @@ class HTTPEngine:
                         f"{url}: HTTP {response.status_code} after {attempt + 1} attempts: {response.text[:500]}"
                     )
             self.retries += 1
-            await asyncio.sleep(min(self.max_backoff_s, self.backoff_s * 2**attempt))
+            await asyncio.sleep(self.retry_delay(attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     # -- wire format ---------------------------------------------------------------------------------------------

@@ -12,10 +12,9 @@ from pathlib import Path
 import polars as pl
 from pydantic import Field, field_validator
 
+from data_contracts.readers import TEXT_SUFFIXES, text_files
 from data_contracts.schemas import TOKENIZER, between, matches
 from data_contracts.stage import Artifact, Check, Expect, Params, stage
-
-TEXT_SUFFIXES = (".txt", ".md")
 
 
 def keyword_or_dir(field: str, value: str, keyword: str, meaning: str) -> str:
@@ -24,10 +23,6 @@ def keyword_or_dir(field: str, value: str, keyword: str, meaning: str) -> str:
         raise ValueError(f"{field}={value!r}: set {keyword!r} ({meaning}) or an existing local directory")
     return value
 
-
-def text_files(directory: str | Path) -> list[Path]:
-    """The .txt/.md files under ``directory``, in sorted path order."""
-    return sorted(p for p in Path(directory).rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
 
 
 class TokenizerParams(Params):

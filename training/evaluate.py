@@ -116,8 +116,8 @@ def evaluate(inputs: Mapping[str, Artifact], params: EvaluateParams, partition: 
     if len(failed) > params.max_infra_error_fraction * len(items):
         where = f"; the {len(items) - len(failed)} finished are kept in {params.checkpoint_dir}" \
             if params.checkpoint_dir else ""
-        raise StageError(f"engine {spec} failed on {len(failed)} of {len(items)} items after {params.max_retries} "
-                         f"retries ({next(iter(failed.values()))}){where}: run the evaluation again to resume")
+        raise StageError(f"engine {spec} failed on {len(failed)} of {len(items)} items ({next(iter(failed.values()))})"
+                         f"{where}: run the evaluation again to resume")
     frame = EVAL_ITEM.frame(outcome.rows).sort("item_id", "strategy", "k")
     return {"items": frame, "summary": summarize(frame, suite.breakdowns, params.ks, resamples=params.resamples,
                                                  confidence=params.confidence, seed=params.seed)}

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envgen.canonical import canonical_json
+from data_contracts.content import canonical_json
 from envgen.noise.curriculum import INSTRUCTION_KINDS, TOOL_KINDS
 
 Family = Literal["instruction", "tool"]

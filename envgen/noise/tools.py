@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from envgen.canonical import canonical_json
+from data_contracts.content import canonical_json
 from envgen.noise.instruction import leaves
 from envgen.noise.records import Transform
 

@@ -28,11 +28,10 @@ from typing import Any
 import polars as pl
 
 # The project's streaming readers. envgen sits below tasks: this import moves if they move to data_contracts.
-from data_contracts.readers import InputFileError, iter_json_array, iter_jsonl
+from data_contracts.readers import TEXT_SUFFIXES, InputFileError, iter_json_array, iter_jsonl
 from data_contracts.stage import StageError
 
 QA_FORMATS = ("hotpotqa", "2wiki", "musique")
-TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _BLANK_LINES = re.compile(r"\n\s*\n")

@@ -64,11 +64,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     import duckdb
 
     from data_contracts.objectstore import ObjectStoreError
+    from data_contracts.roots import DataRootError
     from data_contracts.stage import StageError
     from flows.backfill import BackfillError
     from flows.pipeline import PipelineFailed
     from flows.prefect_server import RuntimeStartError
-    from flows.runtime import DataRootError
 
     return (StageError, PipelineFailed, BackfillError, RuntimeStartError, DataRootError, ObjectStoreError,
             duckdb.Error, FileNotFoundError)
@@ -101,7 +101,8 @@ def _global_options(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Prefect's run logs in the console.")] = False,
 ) -> None:
-    from flows.runtime import API_ENV, DASK_ENV, DATA_ENV, data_root
+    from data_contracts.roots import DATA_ENV, data_root
+    from flows.runtime import API_ENV, DASK_ENV
 
     os.environ[DATA_ENV] = str(data_root(data_dir))
     for name, value in ((API_ENV, prefect_api_url), (DASK_ENV, dask_address)):
@@ -292,8 +293,8 @@ def ui(
 ) -> None:
     """Start (or reuse) the Prefect server of this data root and print the UI URL; it stops with this command
     (Ctrl-C) unless --detach, and runs started meanwhile share it."""
+    from data_contracts.roots import writable_data_root
     from flows.prefect_server import ServerLease, stop_server, ui_url
-    from flows.runtime import writable_data_root
 
     with _clean_errors():
         root = writable_data_root()
@@ -326,7 +327,7 @@ def _print_frame(frame: pl.DataFrame, title: str | None = None) -> None:
 
 def _catalog() -> Any:
     from data_contracts.catalog import Catalog
-    from flows.runtime import data_root
+    from data_contracts.roots import data_root
 
     catalog = Catalog(data_root())
     if not catalog.path.exists() and isinstance(catalog.root, str):

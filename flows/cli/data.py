@@ -197,11 +197,10 @@ def read_artifact(name: str, output: str | None, profile: str, data_dir: Path | 
 def planned_artifact(name: str, profile: str, data_dir: Path | None) -> Any:
     """The artifact the profile makes of stage ``name`` when it is published already: found by its planned key,
     with no Prefect server, cluster or flow run (an export of it takes a second, not a refresh)."""
-    from data_contracts.roots import open_store
+    from data_contracts.roots import data_root, open_store
     from data_contracts.runner import plan, planned_keys
     from flows.profiles import stage_params
     from flows.registry import stage_named
-    from flows.runtime import data_root
 
     keys = planned_keys(plan([name], stage_named), stage_params(profile), "default")
     return open_store(data_root(data_dir)).get(name, keys[name])

@@ -46,9 +46,10 @@ def run(
     comparisons with their intervals; prints the conclusion and the report's path."""
     from rich.console import Console
 
+    from data_contracts.roots import data_root
     from flows.experiments.flow import configured, experiment_flow
     from flows.experiments.pipeline import PipelineExecutor
-    from flows.runtime import Runtime, data_root
+    from flows.runtime import Runtime
 
     PipelineExecutor(data_root(None)).check(configured(name, budget, base), profile)  # before a server starts
     with Runtime(dask=False) as rt:

@@ -16,7 +16,7 @@ model_app = typer.Typer(no_args_is_help=True, help="Models: the embedded tiny po
 
 def corpus_files(paths: list[Path]) -> list[Path]:
     """Files named directly, plus every .txt/.md file under named directories (sorted, so training is stable)."""
-    from tasks.tokenizer import TEXT_SUFFIXES, text_files
+    from data_contracts.readers import TEXT_SUFFIXES, text_files
 
     files: list[Path] = []
     for path in paths:
@@ -100,11 +100,10 @@ def model_import(
     """Import a pretrained checkpoint as a model artifact (card, tokenizer, a chat template with gymforge's tool-call
     format when the source's cannot train): a base for `train sft --base KEY`, `eval`, `serve`."""
     from data_contracts.catalog import Catalog
-    from data_contracts.roots import open_store
+    from data_contracts.roots import data_root, open_store
     from data_contracts.runner import execute_stage
     from data_contracts.stage import StageError
     from flows.registry import stage_named
-    from flows.runtime import data_root
     from inference.checkpoint import model_card_of
 
     root = data_root(data_dir)

@@ -100,11 +100,10 @@ def keyed_selection(ref: str, section: dict[str, Any], profile: str, data_dir: P
     from rich.console import Console
 
     from data_contracts.catalog import Catalog
-    from data_contracts.roots import open_store
+    from data_contracts.roots import data_root, open_store
     from data_contracts.runner import execute_stage
     from data_contracts.stage import StageError
     from flows.profiles import parse, stage_params
-    from flows.runtime import data_root
     from flows.train import published
     from tasks.midtrain.sft_set import ROUTES as SFT_ROUTES
     from tasks.midtrain.sft_set import sft_set

@@ -303,10 +303,9 @@ def check(
 def _open_index(index: str | None) -> tuple[Any, Any]:
     """The index (a key of the catalog or a directory) and, for an index of the world corpus, the world's facts."""
     from data_contracts.catalog import Catalog
-    from data_contracts.roots import open_store
+    from data_contracts.roots import data_root, open_store
     from data_contracts.stage import StageError
     from envgen.search import SearchIndex
-    from flows.runtime import data_root
 
     if index is not None and Path(index).is_dir():
         try:

@@ -14,6 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.progress import RunProgress
+from data_contracts.roots import data_root
 from flows.experiments import report
 from flows.experiments.config import Experiment
 from flows.experiments.core import ArmRun, Result, run_experiment
@@ -22,7 +23,6 @@ from flows.experiments.pipeline import PipelineExecutor
 from flows.failures import fails_cleanly
 from flows.figures import figure_markdown
 from flows.live import live_progress
-from flows.runtime import data_root
 
 
 @task(task_run_name="{arm}/seed {seed}", cache_policy=NO_CACHE)  # the artifact store is the cache

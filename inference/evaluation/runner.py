@@ -7,9 +7,9 @@ Thinking (the summary model over those ``k``). The samples being i.i.d., the fir
 strategies are compared on the same trajectories. Tokens are counted per result (every sample it used plus the
 summaries), so strategies can be matched on budget.
 
-Infrastructure: every engine call goes through :class:`RetryingEngine`, which retries connection errors,
-timeouts and 408/429/5xx with a bounded exponential backoff; what still fails is an infrastructure error recorded
-apart (status ``infra_error``), never a wrong answer. Results are appended to a checkpoint file as each batch
+Infrastructure: an engine retries its own transient failures (the HTTP engine: connection errors, timeouts and
+408/429/5xx with a bounded exponential backoff, its ``max_retries`` and ``backoff_s`` options); what still fails is
+an infrastructure error (``is_infrastructure``) recorded apart (status ``infra_error``), never a wrong answer. Results are appended to a checkpoint file as each batch
 finishes, so a run killed or stopped by an outage resumes where it stopped.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,9 +76,6 @@ class EvalConfig(Params):
                                                             "models); None: every tool, full schemas")
     max_items: int | None = Field(None, gt=0, description="evaluate at most this many items (runs interleaved)")
     seed: int = Field(0, description="seeds every sample")
-    max_retries: int = Field(4, ge=0, description="retries of an engine call that failed for infrastructure reasons")
-    backoff_s: float = Field(2.0, ge=0, description="first retry delay; doubles per retry")
-    max_backoff_s: float = Field(60.0, ge=0, description="bound on one retry delay")
     max_infra_error_fraction: float = Field(
         0.0, ge=0.0, le=1.0, description="publish with up to this share of items left unscored by engine outages "
         "(recorded as infra_error); above it the run stops and resumes on the next try")
@@ -101,10 +97,6 @@ class EvalConfig(Params):
 # --- infrastructure errors ----------------------------------------------------------------------------------------
 
 
-class InfraError(RuntimeError):
-    """The engine failed for infrastructure reasons after every retry."""
-
-
 _STATUS = re.compile(r"HTTP (\d{3})")
 
 
@@ -115,7 +107,7 @@ def is_infrastructure(exc: BaseException) -> bool:
 
     from inference.http_engine import RETRY_STATUS, EngineError
 
-    if isinstance(exc, InfraError | OSError | TimeoutError | httpx.TransportError | httpx.TimeoutException):
+    if isinstance(exc, OSError | TimeoutError | httpx.TransportError | httpx.TimeoutException):
         return True
     if isinstance(exc, EngineError):
         status = _STATUS.search(str(exc))
@@ -123,41 +115,6 @@ def is_infrastructure(exc: BaseException) -> bool:
             return int(status.group(1)) in RETRY_STATUS
         return bool(re.search(r": [A-Za-z]\w* after \d+ attempts", str(exc)))  # the HTTP engine's transport errors
     return False
-
-
-class RetryingEngine:
-    """An engine whose calls are retried on infrastructure errors, ``max_retries`` times with a doubling delay
-    bounded by ``max_backoff_s``; after that :class:`InfraError`. Other errors pass at once. Attributes the agent
-    loop reads (``render``, ``max_positions``) are the wrapped engine's."""
-
-    def __init__(self, engine: Engine, max_retries: int, backoff_s: float, max_backoff_s: float,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.engine, self.max_retries, self.backoff_s, self.max_backoff_s = engine, max_retries, backoff_s, max_backoff_s
-        self.sleep = sleep
-        self.retries = 0
-
-    @property
-    def policy_version(self) -> int:
-        return self.engine.policy_version
-
-    def generate(self, requests: Sequence[Request]) -> list[list[Completion]]:
-        for attempt in range(self.max_retries + 1):
-            try:
-                return self.engine.generate(requests)
-            except Exception as exc:
-                if not is_infrastructure(exc):
-                    raise
-                if attempt == self.max_retries:
-                    raise InfraError(f"{type(exc).__name__}: {exc}") from exc
-                self.retries += 1
-                self.sleep(min(self.max_backoff_s, self.backoff_s * 2**attempt))
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        self.engine.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
 
 
 # --- checkpoint -----------------------------------------------------------------------------------------------------
@@ -463,7 +420,6 @@ class Outcome:
     rows: list[dict[str, Any]] = field(default_factory=list)
     infra_errors: dict[str, str] = field(default_factory=dict)
     resumed: int = 0
-    retries: int = 0
 
 
 def cap(items: Sequence[EvalItem], max_items: int | None) -> list[EvalItem]:
@@ -496,17 +452,13 @@ def _figures(outcome: Outcome) -> dict[str, float | int]:
 
 
 def evaluate(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary_engine: Engine | None = None,
-             checkpoint: Checkpoint | None = None, progress: bool = False,
-             sleep: Callable[[float], None] = time.sleep) -> Outcome:
+             checkpoint: Checkpoint | None = None, progress: bool = False) -> Outcome:
     """Every item's rows (resuming from ``checkpoint``); items the engine could not serve are left in
     ``infra_errors`` (item -> error), never scored."""
     from data_contracts.progress import RunProgress
 
     cfg = ctx.config
-    retry = partial(RetryingEngine, max_retries=cfg.max_retries, backoff_s=cfg.backoff_s,
-                    max_backoff_s=cfg.max_backoff_s, sleep=sleep)
-    thinker = retry(engine)
-    summarizer = thinker if summary_engine is None else retry(summary_engine)
+    summarizer = engine if summary_engine is None else summary_engine
     checkpoint = checkpoint or Checkpoint(None)
     done = checkpoint.load()
     outcome = Outcome(resumed=len(done))
@@ -523,9 +475,11 @@ def evaluate(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary
             for start in range(0, len(chunk), batch):
                 part = chunk[start:start + batch]
                 try:
-                    results = run(thinker, summarizer, part, ctx)
-                except InfraError as exc:
-                    outcome.infra_errors.update((item.id, str(exc)) for item in part)
+                    results = run(engine, summarizer, part, ctx)
+                except Exception as exc:
+                    if not is_infrastructure(exc):
+                        raise
+                    outcome.infra_errors.update((item.id, f"{type(exc).__name__}: {exc}") for item in part)
                 else:
                     checkpoint.add(results)
                     for rows in results.values():
@@ -533,7 +487,6 @@ def evaluate(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary
                 finished = bar.completed + len(part)
                 bar.update(finished, {**_figures(outcome),
                                       "items/s": (finished - len(done)) / max(bar.elapsed_s(), 1e-9)})
-    outcome.retries = thinker.retries + (summarizer.retries if summarizer is not thinker else 0)
     outcome.rows += [infra_row(item, ctx, outcome.infra_errors[item.id]) for item in todo
                      if item.id in outcome.infra_errors]
     return outcome

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator
 
+from data_contracts.readers import TEXT_SUFFIXES, text_files
 from data_contracts.schemas import ITEM_REJECTED, NEEDLE, at_most, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from inference.tokenizer import identity
@@ -31,7 +32,7 @@ from tasks.longctx.token_budget import (
     chat_frame,
     insert_cost,
 )
-from tasks.tokenizer import LengthParams, keyword_or_dir, resolve_tokenizer, text_files
+from tasks.tokenizer import LengthParams, keyword_or_dir, resolve_tokenizer
 
 STAGE = "needles"
 TASKS = ("multikey", "multivalue")
@@ -87,7 +88,7 @@ def base_pool(base: str, inputs: Mapping[str, Artifact]) -> DocPool:
         text = path.read_text(encoding="utf-8", errors="replace")
         paragraphs += [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
     if not paragraphs:
-        raise ValueError(f"base directory {base} holds no non-empty .txt/.md paragraphs")
+        raise ValueError(f"base directory {base} holds no non-empty {'/'.join(TEXT_SUFFIXES)} paragraphs")
     return DocPool([""] * len(paragraphs), paragraphs, base)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
+from data_contracts.readers import TEXT_SUFFIXES, text_files
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.compiler import CompiledDomain, ToolParam, compiled_domains
@@ -47,7 +48,7 @@ from tasks.midtrain.routes import (
     trajectory_contract,
 )
 from tasks.midtrain.synth import identifying_tool
-from tasks.tokenizer import keyword_or_dir, text_files
+from tasks.tokenizer import keyword_or_dir
 
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
 _SIGNATURE = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)\(([^`]*)\)`: (.+)$")
@@ -327,7 +328,8 @@ def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, pa
     else:
         files = text_files(params.corpus)
         if not files:
-            raise StageError(f"midtrain_text: corpus directory {params.corpus} holds no .txt/.md files")
+            raise StageError(f"midtrain_text: corpus directory {params.corpus} holds no "
+                             f"{'/'.join(TEXT_SUFFIXES)} files")
         texts = [(f"{STAGE}:{path.stem}", "text", path.read_text(encoding="utf-8", errors="replace")) for path in files]
     count, teacher = token_counter(params, inputs), open_teacher(params)
     rows, rejected = [], []

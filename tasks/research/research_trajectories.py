@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
 from pydantic import Field
 
+from data_contracts.objectstore import local_home
+from data_contracts.roots import data_root
 from data_contracts.schemas import RESEARCH_CALL, RESEARCH_RUN, TRAJECTORY, TRAJECTORY_REJECTED, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
 from inference.engine import Engine
@@ -40,8 +41,6 @@ from tasks.midtrain.routes import token_counter
 
 STAGE = "research_trajectories"
 from inference.teacher import REFERENCE
-
-DATA_ROOT_ENV = "GYMFORGE_DATA"  # the data root flows.runtime exports to every process it starts
 
 
 class ResearchTrajectoryParams(Params):
@@ -59,10 +58,8 @@ class ResearchTrajectoryParams(Params):
     def journal_root(self) -> Path:
         if self.journal_dir:
             return Path(self.journal_dir)
-        root = os.environ.get(DATA_ROOT_ENV, "data")
-        if "://" in root:  # an object-store data root: journals are appended to, so they stay on local disk
-            return Path(tempfile.gettempdir()) / "gymforge-journals" / STAGE
-        return Path(root) / "journals" / STAGE
+        # journals are appended to, so an object-store data root keeps them in its local home
+        return local_home(data_root()) / "journals" / STAGE
 
 
 def teacher_engine(spec: str, world: Artifact | None) -> tuple[Engine, Engine | str]:

@@ -18,8 +18,9 @@ import httpx
 import psutil
 import pytest
 
+from data_contracts.roots import DataRootError, data_root, writable_data_root
 from flows.prefect_server import ServerHome, ServerLease, healthy, stop_server
-from flows.runtime import DataRootError, Runtime, RuntimeStartError, data_root, writable_data_root
+from flows.runtime import Runtime, RuntimeStartError
 
 
 @pytest.mark.parametrize(("arg", "env", "expected"), [("given", "from-env", "given"), (None, "from-env", "from-env"),

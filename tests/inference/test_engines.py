@@ -422,6 +422,16 @@ def test_http_engine_retries_transient_failures(failures: int, status: int) -> N
     assert engine.retries == failures and server.calls == failures + 1
 
 
+def test_http_engine_retry_delays_double_and_are_bounded() -> None:
+    from inference.http_engine import HTTPEngine
+
+    engine = HTTPEngine("http://127.0.0.1:9/v1", "m", backoff_s=1.0, max_backoff_s=3.0, max_retries=4)
+    try:
+        assert [engine.retry_delay(attempt) for attempt in range(4)] == [1.0, 2.0, 3.0, 3.0]
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize(("failures", "status", "calls"), [(1, 400, 1), (9, 503, 3)])
 def test_http_engine_gives_up_with_the_server_message(failures: int, status: int, calls: int) -> None:
     from inference.http_engine import EngineError, HTTPEngine
