@@ -7,11 +7,11 @@ several Dask workers writing at once; these pages are written from the ``validat
 from __future__ import annotations
 
 import html
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from data_contracts.files import atomic_file
 from data_contracts.gate import GateReport
 from data_contracts.roots import open_store
 
@@ -52,10 +52,8 @@ def _report_section(output: str, report: Mapping[str, Any]) -> str:
 
 def _write_text_atomic(path: Path, text: str) -> None:
     # several flows may rebuild the docs at once: readers see the old page or the new one, never half of one
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def build_data_docs(root: Path | str, reports: Iterable[GateReport] | None = None) -> Path:

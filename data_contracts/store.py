@@ -41,6 +41,7 @@ import polars as pl
 import psutil
 
 from data_contracts.content import canonical_json, digests
+from data_contracts.files import fsync_path
 from data_contracts.layout import (
     MANIFEST,
     STALE_AFTER_S,
@@ -149,22 +150,14 @@ class PublishedArtifact:
                 + (self.manifest.get("directory") or {}).get("bytes", 0))
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    _fsync_path(path)
+    fsync_path(path)
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> int:
     size = write_parquet(frame, path)
-    _fsync_path(path)
+    fsync_path(path)
     return size
 
 
@@ -185,7 +178,7 @@ def _move_directory(directory: Path, into: Path) -> dict[str, Any]:
     target = into / directory.name
     os.rename(directory, target)
     for file in sorted(p for p in target.rglob("*") if p.is_file()):
-        _fsync_path(file)
+        fsync_path(file)
     return describe_directory(target)
 
 
@@ -366,7 +359,7 @@ class ArtifactStore:
         A replace keeps the old copy readable until the new one is in place: one atomic exchange of the two
         directories, or (without RENAME_EXCHANGE) the old copy renamed to a ``.prev-`` sibling first, which
         readers fall back to and :meth:`clean_partial` restores if this writer dies before the second rename."""
-        _fsync_path(tmp)
+        fsync_path(tmp)
         for _ in range(_RENAME_ATTEMPTS):
             try:
                 os.rename(tmp, final)
@@ -378,14 +371,14 @@ class ArtifactStore:
                 shutil.rmtree(tmp, ignore_errors=True)
                 return False
             if exchange(tmp, final):  # tmp now holds the old copy (or a broken directory left by hand)
-                _fsync_path(final.parent)
+                fsync_path(final.parent)
                 shutil.rmtree(tmp, ignore_errors=True)
                 return True
             if self._replace_in_two_steps(tmp, final):
                 break
         else:
             raise OSError(f"could not move {tmp} into place at {final} after {_RENAME_ATTEMPTS} attempts")
-        _fsync_path(final.parent)
+        fsync_path(final.parent)
         return True
 
     def _replace_in_two_steps(self, tmp: Path, final: Path) -> bool:
@@ -396,7 +389,7 @@ class ArtifactStore:
             os.rename(final, prev)
         except FileNotFoundError:
             return False
-        _fsync_path(final.parent)
+        fsync_path(final.parent)
         try:
             os.rename(tmp, final)
         except OSError as exc:
@@ -406,7 +399,7 @@ class ArtifactStore:
             moved = False
         else:
             moved = True
-            _fsync_path(final.parent)
+            fsync_path(final.parent)
         shutil.rmtree(prev, ignore_errors=True)
         return moved
 
@@ -525,7 +518,7 @@ class ArtifactStore:
                         with contextlib.suppress(FileNotFoundError):
                             shutil.rmtree(final, ignore_errors=True)
                             os.rename(leftover, final)
-                            _fsync_path(final.parent)
+                            fsync_path(final.parent)
                     else:
                         shutil.rmtree(leftover, ignore_errors=True)
                     resolved += 1

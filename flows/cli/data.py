@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    import polars as pl
-
-SEED_KINDS = ("world", "hotpotqa", "musique", "2wiki")
-MESSAGE_COLUMNS = ("prompt",)  # JSON-string chat messages in the artifacts, lists of messages in an export
-JSON_COLUMNS = ("distractor_chains",)
-
 from data_contracts.stage import Params
 from tasks.longctx.keychain import KeyChainParams
+
+SEED_KINDS = ("world", "hotpotqa", "musique", "2wiki")
 
 DataDirOpt = Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")]
 
@@ -72,147 +62,10 @@ def check_options(stage_name: str, options: dict[str, Any]) -> None:
         raise StageError("; ".join(problems)) from None
 
 
-def write_frame(frame: pl.DataFrame | list[dict[str, Any]], out: Path) -> Path:
-    """Write parquet (``.parquet``) or JSON lines (anything else) atomically: a temporary sibling, then rename."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        if isinstance(frame, list):
-            with tmp.open("w", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in frame)
-        elif out.suffix == ".parquet":
-            frame.write_parquet(tmp)
-        else:
-            frame.write_ndjson(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
-
-
 def require_new_dir(out: Path) -> None:
     """Refuse an existing --out before any work starts."""
     if out.exists():
         raise typer.BadParameter(f"{out} already exists; choose a new --out directory (nothing was written)")
-
-
-@contextlib.contextmanager
-def atomic_dir(out: Path) -> Iterator[Path]:
-    """A fresh temporary sibling of ``out`` to write into, renamed to ``out`` when the block succeeds: all or
-    nothing, a failed run leaves no half-written --out."""
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def trl_frame(frame: pl.DataFrame) -> pl.DataFrame:
-    """Prompt columns as lists of ``{role, content}`` messages: what ``datasets`` loads and GRPOTrainer reads as a
-    conversational prompt; the other columns reach the reward functions as keyword arguments. An artifact without
-    a prompt gets the one rl_mix gives the same item: a QA seed (question, docs) on its own documents, a math
-    problem (question) on its own."""
-    import polars as pl
-
-    from tasks.longctx.rl_mix import question_prompt, seed_prompt
-
-    if "prompt" not in frame.columns:
-        if {"question", "docs"} <= set(frame.columns):
-            prompts = [seed_prompt(q, d) for q, d in frame.select("question", "docs").iter_rows()]
-        elif "question" in frame.columns:
-            prompts = [question_prompt(q) for q in frame["question"]]
-        else:
-            raise typer.BadParameter(f"the artifact has no prompt column and no question to build one from "
-                                     f"(columns: {', '.join(frame.columns)})")
-        frame = frame.with_columns(pl.Series("prompt", prompts, pl.String))
-    messages = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
-    return frame.with_columns(pl.col(c).str.json_decode(messages) for c in MESSAGE_COLUMNS)
-
-
-def sft_frame(frame: pl.DataFrame) -> pl.DataFrame:
-    """A `trajectory` artifact as TRL's SFTTrainer reads it: ``messages`` (a list of chat messages, each with the
-    record's per-turn ``train`` flag beside its role and content) and ``tools`` (the OpenAI schemas as JSON text,
-    which SFTTrainer parses); ``id``, ``source`` and ``train`` ride along."""
-    import polars as pl
-
-    missing = {"messages", "tools", "train"} - set(frame.columns)
-    if missing:
-        raise typer.BadParameter(f"--format sft needs a trajectory artifact (sft_set, midtrain_*); this one lacks "
-                                 f"{', '.join(sorted(missing))}")
-    records = []
-    for row in frame.iter_rows(named=True):
-        messages = [{"role": m["role"], "content": m.get("content") or "", "tool_call_id": m.get("tool_call_id"),
-                     "tool_calls": [{"id": c.get("id", ""), "type": "function",
-                                     "function": {"name": c["function"]["name"],
-                                                  "arguments": c["function"]["arguments"]}}
-                                    for c in m.get("tool_calls") or []],
-                     "train": bool(flag)}
-                    for m, flag in zip(json.loads(row["messages"]), row["train"], strict=True)]
-        records.append({"id": row["id"], "source": row["source"], "messages": messages, "tools": row["tools"],
-                        "train": list(row["train"])})
-    return pl.DataFrame(records)
-
-
-def jsonl_records(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    """Every column, with the JSON-string columns decoded into nested values."""
-    records = frame.to_dicts()
-    for record in records:
-        for column in (*MESSAGE_COLUMNS, *JSON_COLUMNS):
-            if isinstance(record.get(column), str):
-                record[column] = json.loads(record[column])
-    return records
-
-
-def read_artifact(name: str, output: str | None, profile: str, data_dir: Path | None) -> pl.DataFrame:
-    """A parquet file, an artifact directory (``<output>.parquet`` inside), or a stage name materialized through
-    the store (a cache hit when it is already published)."""
-    import polars as pl
-
-    path = Path(name)
-    if path.suffix == ".parquet" and path.is_file():
-        return pl.read_parquet(path)
-    if path.is_dir():
-        files = sorted(path.glob("*.parquet"))
-        chosen = [f for f in files if f.stem == output] if output else [f for f in files if f.stem != "rejected"]
-        if not chosen:
-            raise typer.BadParameter(f"{path}: no {output or 'output'} parquet file (found {[f.name for f in files]})")
-        return pl.read_parquet(chosen[0])
-    from flows.registry import stage_named
-
-    stage = stage_named(name)
-    output = output or next(o for o in stage.outputs if o != "rejected")
-    if output not in stage.outputs:
-        raise typer.BadParameter(f"stage {name!r} has outputs {', '.join(stage.outputs)}, not {output!r}")
-    artifact = planned_artifact(name, profile, data_dir)
-    if artifact is None:  # not made yet: through the store, which starts what it needs
-        from flows.pipeline import materialize
-
-        artifact = materialize([name], profile=profile, data_dir=data_dir)[name]
-    return artifact.read(output)
-
-
-def planned_artifact(name: str, profile: str, data_dir: Path | None) -> Any:
-    """The artifact the profile makes of stage ``name`` when it is published already: found by its planned key,
-    with no Prefect server, cluster or flow run (an export of it takes a second, not a refresh)."""
-    from data_contracts.roots import data_root, open_store
-    from data_contracts.runner import plan, planned_keys
-    from flows.profiles import stage_params
-    from flows.registry import stage_named
-
-    keys = planned_keys(plan([name], stage_named), stage_params(profile), "default")
-    return open_store(data_root(data_dir)).get(name, keys[name])
-
-
-def keychain_artifact(overrides: dict[str, dict[str, Any]], profile: str, data_dir: Path | None,
-                      runtime: Any = None) -> Any:
-    """Materialize `keychain` (and everything upstream) through the store with the given param overrides."""
-    from flows.pipeline import materialize
-
-    return materialize(["keychain"], profile=profile, overrides=overrides, data_dir=data_dir,
-                       runtime=runtime)["keychain"]
 
 
 def register(app: typer.Typer) -> None:
@@ -236,7 +89,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.text import Text
 
-        from flows.pipeline import plan_dag
+        from data_contracts.files import write_frame
+        from flows.pipeline import materialize, plan_dag
 
         if tokenizer not in (None, "default"):
             tokenizer = str(Path(tokenizer).expanduser().resolve())
@@ -247,7 +101,7 @@ def register(app: typer.Typer) -> None:
         overrides: dict[str, dict[str, Any]] = {"qa_seeds": {"source": seed_source(seeds)},
                                                 "keychain": keychain_options}
         plan_dag(["keychain"], profile, "default", overrides=overrides)  # with the profile, still before any start
-        artifact = keychain_artifact(overrides, profile, data_dir)
+        artifact = materialize(["keychain"], profile=profile, overrides=overrides, data_dir=data_dir)["keychain"]
         frame, rejected = artifact.read("keychain"), artifact.read("rejected")
         write_frame(frame, out)
         console = Console(highlight=False)  # paths and reasons are text, never markup
@@ -273,20 +127,8 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDirOpt = None,
     ) -> None:
         """Export prompt messages + answer columns for TRL's GRPOTrainer (``datasets`` loads the file directly)."""
-        import polars as pl
+        from flows.export import export as export_rows
 
-        if format not in ("trl", "sft", "jsonl"):
-            raise typer.BadParameter(f"--format {format!r}: use trl, sft or jsonl")
-        if out.suffix not in (".parquet", ".jsonl") or (format == "jsonl" and out.suffix != ".jsonl"):
-            raise typer.BadParameter(f"--out {out}: use a .parquet or .jsonl file (jsonl format: .jsonl)")
-        frame = read_artifact(artifact, output, profile, data_dir)
-        if curriculum_stage is not None:
-            if "curriculum_stage" not in frame.columns:
-                raise typer.BadParameter("--curriculum-stage: the artifact has no curriculum_stage column")
-            frame = frame.filter(pl.col("curriculum_stage") == curriculum_stage)
-        if format == "sft":
-            exported = sft_frame(frame)
-            write_frame(exported if out.suffix == ".parquet" else exported.to_dicts(), out)
-        else:
-            write_frame(trl_frame(frame) if format == "trl" else jsonl_records(frame), out)
-        typer.echo(f"{frame.height} rows -> {out}")
+        rows = export_rows(artifact, out, format, output=output, curriculum_stage=curriculum_stage, profile=profile,
+                           data_dir=data_dir)
+        typer.echo(f"{rows} rows -> {out}")

@@ -12,8 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
+from data_contracts.files import atomic_dir
 from envgen.taskgen import MUTATIONS
-from flows.cli.data import DataDirOpt, atomic_dir, require_new_dir
+from flows.cli.data import DataDirOpt, require_new_dir
 
 DomainsOpt = Annotated[str, typer.Option(help="'all' or a comma-separated list of domains.")]
 EnvsOpt = Annotated[int, typer.Option(help="Verified environments per domain.")]

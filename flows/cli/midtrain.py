@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli.data import DataDirOpt, atomic_dir, require_new_dir, write_frame
+from data_contracts.files import atomic_dir, write_frame
+from flows.cli.data import DataDirOpt, require_new_dir
 
 ROUTES = {"env": "midtrain_env", "text": "midtrain_text", "decompose": "midtrain_decompose",
           "reason": "midtrain_reason", "plan": "midtrain_plan", "longctx": "midtrain_longctx"}

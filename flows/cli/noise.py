@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli.data import atomic_dir, require_new_dir
+from data_contracts.files import atomic_dir
+from flows.cli.data import require_new_dir
 
 SUMMARY_KEYS = ("transform", "level", "robust_success", "naive_success", "tasks")
 TASK_FIELDS = ("task_id", "env_id", "description", "user_profile", "rubric", "golden_actions")

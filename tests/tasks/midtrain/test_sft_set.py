@@ -133,7 +133,7 @@ def test_sft_set_end_to_end_and_its_export_tokenizes_with_the_masks_the_records_
     assert by_route["random"] == by_route["kcg"]
     assert randomly["scores"].filter(pl.col("status") == "selected")["pick"].sort().to_list() == list(range(10))
 
-    from flows.cli.data import sft_frame
+    from flows.export import sft_frame
 
     # A failed try (a masked turn) among the exported rows, so the masks are exercised whichever rows KCG picks.
     def masked(row: dict) -> bool:
