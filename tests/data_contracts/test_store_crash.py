@@ -46,7 +46,7 @@ _WRITER = textwrap.dedent(
     if not use_exchange:
         store_module.exchange = lambda a, b: False
     store_module.exchange = faulty(store_module.exchange)
-    for name in ("_fsync_path", "_write_parquet", "_write_json"):
+    for name in ("fsync_path", "_write_parquet", "_write_json"):
         setattr(store_module, name, faulty(getattr(store_module, name)))
     os.rename = faulty(os.rename)
     os.replace = faulty(os.replace)
