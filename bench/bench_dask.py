@@ -26,7 +26,7 @@ STAGE = "bench_cpu_burn"
 
 def _run_partitions(runtime, partitions: list[str], rounds: int) -> tuple[float, float]:
     """(wall seconds, summed stage seconds) of one data_refresh per partition, all at once."""
-    from flows.pipeline import refresh
+    from flows.dag import refresh
 
     def one(partition: str) -> float:
         rows = refresh(runtime, partition=partition, stages=[STAGE], force=True,

@@ -43,11 +43,11 @@ STRATEGIES = ("single", "self_consistency", "best_of_k", "heavy_thinking")
 def _run(engine: Any, items: Sequence[Any], suite: str, config: Any, strategies: Sequence[str],
          breakdowns: Sequence[str] = ()) -> tuple[pl.DataFrame, pl.DataFrame, float]:
     from data_contracts.schemas import EVAL_ITEM
-    from inference.evaluation.runner import Context, evaluate
+    from inference.evaluation.runner import Context, run_items
     from inference.evaluation.summary import summarize
 
     start = time.perf_counter()
-    outcome = evaluate(engine, items, Context(suite, "bench", config, frozenset(), tuple(strategies)))
+    outcome = run_items(engine, items, Context(suite, "bench", config, frozenset(), tuple(strategies)))
     elapsed = time.perf_counter() - start
     rows = EVAL_ITEM.frame(outcome.rows)
     return rows, summarize(rows, breakdowns, config.ks, resamples=1000), elapsed
@@ -167,14 +167,14 @@ def _suite_items(data_dir: str, suite: str) -> list[Any]:
 
 
 def _tiny_config(overrides: Mapping[str, Any]) -> Any:
-    from flows.evaluate import settings
+    from flows.evaluate_model import settings
 
     return settings("tiny", overrides)
 
 
 def tiny(args: argparse.Namespace) -> None:
     from inference.cpu import tune_allocator
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
     from inference.evaluation.runner import cap
 
     tune_allocator()
@@ -208,7 +208,7 @@ def tiny(args: argparse.Namespace) -> None:
 
 def robustness(args: argparse.Namespace) -> None:
     from inference.cpu import tune_allocator
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
     from inference.evaluation.runner import cap
     from inference.evaluation.suites import get_suite
 

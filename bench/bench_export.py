@@ -32,7 +32,7 @@ def timed(command: list[str], env: dict[str, str]) -> float:
 
 def through_the_store(root: Path, out: Path) -> list[str]:
     """The export's earlier path: materialize the stage (cache hits), then read it."""
-    code = ("import sys; from flows.pipeline import materialize; "
+    code = ("import sys; from flows.dag import materialize; "
             f"materialize([{STAGE!r}], profile='tiny', data_dir={str(root)!r})[{STAGE!r}].read('problems')"
             f".write_ndjson({str(out)!r})")
     return [sys.executable, "-c", code]

@@ -73,7 +73,7 @@ def main() -> None:
 
     import torch
 
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
     from inference.server import create_app, serve_in_background
     with tempfile.TemporaryDirectory(prefix="bench-filter-") as tmp:
         seeds, policy, train_seconds = tiny_inputs(args.steps, Path(tmp))

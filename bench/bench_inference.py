@@ -96,7 +96,7 @@ def main() -> None:
     import torch
 
     from inference.engine import Request, SamplingParams
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
     from inference.server import create_app, serve_in_background
 
     messages = [{"role": "user", "content": "Which river runs through the city, and who founded it?"}]

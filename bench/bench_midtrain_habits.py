@@ -52,7 +52,7 @@ def main() -> None:
     from envgen.trajectory_checks import EXECUTION, verify_row
     from flows.cli.midtrain import ROUTES as STAGES
     from flows.cli.midtrain import route_overrides
-    from flows.pipeline import materialize
+    from flows.dag import materialize
     from flows.profiles import stage_params
     from tasks.midtrain.routes import TrajectoryParams, token_counter
     from tasks.midtrain.sft_set import compress_steps

@@ -97,7 +97,7 @@ def resolve(data_dir: str, base: str, task_refs: Sequence[str]) -> tuple[Path, l
     from data_contracts.catalog import Catalog
     from data_contracts.roots import open_store
     from flows.train import published
-    from training.rl.sources import load_tasks
+    from training.async_rl.sources import load_tasks
 
     store, catalog = open_store(data_dir), Catalog(data_dir)
     base_path = Path(base)
@@ -119,7 +119,7 @@ def machine() -> str:
 
 
 def run_arm(model_dir: Path, tasks: Sequence[Any], config: Any, median_s: float, sigma: float) -> Any:
-    from training.rl.trainer import RLRun
+    from training.async_rl.run import RLRun
 
     run_dir = Path(tempfile.mkdtemp(prefix="bench-rl-"))
     try:
@@ -132,9 +132,9 @@ def run_arm(model_dir: Path, tasks: Sequence[Any], config: Any, median_s: float,
 
 
 def throughput(args: argparse.Namespace) -> None:
-    from training.rl.config import RLConfig
-    from training.rl.plot import plot_runs
-    from training.rl.trainer import NO_GRADIENT
+    from training.async_rl.config import RLConfig
+    from training.async_rl.plot import plot_runs
+    from training.async_rl.trainer import NO_GRADIENT
 
     model_dir, tasks = resolve(args.data_dir, args.base, args.tasks)
     tasks = [t for t in tasks if t.kind == "env"]
@@ -226,7 +226,7 @@ def question(i: int) -> str:
 def prompt_tasks(n: int) -> list[Any]:
     import json
 
-    from training.rl.scheduling import RLTask
+    from training.async_rl.scheduling import RLTask
 
     return [RLTask(f"q{i}", "prompt", "qa", {"prompt": json.dumps([{"role": "user", "content": question(i)}]),
                                              "answer": f"city{i}", "aliases": [], "reward_fn": "two_way"})
@@ -237,7 +237,7 @@ class OwnEngines:
     """Controller threads, each with a fresh latency double (its own seed)."""
 
     def __init__(self, n_tasks: int, median_s: float, sigma: float) -> None:
-        from training.rl.rollout import ThreadLauncher
+        from training.async_rl.controllers import ThreadLauncher
 
         self.threads = ThreadLauncher()
         self.engine = lambda uid: LatencyTestEngine(n_tasks, median_s, sigma, seed=uid)
@@ -253,7 +253,7 @@ class OwnEngines:
 
 def fixed_step(trainer: Any, step_s: float) -> Any:
     """The trainer double's step: ``step_s`` of wall time, every sample trained (advantage 1), the version advanced."""
-    from training.rl.trainer import StepResult
+    from training.async_rl.trainer import StepResult
 
     def step(groups: Sequence[Sequence[Any]], kinds: Mapping[str, str]) -> StepResult:
         time.sleep(step_s)
@@ -295,8 +295,8 @@ def tiny_model(directory: Path) -> Path:
 
 
 def latency(args: argparse.Namespace) -> None:
-    from training.rl.config import RLConfig
-    from training.rl.trainer import RLRun
+    from training.async_rl.config import RLConfig
+    from training.async_rl.run import RLRun
 
     root = Path(tempfile.mkdtemp(prefix="bench-rl-latency-"))
     load_before = os.getloadavg()[0]
@@ -375,8 +375,9 @@ def engine_tokens_per_s(model_dir: Path, tasks: Sequence[Any], config: Any, roun
 def engines(args: argparse.Namespace) -> None:
     import polars as pl
 
-    from training.rl.config import RLConfig
-    from training.rl.trainer import NO_GRADIENT, RLRun
+    from training.async_rl.config import RLConfig
+    from training.async_rl.run import RLRun
+    from training.async_rl.trainer import NO_GRADIENT
 
     root = Path(tempfile.mkdtemp(prefix="bench-rl-engines-"))
     load_before = os.getloadavg()[0]
@@ -439,12 +440,12 @@ def heldout(task_id: str) -> bool:
 
 def learning(args: argparse.Namespace) -> None:
     from inference.checkpoint import save_model
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
     from inference.metrics import paired_bootstrap_ci
     from inference.tokenizer import load as load_tokenizer
-    from training.rl.config import RLConfig
-    from training.rl.rollout import score_tasks
-    from training.rl.trainer import RLRun
+    from training.async_rl.config import RLConfig
+    from training.async_rl.controllers import score_tasks
+    from training.async_rl.run import RLRun
 
     model_dir, tasks = resolve(args.data_dir, args.base, args.tasks)
     train = [t for t in tasks if not heldout(t.task_id)]

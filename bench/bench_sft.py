@@ -8,7 +8,7 @@ row of a held-out task; the profile's ``sft`` config. Before and after training,
   trajectory the model continues the conversation so far (greedy) and its first call is scored: a parsable call,
   the right tool with schema-valid arguments (the issue's "valid"), the exact arguments;
 - environment reward: ``--k`` free-running episodes per held-out task in its small environment, sampled and scored
-  as RL samples them (``training/rl/rollout.py``).
+  as RL samples them (``training/async_rl/controllers.py``).
 
 Differences are paired (per turn, per task) with percentile bootstrap 95% intervals (``inference/metrics.py``).
 
@@ -55,7 +55,7 @@ def resolve(args: argparse.Namespace) -> tuple[Path, Any, list[Any], Any]:
     from data_contracts.roots import data_root, open_store
     from flows.profiles import parse, stage_params
     from flows.train import published
-    from training.rl.sources import load_tasks
+    from training.async_rl.sources import load_tasks
     from training.sft_data import read_trajectories
 
     root = data_root(args.data_dir)
@@ -97,9 +97,9 @@ def rows_of(frame: Any, tokenizer: Any, max_length: int) -> tuple[list[dict], An
 
 def measure(model: Any, tokenizer: Any, model_dir: Path, turns: Sequence[Any], tasks: Sequence[Any],
             args: argparse.Namespace) -> tuple[list[dict[str, bool]], dict[str, list[float]]]:
-    from inference.engines import load_engine
-    from training.rl.config import RLConfig
-    from training.rl.rollout import score_tasks
+    from inference.engine_factory import load_engine
+    from training.async_rl.config import RLConfig
+    from training.async_rl.controllers import score_tasks
     from training.sft_eval import score_turns
 
     config = RLConfig(concurrency=args.concurrency, seed=0,

@@ -61,7 +61,7 @@ async def _backfill(
     from prefect.deployments.flow_runs import arun_deployment
     from prefect.runner import Runner
 
-    from flows.pipeline import backfill, task_runner_from_env
+    from flows.dag import backfill, task_runner_from_env
 
     runner = None
     if serve:

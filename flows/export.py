@@ -107,7 +107,7 @@ def read_rows(source: str, output: str | None, profile: str, data_dir: Path | No
         raise StageError(f"stage {source!r} has outputs {', '.join(stage.outputs)}, not {output!r}")
     artifact = published_artifact(source, profile, data_dir)
     if artifact is None:  # not made yet: through the store, which starts what it needs
-        from flows.pipeline import materialize
+        from flows.dag import materialize
 
         artifact = materialize([source], profile=profile, data_dir=data_dir)[source]
     return artifact.read(output)

@@ -33,8 +33,8 @@ from flows.figures import figure_markdown
 from flows.live import live_progress
 from flows.profiles import parse, stage_params
 from inference.tokenizer import load as load_tokenizer
+from training.async_rl.sources import load_tasks
 from training.rl import rl as rl_stage
-from training.rl.sources import load_tasks
 from training.sft import sft as sft_stage
 from training.sft_data import choose_template, trajectory_outputs
 
@@ -291,8 +291,8 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
                                        "dask_address": dask_address,
                                        "logging_dir": str(store.home / "tensorboard" / stage.name / key)})
     if engine is not None:  # malformed, dead, refusing, serving another model, or unable to load new weights
+        from inference.engine_factory import probe_engine
         from inference.engine_support import EngineUnavailable
-        from inference.engines import probe_engine
 
         try:
             probe_engine(engine, weights=True)
@@ -309,8 +309,8 @@ def report_rl(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
     """The flow run's Prefect artifacts (the step metrics; reward, staleness and throughput curves) and its
     summary, every figure of what was measured: staleness is that of the samples the trainer consumed (as the live
     line shows it), the trained ones among them counted apart."""
-    from training.rl.plot import plot_runs
-    from training.rl.trainer import NO_GRADIENT
+    from training.async_rl.plot import plot_runs
+    from training.async_rl.trainer import NO_GRADIENT
 
     steps, samples = artifact.read("steps"), artifact.read("samples")
     create_table_artifact(table=steps.select(STEP_COLUMNS).with_columns(pl.col(pl.Float64).round(4)).to_dicts(),

@@ -1,6 +1,6 @@
 """What every engine shares: prompt rendering, tool-call output, the completion and request checks, and the
 one error an engine that cannot serve raises. Engines (:mod:`inference.hf_engine`, :mod:`inference.http_engine`,
-:mod:`inference.vllm_engine`) import this; the factory that picks one (:mod:`inference.engines`) sits above them.
+:mod:`inference.vllm_engine`) import this; the factory that picks one (:mod:`inference.engine_factory`) sits above them.
 
 Every engine renders a request the same way (the checkpoint's chat template with the request's tools, then
 ``add_generation_prompt``) and returns completions in the same shape: ``text`` is the assistant message content

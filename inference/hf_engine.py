@@ -37,7 +37,7 @@ class Row:
 
 
 @dataclass
-class Sample:
+class RowOutput:
     """A row's output so far; ``finish_reason`` is set (and ``text`` final) once it is done."""
 
     token_ids: list[int] = field(default_factory=list)
@@ -48,7 +48,7 @@ class Sample:
     policy_version: int = 0  # the weights that generated it (read under the engine's lock)
 
 
-Progress = Callable[[int, Sample], None]
+Progress = Callable[[int, RowOutput], None]
 """Called after every decode step for each row still running (and once when it finishes): ``(row index, sample)``."""
 
 
@@ -139,7 +139,7 @@ class HFEngine:
     def render(self, request: Request) -> list[int]:
         return render_prompt(self.tokenizer, request.messages, request.tools)
 
-    def completion(self, sample: Sample, prompt_ids: Sequence[int], parse_tools: bool) -> Completion:
+    def completion(self, sample: RowOutput, prompt_ids: Sequence[int], parse_tools: bool) -> Completion:
         return make_completion(
             sample.text,
             sample.token_ids,
@@ -162,7 +162,7 @@ class HFEngine:
 
         self.update_weights(load_file(str(path), device=str(self.device)), policy_version)
 
-    def generate_rows(self, rows: Sequence[Row], progress: Progress | None = None) -> list[Sample]:
+    def generate_rows(self, rows: Sequence[Row], progress: Progress | None = None) -> list[RowOutput]:
         """Samples for ``rows`` in order, generated in batches of at most ``max_batch_size``."""
         for row in rows:
             if len(row.prompt_ids) + row.sampling.max_tokens > self.max_positions:
@@ -170,7 +170,7 @@ class HFEngine:
                     f"prompt of {len(row.prompt_ids)} tokens + max_tokens={row.sampling.max_tokens} exceeds the "
                     f"model's {self.max_positions} positions: shorten the prompt or lower max_tokens"
                 )
-        samples: list[Sample] = []
+        samples: list[RowOutput] = []
         with self._lock:
             for start in range(0, len(rows), self.max_batch_size):
                 batch = rows[start : start + self.max_batch_size]
@@ -190,7 +190,7 @@ class HFEngine:
             gen.manual_seed((row.sampling.seed * SEED_STRIDE + row.sample_index) % 2**63)
         return gen
 
-    def _generate_batch(self, rows: Sequence[Row], progress: Progress | None) -> list[Sample]:
+    def _generate_batch(self, rows: Sequence[Row], progress: Progress | None) -> list[RowOutput]:
         import torch
 
         size, width = len(rows), max(len(r.prompt_ids) for r in rows)
@@ -205,7 +205,7 @@ class HFEngine:
         top_p = torch.tensor([r.sampling.top_p for r in rows], device=self.device)
         generators = [None if r.sampling.temperature == 0 else self._generator(r) for r in rows]
         top_k = max(r.top_logprobs for r in rows)
-        samples = [Sample(policy_version=self.policy_version) for _ in rows]
+        samples = [RowOutput(policy_version=self.policy_version) for _ in rows]
         running = list(range(size))
         cache = None
         with torch.inference_mode():
@@ -248,7 +248,7 @@ class HFEngine:
                 positions = positions[:, -1:] + 1
         return samples
 
-    def _check_finished(self, row: Row, sample: Sample) -> None:
+    def _check_finished(self, row: Row, sample: RowOutput) -> None:
         """Set the finish reason and final text when the row hit a stop token, a stop string or max_tokens."""
         last = sample.token_ids[-1]
         if last in self.stop_ids:

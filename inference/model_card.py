@@ -15,7 +15,7 @@ import yaml
 
 README = "README.md"
 TRAINERS = {"sft": "cold-start SFT with TRL's `SFTTrainer`", "rl": "asynchronous RL (GRPO/GSPO with bounded "
-            "staleness, `training/rl/`)", "tiny_policy": "next-token pretraining of the embedded tiny policy",
+            "staleness, `training/async_rl/`)", "tiny_policy": "next-token pretraining of the embedded tiny policy",
             "imported_model": "imported from a pretrained checkpoint (`gymforge model import`), weights unchanged"}
 
 

@@ -41,7 +41,7 @@ from inference.engine_support import validate_request
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from inference.hf_engine import HFEngine, Progress, Row, Sample
+    from inference.hf_engine import HFEngine, Progress, Row, RowOutput
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -86,8 +86,8 @@ class _Job:
     """One HTTP request's rows; ``events`` receives streaming progress, ``done`` the final samples."""
 
     rows: list[Row]
-    done: asyncio.Future[list[Sample]]
-    events: asyncio.Queue[tuple[int, Sample, int] | None] | None = None
+    done: asyncio.Future[list[RowOutput]]
+    events: asyncio.Queue[tuple[int, RowOutput, int] | None] | None = None
     sent: list[int] = field(default_factory=list)
 
 
@@ -144,7 +144,7 @@ class Batcher:
 def _dispatch(loop: asyncio.AbstractEventLoop, owners: list[tuple[_Job, int]]) -> Progress:
     """The engine's progress callback (it runs on the worker thread): hand a streaming job its new tokens."""
 
-    def progress(index: int, sample: Sample) -> None:
+    def progress(index: int, sample: RowOutput) -> None:
         job, local = owners[index]
         if job.events is not None:  # copy: the sample keeps growing on the worker thread
             start, job.sent[local] = job.sent[local], len(sample.token_ids)
@@ -153,10 +153,10 @@ def _dispatch(loop: asyncio.AbstractEventLoop, owners: list[tuple[_Job, int]]) -
     return progress
 
 
-def _copy(sample: Sample) -> Sample:
-    from inference.hf_engine import Sample
+def _copy(sample: RowOutput) -> RowOutput:
+    from inference.hf_engine import RowOutput
 
-    return Sample(
+    return RowOutput(
         list(sample.token_ids),
         list(sample.logprobs),
         list(sample.top_logprobs),
@@ -227,7 +227,7 @@ class ChatService:
         text = f"token_id:{token_id}" if as_ids else raw.decode("utf-8", errors="replace")
         return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
-    def logprobs_json(self, body: ChatRequest, sample: Sample, start: int, end: int) -> dict[str, Any] | None:
+    def logprobs_json(self, body: ChatRequest, sample: RowOutput, start: int, end: int) -> dict[str, Any] | None:
         if not body.logprobs:
             return None
         as_ids = body.return_tokens_as_token_ids
@@ -240,7 +240,7 @@ class ChatService:
         return {"content": content}
 
     def response(
-        self, body: ChatRequest, prompt: list[int], samples: list[Sample], tools: bool
+        self, body: ChatRequest, prompt: list[int], samples: list[RowOutput], tools: bool
     ) -> dict[str, Any]:
         choices = []
         for index, sample in enumerate(samples):
@@ -288,7 +288,7 @@ class ChatService:
         # Never send text that a stop string completed later may cut (vLLM's rule: the stop string is not output).
         holdback = max((len(s) for s in stops), default=1) - 1
         sent_text = [0] * len(job.rows)
-        finished: dict[int, Sample] = {}
+        finished: dict[int, RowOutput] = {}
 
         def chunk(index: int, delta: dict[str, Any], **extra: Any) -> str:
             choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None, **extra}
@@ -342,7 +342,7 @@ def _byte_level_alphabet() -> dict[str, int]:
     return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
-def _usage(prompt: Sequence[int], samples: Sequence[Sample]) -> dict[str, int]:
+def _usage(prompt: Sequence[int], samples: Sequence[RowOutput]) -> dict[str, int]:
     generated = sum(len(s.token_ids) for s in samples)
     return {
         "prompt_tokens": len(prompt),

@@ -49,8 +49,8 @@ class Teacher:
         if engine is not None:
             self._probe()
         elif spec != REFERENCE:
+            from inference.engine_factory import load_engine
             from inference.engine_spec import EngineSpec
-            from inference.engines import load_engine
 
             served = not EngineSpec.parse(spec).local
             options = {"timeout_s": timeout_s, "max_retries": retries} if served else {}

@@ -177,7 +177,7 @@ def plot_pass_histogram(histogram: pl.DataFrame, path: str | Path, title: str = 
 def open_engine(spec: str, policy: Artifact | None) -> Engine:
     """The reference engine: ``tiny`` serves the tiny_policy model artifact's checkpoint with the transformers
     engine; any other spec names its engine."""
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     if spec == TINY:
         if policy is None:

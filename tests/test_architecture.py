@@ -52,10 +52,10 @@ def test_the_walk_sees_every_import(tmp_path: Path, source: str, expected: list[
     assert [module for _, module in imports(path)] == expected
 
 
-# An engine spec is parsed in one place (inference/engine_spec.py, through inference/engines.py's factory): code
+# An engine spec is parsed in one place (inference/engine_spec.py, through inference/engine_factory.py's factory): code
 # elsewhere that splits a string at ":" and compares the head with an engine kind, or tests a string for a kind's
 # prefix, is a second parser.
-SPEC_PARSERS = ("inference/engine_spec.py", "inference/engines.py")
+SPEC_PARSERS = ("inference/engine_spec.py", "inference/engine_factory.py")
 PREFIX_TEST = re.compile(r'startswith\(\(?\s*"(hf|openai|vllm):"')
 KIND_COMPARED = re.compile(r'(==|!=|\bin)\s*\(?\s*"(hf|openai|vllm)"')
 
@@ -151,5 +151,5 @@ def test_the_circle_check_sees_a_circle() -> None:
 
 def test_the_room_graph_sees_lazy_and_submodule_imports() -> None:
     graph = room_graph("inference")
-    assert "inference.hf_engine" in graph["inference.engines"]  # imported inside load_engine
+    assert "inference.hf_engine" in graph["inference.engine_factory"]  # imported inside load_engine
     assert graph["inference.hf_engine"] >= {"inference.engine_support"}

@@ -3,7 +3,7 @@
 Inputs are resolved per run (``Stage.with_inputs``, as the ``sft`` stage does): the suite's data artifacts and, unless
 ``engine`` names one, the model as a model artifact (evaluated in-process with transformers). Any engine spec works
 the same way: ``openai:URL#MODEL`` (a hosted model, ``vllm serve``, ``gymforge serve``), ``hf:DIR``, ``vllm:DIR``.
-Items come from the suite (``inference.evaluation.suites``), tasks through ``training.rl.sources.load_tasks``; the
+Items come from the suite (``inference.evaluation.suites``), tasks through ``training.async_rl.sources.load_tasks``; the
 strategies run over the engine (``inference.evaluation.runner``) and the summary is computed from the rows
 (``inference.evaluation.summary``).
 
@@ -28,8 +28,7 @@ from data_contracts.stage import Artifact, Check, StageError, stage
 from data_contracts.store import ArtifactStore
 from inference.engine import Engine
 from inference.evaluation.items import EvalItem
-from inference.evaluation.runner import Checkpoint, Context, EvalConfig, cap
-from inference.evaluation.runner import evaluate as run_items
+from inference.evaluation.runner import Checkpoint, Context, EvalConfig, cap, run_items
 from inference.evaluation.suites import SUITES, SuiteSettings, get_suite
 from inference.evaluation.summary import summarize
 
@@ -138,7 +137,7 @@ def model_spec(inputs: Mapping[str, Artifact], params: EvaluateParams) -> tuple[
 
 def load(spec: str, params: EvaluateParams) -> Engine:
     """The engine a spec names; a StageError says why a model does not load."""
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     try:
         return load_engine(spec, **params.engine_options)
@@ -148,7 +147,7 @@ def load(spec: str, params: EvaluateParams) -> Engine:
 
 def suite_items(name: str, data: Mapping[str, Artifact]) -> list[EvalItem]:
     """A suite's items from its data artifacts (tasks read by ``load_tasks`` where the suite takes them)."""
-    from training.rl.sources import load_tasks
+    from training.async_rl.sources import load_tasks
 
     suite = get_suite(name)
     return suite.read(data, load_tasks(data) if suite.uses_tasks else [])

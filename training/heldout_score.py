@@ -1,10 +1,10 @@
 """Stage `heldout_score`: a model's rewards on held-out RL tasks, ``k`` sampled attempts per task, as an artifact.
 
 The experiments' unit of measurement (flows/experiments): every arm's model is scored on the same held-out tasks
-with the same sampling seeds, by the reward the RL stage trains on (``training.rl.rollout.score_tasks``: prompt
+with the same sampling seeds, by the reward the RL stage trains on (``training.async_rl.controllers.score_tasks``: prompt
 tasks through their reward function, environment tasks as agent episodes in a fresh environment). Inputs are chosen
 per run (``with_inputs``): the model as a model artifact, or ``model_name_or_path``, and any artifacts that offer RL
-tasks (``training.rl.sources.load_tasks``: keychain and its ``regular`` output, tool-environment tasks and their
+tasks (``training.async_rl.sources.load_tasks``: keychain and its ``regular`` output, tool-environment tasks and their
 noisy twins). The artifact key follows the model's key, so a scored model is never scored twice.
 """
 
@@ -53,10 +53,10 @@ def heldout_score(inputs: Mapping[str, Artifact], params: HeldoutScoreParams, pa
                   ) -> dict[str, pl.DataFrame]:
     """``k`` rewards per held-out task of one model, sampled as RL samples them."""
     from inference.cpu import tune_allocator
-    from inference.engines import load_engine
-    from training.rl.config import RLConfig
-    from training.rl.rollout import score_tasks
-    from training.rl.sources import load_tasks
+    from inference.engine_factory import load_engine
+    from training.async_rl.config import RLConfig
+    from training.async_rl.controllers import score_tasks
+    from training.async_rl.sources import load_tasks
 
     tune_allocator()  # before torch allocates (inference/cpu.py)
     models = [a for a in inputs.values() if a.manifest.get("kind") == "model"]

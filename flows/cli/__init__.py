@@ -1,7 +1,7 @@
 """The ``gymforge`` command line.
 
 Global options (``--data-dir``, ``--prefect-api-url``, ``--dask-address``) are exported to the environment, so
-every command, room commands calling ``flows.pipeline.materialize`` included, runs against the same data root,
+every command, room commands calling ``flows.dag.materialize`` included, runs against the same data root,
 Prefect API and Dask scheduler. Heavy imports (Prefect, Dask, DuckDB) happen inside the commands.
 """
 
@@ -67,7 +67,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from data_contracts.roots import DataRootError
     from data_contracts.stage import StageError
     from flows.backfill import BackfillError
-    from flows.pipeline import PipelineFailed
+    from flows.dag import PipelineFailed
     from flows.prefect_server import RuntimeStartError
 
     return (StageError, PipelineFailed, BackfillError, RuntimeStartError, DataRootError, ObjectStoreError,
@@ -184,7 +184,7 @@ def _refresh_with_progress(
         TimeElapsedColumn,
     )
 
-    from flows.pipeline import PipelineFailed, on_stage_done, plan_dag, refresh
+    from flows.dag import PipelineFailed, on_stage_done, plan_dag, refresh
     from flows.runtime import Runtime
 
     planned = plan_dag(stages, profile, partition, force=force)  # bad names and params fail before anything starts
@@ -265,7 +265,7 @@ def backfill(
     same backfill returns the same runs.
     """
     from flows.backfill import run_backfill
-    from flows.pipeline import plan_dag
+    from flows.dag import plan_dag
     from flows.runtime import Runtime
 
     names = [p.strip() for p in partitions.split(",") if p.strip()]

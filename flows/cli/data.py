@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
         from rich.text import Text
 
         from data_contracts.files import write_frame
-        from flows.pipeline import materialize, plan_dag
+        from flows.dag import materialize, plan_dag
 
         if tokenizer not in (None, "default"):
             tokenizer = str(Path(tokenizer).expanduser().resolve())

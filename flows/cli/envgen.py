@@ -49,7 +49,7 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
     """Run domain_graphs -> environments through the store, then write one bundle per environment under OUT."""
     from envgen.bundle import write_bundle
     from envgen.spec import resolve_domains
-    from flows.pipeline import materialize
+    from flows.dag import materialize
 
     try:
         names = resolve_domains(domains)

@@ -36,7 +36,7 @@ def run(
     from rich.table import Table
 
     from flows.cli.train import parse_settings
-    from flows.evaluate import check, evaluate
+    from flows.evaluate_model import check, evaluate_model
     from flows.runtime import Runtime
     from flows.terminal import print_table, stdout_console
 
@@ -45,7 +45,7 @@ def run(
     ref = check(model, names, profile=profile, overrides=overrides)  # fail early: suites, params, the model
     with Runtime(dask=False) as rt:
         Console(stderr=True).print(f"Prefect UI: {rt.ui_url}")
-        result = evaluate(model=model, suites=names, profile=profile, overrides=overrides or None,
+        result = evaluate_model(model=model, suites=names, profile=profile, overrides=overrides or None,
                           partition=partition, data_dir=str(rt.root), progress=True)
     console = stdout_console()
     for evaluation in result["evaluations"]:
@@ -73,7 +73,7 @@ def compare(
     bootstrap interval."""
     from rich.table import Table
 
-    from flows.evaluate import compare_models
+    from flows.evaluate_model import compare_models
     from flows.terminal import print_table, stdout_console
 
     label_a, label_b, frame = compare_models(a, b, html=html)

@@ -47,8 +47,8 @@ def run(
     from rich.console import Console
 
     from data_contracts.roots import data_root
+    from flows.experiments.executor import PipelineExecutor
     from flows.experiments.flow import configured, experiment_flow
-    from flows.experiments.pipeline import PipelineExecutor
     from flows.runtime import Runtime
 
     PipelineExecutor(data_root(None)).check(configured(name, budget, base), profile)  # before a server starts

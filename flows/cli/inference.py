@@ -56,7 +56,7 @@ def tokenizer_train(
         tokenizer = train_tokenizer((p.read_text(encoding="utf-8", errors="replace") for p in files), vocab)
         source = f"{len(files)} file(s)"
     else:  # through the store: the `tokenizer` stage on the `world` documents, cached and gated like any artifact
-        from flows.pipeline import materialize
+        from flows.dag import materialize
 
         artifact = materialize(["tokenizer"], profile=profile, overrides={"tokenizer": {"vocab_size": vocab}})
         tokenizer = tokenizer_from_row(artifact["tokenizer"].read("tokenizer").row(0, named=True))
@@ -164,7 +164,7 @@ def filter_command(
 ) -> None:
     """Difficulty filtering through the store: keep items the reference policy solves in some but not all of k
     samples; prints the pass-count histogram."""
-    from flows.pipeline import materialize
+    from flows.dag import materialize
     from tasks.difficulty import plot_pass_histogram
 
     if what not in FILTER_STAGES:

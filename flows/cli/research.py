@@ -122,7 +122,7 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
     from distributed import Client
 
     from data_contracts.progress import RunProgress
-    from flows.pipeline import materialize
+    from flows.dag import materialize
     from flows.runtime import Runtime
     from inference.research.harness import run_research
     from tasks.research.research_trajectories import teacher_engine
@@ -162,7 +162,7 @@ def tasks(
     """Research tasks with rubrics, through the store; prints what the searchability gate and checks kept."""
     from rich.table import Table
 
-    from flows.pipeline import materialize
+    from flows.dag import materialize
 
     chosen = [r.strip() for r in routes.split(",") if r.strip()]
     if n < 0:
@@ -199,7 +199,7 @@ def trajectories(
     profile: Annotated[str, typer.Option(help="Profile of the stages.")] = "tiny",
 ) -> None:
     """Teacher executions of the harness on the research tasks, through the store (journaled, resumable)."""
-    from flows.pipeline import materialize
+    from flows.dag import materialize
 
     check_teacher(teacher)
     if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
@@ -223,7 +223,7 @@ def qa(
     profile: Annotated[str, typer.Option(help="Profile of the stages.")] = "tiny",
 ) -> None:
     """Agent-based QA synthesis over the search index, through the store; prints items per difficulty."""
-    from flows.pipeline import materialize
+    from flows.dag import materialize
 
     check_teacher(engine, "--engine")
     if n < 0:

@@ -19,7 +19,7 @@ from flows.experiments import report
 from flows.experiments.config import Experiment
 from flows.experiments.core import ArmRun, Result, run_experiment
 from flows.experiments.declared import get_experiment
-from flows.experiments.pipeline import PipelineExecutor
+from flows.experiments.executor import PipelineExecutor
 from flows.failures import fails_cleanly
 from flows.figures import figure_markdown
 from flows.live import live_progress

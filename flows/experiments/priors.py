@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from data_contracts.schemas import HELDOUT_SCORE
-from training.rl.scheduling import RLTask
+from training.async_rl.scheduling import RLTask
 
 MOST_COMMON, SAMPLED = "most common training answer", "training answer drawn at its frequency"
 

@@ -1,7 +1,7 @@
 """Evaluation items: one uniform shape for a prompt scored by a reward and a task played in its environment, with
 the attributes the summaries break results down by.
 
-Tasks come from ``training.rl.sources.load_tasks`` (the one reader of RL-ready artifacts: prompt outputs and
+Tasks come from ``training.async_rl.sources.load_tasks`` (the one reader of RL-ready artifacts: prompt outputs and
 tasks with their environments), handed in by the ``evaluate`` stage as objects of :class:`TaskLike`'s shape; the
 two suites whose artifacts hold no prompt (QA seeds, math problems) are read here, with the prompts the RL mixture
 gives the same rows.
@@ -24,7 +24,7 @@ BOXED = "Put the final answer in \\boxed{}."  # also the RL mixture's math promp
 
 
 class TaskLike(Protocol):
-    """The fields of ``training.rl.scheduling.RLTask`` an evaluation reads."""
+    """The fields of ``training.async_rl.scheduling.RLTask`` an evaluation reads."""
 
     task_id: str
     kind: Literal["env", "prompt"]

@@ -156,7 +156,7 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
-class Sample:
+class Attempt:
     """One stage-1 trajectory reduced to what the strategies read."""
 
     score: float
@@ -191,7 +191,7 @@ def base_row(item: EvalItem, ctx: Context) -> dict[str, Any]:
             "answer": None, "status": "scored", "error": None, "overlap": bool(ctx.overlap & set(item.known_as))}
 
 
-def result_row(base: Mapping[str, Any], strategy: str, k: int, samples: Sequence[Sample], score: float | None,
+def result_row(base: Mapping[str, Any], strategy: str, k: int, samples: Sequence[Attempt], score: float | None,
                tokens: int, **extra: Any) -> dict[str, Any]:
     scored = [s for s in samples if s.scored]
     return {**base, "strategy": strategy, "k": k, "score": score, "n_samples": len(scored),
@@ -206,7 +206,7 @@ def infra_row(item: EvalItem, ctx: Context, error: str) -> dict[str, Any]:
             "error": error}
 
 
-def strategy_rows(base: Mapping[str, Any], samples: Sequence[Sample], ctx: Context,
+def strategy_rows(base: Mapping[str, Any], samples: Sequence[Attempt], ctx: Context,
                   vote_key: Callable[[int], Any]) -> list[dict[str, Any]]:
     """The sample row (Avg@n) and single / self-consistency / best-of-k rows at each width, from the samples."""
     scored = [s for s in samples if s.scored]
@@ -251,8 +251,8 @@ def _answer(completion: Completion) -> str | None:
     return normalize(boxed) if boxed is not None else None
 
 
-def _prompt_samples(item: EvalItem, completions: Sequence[Completion]) -> list[Sample]:
-    return [Sample(score, len(c.token_ids), _answer(c), stop="length" if c.finish_reason == "length" else "done")
+def _prompt_samples(item: EvalItem, completions: Sequence[Completion]) -> list[Attempt]:
+    return [Attempt(score, len(c.token_ids), _answer(c), stop="length" if c.finish_reason == "length" else "done")
             for c, score in zip(completions, _reward(item, completions), strict=True)]
 
 
@@ -267,11 +267,11 @@ def run_prompts(engine: Engine, summary_engine: Engine, items: Sequence[EvalItem
     completions = dict(zip([i.id for i in fitting], engine.generate([requests[i.id] for i in fitting]) if fitting
                            else [], strict=True))
     out: dict[str, list[dict[str, Any]]] = {}
-    samples: dict[str, list[Sample]] = {}
+    samples: dict[str, list[Attempt]] = {}
     for item in items:
         base = base_row(item, ctx)
         if item.id not in completions:  # the prompt does not fit the model's context: every sample fails
-            samples[item.id] = [Sample(0.0, 0, None, stop="context_overflow")] * n
+            samples[item.id] = [Attempt(0.0, 0, None, stop="context_overflow")] * n
         else:
             samples[item.id] = _prompt_samples(item, completions[item.id])
         out[item.id] = strategy_rows(base, samples[item.id], ctx, lambda i, s=samples[item.id]: s[i].answer)
@@ -289,7 +289,7 @@ def run_prompts(engine: Engine, summary_engine: Engine, items: Sequence[EvalItem
     return out
 
 
-def _heavy_row(base: Mapping[str, Any], item: EvalItem, k: int, first: Sequence[Sample], result: HeavyResult
+def _heavy_row(base: Mapping[str, Any], item: EvalItem, k: int, first: Sequence[Attempt], result: HeavyResult
                ) -> dict[str, Any]:
     if result.final is None:  # not even the answers fit the summary model's context
         return result_row(base, "heavy_thinking", k, first, 0.0, result.tokens, summary_prompt_tokens=0)
@@ -314,10 +314,10 @@ def environment_factory(item: EvalItem, small_tools: int | None) -> Callable[[],
     return partial(NoisyEnvironment, env)
 
 
-def _episode_sample(rollout: Rollout) -> Sample:
+def _episode_sample(rollout: Rollout) -> Attempt:
     tokens = sum(len(t.output_ids) for t in rollout.turns())
     # Tool and user-simulator failures are not the agent's (DESIGN.md section 7): left out of its score.
-    return Sample(float(rollout.reward), tokens, None, scored=rollout.failure not in ("tool", "user"),
+    return Attempt(float(rollout.reward), tokens, None, scored=rollout.failure not in ("tool", "user"),
                   failure=rollout.failure, stop=rollout.stop_reason)
 
 
@@ -451,7 +451,7 @@ def _figures(outcome: Outcome) -> dict[str, float | int]:
     return {"score": sum(scores) / len(scores) if scores else float("nan"), "infra errors": len(outcome.infra_errors)}
 
 
-def evaluate(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary_engine: Engine | None = None,
+def run_items(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summary_engine: Engine | None = None,
              checkpoint: Checkpoint | None = None, progress: bool = False) -> Outcome:
     """Every item's rows (resuming from ``checkpoint``); items the engine could not serve are left in
     ``infra_errors`` (item -> error), never scored."""

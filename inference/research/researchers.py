@@ -59,7 +59,7 @@ def research_section(job: SectionJob, engine: Engine | str) -> RoleResult:
 
 @lru_cache(maxsize=4)
 def _engine(spec: str) -> Engine:
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     return load_engine(spec)
 

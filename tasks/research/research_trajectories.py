@@ -69,7 +69,7 @@ def teacher_engine(spec: str, world: Artifact | None) -> tuple[Engine, Engine | 
             raise ValueError("the reference teacher needs the world's knowledge graph")
         teacher = ReferenceTeacher(KnowledgeGraph.from_frames(world.read("entities"), world.read("relations")))
         return teacher, teacher
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     return load_engine(spec), spec
 
@@ -120,7 +120,7 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
         "relations"))) if world_corpus else None
     judge = None
     if params.judge:
-        from inference.engines import load_engine
+        from inference.engine_factory import load_engine
 
         judge = load_engine(params.judge)
     kept, rejected, calls, runs = [], [], [], []

@@ -277,7 +277,7 @@ def answer_engine(spec: str) -> Engine:
         from inference.search_agent import ReferenceSearchAgent
 
         return ReferenceSearchAgent()
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     return load_engine(spec)
 

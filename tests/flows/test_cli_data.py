@@ -180,7 +180,7 @@ def test_keychain_through_the_store(runtime, tmp_path):
         "keychain": {"n": 4, "n_regular": 2, "target_tokens": 1024},
     }
     from data_contracts.files import write_frame
-    from flows.pipeline import materialize
+    from flows.dag import materialize
 
     artifact = materialize(["keychain"], profile="tiny", overrides=overrides, runtime=runtime)["keychain"]
     frame = artifact.read("keychain")
@@ -203,7 +203,7 @@ def test_keychain_command_passes_its_settings_and_writes_the_file(monkeypatch, t
         frames = keychain.keychain.run({"qa_filtered": qa_filtered(), "tokenizer": tokenizer_artifact()}, params, "p0")
         return {"keychain": FrameArtifact(frames, key="double")}
 
-    monkeypatch.setattr("flows.pipeline.materialize", through_store_double)
+    monkeypatch.setattr("flows.dag.materialize", through_store_double)
     out = tmp_path / "kc.parquet"
     result = CliRunner().invoke(app, ["keychain", "--seeds", "world", "--n", "3", "--target-tokens", "1536",
                                       "--key-format", "hex8", "--out", str(out)])

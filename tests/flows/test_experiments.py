@@ -113,7 +113,7 @@ def test_every_declared_experiment_names_its_arms_and_a_known_primary_metric():
 
 
 def test_a_budget_sets_every_arms_trainer_overrides_and_a_base_replaces_the_cold_start(tmp_path):
-    from flows.experiments.pipeline import PipelineExecutor
+    from flows.experiments.executor import PipelineExecutor
 
     experiment = EXPERIMENTS["keychain_vs_qa"]
     assert experiment.trainer_budget["steps"] == 60 and experiment.with_budget("smoke").trainer_budget["steps"] == 12

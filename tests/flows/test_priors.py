@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from flows.experiments import report
 from flows.experiments.core import run_experiment
 from flows.experiments.priors import MOST_COMMON, SAMPLED, prior_scores
-from training.rl.scheduling import RLTask
+from training.async_rl.scheduling import RLTask
 
 CITIES = ["Niue", "Oslo", "Lima", "Quito", "Hanoi"]
 

@@ -81,7 +81,7 @@ def _scheduled(cluster: DaskCluster) -> int:
 def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskCluster, s3: S3Server, server: str,
                                                                runtime: object, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from flows.pipeline import refresh
+    from flows.dag import refresh
 
     for name, value in s3.env.items():  # this process reads the S3 root too
         monkeypatch.setenv(name, value)

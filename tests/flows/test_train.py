@@ -48,7 +48,7 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
     from flows.runtime import Runtime
     from flows.train import train_sft
     from inference.engine import Request, SamplingParams
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     data, key, base = root
     args = {"data": [key], "base": str(base), "profile": "tiny", "overrides": OVERRIDES, "data_dir": str(data)}

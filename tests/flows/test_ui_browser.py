@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.pipeline import refresh
+from flows.dag import refresh
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

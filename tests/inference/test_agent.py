@@ -121,8 +121,8 @@ def test_single_turn_prompts_get_k_samples_and_rewards():
 
 @pytest.mark.slow
 def test_tiny_model_completes_episodes_with_consistent_token_segments(tmp_path):
+    from inference.engine_factory import load_engine
     from inference.engine_support import render_prompt
-    from inference.engines import load_engine
     from inference.tokenizer import save, train_tokenizer
     from training.tiny_model import init_model
 

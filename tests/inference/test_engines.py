@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from inference_support import tiny_checkpoint
 
 from inference.engine import Request, SamplingParams
+from inference.engine_factory import load_engine
 from inference.engine_support import assistant_message, make_completion, split_tool_calls
-from inference.engines import load_engine
 
 PROMPT = [{"role": "user", "content": "who founded the city on the river?"}]
 

@@ -20,8 +20,8 @@ from inference.evaluation.runner import (
     Context,
     EvalConfig,
     cap,
-    evaluate,
     is_infrastructure,
+    run_items,
 )
 from inference.evaluation.summary import compare, summarize
 from inference.http_engine import EngineError
@@ -32,7 +32,7 @@ ALL = ("single", "self_consistency", "best_of_k", "heavy_thinking")
 
 
 def run(engine, items, config, strategies=ALL, **kwargs):
-    outcome = evaluate(engine, items, Context("qa", "eval", config, frozenset(kwargs.pop("overlap", ())),
+    outcome = run_items(engine, items, Context("qa", "eval", config, frozenset(kwargs.pop("overlap", ())),
                                               strategies), **kwargs)
     return outcome, EVAL_ITEM.frame(outcome.rows)
 
@@ -91,7 +91,7 @@ def test_known_skills_give_the_expected_ordering_of_strategies():
 
 
 def test_self_consistency_takes_the_vote_and_best_of_k_the_verifier():
-    """Sample 0 is right, samples 1 and 2 agree on a wrong answer."""
+    """Attempt 0 is right, samples 1 and 2 agree on a wrong answer."""
     engine = ScriptedEngine(lambda r, i: "\\boxed{city0}" if i == 0 else "\\boxed{Paris}")
     _, items = run(engine, [prompt_item(0)], EvalConfig(ks=(1, 3)), ("single", "self_consistency", "best_of_k"))
     by = {(r["strategy"], r["k"]): r for r in items.iter_rows(named=True)}

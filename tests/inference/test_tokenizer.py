@@ -217,5 +217,5 @@ def test_a_corpus_of_empty_files_is_refused(tmp_path: Path) -> None:
 
     (tmp_path / "a.txt").write_text("\n\n")
     (tmp_path / "b.md").write_text("")
-    with pytest.raises(ValueError, match="every .txt/.md file is empty"):
+    with pytest.raises(ValueError, match="every .txt/.md/.markdown file is empty"):
         list(corpus_texts(str(tmp_path), {}))

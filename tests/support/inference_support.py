@@ -65,7 +65,7 @@ def tiny_checkpoint() -> Path:
 
 
 def scripted_engine_class():  # imported lazily: HFEngine pulls in torch
-    from inference.hf_engine import HFEngine, Row, Sample
+    from inference.hf_engine import HFEngine, Row, RowOutput
 
     class ScriptedHFEngine(HFEngine):
         """Test double: the real tokenizer, prompt rendering and server plumbing, but every sample is the fixed
@@ -74,11 +74,11 @@ def scripted_engine_class():  # imported lazily: HFEngine pulls in torch
 
         script = ""
 
-        def generate_rows(self, rows: Sequence[Row], progress=None) -> list[Sample]:
+        def generate_rows(self, rows: Sequence[Row], progress=None) -> list[RowOutput]:
             ids = self.tokenizer.encode(self.script, add_special_tokens=False) + [self.tokenizer.eos_token_id]
             samples = []
             for index, row in enumerate(rows):
-                sample = Sample()
+                sample = RowOutput()
                 for token in ids[: row.sampling.max_tokens]:
                     sample.token_ids.append(token)
                     sample.logprobs.append(-0.5)

@@ -18,7 +18,7 @@ from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED, RL_MIX
 from data_contracts.stage import REJECTED, Params, stage
 from inference.engine import Completion, Request
 from inference.testing import BernoulliTestEngine, last_user_content
-from training.rl.scheduling import RLTask
+from training.async_rl.scheduling import RLTask
 
 
 def prompt_task(index: int, source: str = "qa", reward_fn: str = "two_way") -> RLTask:
@@ -111,8 +111,8 @@ def qa_seed_rows(inputs, params: QASeedParams, partition: str) -> dict[str, pl.D
 def manager_that_dies(weights_dir: str, engine: str, pids: Any) -> None:
     """Test helper run as a process: a manager that starts one controller process, reports its pid and waits to be
     killed."""
-    from training.rl.config import RLConfig
-    from training.rl.rollout import ControllerSpec, ProcessLauncher
+    from training.async_rl.config import RLConfig
+    from training.async_rl.controllers import ControllerSpec, ProcessLauncher
 
     launcher = ProcessLauncher()
     inbox, outbox = launcher.queue(), launcher.queue()  # held: the controller unpickles them after start returns

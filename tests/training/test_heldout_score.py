@@ -40,7 +40,7 @@ def test_exactly_one_model_is_scored(tmp_path):
 
 
 def test_environment_tasks_are_read_in_the_small_view_asked_for(tmp_path, monkeypatch):
-    from training.rl import sources
+    from training.async_rl import sources
 
     seen = []
     real = sources.load_tasks

@@ -51,7 +51,7 @@ def test_an_identical_run_is_a_cache_hit(published):
 
 def test_engines_take_a_model_artifact_key(published, monkeypatch):
     from inference.engine import Request, SamplingParams
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     root, key, data_key = published
     assert resolve_model(key, root) == open_store(root).get("sft", key).directory

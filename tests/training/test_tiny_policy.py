@@ -116,7 +116,7 @@ def test_a_checkpoint_that_differs_from_its_card_fails_its_contract(trained, tmp
 def test_the_checkpoint_serves_the_qa_prompt(trained):
     from inference.agent import qa_prompt_items
     from inference.engine import Request, SamplingParams
-    from inference.engines import load_engine
+    from inference.engine_factory import load_engine
 
     engine = load_engine(f"hf:{trained.directory}")
     item = qa_prompt_items(SEEDS.head(1), 512)[0]

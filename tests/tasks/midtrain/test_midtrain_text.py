@@ -81,5 +81,5 @@ def test_a_teacher_extracts_tutorials_and_its_failures_reject_one_text_each(tmp_
 
 def test_an_empty_corpus_is_one_error(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(StageError, match="holds no .txt/.md files"):
+    with pytest.raises(StageError, match="holds no .txt/.md/.markdown files"):
         _run(tmp_path / "empty", None, monkeypatch)

@@ -16,11 +16,11 @@ from inference_support import tiny_checkpoint
 from rl_fixtures import VersionedTestEngine, manager_that_dies, prompt_task, prompt_tasks
 
 from envgen import rewards
+from training.async_rl.config import RLConfig
+from training.async_rl.controllers import ThreadLauncher, Work
+from training.async_rl.run import RLRun, RLRunError
+from training.async_rl.weights import FileWeightSync
 from training.rl import _within_admission_bound, _within_staleness_bound
-from training.rl.config import RLConfig
-from training.rl.rollout import ThreadLauncher, Work
-from training.rl.trainer import RLRun, RLRunError
-from training.rl.weights import FileWeightSync
 
 
 def run(tmp_path, engine, tasks=None, **config) -> tuple[RLRun, object]:
@@ -137,7 +137,7 @@ def test_an_engine_that_is_no_checkpoint_is_refused_before_any_controller_starts
 
 
 def test_a_manager_that_breaks_ends_the_run_with_the_reason_instead_of_hanging(tmp_path, monkeypatch):
-    from training.rl.scheduling import Scheduler
+    from training.async_rl.scheduling import Scheduler
 
     original, calls = Scheduler.next_groups, []
 
@@ -227,8 +227,8 @@ import sys
 from pathlib import Path
 from inference_support import tiny_checkpoint
 from rl_fixtures import prompt_tasks
-from training.rl.config import RLConfig
-from training.rl.trainer import RLRun
+from training.async_rl.config import RLConfig
+from training.async_rl.run import RLRun
 
 config = RLConfig(steps=1000, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=1000,
                   beta=0.0, sampling={"max_tokens": 8})
@@ -278,8 +278,8 @@ import sys
 from pathlib import Path
 from inference_support import tiny_checkpoint
 from rl_fixtures import prompt_tasks
-from training.rl.config import RLConfig
-from training.rl.trainer import RLRun, RLRunError
+from training.async_rl.config import RLConfig
+from training.async_rl.run import RLRun, RLRunError
 
 config = RLConfig(steps=4, batch_size=4, num_generations=2, controllers=2, concurrency=2, checkpoint_every=4,
                   beta=0.0, max_restarts=1)
@@ -314,8 +314,8 @@ def test_report_to_tensorboard_writes_every_steps_reward_at_its_version(tmp_path
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from training.rl.config import RLParams
-    from training.rl.report import TensorBoardSteps
+    from training.async_rl.config import RLParams
+    from training.async_rl.report import TensorBoardSteps
 
     assert RLParams().report_to == "none"
     with TensorBoardSteps(tmp_path / "tb") as report:

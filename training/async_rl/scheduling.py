@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envgen.noise.curriculum import CurriculumController
-from training.rl.config import SchedulingSettings
+from training.async_rl.config import SchedulingSettings
 
 CAPABILITIES = ("basic", "planning", "autonomy")
 """Capability tags of the curriculum's second axis, from the first a task exercises to the last."""

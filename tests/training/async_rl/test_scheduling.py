@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rl_fixtures import prompt_tasks
 
-from training.rl.config import SchedulingSettings
-from training.rl.scheduling import (
+from training.async_rl.config import SchedulingSettings
+from training.async_rl.scheduling import (
     PlateauDetector,
     RLTask,
     Scheduler,

@@ -1,10 +1,9 @@
-"""Asynchronous RL (LongCat-Flash-Thinking-2601 "The DORA Asynchronous RL Framework" and "RL Training Strategy";
-LoongRL's GRPO settings): config, rollout manager and controllers, sample queue, losses, scheduling, weight sync and
-trainer, one module each; this package declares the ``rl`` stage on them.
+"""Stage `rl`: asynchronous RL (LongCat-Flash-Thinking-2601 "The DORA Asynchronous RL Framework" and "RL Training
+Strategy"; LoongRL's GRPO settings) on the parts of ``training/async_rl/``.
 
 The stage starts from a model artifact (an SFT checkpoint) or a local directory, trains on the RL tasks its other
-inputs offer (``training.rl.sources``), and publishes the policy as a model artifact with every consumed or dropped
-sample (``samples``: the staleness audit trail), every step's metrics (``steps``) and a summary.
+inputs offer (``training.async_rl.sources``), and publishes the policy as a model artifact with every consumed or
+dropped sample (``samples``: the staleness audit trail), every step's metrics (``steps``) and a summary.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from data_contracts.progress import RunProgress
 from data_contracts.schemas import RL_SAMPLE, RL_STEP, TRAINING_SUMMARY
 from data_contracts.stage import Artifact, Check, StageError, stage
 from inference.checkpoint import MODEL_DIRECTORY
-from training.rl.config import RLParams
+from training.async_rl.config import RLParams
 
 STAGE = "rl"
 
@@ -62,10 +61,10 @@ def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir
     from inference.checkpoint import equals_parent, read_card, save_model
     from inference.cpu import tune_allocator
     from inference.tokenizer import load as load_tokenizer
-    from training.rl.report import TensorBoardSteps
-    from training.rl.rollout import DaskLauncher, ProcessLauncher
-    from training.rl.sources import load_tasks
-    from training.rl.trainer import RLRun
+    from training.async_rl.controllers import DaskLauncher, ProcessLauncher
+    from training.async_rl.report import TensorBoardSteps
+    from training.async_rl.run import RLRun
+    from training.async_rl.sources import load_tasks
 
     tune_allocator()  # before torch allocates (inference/cpu.py)
     base_dir, base = _base(inputs, params)

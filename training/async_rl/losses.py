@@ -27,7 +27,7 @@ from typing import get_args
 
 import torch
 
-from training.rl.config import ImportanceSamplingLevel, LossType, Scale
+from training.async_rl.config import ImportanceSamplingLevel, LossType, Scale
 
 
 def _check_choice(name: str, value: str, allowed: type) -> None:

@@ -48,7 +48,7 @@ def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp
     import polars as pl
     from eval_fixtures import EngineServer, serve, tiny_model, trainset
 
-    from flows.evaluate import compare_models, evaluate
+    from flows.evaluate_model import compare_models, evaluate_model
     from flows.registry import stage_named
     from flows.runtime import Runtime
     from inference.testing import BernoulliTestEngine
@@ -65,7 +65,7 @@ def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp
     overrides = {"max_items": 12, "strategies": ["single", "self_consistency", "best_of_k"]}
     with Runtime(data, dask=False), serve(EngineServer(double)) as url:
         spec = f"openai:{url}#scripted"
-        known = evaluate(model=spec, suites=["math"], profile="tiny", data_dir=str(data),
+        known = evaluate_model(model=spec, suites=["math"], profile="tiny", data_dir=str(data),
                          overrides={**overrides, "engine_options": {"max_retries": 0}})
         monkeypatch.setenv("GYMFORGE_DATA", str(data))  # the CLI runs the same flow on this server and root
         again = CliRunner().invoke(app, ["eval", "run", "--model", spec, "--suites", "math", "--set", "max_items=12",
@@ -73,11 +73,11 @@ def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp
                                          "--set", "engine_options={max_retries: 0}"])
         checkpoint = f"hf:{tiny_checkpoint()}"
         short = {"max_items": 12, "ks": [1], "strategies": ["single"], "sampling": {"max_tokens": 4}}
-        tiny = evaluate(model=checkpoint, suites=["math"], profile="tiny", data_dir=str(data), overrides=short)
+        tiny = evaluate_model(model=checkpoint, suites=["math"], profile="tiny", data_dir=str(data), overrides=short)
         # A model artifact whose training data (its lineage) holds one of the suite's items: flagged, left out.
         trained = execute_stage(store, Catalog(data), trainset, {"ids": [items[0].id], "eval_ids": []}, {}, "p0").key
         model = execute_stage(store, Catalog(data), tiny_model, {}, {"test_double_trainset": trained}, "p0").key
-        flagged = evaluate(model=model, suites=["math"], profile="tiny", data_dir=str(data), overrides=short)
+        flagged = evaluate_model(model=model, suites=["math"], profile="tiny", data_dir=str(data), overrides=short)
     [run] = known["evaluations"]
     assert again.exit_code == 0, again.output
     assert not run["cached"] and f"math [eval] {run['key']} (cached)" in again.output and "report:" in again.output

@@ -122,7 +122,7 @@ class PipelineExecutor:
     def priors(self, experiment: Experiment, profile: str) -> dict[str, pl.DataFrame]:
         """Each arm's prior-only baselines on the held-out prompt tasks, from the answers of its training data."""
         from flows.experiments.priors import prior_scores
-        from training.rl.sources import load_tasks
+        from training.async_rl.sources import load_tasks
 
         def tasks(keys: dict[str, str]) -> list:
             try:

@@ -14,13 +14,13 @@ from fastapi import FastAPI, Request
 from inference_support import tiny_checkpoint
 from rl_fixtures import VersionedTestEngine, prompt_tasks
 
+from inference.engine_factory import probe_engine
 from inference.engine_support import EngineUnavailable
-from inference.engines import probe_engine
 from inference.http_engine import HTTPEngine
 from inference.server import create_app, serve_in_background
-from training.rl.config import RLConfig
-from training.rl.rollout import ThreadLauncher
-from training.rl.trainer import RLRun, RLRunError
+from training.async_rl.config import RLConfig
+from training.async_rl.controllers import ThreadLauncher
+from training.async_rl.run import RLRun, RLRunError
 
 SMALL = {"batch_size": 4, "num_generations": 2, "controllers": 1, "concurrency": 2, "beta": 0.0,
          "sampling": {"max_tokens": 4}}

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.rl.losses import behaviour_weight, group_advantages, policy_loss
+from training.async_rl.losses import behaviour_weight, group_advantages, policy_loss
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
 LEVELS = ["token", "sequence"]

@@ -12,7 +12,7 @@ import pytest
 
 from data_contracts.catalog import Catalog
 from data_contracts.roots import open_store
-from flows.pipeline import PipelineFailed, StageFailed, _transient, materialize, refresh
+from flows.dag import PipelineFailed, StageFailed, _transient, materialize, refresh
 
 pytestmark = pytest.mark.integration
 

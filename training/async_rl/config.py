@@ -52,7 +52,7 @@ class SchedulingSettings(Params):
 
 
 class RLConfig(Params):
-    # -- the objective (training/rl/losses.py)
+    # -- the objective (training/async_rl/losses.py)
     loss_type: LossType = Field("grpo", description="aggregation of the per-token loss, as TRL names it")
     importance_sampling_level: ImportanceSamplingLevel = Field(
         "sequence", description="token (GRPO) or sequence (GSPO, the report's objective) importance ratio")

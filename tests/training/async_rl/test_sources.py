@@ -14,7 +14,7 @@ from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
 from envgen.rewards import REWARDS
-from training.rl.sources import load_tasks
+from training.async_rl.sources import load_tasks
 
 
 @pytest.fixture()

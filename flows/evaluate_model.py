@@ -1,7 +1,7 @@
-"""The `evaluate` flow: a model (a model artifact, or any engine spec) on declared suites, as evaluation artifacts in
-the catalog, an HTML report under the data root and the same report as Prefect artifacts.
+"""The `evaluate-model` flow: a model (a model artifact, or any engine spec) on declared suites, as evaluation
+artifacts in the catalog, an HTML report under the data root and the same report as Prefect artifacts.
 
-GPU work runs as a flow of its own (``gymforge eval run`` in-process, or the ``evaluate`` deployment on the ``gpu``
+GPU work runs as a flow of its own (``gymforge eval run`` in-process, or the ``evaluate-model`` deployment on the ``gpu``
 pool, one run at a time; never inside a Dask worker). Per suite and held-out variant it materializes the data
 artifact (a cache hit when it exists; a new partition per prompt length), flags the items the model trained on
 (the catalog's lineage of the model), and runs the ``evaluate`` stage through the store: one artifact per model,
@@ -235,9 +235,9 @@ def _run_name() -> str:
     return f"evaluate {parameters.get('model')} on {','.join(parameters.get('suites') or [])}"
 
 
-@flow(name="evaluate", flow_run_name=_run_name)
+@flow(name="evaluate-model", flow_run_name=_run_name)
 @fails_cleanly
-def evaluate(
+def evaluate_model(
     model: str,
     suites: list[str],
     profile: str = "tiny",

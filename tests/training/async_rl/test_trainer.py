@@ -11,11 +11,12 @@ from rl_fixtures import VersionedTestEngine, prompt_tasks
 from transformers import AutoModelForCausalLM
 
 from inference.rollout import Rollout, Segment, Turn
-from training.rl.config import RLConfig
-from training.rl.queue import Sample
-from training.rl.rollout import ThreadLauncher
-from training.rl.trainer import PolicyTrainer, RLRun, completion_logprobs
-from training.rl.weights import FileWeightSync
+from training.async_rl.config import RLConfig
+from training.async_rl.controllers import ThreadLauncher
+from training.async_rl.queue import Sample
+from training.async_rl.run import RLRun
+from training.async_rl.trainer import PolicyTrainer, completion_logprobs
+from training.async_rl.weights import FileWeightSync
 
 
 def model():
@@ -164,8 +165,8 @@ class IdleTestEnvironment:
 def test_a_run_whose_samples_never_reach_the_policy_stops_and_says_why(tmp_path):
     """Every episode overflows the context before the first engine call: nothing can be learned, and the run must say
     so after a few batches instead of publishing versions trained on nothing (it once stalled here for good)."""
-    from training.rl.scheduling import RLTask
-    from training.rl.trainer import UNWRITTEN_LIMIT, RLRunError
+    from training.async_rl.run import UNWRITTEN_LIMIT, RLRunError
+    from training.async_rl.scheduling import RLTask
 
     tasks = [RLTask(f"t{i}", "env", "hotel", {"task": {"id": f"t{i}"}, "env": {"env_id": "e"}}) for i in range(4)]
     config = RLConfig(steps=20, batch_size=4, num_generations=2, controllers=1, concurrency=2, max_staleness=1)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from data_contracts.stage import REJECTED, Artifact, StageError
-from training.rl.scheduling import RLTask
+from training.async_rl.scheduling import RLTask
 
 PROMPT_REWARDS = {"needles": "needle_all"}
 """Rewards of prompt outputs without a reward_fn column, by output name; the rest use ``DEFAULT_REWARD``."""

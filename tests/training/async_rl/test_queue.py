@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inference.rollout import Rollout, Segment, Turn
-from training.rl.queue import Sample, SampleQueue
+from training.async_rl.queue import Sample, SampleQueue
 
 
 def sample(group: str, index: int, version: int, reward: float = 1.0, drop: str | None = None) -> Sample:

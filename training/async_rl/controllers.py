@@ -43,12 +43,12 @@ from inference.agent import (
     single_turn_rollout,
 )
 from inference.engine import Engine, Request, SamplingParams
+from inference.engine_factory import load_engine
 from inference.engine_support import assistant_message
-from inference.engines import load_engine
-from training.rl.config import RLConfig
-from training.rl.queue import Sample, SampleQueue
-from training.rl.scheduling import GroupSpec, RLTask, Scheduler
-from training.rl.weights import FileWeightSync
+from training.async_rl.config import RLConfig
+from training.async_rl.queue import Sample, SampleQueue
+from training.async_rl.scheduling import GroupSpec, RLTask, Scheduler
+from training.async_rl.weights import FileWeightSync
 
 EnvFactory = Callable[[Mapping[str, Any]], Any]
 """Builds an environment from an environment record (default: the runtime with the task's noise applied)."""
@@ -178,7 +178,7 @@ def _leave_with_parent() -> None:
 
 
 async def _serve(uid: int, spec: ControllerSpec, engine: Engine, inbox: Any, outbox: Any) -> None:
-    from inference.engines import check_weight_loading
+    from inference.engine_factory import check_weight_loading
 
     check_weight_loading(engine, str(spec.engine))
     weights = FileWeightSync(spec.weights_dir)
