@@ -43,6 +43,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (RESUL
 
 from bench import report
 from bench.bench_rl import heldout, machine
+from data_contracts.plotting import save_figure
 
 # --- inputs ------------------------------------------------------------------------------------------------------
 
@@ -249,14 +250,7 @@ def held_out_frame(data_dir: str | None, stage: str, task_ids: Sequence[str] | N
 
 
 def plot_curve(points: dict[int, list[tuple[int, float, float]]], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    try:
+    with save_figure(path, figsize=(6, 3.5)) as (_, ax):
         for size, curve_points in points.items():
             steps = [p[0] for p in curve_points]
             [line] = ax.plot(steps, [p[2] for p in curve_points], marker="o", label=f"valid call, {size} traj.")
@@ -266,10 +260,6 @@ def plot_curve(points: dict[int, list[tuple[int, float, float]]], path: Path) ->
         ax.set_ylabel("held-out rate (teacher-forced turns)")
         ax.set_ylim(-0.02, 1.02)
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(path, metadata={"Software": None})
-    finally:
-        plt.close(fig)
     return path
 
 

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from data_contracts.plotting import save_figure
 from data_contracts.stage import Artifact
 from data_contracts.store import ArtifactStore
 
@@ -26,22 +27,12 @@ def _noise_success(artifact: Artifact, path: Path) -> None:
 
 
 def _loss_curve(artifact: Artifact, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     curve = artifact.read("loss_curve")
-    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
-    try:
+    with save_figure(path, figsize=(5, 3)) as (_, ax):
         ax.plot(curve["step"].to_list(), curve["loss"].to_list(), color="#4477aa")
         ax.set_xlabel("step")
         ax.set_ylabel("training loss (assistant tokens)")
         ax.set_title("tiny_policy")
-        fig.tight_layout()
-        fig.savefig(path, metadata={"Software": None})
-    finally:
-        plt.close(fig)
 
 
 def _selection(artifact: Artifact, path: Path) -> None:

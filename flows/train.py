@@ -24,6 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
+from data_contracts.plotting import save_figure
 from data_contracts.roots import data_root, open_store
 from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
@@ -140,13 +141,7 @@ def train_task(run: TrainingRun, partition: str, data_dir: str) -> StageRun:
 
 def loss_figure(metrics: pl.DataFrame, path: Path, title: str) -> Path:
     """Training and held-out loss against the step, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    try:
+    with save_figure(path, figsize=(6, 3.5)) as (_, ax):
         for split, colour in (("train", "#4477aa"), ("eval", "#ee6677")):
             curve = metrics.filter((pl.col("split") == split) & (pl.col("name") == "loss")).sort("step")
             if not curve.is_empty():
@@ -156,11 +151,6 @@ def loss_figure(metrics: pl.DataFrame, path: Path, title: str) -> Path:
         ax.set_ylabel("loss (trained assistant tokens)")
         ax.set_title(title)
         ax.legend()
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, metadata={"Software": None})
-    finally:
-        plt.close(fig)
     return path
 
 

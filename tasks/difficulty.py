@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
+from data_contracts.plotting import save_figure
 from data_contracts.schemas import PASS_HISTOGRAM, Record, at_most, between, in_set, not_null
 from data_contracts.stage import REJECTED, Artifact, Contract, Params
 
@@ -149,24 +150,13 @@ def filter_outputs(kept: str, record: Record, rejected: Record) -> dict[str, Con
 
 def plot_pass_histogram(histogram: pl.DataFrame, path: str | Path, title: str = "pass count per item") -> Path:
     """Write a bar chart of a ``histogram`` output (pass_count, n) as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
-    try:
+    with save_figure(path, figsize=(5, 3)) as (_, ax):
         ax.bar(histogram["pass_count"].to_list(), histogram["n"].to_list(), color="#4477aa")
         ax.set_xlabel(f"pass count (of {int(histogram['pass_count'].max())})")
         ax.set_ylabel("items")
         ax.set_title(title)
         ax.set_xticks(histogram["pass_count"].to_list())
-        fig.tight_layout()
-        fig.savefig(path, metadata={"Software": None})  # no version stamp: identical bytes per input
-    finally:
-        plt.close(fig)
     return path
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
+from data_contracts.plotting import save_figure
+
 SUMMARY_COLUMNS = ("transform", "level", "robust_success", "naive_success", "tasks")
 ALL = "all"
 """The ``transform`` value of the rows that aggregate every task of a level."""
@@ -24,38 +26,30 @@ def plot_noise_success(frame: pl.DataFrame, path: str | Path) -> Path:
     if frame.is_empty():
         raise ValueError("plot_noise_success: the summary frame is empty; run the noise stage on some tasks first")
 
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: never open a window, also on a machine with a display
-    import matplotlib.pyplot as plt
-
     transforms = sorted(set(frame["transform"].to_list()) - {ALL})
     panels = ([ALL] if ALL in frame["transform"].to_list() else []) + transforms
     cols = min(4, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=True)
     levels = sorted(set(frame["level"].to_list()))
-    for ax, name in zip(axes.flat, panels):
-        part = frame.filter(pl.col("transform") == name).sort("level")
-        ax.plot(part["level"], part["robust_success"], marker="o", label="robust reference")
-        ax.plot(part["level"], part["naive_success"], marker="s", linestyle="--", label="naive reference")
-        if "naive_clean_success" in part.columns:  # the same tasks clean: the gap to it is the transform's bite
-            ax.plot(part["level"], part["naive_clean_success"], color="grey", linestyle=":", label="naive, clean twins")
-        ax.set_title(f"{name} (n={int(part['tasks'].sum())})", fontsize=9)
-        ax.set_xticks(levels)
-        ax.set_ylim(-0.05, 1.05)
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("success")
-    for ax in list(axes.flat)[max(0, len(panels) - cols):len(panels)]:
-        ax.set_xlabel("noise level")
-    axes.flat[0].legend(fontsize=8, loc="lower left")
-    fig.suptitle("Solvability under noise: reference-agent success per level and transform", fontsize=10)
-    fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})  # no version stamp: same frame, same bytes
-    plt.close(fig)
+    with save_figure(path, rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=True) as (fig, axes):
+        for ax, name in zip(axes.flat, panels):
+            part = frame.filter(pl.col("transform") == name).sort("level")
+            ax.plot(part["level"], part["robust_success"], marker="o", label="robust reference")
+            ax.plot(part["level"], part["naive_success"], marker="s", linestyle="--", label="naive reference")
+            if "naive_clean_success" in part.columns:  # the same tasks clean: the gap to it is the transform's bite
+                ax.plot(part["level"], part["naive_clean_success"], color="grey", linestyle=":",
+                        label="naive, clean twins")
+            ax.set_title(f"{name} (n={int(part['tasks'].sum())})", fontsize=9)
+            ax.set_xticks(levels)
+            ax.set_ylim(-0.05, 1.05)
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        for ax in axes[:, 0]:
+            ax.set_ylabel("success")
+        for ax in list(axes.flat)[max(0, len(panels) - cols):len(panels)]:
+            ax.set_xlabel("noise level")
+        axes.flat[0].legend(fontsize=8, loc="lower left")
+        fig.suptitle("Solvability under noise: reference-agent success per level and transform", fontsize=10)
     return path

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from data_contracts.plotting import save_figure
 from flows.experiments.core import Result
 from flows.experiments.stats import Comparison
 
@@ -93,14 +94,8 @@ def curves_figure(result: Result, path: Path) -> Path | None:
     runs = [r for r in result.runs if not r.curve.is_empty()]
     if not runs:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     xlabel, ylabel = CURVE_LABELS[result.experiment.curve]
-    fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=100)
-    try:
+    with save_figure(path, figsize=(6.5, 3.8)) as (_, ax):
         for i, arm in enumerate(result.experiment.arms):
             curves = [r.curve.with_columns(pl.lit(r.seed).alias("seed")) for r in runs if r.arm == arm]
             if not curves:
@@ -115,11 +110,6 @@ def curves_figure(result: Result, path: Path) -> Path | None:
         ax.set_ylabel(ylabel)
         ax.set_title(f"{result.experiment.name} ({result.profile}, {result.experiment.budget} budget)")
         ax.legend()
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, metadata={"Software": None})
-    finally:
-        plt.close(fig)
     return path
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from data_contracts.plotting import save_figure
 from inference.evaluation.summary import SAMPLE, length_bucket, summarize
 from inference.metrics import bootstrap_ci
 
@@ -28,59 +29,38 @@ def pooled(items: pl.DataFrame, breakdowns: Sequence[str], ks: Sequence[int], re
     return summarize(items.with_columns(pl.lit("all").alias("variant")), breakdowns, ks, resamples=resamples)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    _plt().close(fig)
-    return path
-
-
 def budget_figure(summaries: Mapping[str, pl.DataFrame], suite: str, path: Path) -> Path | None:
     """Accuracy against mean generated tokens per item, one line per strategy (and model): the budget curves."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=100)
-    drawn = False
+    curves = []
     for (model, summary), style in zip(summaries.items(), LINESTYLES * 8, strict=False):
         overall = summary.filter((pl.col("group") == "all") & (pl.col("metric") == "accuracy")
                                  & pl.col("estimate").is_not_null())
         for strategy, (colour, marker) in STRATEGY_STYLE.items():
             curve = overall.filter(pl.col("strategy") == strategy).sort("k")
-            if curve.is_empty():
-                continue
-            drawn = True
+            if not curve.is_empty():
+                label = f"{strategy} ({model})" if len(summaries) > 1 else strategy
+                curves.append((curve, colour, marker, style, label))
+    if not curves:
+        return None
+    with save_figure(path, figsize=(6.4, 4)) as (_, ax):
+        for curve, colour, marker, style, label in curves:
             x, y = curve["tokens"].to_list(), curve["estimate"].to_list()
             err = [[e - lo for e, lo in zip(y, curve["ci_lo"], strict=True)],
                    [hi - e for e, hi in zip(y, curve["ci_hi"], strict=True)]]
-            ax.errorbar(x, y, yerr=err, color=colour, marker=marker, linestyle=style, capsize=2,
-                        label=f"{strategy} ({model})" if len(summaries) > 1 else strategy)
+            ax.errorbar(x, y, yerr=err, color=colour, marker=marker, linestyle=style, capsize=2, label=label)
             for xi, yi, k in zip(x, y, curve["k"], strict=True):
                 ax.annotate(f"k={k}", (xi, yi), fontsize=6, textcoords="offset points", xytext=(3, 3))
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("generated tokens per item (both stages)")
-    ax.set_ylabel("accuracy")
-    ax.set_title(f"{suite}: accuracy at matched budget")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("generated tokens per item (both stages)")
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{suite}: accuracy at matched budget")
+        ax.legend(fontsize=7)
+    return path
 
 
 def length_figure(items_by_model: Mapping[str, pl.DataFrame], suite: str, path: Path) -> Path | None:
     """Avg@k of the plain samples against prompt length, one line per model and source (LoongRL's figures)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=100)
-    drawn = False
+    lines = []
     for (model, items), style in zip(items_by_model.items(), LINESTYLES * 8, strict=False):
         rows = items.filter((pl.col("strategy") == SAMPLE) & (pl.col("status") == "scored") & ~pl.col("overlap")
                             & pl.col("score").is_not_null() & pl.col("length").is_not_null())
@@ -89,22 +69,23 @@ def length_figure(items_by_model: Mapping[str, pl.DataFrame], suite: str, path: 
             for bucket, group in sorted(_buckets(part).items()):
                 est = bootstrap_ci(group, resamples=500)
                 points.append((bucket, est.value, est.lo, est.hi))
-            if not points:
-                continue
-            drawn = True
-            x, y, lo, hi = zip(*points, strict=True)
-            ax.errorbar(x, y, yerr=[[a - b for a, b in zip(y, lo, strict=True)], [b - a for a, b in zip(y, hi, strict=True)]],
-                        marker="o", linestyle=style, capsize=2, label=f"{source} ({model})")
-    if not drawn:
-        plt.close(fig)
+            if points:
+                lines.append((points, style, f"{source} ({model})"))
+    if not lines:
         return None
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("prompt tokens (bucket)")
-    ax.set_ylabel("accuracy (Avg@k)")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{suite}: accuracy vs context length")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+    with save_figure(path, figsize=(6.4, 4)) as (_, ax):
+        for points, style, label in lines:
+            x, y, lo, hi = zip(*points, strict=True)
+            ax.errorbar(x, y, yerr=[[a - b for a, b in zip(y, lo, strict=True)],
+                                    [b - a for a, b in zip(y, hi, strict=True)]],
+                        marker="o", linestyle=style, capsize=2, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prompt tokens (bucket)")
+        ax.set_ylabel("accuracy (Avg@k)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(f"{suite}: accuracy vs context length")
+        ax.legend(fontsize=7)
+    return path
 
 
 def _buckets(frame: pl.DataFrame) -> dict[int, list[float]]:
@@ -116,31 +97,30 @@ def _buckets(frame: pl.DataFrame) -> dict[int, list[float]]:
 
 def robustness_figure(summaries: Mapping[str, pl.DataFrame], path: Path) -> Path | None:
     """The robustness gap (clean minus noisy twin) per noise level and per transform, with intervals."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
-    drawn = False
-    width = 0.8 / max(1, len(summaries))
-    for offset, (model, summary) in enumerate(summaries.items()):
-        for ax, group in zip(axes, ("noise_level", "noise_type"), strict=True):
-            gaps = summary.filter((pl.col("metric") == "gap") & (pl.col("group") == group)
-                                  & pl.col("estimate").is_not_null()).sort("value")
-            if gaps.is_empty():
-                continue
-            drawn = True
-            x = [i + offset * width for i in range(gaps.height)]
-            y = gaps["estimate"].to_list()
-            ax.bar(x, y, width=width, label=model,
-                   yerr=[[e - lo for e, lo in zip(y, gaps["ci_lo"], strict=True)],
-                         [hi - e for e, hi in zip(y, gaps["ci_hi"], strict=True)]], capsize=2)
-            ax.set_xticks([i + width * (len(summaries) - 1) / 2 for i in range(gaps.height)])
-            ax.set_xticklabels(gaps["value"].to_list(), rotation=30, ha="right", fontsize=7)
-            ax.set_title(f"gap per {group.replace('_', ' ')}")
-            ax.set_ylabel("clean minus noisy success")
-    if not drawn:
-        plt.close(fig)
+    groups = ("noise_level", "noise_type")
+    gaps = {(model, group): summary.filter((pl.col("metric") == "gap") & (pl.col("group") == group)
+                                           & pl.col("estimate").is_not_null()).sort("value")
+            for model, summary in summaries.items() for group in groups}
+    if all(frame.is_empty() for frame in gaps.values()):
         return None
-    axes[0].legend(fontsize=7)
-    return _save(fig, path)
+    width = 0.8 / max(1, len(summaries))
+    with save_figure(path, 1, 2, figsize=(10, 4)) as (_, axes):
+        for offset, model in enumerate(summaries):
+            for ax, group in zip(axes, groups, strict=True):
+                frame = gaps[model, group]
+                if frame.is_empty():
+                    continue
+                x = [i + offset * width for i in range(frame.height)]
+                y = frame["estimate"].to_list()
+                ax.bar(x, y, width=width, label=model,
+                       yerr=[[e - lo for e, lo in zip(y, frame["ci_lo"], strict=True)],
+                             [hi - e for e, hi in zip(y, frame["ci_hi"], strict=True)]], capsize=2)
+                ax.set_xticks([i + width * (len(summaries) - 1) / 2 for i in range(frame.height)])
+                ax.set_xticklabels(frame["value"].to_list(), rotation=30, ha="right", fontsize=7)
+                ax.set_title(f"gap per {group.replace('_', ' ')}")
+                ax.set_ylabel("clean minus noisy success")
+        axes[0].legend(fontsize=7)
+    return path
 
 
 # --- HTML -------------------------------------------------------------------------------------------------------------

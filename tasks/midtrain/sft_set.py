@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator
 
+from data_contracts.plotting import save_figure
 from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, StageError, rng_for, stage
 from envgen.runtime import json_field
@@ -462,15 +463,9 @@ def _independent_coverage(pool: list[dict[str, Any]], chosen: list[int], params:
 
 def plot_selection(scores: pl.DataFrame, summary: pl.DataFrame, path: Any) -> None:
     """Score distribution of the selected and the other scored candidates, with the coverage in the title."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     scored = scores.filter(pl.col("score").is_not_null())
     figures = dict(zip(summary["name"].to_list(), summary["value"].to_list(), strict=True))
-    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
-    try:
+    with save_figure(path, figsize=(5, 3)) as (_, ax):
         for status, color in (("selected", "#4477aa"), ("not_selected", "#bbbbbb")):
             values = np.log10(scored.filter(pl.col("status") == status)["score"].to_numpy())
             if len(values):
@@ -480,7 +475,3 @@ def plot_selection(scores: pl.DataFrame, summary: pl.DataFrame, path: Any) -> No
         ax.set_title(f"coverage: mean distance {figures.get('coverage_mean_distance', float('nan')):.3f} "
                      f"(random {figures.get('coverage_mean_distance_random', float('nan')):.3f})", fontsize=9)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, metadata={"Software": None})
-    finally:
-        plt.close(fig)

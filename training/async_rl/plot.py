@@ -9,17 +9,13 @@ from pathlib import Path
 
 import polars as pl
 
+from data_contracts.plotting import save_figure
+
 
 def plot_runs(runs: Mapping[str, tuple[pl.DataFrame, pl.DataFrame]], path: Path, title: str = "") -> Path:
     """``runs``: name -> (``steps``, ``samples``) frames of the rl_step and rl_sample records; writes a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (reward, staleness, speed) = plt.subplots(1, 3, figsize=(12, 3.5), dpi=100)
     width = 0.8 / max(1, len(runs))
-    try:
+    with save_figure(path, 1, 3, figsize=(12, 3.5)) as (fig, (reward, staleness, speed)):
         for i, (name, (steps, samples)) in enumerate(runs.items()):
             reward.plot(steps["trained_samples"].cum_sum().to_list(), steps["reward_mean"].to_list(), marker=".",
                         label=name)
@@ -37,9 +33,4 @@ def plot_runs(runs: Mapping[str, tuple[pl.DataFrame, pl.DataFrame]], path: Path,
             ax.legend()
         if title:
             fig.suptitle(title)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, metadata={"Software": None})
-    finally:
-        plt.close(fig)
     return path
