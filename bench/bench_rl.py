@@ -69,8 +69,8 @@ class SlowTools:
         self.median_s, self.sigma = median_s, sigma
         self.rng = random.Random(str(record.get("env_id")))
 
-    async def areset(self, task: Any, user: Any = None) -> Any:
-        return await self.env.areset(task, user)
+    async def areset(self, task: Any) -> Any:
+        return await self.env.areset(task)
 
     async def astep(self, message: Mapping[str, Any]) -> Any:
         await asyncio.sleep(self.median_s * self.rng.lognormvariate(0.0, self.sigma))

@@ -39,6 +39,7 @@ import os
 import re
 import sqlite3
 import tempfile
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -197,21 +198,77 @@ def render_result(content: Any) -> str:
     return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
 
 
-def run_tool_calls(call_tool: Any, calls: list[dict[str, Any]], tool_log: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run an assistant message's tool calls through ``call_tool`` (the seam noise wrappers override), log each, and
-    answer each with its ``role: tool`` message; shared by every environment behind this interface."""
-    out = []
-    for call in calls:
-        fn = call.get("function", {})
-        result = call_tool(str(fn.get("name")), fn.get("arguments"))
-        tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
-                         "wrote": result.wrote, "violations": list(result.violations),
-                         "internal_error": result.internal_error, "content": result.content})
-        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": render_result(result.content)})
-    return out
+class ToolEnvironment(ABC):
+    """The gym-style interface of every environment here (DESIGN.md section 5), and the step loop they share:
+    ``reset(task) -> Observation``; ``step(assistant message) -> (Observation, reward, done, info)`` runs the
+    message's tool calls through ``call_tool`` (the seam noise wrappers override), or, for a message without calls,
+    lets the environment ``respond`` (a user's reply, or the end of the episode); the episode is ``score``d when it
+    ends or runs out of ``max_steps``. ``areset``/``astep`` are the async twins the agent loop awaits."""
+
+    schemas: list[dict[str, Any]]
+    max_steps: int
+    done: bool = True  # until reset
+
+    @abstractmethod
+    def reset(self, task: dict[str, Any]) -> Observation:
+        """Start an episode: set ``messages``, ``tool_log``, ``steps = 0``, ``done = False``; the first messages."""
+
+    @abstractmethod
+    def call_tool(self, name: str, arguments: Any) -> ToolResult:
+        """Run one tool call of the episode."""
+
+    @abstractmethod
+    def respond(self, text: str) -> tuple[list[dict[str, Any]], bool]:
+        """The answer to an assistant message without tool calls: the messages it adds and whether it ends the
+        episode."""
+
+    @abstractmethod
+    def score(self) -> EpisodeScore:
+        """Score the episode as it stands (also when it was cut off); ``done`` afterwards."""
+
+    def close(self) -> None:
+        """Release what the episode holds."""
+        self.done = True
+
+    async def areset(self, task: dict[str, Any]) -> Observation:
+        # Tool calls are local work taking about a millisecond: running them inline beats a thread hop.
+        return self.reset(task)
+
+    def step(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
+        if self.done:
+            raise RuntimeError("no episode is running; call reset(task) first")
+        self.steps += 1
+        self.messages.append(message)
+        calls = message.get("tool_calls") or []
+        out = self._run_tool_calls(calls)
+        ended = False
+        if not calls:
+            replies, ended = self.respond(message.get("content") or "")
+            out += replies
+        self.messages.extend(out)
+        if not ended and self.steps < self.max_steps:
+            return Observation(out, self.schemas), 0.0, False, {}
+        episode = self.score()
+        return Observation(out, self.schemas), episode.reward, True, episode.info
+
+    async def astep(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
+        return self.step(message)
+
+    def _run_tool_calls(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each call run, logged in ``tool_log`` and answered with its ``role: tool`` message."""
+        out = []
+        for call in calls:
+            fn = call.get("function", {})
+            result = self.call_tool(str(fn.get("name")), fn.get("arguments"))
+            self.tool_log.append({"name": fn.get("name"), "arguments": fn.get("arguments"), "ok": result.ok,
+                                  "wrote": result.wrote, "violations": list(result.violations),
+                                  "internal_error": result.internal_error, "content": result.content})
+            out.append({"role": "tool", "tool_call_id": call.get("id", ""),
+                        "content": render_result(result.content)})
+        return out
 
 
-class Environment:
+class Environment(ToolEnvironment):
     """One environment (its tools and seeded database); each ``reset`` starts an episode on a fresh copy."""
 
     def __init__(self, env_record: dict[str, Any], max_steps: int = 40, workdir: str | None = None) -> None:
@@ -280,10 +337,6 @@ class Environment:
         self.messages = list(first)
         return Observation(first, self.schemas)
 
-    async def areset(self, task: dict[str, Any], user: UserSimulator | None = None) -> Observation:
-        # Tool calls are local SQL taking well under a millisecond; running them inline beats a thread hop.
-        return self.reset(task, user)
-
     def call_tool(self, name: str, arguments: Any) -> ToolResult:
         """Run one tool call on this episode's database (override to inject tool noise)."""
         if name not in self.tool_names:
@@ -295,33 +348,14 @@ class Environment:
         done = {c["name"] for c in self.tool_log if c["wrote"]}
         return self.golden_writes <= done
 
-    def step(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
-        if self.done:
-            raise RuntimeError("no episode is running; call reset(task) first")
-        self.steps += 1
-        self.messages.append(message)
-        calls = message.get("tool_calls") or []
-        out = run_tool_calls(self.call_tool, calls, self.tool_log)
-        if not calls:
-            text = message.get("content") or ""
-            self.said.append(text)
-            try:
-                answer, ended = self.user.reply(text, self.final_write_done)
-            except Exception:  # noqa: BLE001 - an LLM-backed simulator can fail; never the agent's fault
-                answer, ended, self.user_error = "", True, True
-            if not ended:
-                out.append({"role": "user", "content": answer})
-            self.done = ended
-        if self.steps >= self.max_steps:
-            self.done = True
-        self.messages.extend(out)
-        if not self.done:
-            return Observation(out, self.schemas), 0.0, False, {}
-        episode = self.score()
-        return Observation(out, self.schemas), episode.reward, True, episode.info
-
-    async def astep(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
-        return self.step(message)
+    def respond(self, text: str) -> tuple[list[dict[str, Any]], bool]:
+        """The user's reply (grounded in the task's facts, never ending before the final write)."""
+        self.said.append(text)
+        try:
+            answer, ended = self.user.reply(text, self.final_write_done)
+        except Exception:  # noqa: BLE001 - an LLM-backed simulator can fail; never the agent's fault
+            answer, ended, self.user_error = "", True, True
+        return ([] if ended else [{"role": "user", "content": answer}]), ended
 
     # -- scoring -----------------------------------------------------------------------------------------------
     def _before_state(self, tables: tuple[str, ...]) -> State:

@@ -27,6 +27,7 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.stage import Params, seed_for
+from envgen.runtime import ToolEnvironment
 from inference import context as ctx
 from inference.engine import Completion, Engine, Message, Request, SamplingParams
 from inference.engine_support import assistant_message
@@ -366,27 +367,13 @@ def single_turn_rollout(item: PromptItem, index: int, completion: Completion, re
 # Multi-turn rollouts in tool environments
 
 
-class AsyncEnvironment(Protocol):
-    """The environment runtime's interface (``envgen.runtime.Environment``)."""
-
-    async def areset(self, task: Any) -> Any: ...
-
-    async def astep(self, message: Message) -> tuple[Any, float, bool, dict[str, Any]]: ...
-
-    def score(self) -> Any:
-        """Score an episode cut off by the turn budget: ``.reward``, ``.info``."""
-        ...
-
-    def close(self) -> None: ...
-
-
 @dataclass(frozen=True)
 class Episode:
     """One rollout to run: a fresh environment (its own database copy) and the task to reset it with."""
 
     id: str
     group_id: str
-    make_env: Callable[[], AsyncEnvironment]
+    make_env: Callable[[], ToolEnvironment]
     task: Any
     env_id: str | None = None
     task_id: str | None = None
@@ -429,7 +416,7 @@ async def play_episode(batcher: Batcher, index: int, episode: Episode, config: A
         batcher.leave()
 
 
-async def _play(env: AsyncEnvironment, batcher: Batcher, index: int, episode: Episode, config: AgentConfig,
+async def _play(env: ToolEnvironment, batcher: Batcher, index: int, episode: Episode, config: AgentConfig,
                 source: str) -> Rollout:
     observation = await env.areset(episode.task)
     initial = [dict(m) for m in observation.messages]

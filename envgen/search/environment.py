@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from data_contracts.stage import Params
 from envgen.rewards import extract_boxed, score_two_way
-from envgen.runtime import EpisodeScore, Observation, json_field, run_tool_calls
+from envgen.runtime import EpisodeScore, Observation, ToolEnvironment, json_field
 from envgen.search.corpus import Document, Section
 from envgen.search.index import SearchIndex, clip
 from envgen.tools import ToolError, ToolResult, parse_arguments
@@ -151,15 +151,16 @@ def _invalid(tool: SearchTool, exc: ValidationError) -> str:
     return f"invalid arguments for {tool.name} ({'; '.join(parts)}); parameters: {allowed}"
 
 
-class SearchEnvironment:
-    """Episodes of question answering over one opened index (shared by every episode; it is read-only)."""
+class SearchEnvironment(ToolEnvironment):
+    """Episodes of question answering over one opened index (shared by every episode; it is read-only). An
+    assistant message without tool calls is the final answer: it ends the episode."""
 
     def __init__(self, index: SearchIndex, config: SearchConfig | None = None) -> None:
         self.index = index
         self.config = config or SearchConfig()
         self.schemas = list(TOOL_SCHEMAS)
+        self.max_steps = self.config.max_steps
         self.excluded: frozenset[str] = frozenset()
-        self.done = True  # until reset
 
     def reset(self, task: dict[str, Any]) -> Observation:
         self.task = task
@@ -173,10 +174,6 @@ class SearchEnvironment:
                  {"role": "user", "content": str(task["question"])}]
         self.messages = list(first)
         return Observation(first, self.schemas)
-
-    async def areset(self, task: dict[str, Any]) -> Observation:
-        # A search is in-memory work of about a millisecond; running it inline beats a thread hop.
-        return self.reset(task)
 
     def document(self, doc_id: str) -> Document:
         """A document the task may see; an excluded one is refused exactly like an unknown id."""
@@ -202,23 +199,9 @@ class SearchEnvironment:
         except Exception as exc:  # noqa: BLE001 - a failure of the index itself is never the agent's
             return ToolResult({"error": f"{name} failed: {type(exc).__name__}"}, internal_error=True)
 
-    def step(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
-        if self.done:
-            raise RuntimeError("no episode is running; call reset(task) first")
-        self.steps += 1
-        self.messages.append(message)
-        calls = message.get("tool_calls") or []
-        out = run_tool_calls(self.call_tool, calls, self.tool_log)
-        if not calls:
-            self.final_text = message.get("content") or ""
-        self.messages.extend(out)
-        if calls and self.steps < self.config.max_steps:
-            return Observation(out, self.schemas), 0.0, False, {}
-        episode = self.score()
-        return Observation(out, self.schemas), episode.reward, True, episode.info
-
-    async def astep(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
-        return self.step(message)
+    def respond(self, text: str) -> tuple[list[dict[str, Any]], bool]:
+        self.final_text = text
+        return [], True
 
     def score(self) -> EpisodeScore:
         """Score the episode as it stands (also used when an episode is cut off: no answer scores 0)."""
@@ -232,7 +215,3 @@ class SearchEnvironment:
         info = {"reward_components": components, "failure": failure, "answer": answer, "steps": self.steps,
                 "tool_calls": len(self.tool_log), "tool_errors": sum(not c["ok"] for c in self.tool_log)}
         return EpisodeScore(reward, components, failure, self.messages, info)
-
-    def close(self) -> None:
-        """Nothing to release: the index is shared and read-only; an episode in flight ends unscored."""
-        self.done = True

@@ -19,8 +19,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from data_contracts.stage import Params
-from envgen.runtime import EpisodeScore, Observation, run_tool_calls
+from envgen.runtime import EpisodeScore, Observation, ToolEnvironment
 from envgen.search import TOOL_SCHEMAS, SearchEnvironment, SearchIndex
+from envgen.tools import ToolResult
 from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
 from inference.engine import Engine
 from inference.research.prompts import ROLES
@@ -76,8 +77,11 @@ class RoleResult:
         return cls(**{**data, "depends_on": tuple(data.get("depends_on") or ())})
 
 
-class RoleEnvironment:
-    """A role's episode: its prompt and inputs, and the search tools when the role searches."""
+class RoleEnvironment(ToolEnvironment):
+    """A role's episode: its prompt and inputs, and the search tools when the role searches; its first message
+    without tool calls is the role's output and ends the episode."""
+
+    max_steps = 1 << 30  # the agent loop's turn budget bounds a role
 
     def __init__(self, index: SearchIndex, call: RoleCall) -> None:
         self.call = call
@@ -86,33 +90,25 @@ class RoleEnvironment:
         # Only the search environment's tools are used, never its answer reward: the role's output is the answer.
         self.search.reset({"task_id": call.call_id, "question": call.user, "answer": "",
                            "excluded_doc_ids": list(call.excluded)})
+        self.schemas = list(TOOL_SCHEMAS) if self.role.tools else []
         self.tool_log: list[dict[str, Any]] = []
         self.output: str | None = None
         self.messages: list[dict[str, Any]] = []
 
     def reset(self, task: Any = None) -> Observation:
         first = [{"role": "system", "content": self.role.system}, {"role": "user", "content": self.call.user}]
-        self.messages = list(first)
-        return Observation(first, list(TOOL_SCHEMAS) if self.role.tools else [])
+        self.messages, self.tool_log, self.output, self.steps, self.done = list(first), [], None, 0, False
+        return Observation(first, self.schemas)
 
-    async def areset(self, task: Any = None) -> Observation:
-        return self.reset(task)
+    def call_tool(self, name: str, arguments: Any) -> ToolResult:
+        return self.search.call_tool(name, arguments)
 
-    def step(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
-        self.messages.append(message)
-        calls = message.get("tool_calls") or []
-        if calls:
-            out = run_tool_calls(self.search.call_tool, calls, self.tool_log)
-            self.messages.extend(out)
-            return Observation(out, []), 0.0, False, {}
-        self.output = message.get("content") or ""
-        done = self.score()
-        return Observation([], []), done.reward, True, done.info
-
-    async def astep(self, message: dict[str, Any]) -> tuple[Observation, float, bool, dict[str, Any]]:
-        return self.step(message)
+    def respond(self, text: str) -> tuple[list[dict[str, Any]], bool]:
+        self.output = text
+        return [], True
 
     def score(self) -> EpisodeScore:
+        self.done = True
         answered = float(bool(self.output and self.output.strip()))
         return EpisodeScore(answered, {"answered": answered}, None if answered else "agent", self.messages,
                             {"reward_components": {"answered": answered}})
@@ -120,9 +116,6 @@ class RoleEnvironment:
     def hits(self) -> int:
         return sum(len(c["content"].get("results", [])) for c in self.tool_log
                    if c["name"] == "search" and isinstance(c["content"], dict))
-
-    def close(self) -> None:
-        pass
 
 
 def run_roles(engine: Engine, index: SearchIndex, calls: Sequence[RoleCall], config: RoleConfig,
