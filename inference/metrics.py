@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TypeVar
@@ -80,8 +80,8 @@ def bootstrap_ci(values: Sequence[float], statistic: Callable[[Sequence[float]],
     _check(resamples, confidence)
     rng = random.Random(seed)
     n = len(values)
-    stats = sorted(statistic([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
-    return Estimate(statistic(values), *_percentiles(stats, confidence), n)
+    stats = [statistic([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples)]
+    return Estimate(statistic(values), *percentile_interval(stats, confidence), n)
 
 
 def paired_bootstrap_ci(a: Sequence[float], b: Sequence[float], resamples: int = 1000, confidence: float = 0.95,
@@ -99,7 +99,9 @@ def _check(resamples: int, confidence: float) -> None:
         raise ValueError(f"confidence={confidence}: must be within (0, 1)")
 
 
-def _percentiles(ordered: Sequence[float], confidence: float) -> tuple[float, float]:
+def percentile_interval(draws: Iterable[float], confidence: float) -> tuple[float, float]:
+    """The percentile interval of bootstrap draws: the draws at the ``(1 - confidence) / 2`` quantiles."""
+    ordered = sorted(float(d) for d in draws)
     tail = (1 - confidence) / 2
     last = len(ordered) - 1
     return ordered[round(tail * last)], ordered[round((1 - tail) * last)]

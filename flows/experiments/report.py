@@ -10,6 +10,7 @@ import polars as pl
 from data_contracts.plotting import save_figure
 from flows.experiments.core import Result
 from flows.experiments.stats import Comparison
+from inference.metrics import Estimate
 
 CURVE_LABELS = {"reward": ("trained samples", "training reward (mean of the step's batch)"),
                 "loss": ("step", "training loss")}
@@ -43,7 +44,7 @@ def conclusion(result: Result) -> str:
 
 
 def _row(metric: str, group: str, c: Comparison) -> str:
-    return (f"| {metric} | {group} | {c.a} − {c.b} | {c.a_score} | {c.b_score} | {c.difference.value:+.3f} "
+    return (f"| {metric} | {group} | {c.a} − {c.b} | {_interval(c.a_score)} | {_interval(c.b_score)} | {c.difference.value:+.3f} "
             f"[{c.difference.lo:+.3f}, {c.difference.hi:+.3f}] | {c.p_value:.3f} | {c.units} | "
             f"{c.seeds[0]}+{c.seeds[1]} |")
 
@@ -122,3 +123,6 @@ def write(result: Result, directory: Path, stem: str) -> tuple[Path, str]:
     page.write_text(text, encoding="utf-8")
     return page, text
 
+
+def _interval(e: Estimate) -> str:
+    return f"{e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}]"

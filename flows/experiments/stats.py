@@ -11,7 +11,7 @@ pair across arms; seeds do not (each arm's run with seed s is its own training r
   which a bootstrap over tasks alone would hide (an arm whose one lucky run lifts every task looks significant).
   With few seeds the percentile interval of the seed level is narrow by a factor sqrt((n-1)/n); the seed-level
   draws are widened by that factor (the bootstrap's small-sample correction), so the false-positive rate stays
-  near alpha (tests/flows/test_experiment_stats.py measures it).
+  near alpha (tests/flows/test_experiments.py measures it).
 - ``paired_permutation``: the sign-flip test over units of the seed-averaged differences; exact for the unit level
   but blind to seed variance, so honest only when runs are deterministic (one seed, or scores of fixed models).
 """
@@ -23,17 +23,9 @@ from typing import Literal
 
 import numpy as np
 
+from inference.metrics import Estimate, paired_bootstrap_ci, percentile_interval
+
 Test = Literal["hierarchical_bootstrap", "paired_permutation"]
-
-
-@dataclass(frozen=True)
-class Interval:
-    value: float
-    lo: float
-    hi: float
-
-    def __str__(self) -> str:
-        return f"{self.value:.3f} [{self.lo:.3f}, {self.hi:.3f}]"
 
 
 @dataclass(frozen=True)
@@ -42,9 +34,9 @@ class Comparison:
 
     a: str
     b: str
-    a_score: Interval
-    b_score: Interval
-    difference: Interval
+    a_score: Estimate
+    b_score: Estimate
+    difference: Estimate
     p_value: float
     alpha: float
     test: Test
@@ -98,14 +90,13 @@ def compare(a: np.ndarray, b: np.ndarray, names: tuple[str, str] = ("A", "B"), *
     units = rng.integers(0, n_units, size=(resamples, n_units))
     ma = _resampled_means(a, _seed_draws(rng, a.shape[0], resamples), units)
     mb = _resampled_means(b, _seed_draws(rng, b.shape[0], resamples), units)
-    tail = alpha / 2
-    def score(x: np.ndarray, draws: np.ndarray) -> Interval:  # a mean stays within its values' range
-        return Interval(float(x.mean()), *map(float, np.quantile(np.clip(draws, x.min(), x.max()), [tail, 1 - tail])))
+
+    def score(x: np.ndarray, draws: np.ndarray) -> Estimate:  # a mean stays within its values' range
+        return Estimate(float(x.mean()), *percentile_interval(np.clip(draws, x.min(), x.max()), confidence), n_units)
 
     diff = ma - mb
-    point = float(a.mean() - b.mean())
     if test == "hierarchical_bootstrap":
-        interval = Interval(point, *map(float, np.quantile(diff, [tail, 1 - tail])))
+        interval = Estimate(float(a.mean() - b.mean()), *percentile_interval(diff, confidence), n_units)
         # two-sided: twice the share of draws on the far side of zero (the interval excludes 0 iff p < alpha)
         p = min(1.0, 2 * min(float((diff <= 0).mean()), float((diff >= 0).mean())))
     else:
@@ -113,7 +104,6 @@ def compare(a: np.ndarray, b: np.ndarray, names: tuple[str, str] = ("A", "B"), *
         flips = rng.choice([-1.0, 1.0], size=(resamples, n_units))
         null = (flips * d).mean(axis=1)
         p = float((np.abs(null) >= abs(d.mean()) - 1e-12).mean())
-        boot = d[units].mean(axis=1)
-        interval = Interval(point, *map(float, np.quantile(boot, [tail, 1 - tail])))
+        interval = paired_bootstrap_ci(a.mean(axis=0).tolist(), b.mean(axis=0).tolist(), resamples, confidence, seed)
     return Comparison(names[0], names[1], score(a, ma), score(b, mb), interval, p, alpha, test,
                       (a.shape[0], b.shape[0]), n_units)
