@@ -40,6 +40,7 @@ from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
 from inference.engine import Engine
 from inference.research.evidence import search_support
 from inference.research.knowledge import IN_PHRASES, OUT_PHRASES, Fact, KnowledgeGraph, facts
+from inference.teacher import REFERENCE
 from tasks.longctx.world.graph import bucket
 
 STAGE = "search_qa"
@@ -273,7 +274,7 @@ def _boxed(messages: list[dict[str, Any]]) -> str | None:
 
 
 def answer_engine(spec: str) -> Engine:
-    if spec == "reference":
+    if spec == REFERENCE:
         from inference.search_agent import ReferenceSearchAgent
 
         return ReferenceSearchAgent()
