@@ -10,7 +10,6 @@ import typer
 
 from data_contracts.files import atomic_dir, write_frame
 from flows.cli.data import DataDirOpt, require_new_dir
-from inference.teacher import REFERENCE
 
 ROUTES = {"env": "midtrain_env", "text": "midtrain_text", "decompose": "midtrain_decompose",
           "reason": "midtrain_reason", "plan": "midtrain_plan", "longctx": "midtrain_longctx"}
@@ -71,9 +70,10 @@ def route_overrides(routes: list[str], n: int | None, teacher: str | None,
 
 def probe_teacher(teacher: str | None) -> None:
     """An engine teacher is reached once before any server or cluster starts: down or garbage is one error."""
+    from inference.teacher import REFERENCE, Teacher, check_spec
+
     if teacher in (None, REFERENCE):
         return
-    from inference.teacher import Teacher, check_spec
 
     try:
         check_spec(teacher)
