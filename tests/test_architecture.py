@@ -153,3 +153,24 @@ def test_the_room_graph_sees_lazy_and_submodule_imports() -> None:
     graph = room_graph("inference")
     assert "inference.hf_engine" in graph["inference.engine_factory"]  # imported inside load_engine
     assert graph["inference.hf_engine"] >= {"inference.engine_support"}
+
+
+# The README's rooms table is the layout as it is: a row per room, naming every package inside it, and every file or
+# folder it names exists.
+def rooms_table() -> dict[str, str]:
+    """Room -> the text of its row in the README's rooms table."""
+    return dict(re.findall(r"^\| `(\w+)/` \| (.+) \|$", (ROOT / "README.md").read_text(encoding="utf-8"), re.M))
+
+
+def test_the_readme_rooms_table_is_the_tree() -> None:
+    table = rooms_table()
+    assert set(table) == set(RANK)
+    for room, row in table.items():
+        named_dirs = set(re.findall(r"`([\w/]+/)`", row))
+        packages = {f"{init.parent.relative_to(ROOT).as_posix()}/" for init in (ROOT / room).rglob("__init__.py")
+                    if init.parent != ROOT / room}
+        assert packages <= named_dirs, f"{room}: the table does not name {sorted(packages - named_dirs)}"
+        missing = [d for d in named_dirs if not (ROOT / d).is_dir()]
+        missing += [f for f in re.findall(r"`([\w/]+\.py)`", row)
+                    if not (ROOT / room / f).is_file() and not (ROOT / f).is_file()]
+        assert missing == [], f"{room}: the table names {missing}, which the tree does not hold"
