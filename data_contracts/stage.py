@@ -42,7 +42,7 @@ class Params(BaseModel):
 # The Great Expectations 1.x expectations contracts may use: kind -> (required arguments, optional arguments).
 # An Expect is checked against this table where it is declared, so a misspelt kind or argument fails at import
 # rather than after a stage has run; the gate builds the GX objects (importing GX costs seconds and 300 MB, too much
-# for every process that only declares stages), and tests/test_gate.py checks the table against GX itself.
+# for every process that only declares stages), and tests/data_contracts/test_gate.py checks the table against GX itself.
 _MOSTLY = frozenset({"mostly"})
 EXPECTATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ExpectColumnValuesToNotBeNull": (frozenset({"column"}), _MOSTLY),
