@@ -7,7 +7,11 @@ width, and elsewhere the table is printed at its natural width, nothing cut or w
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -38,3 +42,35 @@ def print_table(console: Console, table: Table) -> None:
         console.print(table)
     finally:
         console.width = width
+
+
+def after_import(module: str, configure: Callable[[], None]) -> None:
+    """Run ``configure`` once ``module`` is imported: now if it is, else right after its import. Console set-up of a
+    library (Prefect's log handlers) then costs nothing in a command that never loads the library."""
+    if module in sys.modules:
+        configure()
+        return
+    sys.meta_path.insert(0, _AfterImport(module, configure))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds ``module`` through the other finders and runs ``configure`` after the module has executed."""
+
+    def __init__(self, module: str, configure: Callable[[], None]) -> None:
+        self.module, self.configure = module, configure
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != self.module:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        execute, configure = spec.loader.exec_module, self.configure
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            configure()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

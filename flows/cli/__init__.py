@@ -25,6 +25,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 import contextlib
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +39,7 @@ from rich.text import Text
 
 from flows.cli import data, deploy, envgen, experiment, inference, midtrain, noise, research, train
 from flows.cli import eval as eval_room  # bound under another name: `eval` is a builtin
-from flows.terminal import print_table, stdout_console
+from flows.terminal import after_import, print_table, stdout_console
 
 if TYPE_CHECKING:
     import polars as pl
@@ -51,6 +52,10 @@ app = typer.Typer(
 artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect the artifact catalog (catalog.duckdb).")
 app.add_typer(artifacts_app, name="artifacts")
 
+INTERRUPTED = re.compile(r"Crash detected!.*(KeyboardInterrupt|TerminationSignal|SystemExit)|interrupted by signal",
+                         re.DOTALL)
+"""Prefect's error lines about a run the user stopped (Ctrl-C, SIGTERM)."""
+
 console = stdout_console()  # tables fit a terminal and arrive whole in a pipe (flows/terminal.py)
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the terminal width
@@ -59,26 +64,27 @@ for room in (data, envgen, noise, inference, deploy, research, train, midtrain, 
     room.register(app)
 
 
+# Exceptions that mean "the input or the environment is wrong": a message, never a traceback. Each is looked up only
+# if its module was imported (an error of a module the command never loaded cannot have been raised), so a command
+# that starts no flow never pays for importing Prefect.
+USER_ERRORS = (("data_contracts.stage", "StageError"), ("data_contracts.roots", "DataRootError"),
+               ("data_contracts.objectstore", "ObjectStoreError"), ("flows.dag", "PipelineFailed"),
+               ("flows.backfill", "BackfillError"), ("flows.prefect_server", "RuntimeStartError"),
+               ("duckdb", "Error"))
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean "the input or the environment is wrong": a message, never a traceback."""
-    import duckdb
-
-    from data_contracts.objectstore import ObjectStoreError
-    from data_contracts.roots import DataRootError
-    from data_contracts.stage import StageError
-    from flows.backfill import BackfillError
-    from flows.dag import PipelineFailed
-    from flows.prefect_server import RuntimeStartError
-
-    return (StageError, PipelineFailed, BackfillError, RuntimeStartError, DataRootError, ObjectStoreError,
-            duckdb.Error, FileNotFoundError)
+    loaded = tuple(getattr(sys.modules[module], name) for module, name in USER_ERRORS if module in sys.modules)
+    return (*loaded, FileNotFoundError)
 
 
 @contextlib.contextmanager
 def _clean_errors() -> Iterator[None]:
     try:
         yield
-    except _user_errors() as exc:
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         # the message is the user's text and ours, never markup: "[/x]" or "[target - 2%, target]" print as is
         errors.print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False)
         raise typer.Exit(1) from None
@@ -127,20 +133,27 @@ def _quiet_console_logs() -> None:
     """Keep run logs in the Prefect UI but out of the console, where the progress bar and summary go.
 
     Worker processes read the environment override (there every console line is a task run's, which the summary
-    table and the one error message already say); this process configured its handlers at import already."""
+    table and the one error message already say); this process sets its console handler once Prefect is imported,
+    which a command that starts no flow never does."""
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "CRITICAL"
     # tqdm bars of libraries used inside stages (transformers loading weights) would interleave from every worker
     os.environ.setdefault("TQDM_DISABLE", "1")
+    after_import("prefect.logging.handlers", _filter_prefect_console)
+
+
+def _filter_prefect_console() -> None:
     from prefect.logging.handlers import PrefectConsoleHandler
 
     from flows.failures import says_a_user_error
 
-    user_errors = _user_errors()
-
-    def not_a_user_error(record: logging.LogRecord) -> bool:
-        # the one error line (and a pipeline's summary table) say it; the engine's traceback, or a task's "Finished
-        # in state Failed(... StageError: ...)" line, would only say it again
-        if record.exc_info and isinstance(record.exc_info[1], user_errors):
+    def not_said_otherwise(record: logging.LogRecord) -> bool:
+        # the one error line (and a pipeline's summary table) say a user error; the engine's traceback, or a task's
+        # "Finished in state Failed(... StageError: ...)" line, would only say it again. A run stopped by Ctrl-C or
+        # SIGTERM says so itself: Prefect's "Crash detected" lines of its interrupted runs are not news.
+        user_errors = _user_errors()
+        if record.exc_info and isinstance(record.exc_info[1], (*user_errors, KeyboardInterrupt, SystemExit)):
+            return False
+        if record.levelno >= logging.ERROR and INTERRUPTED.search(record.getMessage()):
             return False
         return not (record.levelno >= logging.ERROR and says_a_user_error(record, user_errors))
 
@@ -148,7 +161,7 @@ def _quiet_console_logs() -> None:
         for handler in logger.handlers:
             if isinstance(handler, PrefectConsoleHandler):
                 handler.setLevel(logging.WARNING)
-                handler.addFilter(not_a_user_error)
+                handler.addFilter(not_said_otherwise)
 
 
 def _summary_table(rows: Sequence[dict[str, Any]], title: str) -> Table:

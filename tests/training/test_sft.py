@@ -295,6 +295,22 @@ def test_the_stage_trains_and_writes_a_model_with_its_card(base, tmp_path):
     assert all(check.fn(out) is None for check in MODEL_DIRECTORY.checks)
 
 
+def test_report_to_tensorboard_writes_the_loss_of_every_logged_step(base, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, logs = tmp_path / "model", tmp_path / "tb"
+    out.mkdir()
+    params = SFTParams(**{**FAST, "logging_steps": 2, "eval_tool_calls": 0}, max_steps=4, save_steps=2,
+                       output_dir=str(tmp_path / "ck"), report_to=["tensorboard"], logging_dir=str(logs))
+    frames = sft.run(_inputs(base), params, "p0", out)
+    events = EventAccumulator(str(next(p.parent for p in logs.rglob("events.out.tfevents.*")))).Reload()
+    losses = events.Scalars("train/loss")
+    logged = frames["metrics"].filter((frames["metrics"]["split"] == "train") & (frames["metrics"]["name"] == "loss"))
+    assert {2, 4} <= {event.step for event in losses}
+    assert [event.step for event in losses] == logged["step"].to_list()
+    assert [event.value for event in losses] == pytest.approx(logged["value"].to_list(), rel=1e-5)
+
+
 def test_metrics_frame_keeps_train_and_eval_figures():
     history = [{"loss": 2.0, "learning_rate": 0.1, "step": 1, "epoch": 0.5},
                {"eval_loss": 1.5, "eval_tool_call_valid": 0.25, "eval_runtime": 3.0, "step": 1},

@@ -311,7 +311,6 @@ def test_a_run_whose_controller_processes_keep_failing_exits_instead_of_hanging(
 
 
 def test_report_to_tensorboard_writes_every_steps_reward_at_its_version(tmp_path):
-    pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from training.async_rl.config import RLParams
