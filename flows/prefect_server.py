@@ -10,8 +10,9 @@ API URL, so every process of the data root shares one server, and its runs show 
 The UI the server serves talks to its own API (``PREFECT_UI_API_URL=/api``): by default Prefect points the UI at
 port 4200, which is not where our server listens.
 
-The server's database is SQLite in ``<data>/prefect/prefect.db`` unless ``PREFECT_API_DATABASE_CONNECTION_URL`` names
-another (``postgresql+asyncpg://user:password@host:5432/prefect``, what a team running Prefect for real uses); a
+The server's database is SQLite in ``<data>/prefect/prefect.db`` (a new one starts as a copy of an empty database
+already migrated to the installed Prefect, made once under the cache directory: the migrations are about half of a
+first start) unless ``PREFECT_API_DATABASE_CONNECTION_URL`` names another (``postgresql+asyncpg://user:password@host:5432/prefect``, what a team running Prefect for real uses); a
 PostgreSQL that refuses the connection is one ``RuntimeStartError`` naming it, before the server starts. For a data
 root on an object store these files live in its local home (``data_contracts.objectstore.local_home``).
 """
@@ -24,10 +25,12 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,6 +40,8 @@ from typing import Any
 import httpx
 import psutil
 
+from data_contracts.content import cache_dir
+from data_contracts.files import atomic_file
 from data_contracts.objectstore import local_home
 
 API_ENV = "PREFECT_API_URL"
@@ -255,10 +260,39 @@ def _drop_record(server: ServerHome) -> None:
             server.record.unlink()
 
 
+def _migrated_template() -> Path:
+    """An empty SQLite database migrated to the installed Prefect version, made once per cache directory (several
+    processes may race to make it: each builds its own and renames it into place)."""
+    from importlib.metadata import version
+
+    template = cache_dir() / "prefect" / f"prefect-{version('prefect')}.db"
+    if template.is_file():
+        return template
+    template.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=template.parent) as scratch:
+        database = Path(scratch) / "prefect.db"
+        env = os.environ | {"PREFECT_HOME": scratch, DATABASE_ENV: f"sqlite+aiosqlite:///{database}"}
+        subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], env=env,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True, timeout=SERVER_START_TIMEOUT_S)
+        os.replace(database, template)
+    return template
+
+
+def _seed_database(database: Path) -> None:
+    """A data root's first server starts from a copy of the migrated template; a failure to make one only costs
+    the migrations the server then runs itself."""
+    if database.exists():
+        return
+    with contextlib.suppress(OSError, subprocess.SubprocessError), atomic_file(database) as copy:
+        shutil.copyfile(_migrated_template(), copy)
+
+
 def _guard(root: Path) -> int:
     server = ServerHome(root)
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
+    if not os.environ.get(DATABASE_ENV):
+        _seed_database(server.home / "prefect.db")
     env = os.environ | prefect_env(root) | {
         DATABASE_ENV: os.environ.get(DATABASE_ENV) or f"sqlite+aiosqlite:///{server.home / 'prefect.db'}",
         "PREFECT_UI_API_URL": "/api",  # the UI talks to the server that served it, whatever host or port

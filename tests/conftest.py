@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT_DIR), os.en
 os.environ["GYMFORGE_STAGE_MODULES"] = ",".join(
     filter(None, [*os.environ.get("GYMFORGE_STAGE_MODULES", "").split(","), "stages_for_tests"])
 )
+# Prefect workers started by tests (`gymforge worker`, `prefect worker start`) look for scheduled runs every second
+# rather than every ten: the tests wait on runs they just created.
+os.environ.setdefault("PREFECT_WORKER_QUERY_SECONDS", "1")
 if str(SUPPORT_DIR) not in sys.path:
     sys.path.insert(0, str(SUPPORT_DIR))
 
@@ -37,3 +40,16 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     with Runtime(tmp_path_factory.mktemp("gymforge-data"), n_workers=2) as rt:
         yield rt
+
+
+@pytest.fixture(scope="session")
+def attached(runtime: object) -> Callable[[Path], dict[str, str]]:
+    """The environment of a ``gymforge`` subprocess on a data root, attached to the session's Prefect server and
+    Dask cluster (``--prefect-api-url``, ``--dask-address``): for tests whose subject is a command's behaviour, not
+    the runtime it would otherwise start (tests/flows/test_runtime.py and test_deploy.py start their own)."""
+
+    def env(data: Path) -> dict[str, str]:
+        return {**os.environ, "GYMFORGE_DATA": str(data), "PREFECT_API_URL": runtime.prefect_api_url,
+                "GYMFORGE_DASK_ADDRESS": runtime.dask_address}
+
+    return env

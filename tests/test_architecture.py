@@ -159,7 +159,7 @@ def test_the_room_graph_sees_lazy_and_submodule_imports() -> None:
 # folder it names exists.
 def rooms_table() -> dict[str, str]:
     """Room -> the text of its row in the README's rooms table."""
-    return dict(re.findall(r"^\| `(\w+)/` \| (.+) \|$", (ROOT / "README.md").read_text(encoding="utf-8"), re.M))
+    return dict(re.findall(r"^\| `(\w+)/` \| (.+) \|$", (ROOT / "README.md").read_text(encoding="utf-8"), re.MULTILINE))
 
 
 def test_the_readme_rooms_table_is_the_tree() -> None:

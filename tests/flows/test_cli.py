@@ -78,9 +78,9 @@ def test_run_attached_to_a_running_runtime(cli, runtime, tmp_path: Path) -> None
     assert listed.exit_code == 0 and "cli" in listed.output
 
 
-def _gymforge(*args: str, data: Path) -> subprocess.CompletedProcess[str]:
+def _gymforge(*args: str, data: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed command in a fresh process, as a user runs it: the data-root checks happen at start-up."""
-    env = {k: v for k, v in os.environ.items() if k not in EXPORTED} | {"GYMFORGE_DATA": str(data)}
+    env = env or {k: v for k, v in os.environ.items() if k not in EXPORTED} | {"GYMFORGE_DATA": str(data)}
     return subprocess.run([str(Path(sys.executable).parent / "gymforge"), *args], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
 
@@ -147,10 +147,11 @@ def test_artifacts_gc_removes_only_writes_older_than_the_bound(cli, tmp_path: Pa
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_a_quarantined_stage_is_said_once_with_what_it_blocked(tmp_path: Path) -> None:
+def test_a_quarantined_stage_is_said_once_with_what_it_blocked(tmp_path: Path, attached) -> None:
     profile = tmp_path / "bad.yaml"
     profile.write_text("test_double_source: {n: 3, bad_row: true}\n")
-    result = _gymforge("run", "test_double_square", "--profile", str(profile), data=tmp_path / "data")
+    result = _gymforge("run", "test_double_square", "--profile", str(profile), data=tmp_path / "data",
+                       env=attached(tmp_path / "data"))
     output = result.stdout + result.stderr
     assert result.returncode == 1
     assert "blocked by quarantined test_double_source: test_double_square" in output

@@ -4,7 +4,6 @@ trajectory (Researchers on the runtime's Dask cluster) and resumes from its jour
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,7 @@ import pytest
 EXPORTED = ("GYMFORGE_DATA", "PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")
 
 
-def gymforge(*args: str, data: Path, timeout: int) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in EXPORTED} | {"GYMFORGE_DATA": str(data), "COLUMNS": "400"}
+def gymforge(*args: str, env: dict[str, str], timeout: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(Path(sys.executable).parent / "gymforge"), *args], capture_output=True, text=True,
                           env=env, timeout=timeout, check=False)
 
@@ -47,7 +45,7 @@ def test_bad_options_are_one_line_before_anything_starts(tmp_path: Path, monkeyp
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_a_research_run_writes_its_report_and_resumes(tmp_path: Path) -> None:
+def test_a_research_run_writes_its_report_and_resumes(tmp_path: Path, attached) -> None:
     from tasks.longctx.world import world
 
     params = {"n_entities": 120, "n_questions": 0}
@@ -56,8 +54,8 @@ def test_a_research_run_writes_its_report_and_resumes(tmp_path: Path) -> None:
     entities = world.run({}, world.parse_params(params), "default")["entities"]
     name = entities.filter(pl.col("type") == "organization")["name"][0]
     out, query = tmp_path / "out", f"Write a report on {name}."
-    result = gymforge("research", "run", query, "--profile", str(profile), "--out", str(out), data=tmp_path,
-                      timeout=400)
+    env = attached(tmp_path) | {"COLUMNS": "400"}
+    result = gymforge("research", "run", query, "--profile", str(profile), "--out", str(out), env=env, timeout=400)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("complete: ") and "supported by their source" in result.stdout  # results only
     assert "research call" in result.stderr  # the progress lines go to stderr
@@ -65,8 +63,7 @@ def test_a_research_run_writes_its_report_and_resumes(tmp_path: Path) -> None:
     journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     assert journal[0]["event"] == "run" and journal[-1]["event"] == "end"
     assert json.loads((out / "spec.json").read_text())["sections"]
-    again = gymforge("research", "run", query, "--profile", str(profile), "--out", str(out), data=tmp_path,
-                     timeout=400)
+    again = gymforge("research", "run", query, "--profile", str(profile), "--out", str(out), env=env, timeout=400)
     assert again.returncode == 0 and (out / "journal.jsonl").read_text().count('"event": "end"') == 1
 
 

@@ -59,39 +59,45 @@ def test_backfill_runs_share_the_workers_cluster(tmp_path: Path) -> None:
     _assert_catalog_holds(Path(env["GYMFORGE_DATA"]), ["w0", "w1"])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_background_worker_stops_on_a_signal_and_deploy_paused_turns_no_schedule_on(tmp_path, signum) -> None:
+def test_a_background_worker_stops_on_sigint_and_sigterm_and_deploy_paused_turns_no_schedule_on(tmp_path) -> None:
     """Started as a shell's `gymforge worker &` starts it (SIGINT ignored), the worker still stops on SIGINT and on
-    SIGTERM: its Prefect worker process exits, and so does the data root's server it held up."""
+    SIGTERM: its Prefect worker process exits, and so does the data root's server it held up. One worker per
+    signal, each on its own data root, started side by side."""
     import psutil
 
     from flows.prefect_server import ServerHome
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
-    env["GYMFORGE_DATA"] = str(tmp_path / "data")
-    worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              preexec_fn=_as_a_background_job)  # noqa: PLW1509 - it execs at once
+    workers = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
+        env["GYMFORGE_DATA"] = str(tmp_path / signum.name / "data")
+        workers[signum] = (env, subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=env,
+                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                 preexec_fn=_as_a_background_job))  # noqa: PLW1509 - it execs at once
     try:
-        assert worker.stdout is not None and "worker of pool 'gpu'" in worker.stdout.readline()
+        for _, worker in workers.values():
+            assert worker.stdout is not None and "worker of pool 'gpu'" in worker.stdout.readline()
+        env, _ = workers[signal.SIGINT]
         deployed = subprocess.run([GYMFORGE, "deploy", "--paused"], env=env, capture_output=True, text=True,
                                   timeout=300, check=False)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         assert "schedule of data-refresh: cron '0 2 * * *' (UTC), paused (--paused)" in deployed.stdout
         assert _data_refresh_schedule_active(env) is False
-        prefect_worker = _child_named(worker.pid, "worker start")
-        worker.send_signal(signum)
-        assert worker.wait(timeout=60) == 128 + signum
-        assert "Traceback" not in worker.stderr.read()
-        assert not psutil.pid_exists(prefect_worker) or psutil.Process(prefect_worker).status() == "zombie"
-        deadline = time.monotonic() + 30
-        while ServerHome(Path(env["GYMFORGE_DATA"])).live_record() is not None:  # its lease was the last one
-            assert time.monotonic() < deadline, "the data root's server is still up"
-            time.sleep(0.5)
+        for signum, (env, worker) in workers.items():
+            prefect_worker = _child_named(worker.pid, "worker start")
+            worker.send_signal(signum)
+            assert worker.wait(timeout=60) == 128 + signum
+            assert "Traceback" not in worker.stderr.read()
+            assert not psutil.pid_exists(prefect_worker) or psutil.Process(prefect_worker).status() == "zombie"
+            deadline = time.monotonic() + 30
+            while ServerHome(Path(env["GYMFORGE_DATA"])).live_record() is not None:  # its lease was the last one
+                assert time.monotonic() < deadline, f"the data root's server is still up after {signum.name}"
+                time.sleep(0.5)
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        for _, worker in workers.values():
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
 
 
 def _as_a_background_job() -> None:

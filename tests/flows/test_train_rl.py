@@ -95,14 +95,13 @@ def test_a_task_artifact_that_offers_no_tasks_is_refused_before_anything_starts(
         plan_rl(["nothing"], str(tiny_checkpoint()), data_dir=str(data))
 
 
-def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(tmp_path):
+def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(tmp_path, attached):
     """The untrained tiny model never answers these prompts right: every group has equal rewards, no sample
     carries a gradient, and the command says so on one line and exits 1; with --allow-untrained it publishes."""
     data = tmp_path / "data"
     prompts = execute_stage(open_store(data), Catalog(data), double_prompts, {}, {}, "p0").key
     base = str(tiny_checkpoint())
-    env = {**{k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")},
-           "GYMFORGE_DATA": str(data)}
+    env = attached(data)
     command = [GYMFORGE, "train", "rl", "--from", base, "--tasks", prompts, "--set", "steps=2", "--set", "batch_size=8",
                "--set", "controllers=1", "--set", "sampling.max_tokens=8"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
