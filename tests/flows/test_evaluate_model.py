@@ -44,7 +44,7 @@ def test_compare_names_what_is_missing(tmp_path, monkeypatch):
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp_path, monkeypatch):
+def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp_path, monkeypatch, runtime):
     import polars as pl
     from eval_fixtures import EngineServer, serve, tiny_model, trainset
 
@@ -63,7 +63,7 @@ def test_the_flow_measures_a_known_engine_and_a_checkpoint_and_compares_them(tmp
     p = 0.5
     double = BernoulliTestEngine({str(i.messages[-1]["content"]): (p, str(i.answer)) for i in items}, exact=False)
     overrides = {"max_items": 12, "strategies": ["single", "self_consistency", "best_of_k"]}
-    with Runtime(data, dask=False), serve(EngineServer(double)) as url:
+    with Runtime(data, prefect_api_url=runtime.prefect_api_url, dask=False), serve(EngineServer(double)) as url:
         spec = f"openai:{url}#scripted"
         known = evaluate_model(model=spec, suites=["math"], profile="tiny", data_dir=str(data),
                          overrides={**overrides, "engine_options": {"max_retries": 0}})

@@ -17,7 +17,7 @@ TRAIN = {"steps": 2, "batch_size": 8, "num_generations": 4, "controllers": 1, "c
          "checkpoint_every": 2, "sampling": {"max_tokens": 8}}
 
 
-def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path, monkeypatch):
+def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path, monkeypatch, runtime):
     from data_contracts.catalog import Catalog
     from flows.experiments.flow import experiment_flow
     from flows.runtime import Runtime
@@ -34,7 +34,7 @@ def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path
         statistics={"metrics": ["mean_reward"], "resamples": 200}, seeds=1, budgets={"default": TRAIN})
     monkeypatch.setitem(declared.EXPERIMENTS, "flow_test", experiment)
     data = tmp_path / "data"
-    with Runtime(data, dask=False):
+    with Runtime(data, prefect_api_url=runtime.prefect_api_url, dask=False):
         first = experiment_flow(name="flow_test", data_dir=str(data))
         again = experiment_flow(name="flow_test", data_dir=str(data))
     catalog = Catalog(data)

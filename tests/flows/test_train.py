@@ -44,7 +44,7 @@ def env(root: tuple[Path, str, Path]) -> dict[str, str]:
     return {**environ, "GYMFORGE_DATA": str(data)}
 
 
-def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env, monkeypatch):
+def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env, monkeypatch, runtime):
     from flows.runtime import Runtime
     from flows.train import train_sft
     from inference.engine import Request, SamplingParams
@@ -52,7 +52,7 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
 
     data, key, base = root
     args = {"data": [key], "base": str(base), "profile": "tiny", "overrides": OVERRIDES, "data_dir": str(data)}
-    with Runtime(data, dask=False):
+    with Runtime(data, prefect_api_url=runtime.prefect_api_url, dask=False):
         first = train_sft(**args)
         again = train_sft(**args)
     assert not first["cached"] and again["cached"] and again["key"] == first["key"]
@@ -61,7 +61,7 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
     assert read_card(model)["config"]["use_cpu"] is True  # the tiny profile's setting
     assert not (data / "checkpoints" / "sft" / first["key"]).exists()  # served their purpose once published
     assert (data / "figures" / f"sft-{first['key']}.png").is_file()
-    runs = _flow_runs(data, first["key"])  # the first run and its cache hit, told apart by name
+    runs = _flow_runs(data, first["key"], runtime.prefect_api_url)  # the first run and its cache hit, told apart by name
     assert sorted(run["name"] for run in runs) == [f"train-sft base 6 steps -> {first['key'][:8]}",
                                                    f"train-sft base 6 steps -> {first['key'][:8]} (cached)"]
     published_run = next(run for run in runs if not run["name"].endswith("(cached)"))
@@ -178,7 +178,7 @@ def _tensors(path: Path) -> dict[str, bytes]:
     return {name: tensor.numpy().tobytes() for name, tensor in load_file(str(path)).items()}
 
 
-def _flow_runs(data: Path, key: str) -> list[dict]:
+def _flow_runs(data: Path, key: str, api_url: str) -> list[dict]:
     """The training flow runs whose names carry ``key``, with their logs and artifacts, from the data root's server."""
     import asyncio
 
@@ -207,7 +207,7 @@ def _flow_runs(data: Path, key: str) -> list[dict]:
                             "artifacts": [a.model_dump(mode="json") for a in artifacts]})
             return out
 
-    with Runtime(data, dask=False):
+    with Runtime(data, prefect_api_url=api_url, dask=False):
         return asyncio.run(read())
 
 

@@ -51,7 +51,7 @@ def kill_a_controller_holding_samples(killed: list[int], stop: threading.Event) 
         time.sleep(0.05)
 
 
-def test_the_flow_survives_a_killed_engine_and_publishes_a_model(tmp_path):
+def test_the_flow_survives_a_killed_engine_and_publishes_a_model(tmp_path, runtime):
     from flows.runtime import Runtime
     from flows.train import plan_rl, train_rl
 
@@ -63,7 +63,7 @@ def test_the_flow_survives_a_killed_engine_and_publishes_a_model(tmp_path):
     killer = threading.Thread(target=kill_a_controller_holding_samples, args=(killed, stop), daemon=True)
     killer.start()
     try:
-        with Runtime(data, dask=False):
+        with Runtime(data, prefect_api_url=runtime.prefect_api_url, dask=False):
             result = train_rl(tasks=[prompts], base=base, overrides=OVERRIDES, data_dir=str(data))
     finally:
         stop.set()

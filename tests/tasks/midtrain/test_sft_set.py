@@ -160,7 +160,7 @@ def _tokenizes_with_masks(path, selected: pl.DataFrame, tmp_path) -> None:
     resolve_tokenizer("default", {"tokenizer": tokenizer_artifact()}).save_pretrained(tok_dir)
     tok = AutoTokenizer.from_pretrained(tok_dir)
     config = SFTConfig(output_dir=str(tmp_path / "out"), assistant_only_loss=True, bf16=False, fp16=False,
-                       use_cpu=True, report_to="none", max_length=None, gradient_checkpointing=False)
+                       use_cpu=True, report_to="none", max_length=None, activation_checkpointing=False)
     trainer = SFTTrainer(model=str(tiny_checkpoint()), args=config, train_dataset=data, processing_class=tok)
     masked_turns = 0
     for example, row in zip(trainer.train_dataset, selected.iter_rows(named=True), strict=True):
