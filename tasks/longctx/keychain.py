@@ -489,7 +489,7 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
 
 @stage(
     name=STAGE,
-    version="1",
+    version="2",  # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS)
     inputs=("qa_filtered", "tokenizer"),
     params=KeyChainParams,
     outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: PROMPT_REJECTED.contract()},

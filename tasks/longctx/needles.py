@@ -196,7 +196,7 @@ NEEDLE_CONTRACT = NEEDLE.contract(
 
 @stage(
     name=STAGE,
-    version="1",
+    version="2",  # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS)
     inputs=("world", "tokenizer"),
     params=NeedleParams,
     outputs={STAGE: NEEDLE_CONTRACT, REJECTED: ITEM_REJECTED.contract()},

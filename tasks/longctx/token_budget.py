@@ -142,6 +142,10 @@ def insert_cost(counter: TokenCounter, sentences: Sequence[str]) -> int:
     return sum(counter.many([" " + s for s in sentences]))
 
 
+MIN_BODY_TOKENS = 16
+"""The least text a block may hold: a filler never leaves a smaller room for the last block."""
+
+
 class BudgetFiller:
     """Fills a prompt with pool blocks up to a token goal inside the length window, and corrects the final count.
 
@@ -188,7 +192,11 @@ class BudgetFiller:
                 if gap <= self.tolerance or room <= 0:
                     return chosen
                 block = Block(self.pool.body(i), count, pool_index=i)
-                if count <= room or self.resize(block, room):
+                # a whole block that would leave room for a header and only a sliver of text (a few tokens, which no
+                # document's first words fit) is cut to end the list instead
+                sliver = 0 < room - count - (self.headers(n_fixed + len(chosen) + 2)
+                                             - self.headers(n_fixed + len(chosen) + 1)) < MIN_BODY_TOKENS
+                if (count <= room and not sliver) or self.resize(block, room):
                     chosen.append(block)
                     spent += block.tokens
                     if room - block.tokens <= self.tolerance:

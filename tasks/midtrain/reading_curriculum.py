@@ -178,7 +178,8 @@ READING_CHECKS = (
 )
 
 
-@stage(name=STAGE, version="1", inputs=("world", "tokenizer"), params=ReadingParams,
+# 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS)
+@stage(name=STAGE, version="2", inputs=("world", "tokenizer"), params=ReadingParams,
        outputs={"trajectories": trajectory_contract([STAGE], checks=READING_CHECKS),
                 REJECTED: ITEM_REJECTED.contract()})
 def reading_curriculum(inputs: Mapping[str, Artifact], params: ReadingParams, partition: str) -> dict[str, pl.DataFrame]:

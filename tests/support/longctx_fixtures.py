@@ -85,9 +85,9 @@ def tokenizer():
 @cache
 def real_world() -> tuple[FrameArtifact, FrameArtifact]:
     """The QA room's `world` stage output (small) and the `tokenizer` stage trained on its documents."""
-    from data_contracts.stage import get_stage
+    from flows.registry import stage_named
 
-    world_stage, tok_stage = get_stage("world"), get_stage("tokenizer")
+    world_stage, tok_stage = stage_named("world"), stage_named("tokenizer")
     world = FrameArtifact(world_stage.run(
         {}, world_stage.parse_params({"n_entities": 600, "n_questions": 200, "n_distractors": 2}), "p0"))
     tok = FrameArtifact(tok_stage.run({"world": world}, tok_stage.parse_params({"vocab_size": 2048}), "p0"))
