@@ -623,9 +623,25 @@ def artifacts_query(sql: Annotated[str, typer.Argument(help="Read-only SQL over 
         _print_frame(_catalog().query(sql))
 
 
+STOPPED = {130: "Ctrl-C", 143: "SIGTERM"}  # exit codes of a run stopped by a signal (128 + its number)
+
+
 def main() -> None:
     try:
         with _clean_errors():  # room commands and the global options too: a message, not a traceback
             app()
     except typer.Exit as exit_:  # raised outside click's own handling, which would turn it into the exit code
+        _say_stopped(exit_.exit_code)
         sys.exit(exit_.exit_code)
+    except SystemExit as exit_:
+        _say_stopped(exit_.code)
+        raise
+
+
+def _say_stopped(code: object) -> None:
+    """The one line of a command stopped by Ctrl-C (typer turns it into exit 130) or SIGTERM (the runtime's exit
+    143): what was running has been stopped, its servers and workers with it, and nothing half-made was kept."""
+    if code in STOPPED:
+        errors.print(Text.assemble(("stopped ", "bold yellow"), f"by {STOPPED[code]}: nothing unfinished was "
+                                   "published; checkpoints of a training run are kept for --resume"),
+                     highlight=False)

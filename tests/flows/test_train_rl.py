@@ -5,6 +5,7 @@ sample audit trail and its step metrics."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -117,6 +118,36 @@ def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert "0 of 16 consumed samples trained" in allowed.stdout
     assert "staleness of the consumed samples mean" in allowed.stdout and "no on-policy sample" in allowed.stdout
+
+
+@pytest.mark.parametrize(("signum", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_signal_stops_train_rl_with_one_line_and_its_controllers(tmp_path, attached, signum, code, by):
+    """Ctrl-C reaches the terminal's whole process group, SIGTERM only the command: either way the run stops within
+    seconds with one line, no traceback and no controller left behind."""
+    data = tmp_path / "data"
+    prompts = execute_stage(open_store(data), Catalog(data), double_prompts, {}, {}, "p0").key
+    command = [GYMFORGE, "train", "rl", "--from", str(tiny_checkpoint()), "--tasks", prompts, "--set", "steps=2000",
+               "--set", "batch_size=8", "--set", "sampling.max_tokens=8", "--allow-untrained"]
+    run = subprocess.Popen(command, env=attached(data), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        assert run.stderr is not None
+        while " rl step " not in run.stderr.readline():  # piped: a timestamped line per step
+            assert run.poll() is None, run.stdout.read() if run.stdout else ""
+        controllers = psutil.Process(run.pid).children(recursive=True)
+        os.killpg(run.pid, signum) if signum == signal.SIGINT else run.send_signal(signum)
+        started = time.monotonic()
+        out, err = run.communicate(timeout=60)
+        assert time.monotonic() - started < 30
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    lines = [line for line in err.splitlines() if " rl step " not in line]
+    said = f"stopped by {by}: nothing unfinished was published; checkpoints of a training run are kept for --resume"
+    assert run.returncode == code and lines == [said], err[-2000:]
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in err and "restarted" not in out + err
+    assert len(controllers) >= 2 and not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in controllers)
+    assert Catalog(data).query("SELECT * FROM artifacts WHERE stage = 'rl'").is_empty()
 
 
 def test_a_dead_endpoint_fails_train_rl_within_seconds_with_one_line(tmp_path):
