@@ -48,8 +48,10 @@ def attached(runtime: object) -> Callable[[Path], dict[str, str]]:
     Dask cluster (``--prefect-api-url``, ``--dask-address``): for tests whose subject is a command's behaviour, not
     the runtime it would otherwise start (tests/flows/test_runtime.py and test_deploy.py start their own)."""
 
-    def env(data: Path) -> dict[str, str]:
-        return {**os.environ, "GYMFORGE_DATA": str(data), "PREFECT_API_URL": runtime.prefect_api_url,
-                "GYMFORGE_DASK_ADDRESS": runtime.dask_address}
+    def env(data: Path, dask: bool = True) -> dict[str, str]:
+        """``dask=False``: the Prefect server only (training runs then keep their controllers local)."""
+        environ = {k: v for k, v in os.environ.items() if k != "GYMFORGE_DASK_ADDRESS"}
+        return {**environ, "GYMFORGE_DATA": str(data), "PREFECT_API_URL": runtime.prefect_api_url,
+                **({"GYMFORGE_DASK_ADDRESS": runtime.dask_address} if dask else {})}
 
     return env
