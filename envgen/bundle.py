@@ -9,8 +9,12 @@ Files are written with sorted keys, so the same seed gives byte-identical bundle
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
 
 BUNDLE_FILES = ("env.json", "tools.json", "graph.json", "tasks.jsonl", "db.sqlite")
 _ENV_JSON_FIELDS = ("spec_json", "chains", "fallback_chains", "expansion", "edges", "tools", "task_json")
@@ -42,8 +46,47 @@ def write_bundle(root: Path, env: dict[str, Any], tasks: list[dict[str, Any]]) -
     return path
 
 
+def write_bundles(root: Path, environments: pl.DataFrame, tasks: pl.DataFrame) -> list[Path]:
+    """One bundle per environment record under ``root``, each with its own tasks."""
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for task in tasks.iter_rows(named=True):
+        by_env.setdefault(task["env_id"], []).append(task)
+    return [write_bundle(root, env, by_env.get(env["env_id"], [])) for env in environments.iter_rows(named=True)]
+
+
+def write_task_variant(source: Path, target: Path, tasks: list[dict[str, Any]],
+                       json_fields: tuple[str, ...] = TASK_JSON_FIELDS) -> Path:
+    """A bundle of other tasks on the same environment (noisy twins, say): ``source``'s files with ``tasks.jsonl``
+    holding ``tasks``."""
+    target.mkdir(parents=True)
+    for f in source.iterdir():
+        if f.is_file() and f.name != "tasks.jsonl":
+            shutil.copyfile(f, target / f.name)
+    (target / "tasks.jsonl").write_text(tasks_jsonl(tasks, json_fields))
+    return target
+
+
 class BundleError(ValueError):
-    pass
+    """A bundle that cannot be read; the message names its file (and line)."""
+
+
+REQUIRED_TASK_FIELDS = ("task_id", "env_id", "description", "user_profile", "rubric", "golden_actions")
+
+
+def read_bundles(root: Path) -> list[tuple[Path, dict[str, Any], list[dict[str, Any]]]]:
+    """Every bundle under ``root`` as (path, environment record, task records), each task holding the fields an
+    episode needs."""
+    if not root.is_dir():
+        raise BundleError(f"{root} is not a directory of environment bundles (gymforge envgen --out)")
+    loaded = []
+    for path in bundle_dirs(root):
+        env, tasks = read_bundle(path)
+        for n, task in enumerate(tasks, start=1):
+            missing = [k for k in REQUIRED_TASK_FIELDS if k not in task]
+            if missing:
+                raise BundleError(f"{path / 'tasks.jsonl'}:{n}: task lacks field(s) {missing}")
+        loaded.append((path, env, tasks))
+    return loaded
 
 
 def bundle_dirs(root: Path) -> list[Path]:

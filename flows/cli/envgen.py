@@ -47,7 +47,7 @@ def _print(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
 def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str, seed: int | None,
                      data_dir: Path | None, as_json: bool) -> None:
     """Run domain_graphs -> environments through the store, then write one bundle per environment under OUT."""
-    from envgen.bundle import write_bundle
+    from envgen.bundle import write_bundles
     from envgen.spec import resolve_domains
     from flows.dag import materialize
 
@@ -64,11 +64,7 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
     artifact = materialize(["environments"], profile=profile, overrides=overrides, data_dir=data_dir)["environments"]
     envs, tasks, rejected = artifact.read("environments"), artifact.read("tasks"), artifact.read("rejected")
     with atomic_dir(out) as tmp:
-        by_env: dict[str, list[dict[str, Any]]] = {}
-        for t in tasks.iter_rows(named=True):
-            by_env.setdefault(t["env_id"], []).append(t)
-        for env in envs.iter_rows(named=True):
-            write_bundle(tmp, env, by_env.get(env["env_id"], []))
+        write_bundles(tmp, envs, tasks)
         rejected.write_ndjson(tmp / "rejected.jsonl")
     rows = [{"env_id": r["env_id"], "domain": r["domain"], "tools": r["n_tools"], "edges": r["n_edges"],
              "density": r["density"], "chains": r["n_chains"], "fallback": r["fallback_used"]}

@@ -125,5 +125,3 @@ def build_twins(environments: pl.DataFrame, tasks: pl.DataFrame, params: NoisePa
         env.close()
     return (record.frame([{k: r.get(k) for k in record.columns} for r in kept]),
             NOISE_REJECTED.frame([{k: r.get(k) for k in NOISE_REJECTED.columns} for r in rejected]))
-
-
