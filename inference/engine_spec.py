@@ -15,6 +15,8 @@ from typing import Literal
 KINDS = ("hf", "openai", "vllm")
 FORMS = "hf:DIR, openai:URL#MODEL or vllm:DIR"
 Kind = Literal["hf", "openai", "vllm"]
+REFERENCE = "reference"
+"""Where a teacher or an answer agent is asked, the offline reference one instead of an engine spec."""
 
 
 class EngineSpecError(ValueError):

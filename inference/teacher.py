@@ -16,8 +16,8 @@ from typing import Any
 from data_contracts.stage import StageError
 from envgen.trajectory_checks import Slot, slot_problem
 from inference.engine import Request, SamplingParams
+from inference.engine_spec import REFERENCE
 
-REFERENCE = "reference"
 SYSTEM = "You write short, natural texts for training conversations. Answer with the text only."
 
 

@@ -70,7 +70,8 @@ def route_overrides(routes: list[str], n: int | None, teacher: str | None,
 
 def probe_teacher(teacher: str | None) -> None:
     """An engine teacher is reached once before any server or cluster starts: down or garbage is one error."""
-    from inference.teacher import REFERENCE, Teacher, check_spec
+    from inference.engine_spec import REFERENCE
+    from inference.teacher import Teacher, check_spec
 
     if teacher in (None, REFERENCE):
         return

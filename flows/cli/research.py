@@ -22,8 +22,9 @@ from typing import Annotated, Any
 
 import typer
 
+from inference.engine_spec import REFERENCE
+
 research_app = typer.Typer(no_args_is_help=True, help="Deep research: the harness, research tasks, trajectories.")
-from inference.teacher import REFERENCE
 
 
 def check_teacher(spec: str, option: str = "--teacher") -> str:

@@ -56,8 +56,7 @@ class TrajectoryParams(Params):
         return check_spec(value)
 
     def local_inputs(self) -> list[str]:
-        from inference.engine_spec import EngineSpec
-        from inference.teacher import REFERENCE
+        from inference.engine_spec import REFERENCE, EngineSpec
 
         teacher = [] if self.teacher == REFERENCE else EngineSpec.parse(self.teacher).local_inputs()
         return teacher + ([] if self.tokenizer == "default" else [self.tokenizer])

@@ -40,7 +40,7 @@ from inference.research.trajectories import export
 from tasks.midtrain.routes import token_counter
 
 STAGE = "research_trajectories"
-from inference.teacher import REFERENCE
+from inference.engine_spec import REFERENCE
 
 
 class ResearchTrajectoryParams(Params):

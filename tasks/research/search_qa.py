@@ -38,9 +38,9 @@ from envgen.rewards import normalize, score_two_way
 from envgen.search import SearchEnvironment, SearchIndex
 from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
 from inference.engine import Engine
+from inference.engine_spec import REFERENCE
 from inference.research.evidence import search_support
 from inference.research.knowledge import IN_PHRASES, OUT_PHRASES, Fact, KnowledgeGraph, facts
-from inference.teacher import REFERENCE
 from tasks.longctx.world.graph import bucket
 
 STAGE = "search_qa"
