@@ -113,6 +113,9 @@ def renamed_variant(spec: DomainSpec, rng: random.Random, suffix: str) -> Domain
     """A renamed twin of ``spec``: new identifiers, enum values, id prefixes and Faker locale."""
     r = Renamer(rng)
     raw = spec.model_dump(mode="json", exclude_defaults=True)
+    if spec.customer is None and spec.customer_entity is not None:
+        # found by its email field, which the renaming renames: name it, so the twin keeps its customer
+        raw["customer"] = spec.customer_entity.name
     enums = {v for e in spec.entities for f in e.fields for v in f.values}
     enums |= {v for a in spec.actions for q in a.params for v in q.values}
     for v in sorted(enums):  # enum values first: words shared with identifiers then map the same way
