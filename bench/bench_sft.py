@@ -13,10 +13,15 @@ row of a held-out task; the profile's ``sft`` config. Before and after training,
 Differences are paired (per turn, per task) with percentile bootstrap 95% intervals (``inference/metrics.py``).
 
 ``curve``: the learning curves a profile's SFT budget is chosen from: for each training-set size of ``--sizes``
-(the first N training trajectories in a seeded order), one run of ``--max-steps`` steps evaluated every
-``--eval-every`` steps on the held-out turns (teacher-forced, as above) of ``--heldout-from``'s held-out tasks (the
-small environments by default, which also play free episodes at the end); a table and a PNG of parsable and valid
-call rates against steps, one line each per size.
+(the first N training trajectories in a seeded order), one run of ``--max-steps`` steps (the profile's sft config,
+``--set name=value`` on top; ``--init SIZE`` a fresh model instead of the base's weights) evaluated at step 0 and every
+``--eval-every`` steps on each held-out set of ``--heldout-from``: ``small_envs`` (held-out tasks' golden replays),
+``eval_random_envs`` (Random Complex Tasks in the small view: golden replays), ``random_envs_episodes`` (tasks
+synthesized as midtrain_env's on the Random Complex Tasks' environments), ``midtrain_env`` (held-out tasks' rows).
+Per set: the held-out loss of the trained turns, parsable / valid / exact call rates teacher-forced (intervals
+resample tasks), and at ``--play-at`` steps and the last the task success of ``--k`` free episodes per task (tasks
+that change the database); training wall and CPU minutes exclude the evaluations. A table and a PNG (a panel per
+set, a line per size).
 
 ``throughput``: the same training rows and config for ``--steps`` steps with and without packing (best-fit
 decreasing, padding-free), side by side: trained-on tokens per second (non-padding input tokens / train runtime) and
@@ -24,7 +29,7 @@ padding waste (pad positions / all positions over one epoch of the trainer's own
 
     .venv/bin/python -m bench.bench_sft learning [--data-dir DIR] [--base tiny_policy] [--max-steps N] [--no-record]
     .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
-        [--heldout-from midtrain_env]
+        [--heldout-from midtrain_env eval_random_envs small_envs] [--set learning_rate=3e-3] [--init 256:4]
     .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--no-record]
 """
 
@@ -33,9 +38,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +71,11 @@ def resolve(args: argparse.Namespace) -> tuple[Path, Any, list[Any], Any]:
     base_path = Path(args.base)
     base_dir = base_path if base_path.is_dir() else Path(published(catalog, store, args.base).directory)
     overrides = {"max_steps": args.max_steps} if getattr(args, "max_steps", None) else {}
+    for setting in getattr(args, "set", None) or []:  # --set name=value, the value read as YAML (numbers, booleans)
+        import yaml
+
+        name, _, value = setting.partition("=")
+        overrides[name.strip()] = yaml.safe_load(value)
     params = parse("sft", stage_params(args.profile, {"sft": overrides})["sft"])
     small = published(catalog, store, "small_envs")
     tasks = [t for t in load_tasks({"small_envs": small}) if t.kind == "env" and heldout(t.task_id)]
@@ -172,64 +184,378 @@ def row(name: str, before: Sequence[float], after: Sequence[float], ci: Any, pai
 # --- curve ---------------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class HeldOut:
+    """One held-out set: the tool-calling turns scored teacher-forced, grouped by task (for intervals over tasks),
+    and the tasks played as free episodes (none where the rows carry no environment to play)."""
+
+    name: str
+    turns: list[Any]
+    groups: list[str]  # the task of each turn
+    tasks: list[Any]
+    rows: list[dict]  # the held-out conversations (trajectory records), whose trained turns' loss is measured
+
+
+def held_out_sets(args: argparse.Namespace, tasks: Sequence[Any]) -> list[HeldOut]:
+    """The held-out sets of ``--heldout-from``: ``small_envs`` (golden replays of held-out tasks, played in their
+    small environments), ``eval_random_envs`` (Random Complex Tasks: unseen domains and renamed variants, each as the
+    small view every reader offers, ``--small-tools`` distractors, compact schemas; golden replays in that view),
+    or any trajectory stage whose rows re-verify by execution (``midtrain_env``: up to ``--max-heldout`` held-out
+    tasks, each row a task played in its own database)."""
+    sets = []
+    for stage in args.heldout_from:
+        if stage == "eval_random_envs":
+            sets.append(random_envs_set(args))
+            continue
+        if stage == "random_envs_episodes":
+            sets.append(random_envs_episodes(args))
+            continue
+        ids = [t.task_id for t in tasks] if stage == "small_envs" else None
+        rows = held_out_frame(args.data_dir, stage, ids, args.max_heldout).to_dicts()
+        played = tasks if stage == "small_envs" else [row_task(row) for row in rows if writes(row)]
+        turns, groups = [], []
+        for row in rows:
+            found = call_turns([row], limit=1 << 30)
+            turns += found
+            groups += [row["task_id"]] * len(found)
+        sets.append(HeldOut(stage, turns, groups, list(played), rows))
+    return sets
+
+
+def call_turns(rows: Sequence[dict], limit: int) -> list[Any]:
+    from training.sft_eval import call_turns as turns_of
+
+    return turns_of(rows, limit)
+
+
+def writes(row: dict) -> bool:
+    """A row that re-verifies by execution and whose task changes the database: a task that expects nothing
+    written (a refusal) is solved by doing nothing, so it says nothing about what a policy learned."""
+    import json
+
+    if row["verifier"] != "execution":
+        return False
+    rubric = json.loads(json.loads(row["verify_input"])["task"]["rubric"])
+    return any(any(table.values()) for table in (rubric.get("expected_diff") or {}).values())
+
+
+def row_task(row: dict) -> Any:
+    """A trajectory row that re-verifies by execution as an RL task: its own database, the tools it offered."""
+    import json
+
+    from training.async_rl.scheduling import RLTask
+
+    verify = json.loads(row["verify_input"])
+    tools = json.loads(row["tools"])
+    env = {**verify["env"], "db": row["env_db"], "tools": tools, "tool_names": [t["function"]["name"] for t in tools]}
+    return RLTask(f"{row['id']}", "env", row["domain"], {"env": env, "task": verify["task"]})
+
+
+def random_envs_set(args: argparse.Namespace) -> HeldOut:
+    """Random Complex Tasks in the small view (``envgen.small.task_view``), up to ``--max-heldout`` of them in a
+    stable order; their golden replays give the teacher-forced turns."""
+    import json
+
+    from data_contracts.catalog import Catalog
+    from data_contracts.roots import data_root, open_store
+    from envgen.runtime import Environment, replay
+    from flows.train import published
+    from training.async_rl.sources import load_tasks
+
+    root = data_root(args.data_dir)
+    artifact = published(Catalog(root), open_store(root), "eval_random_envs")
+    tasks = sorted(load_tasks({"eval_random_envs": artifact}, args.small_tools), key=lambda t: t.task_id)
+    tasks = tasks[: args.max_heldout]
+    turns, groups, rows = [], [], []
+    for task in tasks:
+        runtime = Environment(task.payload["env"])
+        try:
+            score = replay(runtime, task.payload["task"])
+            tools = runtime.schemas
+        finally:
+            runtime.close()
+        messages = [dict(m) for m in score.messages]
+        row = {"id": task.task_id, "messages": json.dumps(messages), "tools": json.dumps(tools),
+               "train": [m["role"] == "assistant" for m in messages]}
+        rows.append(row)
+        found = call_turns([row], limit=1 << 30)
+        turns += found
+        groups += [task.task_id] * len(found)
+    return HeldOut("eval_random_envs", turns, groups, tasks, rows)
+
+
+def random_envs_episodes(args: argparse.Namespace) -> HeldOut:
+    """``random_envs_episodes``: tasks of the Random Complex Tasks' environments (unseen domains, renamed variants)
+    synthesized and played as ``midtrain_env`` synthesizes its own (one acting customer, identified first, reasons
+    before each call, what the user did not state asked for), in the small view: the held-out domains in the habits
+    the training data teaches. Up to ``--max-heldout`` tasks that change the database, one per environment."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.roots import data_root, open_store
+    from flows.train import published
+    from tasks.midtrain.midtrain_env import MidtrainEnvParams, plan_items
+    from tasks.midtrain.routes import episode_rows, open_teacher, token_counter
+
+    root = data_root(args.data_dir)
+    store, catalog = open_store(root), Catalog(root)
+    envs = published(catalog, store, "eval_random_envs").read("environments").sort("env_id").to_dicts()
+    # The routes refuse evaluation environments (``rct-`` ids) and held-out domains so that no training row comes
+    # from them; here they are the evaluation, so they are renamed out of that guard and no domain is held out.
+    envs = [{**env, "env_id": "heldout-" + env["env_id"].removeprefix("rct-")} for env in envs]
+    params = MidtrainEnvParams(n_tasks=len(envs), variants_per_task=1, refusal_share=0.0, retry_prob=0.0,
+                               heldout=(), distractor_tools=args.small_tools, max_tokens=4096)
+    items, _ = plan_items(envs, params, "heldout")
+    tokenizer = {"tokenizer": published(catalog, store, "tokenizer")}
+    teacher = open_teacher(params)
+    try:
+        rows, _ = episode_rows(items, params, "random_envs_episodes", token_counter(params, tokenizer), teacher)
+    finally:
+        teacher.close()
+    rows = [row for row in rows if writes(row)][: args.max_heldout]
+    turns, groups = [], []
+    for row in rows:
+        found = call_turns([row], limit=1 << 30)
+        turns += found
+        groups += [row["task_id"]] * len(found)
+    return HeldOut("random_envs_episodes", turns, groups, [row_task(row) for row in rows], rows)
+
+
+def rate_ci(flags: Sequence[bool], groups: Sequence[str]) -> Any:
+    """The rate of ``flags`` with a percentile bootstrap interval resampling whole tasks (turns of one task are not
+    independent)."""
+    from inference.metrics import bootstrap_ci
+
+    per: dict[str, list[int]] = {}
+    for flag, group in zip(flags, groups, strict=True):
+        per.setdefault(group, [0, 0])
+        per[group][0] += int(flag)
+        per[group][1] += 1
+    return bootstrap_ci(list(per.values()), lambda xs: sum(x[0] for x in xs) / max(sum(x[1] for x in xs), 1),
+                        resamples=2_000)
+
+
+def heldout_loss(model: Any, tokenizer: Any, rows: Sequence[dict]) -> float:
+    """Mean loss per trained token of the held-out conversations (their assistant turns, as SFT trains them)."""
+    import torch
+
+    from training.sft_data import encode
+
+    total = count = 0.0
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for row in rows:
+                example = encode(row, tokenizer)
+                ids = torch.tensor([example.input_ids])
+                labels = torch.tensor([[t if m else -100 for t, m in zip(example.input_ids, example.assistant_masks,
+                                                                          strict=True)]])
+                n = sum(example.assistant_masks[1:])
+                total += float(model(input_ids=ids, labels=labels).loss) * n
+                count += n
+    finally:
+        model.train(was_training)
+    return total / max(count, 1)
+
+
+def score_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], max_new_tokens: int) -> dict[str, dict]:
+    """Per held-out set: the three teacher-forced figures with intervals over tasks, and the held-out loss."""
+    from training.sft_eval import FIGURES, score_turns
+
+    out = {}
+    for held in sets:
+        scores = score_turns(model, tokenizer, held.turns, max_new_tokens=max_new_tokens)
+        out[held.name] = {name: rate_ci([s[name] for s in scores], held.groups) for name in FIGURES}
+        out[held.name]["loss"] = heldout_loss(model, tokenizer, held.rows)
+    return out
+
+
+def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argparse.Namespace) -> dict[str, Any]:
+    """Per held-out set with tasks: ``--k`` free episodes per task; the success rate (reward 1) over episodes with
+    an interval over tasks."""
+    from inference.checkpoint import save_model
+    from inference.engine_factory import load_engine
+    from inference.metrics import bootstrap_ci
+    from training.async_rl.config import RLConfig
+    from training.async_rl.controllers import score_tasks
+
+    played = [held for held in sets if held.tasks]
+    if not played or not args.k:
+        return {}
+    scratch = Path(tempfile.mkdtemp(prefix="bench-sft-play-"))
+    try:
+        save_model(model, tokenizer, scratch, {"method": "sft"})
+        engine = load_engine(f"hf:{scratch}")
+        config = RLConfig(concurrency=args.concurrency, seed=0,
+                          sampling={"max_tokens": args.max_tokens, "max_turns": args.max_turns})
+        out = {}
+        for held in played:
+            rewards = score_tasks(engine, held.tasks, args.k, config)
+            out[held.name] = bootstrap_ci([sum(r == 1.0 for r in v) / len(v) for v in rewards.values()],
+                                          resamples=2_000)
+        return out
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def curve(args: argparse.Namespace) -> None:
     import random
+    import resource
 
     import polars as pl
+    from transformers import TrainerCallback
 
-    from inference.checkpoint import save_model
-    from inference.metrics import bootstrap_ci
-    from training.sft import fit, load_base
-    from training.sft_eval import call_turns
+    from training.sft import load_base, make_trainer
 
     base_dir, params, tasks, frame = resolve(args)
-    held = held_out_frame(args.data_dir, args.heldout_from, [t.task_id for t in tasks] if args.heldout_from ==
-                          "small_envs" else None, args.max_heldout)
-    frame = frame.filter(~pl.col("task_id").is_in(held["task_id"].unique().to_list()).fill_null(False))
-    if args.heldout_from != "small_envs":
-        tasks = []  # its rows' environments are not tasks of an artifact: validity only, no free episodes
-    turns = call_turns(held.to_dicts(), limit=1 << 30)
+    sets = held_out_sets(args, tasks)
+    held_ids = {g for held in sets for g in held.groups} | {t.task_id for held in sets for t in held.tasks}
+    frame = frame.filter(~pl.col("task_id").is_in(sorted(held_ids)).fill_null(False))
     tokenizer = load_base(base_dir)[1]
-    rows, _ = rows_of(frame, tokenizer, params.max_length)
+    rows, rejected = rows_of(frame, tokenizer, params.max_length)
     random.Random(0).shuffle(rows)
-    eval_rows, _ = rows_of(held, tokenizer, params.max_length)
-    arm = params.model_copy(update={"max_steps": args.max_steps, "eval_steps": args.eval_every,
-                                    "save_steps": 10 * args.max_steps})
+    if args.all_tokens:  # the loss on every token of the conversation, not only the assistant turns
+        rows = [{**row, "assistant_masks": [1] * len(row["input_ids"])} for row in rows]
+    arm = params.model_copy(update={"max_steps": args.max_steps, "save_steps": 10 * args.max_steps})
+    steps_at = set(range(args.eval_every, args.max_steps + 1, args.eval_every)) | {args.max_steps}
+    play_at = set(args.play_at or []) | {args.max_steps}
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    class Measure(TrainerCallback):
+        """Scores the held-out sets at step 0 and every ``--eval-every`` steps (free episodes at ``--play-at``),
+        with the training time (wall and CPU) spent up to that step, evaluation excluded."""
+
+        def __init__(self, trainer_model: Any) -> None:
+            self.model, self.points, self.train_wall, self.train_cpu = trainer_model, [], 0.0, 0.0
+            self.mark = (time.perf_counter(), cpu())
+
+        def measure(self, step: int, play: bool) -> None:
+            wall, used = self.mark
+            self.train_wall += time.perf_counter() - wall
+            self.train_cpu += cpu() - used
+            figures = score_sets(self.model, tokenizer, sets, args.max_tokens)
+            success = play_sets(self.model, tokenizer, sets, args) if play else {}
+            for held in sets:
+                for turn in held.turns[: args.show]:
+                    print(f"    {held.name} wants {turn.name}: {completion(self.model, tokenizer, turn, args.max_tokens)!r}")
+            self.points.append((step, self.train_wall, self.train_cpu, figures, success))
+            line = "; ".join(f"{name} loss {f['loss']:.3f} format {f['tool_call_format'].value:.3f} valid "
+                             f"{f['tool_call_valid'].value:.3f}"
+                             f" exact {f['tool_call_exact'].value:.3f}"
+                             + (f" success {success[name].value:.3f}" if name in success else "")
+                             for name, f in figures.items())
+            print(f"  step {step} ({self.train_wall / 60:.1f} min training): {line}", flush=True)
+            self.mark = (time.perf_counter(), cpu())
+
+        def on_train_begin(self, args_: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.mark = (time.perf_counter(), cpu())
+            self.measure(0, bool(args.play_at and 0 in args.play_at))
+
+        def on_step_end(self, args_: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step in steps_at:
+                self.measure(state.global_step, state.global_step in play_at)
+
     started = time.perf_counter()
-    points: dict[int, list[tuple[int, float, float]]] = {}
-    rewards: dict[int, Any] = {}
-    for size in [n for n in args.sizes if n <= len(rows)] or [len(rows)]:
+    results: dict[int, Measure] = {}
+    trained_tokens: dict[int, float] = {}
+    sizes = [n for n in args.sizes if n <= len(rows)] or [len(rows)]
+    for size in sizes:
         scratch = Path(tempfile.mkdtemp(prefix="bench-sft-curve-"))
         try:
             print(f"size {size}: {args.max_steps} steps, held-out every {args.eval_every} ...", flush=True)
-            model, history = fit(load_base(base_dir)[0], tokenizer, rows[:size], eval_rows, turns, arm,
-                                 scratch / "trainer", None, progress=False)
-            points[size] = sorted({(int(e["step"]), e["eval_tool_call_format"], e["eval_tool_call_valid"])
-                                   for e in history if "eval_tool_call_valid" in e})
-            if tasks:
-                save_model(model, tokenizer, scratch / "model", {"base": str(base_dir), "method": "sft"})
-                _, episode = measure(model, tokenizer, scratch / "model", [], tasks, args)
-                rewards[size] = bootstrap_ci([sum(r) / len(r) for r in episode.values()], resamples=10_000)
-            print(f"size {size}: (step, format, valid) {points[size]}; reward {rewards.get(size)}", flush=True)
+            fresh = fresh_model(args.init, tokenizer) if args.init else load_base(base_dir)[0]
+            trainer = make_trainer(fresh, tokenizer, rows[:size], [], [], arm, scratch / "trainer", progress=False)
+            results[size] = measure = Measure(trainer.model)
+            trainer.add_callback(measure)
+            trainer.train()
+            trained_tokens[size] = trainer.state.num_input_tokens_seen
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    figure = plot_curve(points, Path(args.figure))
+    record_curve(args, params, arm, rows, rejected, sets, results, trained_tokens, time.perf_counter() - started)
+
+
+def completion(model: Any, tokenizer: Any, turn: Any, max_new_tokens: int) -> str:
+    """The greedy continuation a turn is scored on (``--show``: what the model writes)."""
+    import torch
+
+    from inference.engine_support import render_prompt, stop_token_ids
+
+    prompt = render_prompt(tokenizer, list(turn.messages), list(turn.tools))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=sorted(stop_token_ids(tokenizer)), pad_token_id=tokenizer.pad_token_id)
+    finally:
+        model.train(was_training)
+    return tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)
+
+
+def fresh_model(size: str, tokenizer: Any) -> Any:
+    """A freshly initialised model: a size of ``training/tiny_model.py``, or ``HIDDEN:LAYERS`` (heads of 32
+    dimensions, half as many key-value heads, an MLP three times as wide) to measure shapes between them."""
+    from training import tiny_model
+
+    if ":" in size:
+        hidden, layers = (int(x) for x in size.split(":"))
+        heads = max(hidden // 32, 1)
+        tiny_model.SIZES[size] = {"hidden_size": hidden, "intermediate_size": 3 * hidden, "num_hidden_layers": layers,
+                                  "num_attention_heads": heads, "num_key_value_heads": max(heads // 2, 1)}
+    return tiny_model.build_model(size, tokenizer)
+
+
+def record_curve(args: argparse.Namespace, params: Any, arm: Any, rows: Sequence[dict], rejected: Any,
+                 sets: Sequence[HeldOut], results: dict[int, Any], trained_tokens: dict[int, float],
+                 wall: float) -> None:
+    from training.tiny_model import parameter_count
+
+    lengths = sorted(len(r["input_ids"]) for r in rows)
+    parameters = parameter_count(next(iter(results.values())).model)
+    per_step = arm.per_device_train_batch_size * arm.gradient_accumulation_steps
+    held = "; ".join(f"`{h.name}` {len(set(h.groups))} tasks, {len(h.turns)} turns"
+                     + (f", {len(h.tasks)} played" if h.tasks else "") for h in sets)
+    model_line = (f"a fresh `{args.init}` model" if args.init else f"base `{args.base}`") + f" ({parameters:,} parameters)"
     lines = ["", (f"## Cold-start SFT: learning curves on held-out environment tasks ({time.strftime('%Y-%m-%d')}, "
                   f"{machine()})"), "",
-             (f"`python -m bench.bench_sft curve`: base `{args.base}`, trained on `{', '.join(args.data)}` (the first "
-              f"N of {len(rows)} trajectories in a seeded order, every row of a held-out task removed); profile "
-              f"`{args.profile}`'s sft config with {args.max_steps} steps of {params.per_device_train_batch_size} "
-              f"(lr {params.learning_rate:g}, {params.lr_scheduler_type}); held out: {held['task_id'].n_unique()} "
-              f"tasks of `{args.heldout_from}`, {len(turns)} tool-calling turns teacher-forced (greedy) every "
-              f"{args.eval_every} steps" + (f", {args.k} free episodes per task at the end" if tasks else "")
-              + f"; wall {(time.perf_counter() - started) / 60:.1f} min."),
-             "", "| trajectories | step | call format rate | valid call rate |", "|---|---|---|---|"]
-    for size, curve_points in points.items():
-        lines += [f"| {size} | {step} | {fmt:.3f} | {valid:.3f} |" for step, fmt, valid in curve_points]
-    if rewards:
-        lines += ["", "| trajectories | environment reward after [95% CI] |", "|---|---|"]
-        lines += [f"| {size} | {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] |" for size, r in rewards.items()]
-    lines += ["", f"![held-out call rates against steps]({os.path.relpath(figure, Path(__file__).parent)})", ""]
+             (f"`python -m bench.bench_sft curve {' '.join(args.argv)}`: {model_line}, trained on "
+              f"`{', '.join(args.data)}` (the first N of {len(rows)} trajectories in a seeded order, every row of a "
+              f"held-out task removed, {rejected.height} over max_length {arm.max_length} set aside; tokens per "
+              f"trajectory median {lengths[len(lengths) // 2]:,}, max {lengths[-1]:,}); profile `{args.profile}`'s "
+              f"sft config{(' with ' + ', '.join(args.set)) if args.set else ''}: {args.max_steps} steps of "
+              f"{per_step} trajectories ({arm.per_device_train_batch_size} x {arm.gradient_accumulation_steps} "
+              f"accumulated), lr {arm.learning_rate:g} {arm.lr_scheduler_type}. Held out: {held}; teacher-forced "
+              f"greedy turns of up to {args.max_tokens} tokens every {args.eval_every} steps, {args.k} free "
+              f"episodes per played task (up to {args.max_turns} turns) at steps "
+              f"{', '.join(map(str, sorted(set(args.play_at or []) | {args.max_steps})))}. Intervals: percentile "
+              f"bootstrap 95% over tasks. Wall {wall / 60:.1f} min in all."), ""]
+    names = [h.name for h in sets]
+    header = ["trajectories", "step", "training min (wall / CPU)"]
+    for name in names:
+        header += [f"{name} loss", f"{name} parsable", f"{name} valid [95% CI]", f"{name} exact"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for size, measure in results.items():
+        for step, train_wall, train_cpu, figures, _ in measure.points:
+            cells = [str(size), str(step), f"{train_wall / 60:.1f} / {train_cpu / 60:.1f}"]
+            for name in names:
+                f = figures[name]
+                v = f["tool_call_valid"]
+                cells += [f"{f['loss']:.2f}", f"{f['tool_call_format'].value:.3f}", f"{v.value:.3f} [{v.lo:.3f}, {v.hi:.3f}]",
+                          f"{f['tool_call_exact'].value:.3f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    played = [(size, step, name, s) for size, m in results.items() for step, *_, success in m.points
+              for name, s in success.items()]
+    if played:
+        lines += ["", "| trajectories | step | held-out set | task success (reward 1) [95% CI] |", "|---|---|---|---|"]
+        lines += [f"| {size} | {step} | {name} | {s.value:.3f} [{s.lo:.3f}, {s.hi:.3f}] |"
+                  for size, step, name, s in played]
+    tokens = ", ".join(f"{size}: {trained_tokens[size] / 1e6:.2f}M" for size in results)
+    lines += ["", f"Trained-on tokens by training-set size: {tokens}."]
+    figure = plot_curve({size: [(p[0], p[3]) for p in m.points] for size, m in results.items()}, names,
+                        Path(args.figure))
+    lines += ["", f"![held-out call validity against steps]({os.path.relpath(figure, Path(__file__).parent)})", ""]
     report(lines, record=not args.no_record)
 
 
@@ -249,17 +575,21 @@ def held_out_frame(data_dir: str | None, stage: str, task_ids: Sequence[str] | N
     return rows.filter(pl.col("task_id").is_in(list(task_ids))).sort("id")
 
 
-def plot_curve(points: dict[int, list[tuple[int, float, float]]], path: Path) -> Path:
-    with save_figure(path, figsize=(6, 3.5)) as (_, ax):
-        for size, curve_points in points.items():
-            steps = [p[0] for p in curve_points]
-            [line] = ax.plot(steps, [p[2] for p in curve_points], marker="o", label=f"valid call, {size} traj.")
-            ax.plot(steps, [p[1] for p in curve_points], marker="s", linestyle="--", color=line.get_color(),
-                    label=f"parsable call, {size} traj.")
-        ax.set_xlabel("SFT step")
-        ax.set_ylabel("held-out rate (teacher-forced turns)")
-        ax.set_ylim(-0.02, 1.02)
-        ax.legend()
+def plot_curve(points: dict[int, list[tuple[int, dict]]], names: Sequence[str], path: Path) -> Path:
+    """Valid (solid) and parsable (dashed) call rates against steps: one panel per held-out set, a line per size."""
+    with save_figure(path, 1, len(names), figsize=(5 * len(names), 3.5), squeeze=False) as (_, axes):
+        for ax, name in zip(axes[0], names, strict=True):
+            for size, curve_points in points.items():
+                steps = [p[0] for p in curve_points]
+                [line] = ax.plot(steps, [p[1][name]["tool_call_valid"].value for p in curve_points], marker="o",
+                                 label=f"valid, {size} traj.")
+                ax.plot(steps, [p[1][name]["tool_call_format"].value for p in curve_points], marker="s",
+                        linestyle="--", color=line.get_color(), label=f"parsable, {size} traj.")
+            ax.set_title(f"held out: {name}")
+            ax.set_xlabel("SFT step")
+            ax.set_ylabel("rate (teacher-forced turns)")
+            ax.set_ylim(-0.02, 1.02)
+            ax.legend(fontsize="small")
     return path
 
 
@@ -335,11 +665,25 @@ def main() -> None:
     curves = sub.choices["curve"]
     curves.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="training-set sizes")
     curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
-    curves.add_argument("--heldout-from", default="small_envs", help="the trajectory stage whose held-out tasks' "
-                        "turns are scored (small_envs also plays free episodes)")
+    curves.add_argument("--heldout-from", nargs="+", default=["small_envs"], help="held-out sets: small_envs, "
+                        "eval_random_envs (Random Complex Tasks in the small view) or a trajectory stage whose rows "
+                        "re-verify by execution (midtrain_env); each is scored teacher-forced and played")
+    curves.add_argument("--small-tools", type=int, default=3, help="distractors beside a Random Complex Task's own "
+                        "tools (compact schemas), as the tiny profile's RL and evaluation offer them")
+    curves.add_argument("--set", action="append", default=[], help="an sft config field of the run, name=value "
+                        "(repeatable), on top of the profile's")
+    curves.add_argument("--init", default=None, help="train a freshly initialised model of this size "
+                        "(training/tiny_model.py) with the base's tokenizer instead of the base's weights")
+    curves.add_argument("--all-tokens", action="store_true", help="train on every token of the conversations "
+                        "(prompts, tool schemas and results too), not only the trained assistant turns")
+    curves.add_argument("--show", type=int, default=0, help="print what the model writes at this many turns of "
+                        "each held-out set at every evaluation")
+    curves.add_argument("--play-at", type=int, nargs="*", default=[], help="steps at which the held-out tasks are "
+                        "also played as free episodes (always at the last step)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
+    args.argv = sys.argv[2:]
     from inference.cpu import tune_allocator
 
     tune_allocator()

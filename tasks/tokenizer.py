@@ -1,4 +1,6 @@
-"""Stage `tokenizer`: gymforge's byte-level BPE, trained once on the `world` documents (or local text files).
+"""Stage `tokenizer`: gymforge's byte-level BPE, trained once on the `world` documents (or local text files) and,
+with ``domain_text``, on the text tool-use prompts are made of (the domains' system prompts, tool schemas, calls and
+record fields).
 
 The tokenizer is the yardstick of every length budget (KeyChain, needles) and the vocabulary of the tiny policy, so
 it is an artifact like any other: same corpus and params, same bytes, same sha256.
@@ -6,6 +8,7 @@ it is an artifact like any other: same corpus and params, same bytes, same sha25
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -34,6 +37,12 @@ class TokenizerParams(Params):
     vocab_size: int = Field(8192, ge=300, le=1_000_000, description="target vocabulary size, special tokens included")
     min_frequency: int = Field(2, description="a merge must occur at least this often in the corpus")
     name: str = Field("gymforge-bpe", description="name recorded in the artifact row and in per-row records")
+    domain_text: bool = Field(False, description="also train on the text tool-use prompts are made of: each domain's "
+                              "system prompt, tool schemas (full and compact, as prompts write them), tool calls and "
+                              "record fields (domain_graphs; held-out domains left out). On the tiny world the "
+                              "prose alone leaves JSON keys and tool names in letters and pieces (bench/RESULTS.md)")
+    heldout: tuple[str, ...] = Field(("telecom",), description="domains whose text domain_text leaves out (the "
+                                     "held-out domains of evaluation)")
 
     @field_validator("corpus")
     @classmethod
@@ -64,6 +73,36 @@ def corpus_texts(corpus: str, inputs: Mapping[str, Artifact]) -> Iterator[str]:
         raise ValueError(f"corpus directory {corpus}: every {'/'.join(TEXT_SUFFIXES)} file is empty")
 
 
+def domain_texts(domains: pl.DataFrame, heldout: tuple[str, ...] = ()) -> Iterator[str]:
+    """One text per domain of a ``domain_graphs`` output, outside ``heldout``: its system prompt, then per tool the
+    full and the compact schema (one JSON object per line, as the chat template offers tools) and a call naming
+    every parameter, then per entity a record with its columns (compact JSON, as tool results are written)."""
+    import json
+
+    from envgen.compiler import compile_domain
+    from envgen.customers import POLICY
+    from envgen.small import compact_schema
+    from envgen.spec import DomainSpec
+    from envgen.taskgen import system_prompt
+
+    placeholder = {"integer": 0, "number": 0.0, "boolean": True}
+    for name, spec_json in domains.sort("domain").select("domain", "spec_json").iter_rows():
+        if name in heldout:
+            continue
+        domain = compile_domain(DomainSpec.model_validate_json(spec_json))
+        lines = [system_prompt(domain, (POLICY,))]
+        for schema in domain.schemas():
+            properties = schema["function"]["parameters"]["properties"]
+            arguments = {p: (spec["enum"][0] if "enum" in spec else placeholder.get(spec.get("type"), ""))
+                         for p, spec in properties.items()}
+            lines += [json.dumps(schema), json.dumps(compact_schema(schema)),
+                      json.dumps({"name": schema["function"]["name"], "arguments": arguments})]
+        for entity in domain.spec.entities:
+            columns = [entity.key, *(r.field for r in entity.relations), *(f.name for f in entity.fields)]
+            lines.append(json.dumps(dict.fromkeys(columns, ""), separators=(",", ":")))
+        yield "\n".join(lines)
+
+
 def _sha_matches(frame: pl.DataFrame) -> list[bool]:
     from inference.tokenizer import fingerprint
 
@@ -86,8 +125,8 @@ TOKENIZER_CONTRACT = TOKENIZER.contract(
 
 @stage(
     name="tokenizer",
-    version="2",  # 2: the chat template leaves turns flagged train: false out of the generation mask
-    inputs=("world",),
+    version="3",  # 2: the chat template leaves turns flagged train: false out of the generation mask; 3: domain_text
+    inputs=("world", "domain_graphs"),
     params=TokenizerParams,
     outputs={"tokenizer": TOKENIZER_CONTRACT},
 )
@@ -95,7 +134,10 @@ def tokenizer(inputs: Mapping[str, Artifact], params: TokenizerParams, partition
     """Train the byte-level BPE with the ChatML + tool-calling chat template; one row."""
     from inference.tokenizer import to_row, train_tokenizer
 
-    tok = train_tokenizer(corpus_texts(params.corpus, inputs), params.vocab_size, params.min_frequency)
+    texts = corpus_texts(params.corpus, inputs)
+    if params.domain_text:
+        texts = itertools.chain(texts, domain_texts(inputs["domain_graphs"].read("domains"), params.heldout))
+    tok = train_tokenizer(texts, params.vocab_size, params.min_frequency)
     row = to_row(tok, params.name)
     return {"tokenizer": pl.DataFrame([row], schema_overrides={"vocab_size": pl.Int64})}
 

@@ -212,8 +212,9 @@ def build_examples(frame: pl.DataFrame, tokenizer: Any, max_length: int) -> tupl
 
 
 def in_eval_split(row: Mapping[str, Any], eval_fraction: float, seed: int) -> bool:
-    """A stable split by lineage: a trajectory and its augmentations (same ``parent_id`` root) are held out together,
-    whatever else the data holds."""
-    group = row.get("parent_id") or row["id"]
+    """A stable split by lineage: the trajectories of one task (its variants and their augmentations share the
+    ``task_id``), else a trajectory and its augmentations (same ``parent_id`` root), are held out together, whatever
+    else the data holds; so the held-out turns are of tasks never trained on."""
+    group = row.get("task_id") or row.get("parent_id") or row["id"]
     digest = hashlib.blake2b(f"{seed}/{group}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 < eval_fraction

@@ -125,6 +125,9 @@ def renamed_variant(spec: DomainSpec, rng: random.Random, suffix: str) -> Domain
     """A renamed twin of ``spec``: new identifiers, enum values, id prefixes and Faker locale."""
     r = Renamer(rng)
     raw = spec.model_dump(mode="json", exclude_defaults=True)
+    if spec.customer is None and spec.customer_entity is not None:
+        # found by its email field, which the renaming renames: name it, so the twin keeps its customer
+        raw["customer"] = spec.customer_entity.name
     enums = {v for e in spec.entities for f in e.fields for v in f.values}
     enums |= {v for a in spec.actions for q in a.params for v in q.values}
     for v in sorted(enums):  # enum values first: words shared with identifiers then map the same way
@@ -164,8 +167,8 @@ class EvalRandomParams(ConstructionSettings, TaskSettings):
         return v
 
 
-# 2: a repeated fact label reads "second reservation number"
-@stage(name="eval_random_envs", version="2", params=EvalRandomParams, inputs=("domain_graphs",),
+# 2: a repeated fact label reads "second reservation number"; 3: a renamed variant names its customer entity
+@stage(name="eval_random_envs", version="3", params=EvalRandomParams, inputs=("domain_graphs",),
        outputs={"environments": environment_contract(EVAL_ENVIRONMENT), "tasks": task_contract(EVAL_TASK),
                 REJECTED: ENVIRONMENT_REJECTED.contract()})
 def eval_random_envs(inputs: Mapping[str, Artifact], params: EvalRandomParams, partition: str) -> dict[str, pl.DataFrame]:

@@ -219,3 +219,37 @@ def test_a_corpus_of_empty_files_is_refused(tmp_path: Path) -> None:
     (tmp_path / "b.md").write_text("")
     with pytest.raises(ValueError, match="every .txt/.md/.markdown file is empty"):
         list(corpus_texts(str(tmp_path), {}))
+
+
+@pytest.fixture(scope="module")
+def domain_graphs() -> pl.DataFrame:
+    from envgen.spec import load_domain
+
+    specs = {name: load_domain(name) for name in ("airline", "telecom")}
+    return pl.DataFrame({"domain": list(specs), "spec_json": [s.model_dump_json() for s in specs.values()]})
+
+
+def test_domain_text_holds_schemas_calls_and_records_of_the_known_domains_only(domain_graphs):
+    from tasks.tokenizer import domain_texts
+
+    [airline] = list(domain_texts(domain_graphs, heldout=("telecom",)))
+    lines = [json.loads(line) for line in airline.splitlines()[1:] if line.startswith("{")]
+    calls = [line for line in lines if "arguments" in line]
+    assert "Policies:" in airline and calls and all(set(c) == {"name", "arguments"} for c in calls)
+    assert any("reservation_id" in line for line in lines if "name" not in line)  # a record's columns
+    assert len(list(domain_texts(domain_graphs))) == 2
+
+
+def test_stage_with_domain_text_writes_tool_calls_in_fewer_tokens(world_docs, domain_graphs):
+    stage = get_stage("tokenizer")
+    inputs = {"world": FrameArtifact({"documents": world_docs}), "domain_graphs": FrameArtifact({"domains": domain_graphs})}
+    call = '<tool_call>{"name": "lookup_user_by_email", "arguments": {"email": "ann@example.com"}}</tool_call>'
+    lengths = {}
+    for domain_text in (False, True):
+        params = stage.parse_params({"vocab_size": 1024, "domain_text": domain_text})
+        out = stage.run(inputs, params, "p0")["tokenizer"]
+        assert not any(check.fn(out)[0] for check in stage.outputs["tokenizer"].checks)
+        tok = resolve_tokenizer("default", {"tokenizer": FrameArtifact({"tokenizer": out})})
+        lengths[domain_text] = len(tok(call)["input_ids"])
+        assert tok.decode(tok(call)["input_ids"]) == call
+    assert lengths[True] < 0.7 * lengths[False]

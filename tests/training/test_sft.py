@@ -148,13 +148,18 @@ def test_unverified_long_and_untrained_trajectories_are_set_aside(tokenizer):
     assert "too_long" in reasons.values() and len(kept) + rejected.height == 4
 
 
-def test_the_eval_split_is_stable_and_keeps_augmentations_with_their_parent():
+def test_the_eval_split_is_stable_and_keeps_variants_and_augmentations_with_their_task():
     rows = [{"id": f"r{i}", "parent_id": None} for i in range(400)]
     held = {r["id"] for r in rows if in_eval_split(r, 0.25, 0)}
     assert 60 < len(held) < 140
     assert held == {r["id"] for r in reversed(rows) if in_eval_split(r, 0.25, 0)}
     child = {"id": "child", "parent_id": min(held)}
     assert in_eval_split(child, 0.25, 0)
+    # the variants of one task (another phrasing, an augmentation) go where the task goes
+    tasks = [[{"id": f"t{i}/{v}", "task_id": f"t{i}", "parent_id": f"t{i}/0" if v == 2 else None} for v in range(3)]
+             for i in range(200)]
+    splits = [{in_eval_split(r, 0.25, 0) for r in variants} for variants in tasks]
+    assert all(len(split) == 1 for split in splits) and 20 < sum(True in s for s in splits) < 80
 
 
 # --- validity ----------------------------------------------------------------------------------------------------

@@ -21,6 +21,10 @@ def test_renamed_variant_is_a_valid_spec_with_new_names(name: str) -> None:
     assert not {a.name for a in spec.actions} & {a.name for a in variant.actions}
     assert not {e.id_prefix for e in spec.entities} & {e.id_prefix for e in variant.entities}
     assert [len(e.fields) for e in spec.entities] == [len(e.fields) for e in variant.entities]
+    # the customer (the entity a task's user is) is the renamed counterpart of the original's
+    customer = [e.name for e in spec.entities].index(spec.customer_entity.name) if spec.customer_entity else None
+    assert (variant.customer_entity is None if customer is None else
+            variant.customer_entity.name == variant.entities[customer].name)
 
 
 def test_variants_are_deterministic_and_differ_per_run() -> None:

@@ -73,3 +73,25 @@ def test_each_defect_fails_the_check_that_names_it(case: str) -> None:
     assert not report.passed
     assert check in {r.name for r in report.failures("critical")}, report.summary()
     assert report.failing_rows == [1]
+
+
+def test_a_played_episode_with_a_needless_read_is_set_aside_with_its_reason() -> None:
+    import random
+
+    from tasks.midtrain.midtrain_env import MidtrainEnvParams
+    from tasks.midtrain.routes import episode_rows, open_teacher
+    from tasks.midtrain.synth import Episode, episode_of
+
+    # the customer identified by email, then their card blocked: a second identical lookup has no reason
+    episode = episode_of(env_trajectories().filter(pl.col("id") == "midtrain_env:t:000003/0").row(0, named=True))
+    second_look = Episode(episode.env, episode.task, [episode.calls[0], *episode.calls])
+    params = MidtrainEnvParams()
+    teacher = open_teacher(params)
+    try:
+        rows, rejected = episode_rows([("plain", episode, {"rng": random.Random(0)}),
+                                       ("twice", second_look, {"rng": random.Random(0)})],
+                                      params, "midtrain_env", lambda messages, tools: 10, teacher)
+    finally:
+        teacher.close()
+    assert [r["id"] for r in rows] == ["plain"]
+    assert [r["id"] for r in rejected] == ["twice"] and rejected[0]["reason"].startswith("needless_read: ")
