@@ -263,7 +263,7 @@ def random_envs_set(args: argparse.Namespace) -> HeldOut:
     from training.async_rl.sources import load_tasks
 
     root = data_root(args.data_dir)
-    artifact = published(Catalog(root), open_store(root), "eval_random_envs")
+    artifact = published(Catalog(root), open_store(root), args.random_envs)
     tasks = sorted(load_tasks({"eval_random_envs": artifact}, args.small_tools), key=lambda t: t.task_id)
     tasks = tasks[: args.max_heldout]
     turns, groups, rows = [], [], []
@@ -297,7 +297,7 @@ def random_envs_episodes(args: argparse.Namespace) -> HeldOut:
 
     root = data_root(args.data_dir)
     store, catalog = open_store(root), Catalog(root)
-    envs = published(catalog, store, "eval_random_envs").read("environments").sort("env_id").to_dicts()
+    envs = published(catalog, store, args.random_envs).read("environments").sort("env_id").to_dicts()
     # The routes refuse evaluation environments (``rct-`` ids) and held-out domains so that no training row comes
     # from them; here they are the evaluation, so they are renamed out of that guard and no domain is held out.
     envs = [{**env, "env_id": "heldout-" + env["env_id"].removeprefix("rct-")} for env in envs]
@@ -668,6 +668,8 @@ def main() -> None:
     curves.add_argument("--heldout-from", nargs="+", default=["small_envs"], help="held-out sets: small_envs, "
                         "eval_random_envs (Random Complex Tasks in the small view) or a trajectory stage whose rows "
                         "re-verify by execution (midtrain_env); each is scored teacher-forced and played")
+    curves.add_argument("--random-envs", default="eval_random_envs", help="the Random Complex Tasks artifact: "
+                        "the stage's name or, where several are published, a key")
     curves.add_argument("--small-tools", type=int, default=3, help="distractors beside a Random Complex Task's own "
                         "tools (compact schemas), as the tiny profile's RL and evaluation offer them")
     curves.add_argument("--set", action="append", default=[], help="an sft config field of the run, name=value "
