@@ -23,7 +23,7 @@ import polars as pl
 
 from data_contracts.schemas import SFT_REJECTED, TRAJECTORY
 from data_contracts.stage import Artifact, StageError
-from inference.tokenizer import CHAT_TEMPLATE, IM_END, IM_START, PAD_TOKEN, TOOL_TAGS
+from inference.tokenizer import CHAT_TEMPLATE, IM_END, IM_START, PAD_TOKEN
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # TRL's has_generation_markers
 
@@ -117,8 +117,10 @@ def _trl_training_template(tokenizer: Any) -> str | None:
 
 
 def apply_template(model: Any, tokenizer: Any, choice: TemplateChoice) -> None:
-    """Give the tokenizer the chosen template; gymforge's needs its ChatML and tool tokens, so a base without them
-    gets them added (the embeddings grow by as many rows) and ``<|im_end|>`` as its end-of-turn (eos) token."""
+    """Give the tokenizer the chosen template; gymforge's needs its ChatML tokens, so a base without them gets them
+    added (the embeddings grow by as many rows) and ``<|im_end|>`` as its end-of-turn (eos) token. Tool tags a base's
+    vocabulary lacks are spelt in its own pieces: a new row starts untrained, and a pretrained model never learnt to
+    write one (SmolLM2-135M: no call in 80 SFT steps with new rows, bench/RESULTS.md)."""
     if choice.template is None:
         return
     tokenizer.chat_template = choice.template
@@ -127,8 +129,8 @@ def apply_template(model: Any, tokenizer: Any, choice: TemplateChoice) -> None:
     from tokenizers import AddedToken
 
     vocab = tokenizer.get_vocab()
-    wanted = [IM_START, IM_END, *TOOL_TAGS, *([PAD_TOKEN] if tokenizer.pad_token is None else [])]
-    new = [AddedToken(t, special=t not in TOOL_TAGS, normalized=False) for t in wanted if t not in vocab]
+    wanted = [IM_START, IM_END, *([PAD_TOKEN] if tokenizer.pad_token is None else [])]
+    new = [AddedToken(t, special=True, normalized=False) for t in wanted if t not in vocab]
     if new:
         tokenizer.add_tokens(new)
         model.resize_token_embeddings(len(tokenizer))

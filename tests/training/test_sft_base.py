@@ -81,7 +81,7 @@ def test_a_stock_chatml_template_trains_with_gymforges_and_the_card_says_so(gymf
     assert "## Chat template" in (tmp_path / "model" / "README.md").read_text()
 
 
-def test_a_base_without_chatml_tokens_gets_them_and_still_generates(tmp_path):
+def test_a_base_without_chatml_tokens_gets_them_spells_tool_tags_and_still_generates(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = instruction_base(tmp_path / "llama-style")
@@ -90,7 +90,11 @@ def test_a_base_without_chatml_tokens_gets_them_and_still_generates(tmp_path):
     assert card["chat_template"]["source"] == "gymforge"
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "model"))
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"))
-    assert {"<|im_start|>", IM_END, "<tool_call>"} <= set(tokenizer.get_vocab())
+    assert {"<|im_start|>", IM_END} <= set(tokenizer.get_vocab())
+    # tool tags are spelt in the base's own pieces (trained rows), not added as untrained ones
+    assert "<tool_call>" not in tokenizer.get_vocab()
+    call = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert tokenizer.decode(tokenizer.encode(call, add_special_tokens=False)) == call
     assert tokenizer.eos_token == IM_END and model.config.eos_token_id == tokenizer.eos_token_id
     assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
     assert all(check.fn(tmp_path / "model") is None for check in MODEL_DIRECTORY.checks)
