@@ -358,7 +358,7 @@ def engine_tokens_per_s(model_dir: Path, tasks: Sequence[Any], config: Any, roun
     from inference.engine import Request, SamplingParams
     from inference.hf_engine import HFEngine
 
-    engine = HFEngine(model_dir, max_batch_size=config.concurrency)
+    engine = HFEngine.load(model_dir, max_batch_size=config.concurrency)
     sampling = config.sampling
     requests = [Request(json.loads(task.payload["prompt"]), sampling=SamplingParams(
         sampling.temperature, sampling.top_p, sampling.max_tokens, seed=i)) for i, task in

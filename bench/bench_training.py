@@ -135,7 +135,7 @@ def generation_arm(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from inference.hf_engine import HFEngine
 
     torch.set_num_threads(args.threads)
-    engine = HFEngine(args.checkpoint, max_batch_size=max(GENERATION_BATCHES))
+    engine = HFEngine.load(args.checkpoint, max_batch_size=max(GENERATION_BATCHES))
     messages = [{"role": "user", "content": "Which river runs through the city, and who founded it?"}]
 
     def generate(batch: int) -> int:

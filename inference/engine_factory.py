@@ -41,7 +41,7 @@ def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
     if parsed.kind == "hf":
         from inference.hf_engine import HFEngine
 
-        return HFEngine(resolve_model(parsed.target), policy_version=policy_version, **options)
+        return HFEngine.load(resolve_model(parsed.target), policy_version=policy_version, **options)
     from inference.vllm_engine import VLLMEngine
 
     return VLLMEngine(resolve_model(parsed.target), policy_version=policy_version, **options)

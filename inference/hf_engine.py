@@ -77,14 +77,32 @@ def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch
 class HFEngine:
     """In-process generation with transformers; thread-safe (one generation at a time)."""
 
-    def __init__(
-        self,
+    def __init__(self, model: Any, tokenizer: Any, policy_version: int = 0, max_batch_size: int = 16) -> None:
+        """Around a loaded model (``load`` reads a checkpoint directory); the model is put in eval mode."""
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size}: must be >= 1")
+        self.model, self.tokenizer = model, tokenizer
+        self.policy_version = policy_version
+        self.max_batch_size = max_batch_size
+        self.device = next(model.parameters()).device
+        self.model.eval()
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.stop_ids)
+        )
+        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
         model_dir: str | Path,
         policy_version: int = 0,
         device: str | None = None,
         dtype: str = "float32",
         max_batch_size: int = 16,
-    ) -> None:
+    ) -> HFEngine:
+        """The engine of a checkpoint directory."""
         tune_allocator()  # before the model loads: decode steps reuse their buffers (inference/cpu.py)
         import torch
         from transformers import AutoModelForCausalLM
@@ -94,23 +112,9 @@ class HFEngine:
         path = Path(model_dir)
         if not (path / "config.json").is_file():
             raise ValueError(f"{path}: not a transformers checkpoint directory (no config.json)")
-        if max_batch_size < 1:
-            raise ValueError(f"max_batch_size={max_batch_size}: must be >= 1")
-        self.model_dir = path
-        self.policy_version = policy_version
-        self.max_batch_size = max_batch_size
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.tokenizer = load_tokenizer(path)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=getattr(torch, dtype), local_files_only=True
-        ).to(self.device)
-        self.model.eval()
-        self.stop_ids = stop_token_ids(self.tokenizer)
-        self.pad_id = (
-            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.stop_ids)
-        )
-        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
-        self._lock = threading.Lock()
+        target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True)
+        return cls(model.to(target), load_tokenizer(path), policy_version, max_batch_size)
 
     # -- the Engine interface -------------------------------------------------------------------------------------
 

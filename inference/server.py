@@ -376,7 +376,7 @@ def create_app(
 
     from inference.hf_engine import HFEngine
 
-    engine = engine or HFEngine(model_dir, max_batch_size=max_batch_size)
+    engine = engine or HFEngine.load(model_dir, max_batch_size=max_batch_size)
     name = served_model_name or Path(model_dir).name
     batcher = Batcher(engine, max_batch_size)
     service = ChatService(engine, name, batcher)

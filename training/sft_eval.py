@@ -75,32 +75,24 @@ def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
 
 
 def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
-                max_new_tokens: int = 160) -> list[dict[str, bool]]:
-    """The figures of each turn (greedy decoding, one turn at a time)."""
-    import torch
+                max_new_tokens: int = 160, batch_size: int = 8) -> list[dict[str, bool]]:
+    """The figures of each turn: greedy decoding in batches of ``batch_size`` prompts of similar length (the
+    in-process engine's decode loop on the live model; batches share the decode steps, which dominate a turn)."""
+    from inference.engine import SamplingParams
+    from inference.engine_support import render_prompt
+    from inference.hf_engine import HFEngine, Row
 
-    from inference.engine_support import render_prompt, stop_token_ids
-
-    stops = sorted(stop_token_ids(tokenizer))
-    device = next(model.parameters()).device
-    limit = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-    scores = []
     was_training = model.training
-    model.eval()
+    engine = HFEngine(model, tokenizer, max_batch_size=batch_size)
     try:
-        for turn in turns:
-            prompt = render_prompt(tokenizer, list(turn.messages), list(turn.tools))
-            budget = min(max_new_tokens, limit - len(prompt))
-            text = ""
-            if budget > 0:
-                with torch.inference_mode():
-                    out = model.generate(torch.tensor([prompt], device=device), max_new_tokens=budget,
-                                         do_sample=False, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
-                text = tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)
-            scores.append(score_call(text, turn))
+        prompts = [render_prompt(tokenizer, list(turn.messages), list(turn.tools)) for turn in turns]
+        rows = {i: Row(prompt, SamplingParams(temperature=0.0, max_tokens=min(max_new_tokens, room)))
+                for i, prompt in enumerate(prompts) if (room := engine.max_positions - len(prompt)) > 0}
+        order = sorted(rows, key=lambda i: len(prompts[i]))  # similar lengths: little padding in a batch
+        texts = dict(zip(order, (s.text for s in engine.generate_rows([rows[i] for i in order])), strict=True))
     finally:
         model.train(was_training)
-    return scores
+    return [score_call(texts.get(i, ""), turn) for i, turn in enumerate(turns)]
 
 
 def tool_call_validity(model: Any, tokenizer: Any, turns: Sequence[CallTurn],

@@ -47,6 +47,15 @@ def test_greedy_is_deterministic_and_respects_max_tokens(hf) -> None:
     assert all(lp <= 0 for lp in a.logprobs)
 
 
+def test_a_batch_of_prompts_of_different_lengths_decodes_as_each_alone(hf) -> None:
+    from inference.hf_engine import HFEngine
+
+    prompts = [[{"role": "user", "content": "alpha " * n + "?"}] for n in (1, 9, 4, 17)]
+    alone = [hf.generate([req(p, temperature=0)])[0][0].token_ids for p in prompts]
+    batched = HFEngine(hf.model, hf.tokenizer, max_batch_size=4).generate([req(p, temperature=0) for p in prompts])
+    assert [c[0].token_ids for c in batched] == alone  # left padding changes no greedy token
+
+
 def test_seeded_samples_repeat_and_differ_per_sample(hf) -> None:
     sampled = req(temperature=1.0, seed=7, n=3)
     first = hf.generate(

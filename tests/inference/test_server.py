@@ -43,7 +43,7 @@ def scripted_client() -> Iterator[openai.OpenAI]:
     """A server whose engine is the scripted test double: it always answers ``TOOL_SCRIPT``."""
     from inference.server import create_app, serve_in_background
 
-    engine = scripted_engine_class()(tiny_checkpoint())
+    engine = scripted_engine_class().load(tiny_checkpoint())
     engine.script = TOOL_SCRIPT
     with serve_in_background(create_app(tiny_checkpoint(), "scripted", engine=engine)) as url:
         yield openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
@@ -196,7 +196,7 @@ def test_logprob_bytes_are_the_tokens_own_bytes(text: str) -> None:
     from inference.hf_engine import HFEngine
     from inference.server import ChatService
 
-    service = ChatService(HFEngine(tiny_checkpoint()), "tiny", batcher=None)  # type: ignore[arg-type]
+    service = ChatService(HFEngine.load(tiny_checkpoint()), "tiny", batcher=None)  # type: ignore[arg-type]
     ids = service.engine.tokenizer.encode(text, add_special_tokens=False)
     assert len(ids) > len(text.encode()) // 4  # split into several tokens, some mid-character
     entries = [service.token_entry(t, -1.0, as_ids=False) for t in ids]

@@ -25,7 +25,7 @@ from training.sft import (
     sft,
 )
 from training.sft_data import build_examples, encode, in_eval_split, read_trajectories
-from training.sft_eval import CallTurn, argument_problem, call_turns, score_call
+from training.sft_eval import CallTurn, argument_problem, call_turns, score_call, score_turns
 
 FAST = {"max_length": 1024, "learning_rate": 1e-2, "per_device_train_batch_size": 2, "logging_steps": 1,
         "use_cpu": True, "eval_tool_calls": 2, "warmup_steps": 0}
@@ -197,6 +197,18 @@ def test_call_turns_take_trained_tool_calls_only():
     turns = call_turns(list(trajectories(3).iter_rows(named=True)), limit=100)
     assert [t.name for t in turns] == ["lookup", "book"] * 3  # the masked failed booking of row 0 is not scored
     assert all(t.messages[-1]["role"] in ("user", "tool") for t in turns)
+
+
+def test_score_turns_scores_every_turn_in_order_and_keeps_the_training_mode(base, tokenizer, monkeypatch):
+    from training import sft_eval
+
+    model = load_base(base)[0]
+    model.train()
+    turns = call_turns(list(trajectories(3).iter_rows(named=True)), limit=100)
+    seen: list[int] = []  # turns reach score_call in their own order whatever the length-sorted batches
+    monkeypatch.setattr(sft_eval, "score_call", lambda text, turn: seen.append(next(i for i, t in enumerate(turns) if t is turn)) or {})
+    assert len(score_turns(model, tokenizer, turns, max_new_tokens=4, batch_size=4)) == len(turns)
+    assert seen == list(range(len(turns))) and model.training
 
 
 # --- training and resume -----------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def engine_samples(top_p: float, n: int = 4) -> tuple[object, list]:
     from inference.engine import Request, SamplingParams
     from inference.hf_engine import HFEngine
 
-    engine = HFEngine(tiny_checkpoint())
+    engine = HFEngine.load(tiny_checkpoint())
     request = Request([{"role": "user", "content": "Which city lies on the river?"}],
                       sampling=SamplingParams(temperature=1.0, top_p=top_p, max_tokens=12, n=n, seed=3))
     [completions] = engine.generate([request])

@@ -52,7 +52,7 @@ def test_gymforge_serve_loads_a_published_file_and_refuses_a_missing_one(tmp_pat
 
     from inference.hf_engine import HFEngine
 
-    engine = HFEngine(tiny_checkpoint())
+    engine = HFEngine.load(tiny_checkpoint())
     shifted = {k: v + 0.5 for k, v in engine.model.state_dict().items()}
     save_file({k: v.contiguous().clone() for k, v in shifted.items()}, str(tmp_path / "v000007.safetensors"))
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0,
