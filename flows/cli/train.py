@@ -159,12 +159,13 @@ def _on_policy(ratio: float | None) -> str:
     return "no on-policy sample; " if ratio is None else f"on-policy ratio {ratio:.4f}; "
 
 
-DEMO_DATA = ("sft_set", "small_envs")  # the cold-start set, else the small environments' golden trajectories
+DEMO_DATA = ("small_envs", "sft_set")  # golden trajectories of one shape teach the call syntax soonest (RESULTS.md)
 DEMO_BASE = "tiny_policy"
 
 
 def demo_sft(runtime: Any, summary: list[dict[str, Any]], profile: str, partition: str) -> None:
-    """`gymforge demo`'s last step: SFT of the tiny policy on the refresh's cold-start set, on the same server."""
+    """`gymforge demo`'s last step: SFT of the tiny policy on the small environments' golden trajectories (else the
+    cold-start set), on the same server."""
     from flows.train import train_sft
 
     keys = {row["stage"]: row["key"] for row in summary if row["status"] in ("published", "cached")}

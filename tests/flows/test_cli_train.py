@@ -30,10 +30,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("summary", "data"), [
-    ([row("tiny_policy"), row("small_envs"), row("sft_set", "cached")], "sft_set-key"),
-    ([row("small_envs"), row("tiny_policy", "cached"), row("sft_set", "quarantined")], "small_envs-key"),
+    ([row("tiny_policy"), row("small_envs"), row("sft_set", "cached")], "small_envs-key"),
+    ([row("small_envs", "quarantined"), row("tiny_policy", "cached"), row("sft_set")], "sft_set-key"),
 ])
-def test_the_demo_trains_the_tiny_policy_on_the_cold_start_set(calls, summary, data):
+def test_the_demo_trains_the_tiny_policy_on_golden_trajectories_else_the_cold_start_set(calls, summary, data):
     cli_train.demo_sft(Runtime(), summary, "tiny", "default")
     assert calls == [{"data": [data], "base": "tiny_policy-key", "profile": "tiny", "partition": "default",
                       "data_dir": "/data"}, {"result": True}]
@@ -43,4 +43,4 @@ def test_the_demo_trains_the_tiny_policy_on_the_cold_start_set(calls, summary, d
 def test_the_demo_says_why_it_skips_sft(calls, summary, capsys):
     cli_train.demo_sft(Runtime(), summary, "tiny", "default")
     assert calls == []
-    assert "sft skipped: the refresh published no sft_set or small_envs and tiny_policy" in capsys.readouterr().out
+    assert "sft skipped: the refresh published no small_envs or sft_set and tiny_policy" in capsys.readouterr().out
