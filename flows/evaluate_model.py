@@ -252,7 +252,7 @@ def evaluate_model(
         model: a model artifact key (or a stage with one published model), or an engine spec: openai:URL#MODEL,
             hf:DIR, vllm:DIR.
         suites: suites to run: keychain, needles, qa, math, noise, random_tasks, context.
-        profile: tiny | default | full, or a path to a profile YAML (its `evaluate` section).
+        profile: tiny | small | default | full, or a path to a profile YAML (its `evaluate` section).
         overrides: {param: value} of the evaluate params on top of the profile.
         partition: the partition the suites' upstream data comes from.
         data_dir: data root; none means $GYMFORGE_DATA, else ./data.

@@ -4,8 +4,10 @@ A profile maps a stage name to overrides of that stage's params model::
 
     keychain: {n_examples: 8, target_tokens: [1024]}
 
-``tiny`` is the embedded default (the whole pipeline on 2 CPU cores in minutes), ``default`` and ``full`` scale up.
-A stage absent from a profile runs with its params model's defaults. A path to a YAML file of the same shape is
+``tiny`` is the embedded default (the whole pipeline on 2 CPU cores in minutes), ``small`` the scale at which a
+pretrained ~135M base learns to call tools on 2 CPU cores, ``default`` and ``full`` scale up. ``extends: NAME`` builds
+on another profile, section by section (``small`` is ``tiny`` with more data and its own sft recipe). A stage absent
+from a profile runs with its params model's defaults. A path to a YAML file of the same shape is
 accepted wherever a profile name is. Every section is validated against its stage's params model when loaded,
 so a typo fails before anything runs, naming the stage, the field and what is allowed.
 """
@@ -22,7 +24,7 @@ import yaml
 from data_contracts.stage import Params, StageError
 from flows.registry import discover, stage_named
 
-PROFILES = ("tiny", "default", "full")
+PROFILES = ("tiny", "small", "default", "full")
 
 Overrides = Mapping[str, Mapping[str, Any]]
 
@@ -41,8 +43,11 @@ def _profile_text(profile: str) -> tuple[str, str]:
     raise ProfileError(f"unknown profile {profile!r}; allowed: {', '.join(PROFILES)} or a path to a .yaml file")
 
 
-def load_profile(profile: str) -> dict[str, dict[str, Any]]:
-    """The raw sections of a profile (stage name -> params overrides), checked for shape but not for values."""
+def load_profile(profile: str, _seen: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """The raw sections of a profile (stage name -> params overrides), its ``extends`` chain merged in, checked for
+    shape but not for values."""
+    if profile in _seen:
+        raise ProfileError(f"profile {profile!r} extends itself: {' -> '.join((*_seen, profile))}")
     source, text = _profile_text(profile)
     try:
         data = yaml.safe_load(text) or {}
@@ -50,10 +55,13 @@ def load_profile(profile: str) -> dict[str, dict[str, Any]]:
         raise ProfileError(f"{source} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{source} must map stage names to params, got {type(data).__name__}")
+    parent = data.pop("extends", None)
+    if parent is not None and not isinstance(parent, str):
+        raise ProfileError(f"{source}: extends must name one profile, got {parent!r}")
     for name, section in data.items():
         if not isinstance(section, dict):
             raise ProfileError(f"{source}: section {name!r} must map param names to values, got {section!r}")
-    return data
+    return data if parent is None else _merge(load_profile(parent, (*_seen, profile)), data)
 
 
 def _merge(base: Overrides, extra: Overrides | None) -> dict[str, dict[str, Any]]:

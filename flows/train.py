@@ -221,7 +221,7 @@ def train_sft(
     Args:
         data: trajectory artifacts to train on: keys, or stage names with one published artifact each.
         base: the base model: a model artifact key, or a local transformers directory.
-        profile: tiny | default | full, or a path to a profile YAML (its `sft` section).
+        profile: tiny | small | default | full, or a path to a profile YAML (its `sft` section).
         overrides: {param: value} of the sft config on top of the profile (TRL's names).
         resume: continue from the last complete checkpoint of this exact run (same inputs and config).
         partition: the partition to record the run under.
@@ -347,7 +347,7 @@ def train_rl(
         tasks: task artifacts: keys, or stage names with one published artifact each (small_envs, keychain,
             rl_mix, noisy_tasks with its environments...).
         base: the starting model: a model artifact key (an SFT checkpoint), or a local transformers directory.
-        profile: tiny | default | full, or a path to a profile YAML (its `rl` section).
+        profile: tiny | small | default | full, or a path to a profile YAML (its `rl` section).
         overrides: {param: value} of the rl config on top of the profile.
         resume: continue from the last checkpoint of this exact run (same inputs and config).
         partition: the partition to record the run under.

@@ -236,7 +236,7 @@ def _wait_for_ctrl_c(url: str) -> None:
 
 @app.command()
 def demo(
-    profile: Annotated[str, typer.Option(help="tiny | default | full, or a path to a profile YAML.")] = "tiny",
+    profile: Annotated[str, typer.Option(help="tiny | small | default | full, or a path to a profile YAML.")] = "tiny",
     partition: Annotated[str, typer.Option(help="Partition to materialize.")] = "default",
     keep_ui: Annotated[bool, typer.Option("--keep-ui", help="Keep the Prefect server up until Ctrl-C.")] = False,
 ) -> None:
@@ -250,7 +250,7 @@ def demo(
 @app.command()
 def run(
     stages: Annotated[list[str], typer.Argument(help="Stages to materialize (their upstream runs too).")],
-    profile: Annotated[str, typer.Option(help="tiny | default | full, or a path to a profile YAML.")] = "tiny",
+    profile: Annotated[str, typer.Option(help="tiny | small | default | full, or a path to a profile YAML.")] = "tiny",
     partition: Annotated[str, typer.Option(help="Partition to materialize.")] = "default",
     force: Annotated[bool, typer.Option(help="Re-run the named stages even when cached.")] = False,
 ) -> None:

@@ -30,7 +30,7 @@ def ls() -> None:
 @experiment_app.command("run")
 def run(
     name: Annotated[str, typer.Argument(help="A declared experiment (`gymforge experiment ls`).")],
-    profile: Annotated[str, typer.Option(help="tiny | default | full, or a profile YAML: the stages' params and "
+    profile: Annotated[str, typer.Option(help="tiny | small | default | full, or a profile YAML: the stages' params and "
                                               "trainer configs.")] = "tiny",
     budget: Annotated[str, typer.Option(help="The experiment's training budget on top of the profile: smoke (a "
                                              "few minutes), default (under an hour per experiment on 2 cores at "

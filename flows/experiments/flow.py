@@ -109,7 +109,7 @@ def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", b
 
     Args:
         name: a declared experiment (`gymforge experiment ls`).
-        profile: tiny | default | full, or a path to a profile YAML: the stages' params and trainer configs.
+        profile: tiny | small | default | full, or a path to a profile YAML: the stages' params and trainer configs.
         budget: the experiment's training budget on top of the profile (smoke | default | profile).
         base: the model every arm starts from instead of the declared base and its cold start (a model stage or a
             local transformers directory).

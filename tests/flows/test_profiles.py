@@ -21,6 +21,20 @@ def _yaml(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
+def test_a_profile_extends_another_section_by_section() -> None:
+    tiny, small = load_profile("tiny"), load_profile("small")
+    assert small["world"] == tiny["world"]  # what small does not name comes from tiny
+    assert small["environments"] == {**tiny["environments"], "envs_per_domain": 12}  # a field, not the section
+    assert small["sft"]["learning_rate"] != tiny["sft"]["learning_rate"] and small["sft"]["use_cpu"]
+
+
+def test_a_profile_that_extends_itself_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "loop.yaml"
+    path.write_text(f"extends: {path}\n")
+    with pytest.raises(ProfileError, match="extends itself"):
+        load_profile(str(path))
+
+
 def test_a_path_to_yaml_is_a_profile(tmp_path: Path) -> None:
     params = stage_params(_yaml(tmp_path, "test_double_source: {n: 3}\n"), {"test_double_source": {"bad_row": True}})
     assert params == {"test_double_source": {"n": 3, "bad_row": True}}  # a stage not named runs on its defaults
@@ -29,7 +43,9 @@ def test_a_path_to_yaml_is_a_profile(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("profile", "expected"),
     [
-        ("huge", ["unknown profile 'huge'", "tiny, default, full"]),
+        ("huge", ["unknown profile 'huge'", "tiny, small, default, full"]),
+        ("extends: huge\n", ["unknown profile 'huge'"]),
+        ("extends: [tiny, small]\n", ["extends must name one profile"]),
         ("test_double_nope: {}\n", ["unknown stage 'test_double_nope'", "known stages:", "test_double_source"]),
         ("test_double_source: {rows: 3}\n", ["test_double_source: rows is not a field",
                                                "`gymforge params test_double_source` lists them"]),
