@@ -31,6 +31,11 @@ padding waste (pad positions / all positions over one epoch of the trainer's own
     .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
         [--heldout-from midtrain_env eval_random_envs small_envs] [--set learning_rate=3e-3] [--init 256:4]
     .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--no-record]
+    .venv/bin/python -m bench.bench_sft scoring [--heldout-from midtrain_env] [--batch-sizes 1 8] [--max-tokens 128]
+
+``scoring``: the teacher-forced held-out scoring of the base at each ``--batch-sizes`` (prompts decoded together,
+sorted by length), one after the other in one process: turns per second and how many turns score the same as at
+the first batch size (left padding changes numerics, not what greedy decoding should pick).
 """
 
 from __future__ import annotations
@@ -645,10 +650,38 @@ def throughput(args: argparse.Namespace) -> None:
     report(lines, record=not args.no_record)
 
 
+def scoring(args: argparse.Namespace) -> None:
+    from training.sft import load_base
+    from training.sft_eval import score_turns
+
+    base_dir, _, tasks, _ = resolve(args)
+    model, tokenizer = load_base(base_dir)[:2]
+    turns = [turn for held in held_out_sets(args, tasks) for turn in held.turns]
+    results = {}
+    for size in args.batch_sizes:
+        started = time.perf_counter()
+        scores = score_turns(model, tokenizer, turns, max_new_tokens=args.max_tokens, batch_size=size)
+        results[size] = (time.perf_counter() - started, scores)
+        print(f"  batch {size}: {len(turns) / results[size][0]:.2f} turns/s", flush=True)
+    first = results[args.batch_sizes[0]][1]
+    lines = ["", (f"## Held-out tool-call scoring in batches (bench_sft.py scoring, {time.strftime('%Y-%m-%d')}, "
+                 f"{machine()})"), "",
+             (f"`python -m bench.bench_sft scoring {' '.join(args.argv)}`: base `{args.base}`, {len(turns)} held-out "
+             f"turns of {', '.join(args.heldout_from)}, greedy, up to {args.max_tokens} tokens each."), "",
+             "| batch size | wall s | turns/s | turns scored as at the first size |", "|---|---|---|---|"]
+    for size, (wall, scores) in results.items():
+        lines.append(f"| {size} | {wall:.1f} | {len(turns) / wall:.2f} | "
+                     f"{sum(a == b for a, b in zip(scores, first, strict=True))} of {len(turns)} |")
+    sizes = args.batch_sizes
+    lines += ["", (f"Batch {sizes[-1]} / batch {sizes[0]} turns per second: "
+                  f"**{results[sizes[0]][0] / results[sizes[-1]][0]:.2f}x**."), ""]
+    report(lines, record=not args.no_record)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("learning", "curve", "throughput"):
+    for name in ("learning", "curve", "throughput", "scoring"):
         p = sub.add_parser(name)
         p.add_argument("--data-dir", default=None, help="data root (default $GYMFORGE_DATA, else ./data)")
         p.add_argument("--base", default="tiny_policy", help="model artifact key or stage, or a transformers dir")
@@ -662,16 +695,19 @@ def main() -> None:
         learn.add_argument("--max-tokens", type=int, default=96, help="tokens per turn")
         learn.add_argument("--max-turns", type=int, default=4)
         learn.add_argument("--concurrency", type=int, default=16)
-    curves = sub.choices["curve"]
+    curves, scored = sub.choices["curve"], sub.choices["scoring"]
+    scored.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    scored.add_argument("--max-tokens", type=int, default=128, help="tokens per turn")
     curves.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="training-set sizes")
     curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
-    curves.add_argument("--heldout-from", nargs="+", default=["small_envs"], help="held-out sets: small_envs, "
-                        "eval_random_envs (Random Complex Tasks in the small view) or a trajectory stage whose rows "
-                        "re-verify by execution (midtrain_env); each is scored teacher-forced and played")
-    curves.add_argument("--random-envs", default="eval_random_envs", help="the Random Complex Tasks artifact: "
-                        "the stage's name or, where several are published, a key")
-    curves.add_argument("--small-tools", type=int, default=3, help="distractors beside a Random Complex Task's own "
-                        "tools (compact schemas), as the tiny profile's RL and evaluation offer them")
+    for held in (curves, scored):
+        held.add_argument("--heldout-from", nargs="+", default=["small_envs"], help="held-out sets: small_envs, "
+                          "eval_random_envs (Random Complex Tasks in the small view) or a trajectory stage whose rows "
+                          "re-verify by execution (midtrain_env); each is scored teacher-forced and played")
+        held.add_argument("--random-envs", default="eval_random_envs", help="the Random Complex Tasks artifact: "
+                          "the stage's name or, where several are published, a key")
+        held.add_argument("--small-tools", type=int, default=3, help="distractors beside a Random Complex Task's "
+                          "own tools (compact schemas), as the tiny profile's RL and evaluation offer them")
     curves.add_argument("--set", action="append", default=[], help="an sft config field of the run, name=value "
                         "(repeatable), on top of the profile's")
     curves.add_argument("--init", default=None, help="train a freshly initialised model of this size "
@@ -689,7 +725,7 @@ def main() -> None:
     from inference.cpu import tune_allocator
 
     tune_allocator()
-    {"learning": learning, "curve": curve, "throughput": throughput}[args.command](args)
+    {"learning": learning, "curve": curve, "throughput": throughput, "scoring": scoring}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -75,9 +75,11 @@ def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
 
 
 def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
-                max_new_tokens: int = 160, batch_size: int = 8) -> list[dict[str, bool]]:
-    """The figures of each turn: greedy decoding in batches of ``batch_size`` prompts of similar length (the
-    in-process engine's decode loop on the live model; batches share the decode steps, which dominate a turn)."""
+                max_new_tokens: int = 160, batch_size: int = 1) -> list[dict[str, bool]]:
+    """The figures of each turn: greedy decoding with the in-process engine's loop on the live model, in batches of
+    ``batch_size`` prompts of similar length. One at a time is the CPU default: there the prompt's prefill dominates
+    a turn and a padded batch takes the masked attention path (bench/RESULTS.md: batches of 4-8 ran 0.50x (tiny
+    model) and 1.07x (135M) the turns/s of one at a time); a GPU gains from batches."""
     from inference.engine import SamplingParams
     from inference.engine_support import render_prompt
     from inference.hf_engine import HFEngine, Row
