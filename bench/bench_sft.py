@@ -410,6 +410,7 @@ def curve(args: argparse.Namespace) -> None:
     from transformers import TrainerCallback
 
     from training.sft import load_base, make_trainer
+    from training.sft_eval import greedy_texts
 
     base_dir, params, tasks, frame = resolve(args)
     sets = held_out_sets(args, tasks)
@@ -443,8 +444,9 @@ def curve(args: argparse.Namespace) -> None:
             figures = score_sets(self.model, tokenizer, sets, args.max_tokens)
             success = play_sets(self.model, tokenizer, sets, args) if play else {}
             for held in sets:
-                for turn in held.turns[: args.show]:
-                    print(f"    {held.name} wants {turn.name}: {completion(self.model, tokenizer, turn, args.max_tokens)!r}")
+                shown = held.turns[: args.show]
+                for turn, text in zip(shown, greedy_texts(self.model, tokenizer, shown, args.max_tokens), strict=True):
+                    print(f"    {held.name} wants {turn.name}: {text!r}")
             self.points.append((step, self.train_wall, self.train_cpu, figures, success))
             line = "; ".join(f"{name} loss {f['loss']:.3f} format {f['tool_call_format'].value:.3f} valid "
                              f"{f['tool_call_valid'].value:.3f}"
@@ -479,24 +481,6 @@ def curve(args: argparse.Namespace) -> None:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     record_curve(args, params, arm, rows, rejected, sets, results, trained_tokens, time.perf_counter() - started)
-
-
-def completion(model: Any, tokenizer: Any, turn: Any, max_new_tokens: int) -> str:
-    """The greedy continuation a turn is scored on (``--show``: what the model writes)."""
-    import torch
-
-    from inference.engine_support import render_prompt, stop_token_ids
-
-    prompt = render_prompt(tokenizer, list(turn.messages), list(turn.tools))
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
-                                 eos_token_id=sorted(stop_token_ids(tokenizer)), pad_token_id=tokenizer.pad_token_id)
-    finally:
-        model.train(was_training)
-    return tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)
 
 
 def fresh_model(size: str, tokenizer: Any) -> Any:

@@ -76,10 +76,18 @@ def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
 
 def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
                 max_new_tokens: int = 160, batch_size: int = 1) -> list[dict[str, bool]]:
-    """The figures of each turn: greedy decoding with the in-process engine's loop on the live model, in batches of
-    ``batch_size`` prompts of similar length. One at a time is the CPU default: there the prompt's prefill dominates
-    a turn and a padded batch takes the masked attention path (bench/RESULTS.md: batches of 4-8 ran 0.50x (tiny
-    model) and 1.07x (135M) the turns/s of one at a time); a GPU gains from batches."""
+    """The figures of each turn, from its greedy continuation (``greedy_texts``)."""
+    texts = greedy_texts(model, tokenizer, turns, max_new_tokens, batch_size)
+    return [score_call(text, turn) for text, turn in zip(texts, turns, strict=True)]
+
+
+def greedy_texts(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_tokens: int,
+                 batch_size: int = 1) -> list[str]:
+    """What the model writes at each turn: greedy decoding with the in-process engine's loop on the live model, in
+    batches of ``batch_size`` prompts of similar length ("" where the prompt fills the context). One at a time is
+    the CPU default: there the prompt's prefill dominates a turn and a padded batch takes the masked attention path
+    (bench/RESULTS.md: batches of 4-8 ran 0.50x (tiny model) and 1.07x (135M) the turns/s of one at a time); a GPU
+    gains from batches."""
     from inference.engine import SamplingParams
     from inference.engine_support import render_prompt
     from inference.hf_engine import HFEngine, Row
@@ -94,7 +102,7 @@ def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
         texts = dict(zip(order, (s.text for s in engine.generate_rows([rows[i] for i in order])), strict=True))
     finally:
         model.train(was_training)
-    return [score_call(texts.get(i, ""), turn) for i, turn in enumerate(turns)]
+    return [texts.get(i, "") for i in range(len(turns))]
 
 
 def tool_call_validity(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
