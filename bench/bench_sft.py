@@ -23,14 +23,15 @@ resample tasks), and at ``--play-at`` steps and the last the task success of ``-
 that change the database); training wall and CPU minutes exclude the evaluations. A table and a PNG (a panel per
 set, a line per size).
 
-``throughput``: the same training rows and config for ``--steps`` steps with and without packing (best-fit
-decreasing, padding-free), side by side: trained-on tokens per second (non-padding input tokens / train runtime) and
-padding waste (pad positions / all positions over one epoch of the trainer's own batches).
+``throughput``: the same training rows and config for ``--steps`` steps with ``--field`` off and on (``packing``:
+best-fit decreasing, padding-free; ``bf16``: autocast mixed precision), side by side: trained-on tokens per second
+(non-padding input tokens / train runtime) and padding waste (pad positions / all positions over one epoch of the
+trainer's own batches).
 
     .venv/bin/python -m bench.bench_sft learning [--data-dir DIR] [--base tiny_policy] [--max-steps N] [--no-record]
     .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
         [--heldout-from midtrain_env eval_random_envs small_envs] [--set learning_rate=3e-3] [--init 256:4]
-    .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--no-record]
+    .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--field bf16] [--no-record]
     .venv/bin/python -m bench.bench_sft scoring [--heldout-from midtrain_env] [--batch-sizes 1 8] [--max-tokens 128]
 
 ``scoring``: the teacher-forced held-out scoring of the base at each ``--batch-sizes`` (prompts decoded together,
@@ -605,32 +606,32 @@ def throughput(args: argparse.Namespace) -> None:
     rows, _ = rows_of(frame, tokenizer, params.max_length)
     lengths = sorted(len(r["input_ids"]) for r in rows)
     results = {}
-    for packing in (False, True):
-        arm = params.model_copy(update={"packing": packing, "max_steps": args.steps, "save_steps": 10 * args.steps})
+    for value in (False, True):
+        arm = params.model_copy(update={args.field: value, "max_steps": args.steps, "save_steps": 10 * args.steps})
         scratch = Path(tempfile.mkdtemp(prefix="bench-sft-tp-"))
         try:
             trainer = make_trainer(load_base(base_dir)[0], tokenizer, rows, [], [], arm, scratch, progress=False)
             waste, batches = padding_waste(trainer)
-            print(f"packing={packing}: {args.steps} steps ...", flush=True)
+            print(f"{args.field}={value}: {args.steps} steps ...", flush=True)
             trainer.train()
             end = trainer.state.log_history[-1]
-            results[packing] = (waste, batches, end["num_input_tokens_seen"] / end["train_runtime"],
-                                end["train_runtime"] / args.steps)
+            results[value] = (waste, batches, end["num_input_tokens_seen"] / end["train_runtime"],
+                              end["train_runtime"] / args.steps)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    lines = ["", (f"## Cold-start SFT: tokens/s and padding waste, packing vs padding "
+    lines = ["", (f"## Cold-start SFT: tokens/s and padding waste, {args.field} off and on "
                   f"({time.strftime('%Y-%m-%d')}, {machine()})"), "",
-             (f"`python -m bench.bench_sft throughput`: {len(rows)} trajectories of `{', '.join(args.data)}` "
-              f"(tokens: min {lengths[0]}, median {lengths[len(lengths) // 2]}, max {lengths[-1]}), base "
-              f"`{args.base}`, profile `{args.profile}` (batch {params.per_device_train_batch_size}, max_length "
-              f"{params.max_length}, {params.train_sampling_strategy} batches without packing), {args.steps} steps "
-              f"per arm, one after the other in one process; load average at the end {os.getloadavg()[0]:.1f}."), "",
+             (f"`python -m bench.bench_sft throughput {' '.join(args.argv)}`: {len(rows)} trajectories of "
+              f"`{', '.join(args.data)}` (tokens: min {lengths[0]}, median {lengths[len(lengths) // 2]}, max "
+              f"{lengths[-1]}), base `{args.base}`, profile `{args.profile}` (batch {params.per_device_train_batch_size}"
+              f" x {params.gradient_accumulation_steps}, max_length {params.max_length}, "
+              f"{params.train_sampling_strategy} batches without packing), {args.steps} steps per arm, one after the "
+              f"other in one process; load average at the end {os.getloadavg()[0]:.1f}."), "",
              "| arm | batches per epoch | padding waste | trained-on tokens/s | s/step |", "|---|---|---|---|---|"]
-    for packing, (waste, batches, per_s, step_s) in results.items():
-        name = "packing (bfd, padding-free)" if packing else "padding"
-        lines.append(f"| {name} | {batches} | {waste:.1%} | {per_s:,.0f} | {step_s:.2f} |")
+    for value, (waste, batches, per_s, step_s) in results.items():
+        lines.append(f"| {args.field}={value} | {batches} | {waste:.1%} | {per_s:,.0f} | {step_s:.2f} |")
     ratio = results[True][2] / results[False][2]
-    lines += ["", f"Packing / padding trained-on tokens per second: **{ratio:.2f}x**.", ""]
+    lines += ["", f"{args.field} on / off trained-on tokens per second: **{ratio:.2f}x**.", ""]
     report(lines, record=not args.no_record)
 
 
@@ -704,6 +705,8 @@ def main() -> None:
                         "also played as free episodes (always at the last step)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
+    sub.choices["throughput"].add_argument("--field", default="packing", choices=["packing", "bf16"],
+                                           help="the sft config switch the two arms differ in")
     args = parser.parse_args()
     args.argv = sys.argv[2:]
     from inference.cpu import tune_allocator

@@ -8,8 +8,9 @@ trajectories tokenized with the base model's chat template and tools, loss on th
 flag is set (``training/sft_data.py``), minus an eval split held out by lineage, on which loss and tool-call
 validity (``training/sft_eval.py``) are measured before the first step and at the end.
 
-Config fields carry TRL's names. CPU (``use_cpu``, fp32) and GPU (``bf16``, ``gradient_checkpointing``, several
-processes through ``accelerate launch`` with ``num_processes``) differ by config alone. Checkpoints go every
+Config fields carry TRL's names. CPU (``use_cpu``; fp32, or ``bf16`` autocast where the cores have bf16 units) and
+GPU (``bf16``, ``gradient_checkpointing``, several processes through ``accelerate launch`` with ``num_processes``)
+differ by config alone. Checkpoints go every
 ``save_steps`` to ``output_dir`` (the flow puts it under the data root, keyed by the artifact key); a checkpoint
 counts only once the trainer has written all of it (a marker file written after the save callback), so a run killed
 while saving resumes from the one before (prime-rl #1712: resume crashed on a half-written checkpoint). Resuming
@@ -111,7 +112,8 @@ class SFTParams(Params):
                                   "its base (otherwise that run is an error)")
     # devices
     use_cpu: bool = Field(False, description="train on the CPU even when an accelerator is present")
-    bf16: bool = Field(False, description="bf16 mixed precision (GPU); TRL's default True is wrong on a CPU")
+    bf16: bool = Field(False, description="bf16 autocast mixed precision: GPUs, and CPUs with avx512_bf16 (the "
+                                          "small profile); off by default, as CPUs without bf16 units only slow")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass (GPU "
                                                             "memory); TRL's default True only slows a CPU down")
     num_processes: int = Field(1, gt=0, description="data-parallel processes; above 1 training runs under "
