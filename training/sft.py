@@ -112,8 +112,8 @@ class SFTParams(Params):
                                   "its base (otherwise that run is an error)")
     # devices
     use_cpu: bool = Field(False, description="train on the CPU even when an accelerator is present")
-    bf16: bool = Field(False, description="bf16 autocast mixed precision: GPUs, and CPUs with avx512_bf16 (the "
-                                          "small profile); off by default, as CPUs without bf16 units only slow")
+    bf16: bool = Field(False, description="bf16 autocast mixed precision: GPUs, and CPUs with bf16 units (the "
+                                          "small profile; measured in bench/RESULTS.md); off by default")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass (GPU "
                                                             "memory); TRL's default True only slows a CPU down")
     num_processes: int = Field(1, gt=0, description="data-parallel processes; above 1 training runs under "
