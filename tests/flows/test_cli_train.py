@@ -36,7 +36,12 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 def test_the_demo_trains_the_tiny_policy_on_golden_trajectories_else_the_cold_start_set(calls, summary, data):
     cli_train.demo_sft(Runtime(), summary, "tiny", "default")
     assert calls == [{"data": [data], "base": "tiny_policy-key", "profile": "tiny", "partition": "default",
-                      "data_dir": "/data"}, {"result": True}]
+                      "data_dir": "/data", "overrides": cli_train.DEMO_SFT}, {"result": True}]
+
+
+def test_the_demo_recipe_is_the_tiny_profiles_only(calls):
+    cli_train.demo_sft(Runtime(), [row("tiny_policy"), row("small_envs")], "default", "default")
+    assert calls[0]["profile"] == "default" and calls[0]["overrides"] is None  # a GPU profile keeps its own sft
 
 
 @pytest.mark.parametrize("summary", [[row("tiny_policy")], [row("sft_set"), row("tiny_policy", "failed")]])
