@@ -363,16 +363,19 @@ def heldout_loss(model: Any, tokenizer: Any, rows: Sequence[dict]) -> float:
     return total / max(count, 1)
 
 
-def score_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], max_new_tokens: int) -> dict[str, dict]:
-    """Per held-out set: the three teacher-forced figures with intervals over tasks, and the held-out loss."""
-    from training.sft_eval import FIGURES, score_turns
+def score_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut],
+               max_new_tokens: int) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    """Per held-out set: the three teacher-forced figures with intervals over tasks and the held-out loss, and what
+    the model wrote at each turn (``--show`` prints from it instead of generating again)."""
+    from training.sft_eval import FIGURES, greedy_texts, score_call
 
-    out = {}
+    out, written = {}, {}
     for held in sets:
-        scores = score_turns(model, tokenizer, held.turns, max_new_tokens=max_new_tokens)
+        written[held.name] = greedy_texts(model, tokenizer, held.turns, max_new_tokens)
+        scores = [score_call(text, turn) for text, turn in zip(written[held.name], held.turns, strict=True)]
         out[held.name] = {name: rate_ci([s[name] for s in scores], held.groups) for name in FIGURES}
         out[held.name]["loss"] = heldout_loss(model, tokenizer, held.rows)
-    return out
+    return out, written
 
 
 def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argparse.Namespace) -> dict[str, Any]:
@@ -411,7 +414,6 @@ def curve(args: argparse.Namespace) -> None:
     from transformers import TrainerCallback
 
     from training.sft import load_base, make_trainer
-    from training.sft_eval import greedy_texts
 
     base_dir, params, tasks, frame = resolve(args)
     sets = held_out_sets(args, tasks)
@@ -442,11 +444,10 @@ def curve(args: argparse.Namespace) -> None:
             wall, used = self.mark
             self.train_wall += time.perf_counter() - wall
             self.train_cpu += cpu() - used
-            figures = score_sets(self.model, tokenizer, sets, args.max_tokens)
+            figures, written = score_sets(self.model, tokenizer, sets, args.max_tokens)
             success = play_sets(self.model, tokenizer, sets, args) if play else {}
             for held in sets:
-                shown = held.turns[: args.show]
-                for turn, text in zip(shown, greedy_texts(self.model, tokenizer, shown, args.max_tokens), strict=True):
+                for turn, text in zip(held.turns[: args.show], written[held.name], strict=False):
                     print(f"    {held.name} wants {turn.name}: {text!r}")
             self.points.append((step, self.train_wall, self.train_cpu, figures, success))
             line = "; ".join(f"{name} loss {f['loss']:.3f} format {f['tool_call_format'].value:.3f} valid "
