@@ -19,9 +19,10 @@ Differences are paired (per turn, per task) with percentile bootstrap 95% interv
 ``eval_random_envs`` (Random Complex Tasks in the small view: golden replays), ``random_envs_episodes`` (tasks
 synthesized as midtrain_env's on the Random Complex Tasks' environments), ``midtrain_env`` (held-out tasks' rows).
 Per set: the held-out loss of the trained turns, parsable / valid / exact call rates teacher-forced (intervals
-resample tasks), and at ``--play-at`` steps and the last the task success of ``--k`` free episodes per task (tasks
-that change the database); training wall and CPU minutes exclude the evaluations. A table and a PNG (a panel per
-set, a line per size).
+resample tasks) with why the other turns miss (the model asks the user, writes no call, calls another tool, or
+the right one with arguments its schema refuses), and at ``--play-at`` steps and the last the task success of ``--k``
+free episodes per task (tasks that change the database); training wall and CPU minutes exclude the evaluations. A table and a PNG (a panel per
+set, a line per size). ``--keep DIR`` saves the last run's trained model there, for ``--base`` of a later bench.
 
 ``throughput``: the same training rows and config for ``--steps`` steps with ``--field`` off and on (``packing``:
 best-fit decreasing, padding-free; ``bf16``: autocast mixed precision), side by side: trained-on tokens per second
@@ -47,6 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -372,10 +374,30 @@ def score_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut],
     out, written = {}, {}
     for held in sets:
         written[held.name] = greedy_texts(model, tokenizer, held.turns, max_new_tokens)
-        scores = [score_call(text, turn) for text, turn in zip(written[held.name], held.turns, strict=True)]
+        pairs = list(zip(written[held.name], held.turns, strict=True))
+        scores = [score_call(text, turn) for text, turn in pairs]
         out[held.name] = {name: rate_ci([s[name] for s in scores], held.groups) for name in FIGURES}
         out[held.name]["loss"] = heldout_loss(model, tokenizer, held.rows)
+        out[held.name]["misses"] = Counter(kind for text, turn in pairs if (kind := miss(text, turn)))
     return out, written
+
+
+MISSES = ("asks", "no call", "other tool", "bad arguments")
+
+
+def miss(text: str, turn: Any) -> str | None:
+    """Why a held-out turn's completion is not a valid call (None where it is): it asks the user a question
+    instead of calling, writes no call otherwise, calls another tool than the trajectory did, or the right tool
+    with arguments its schema refuses."""
+    from inference.tokenizer import parse_tool_calls
+    from training.sft_eval import score_call
+
+    calls = parse_tool_calls(text)
+    if not calls:
+        return "asks" if text.rstrip().endswith("?") else "no call"
+    if calls[0]["name"] != turn.name:
+        return "other tool"
+    return None if score_call(text, turn)["tool_call_valid"] else "bad arguments"
 
 
 def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argparse.Namespace) -> dict[str, Any]:
@@ -413,6 +435,7 @@ def curve(args: argparse.Namespace) -> None:
     import polars as pl
     from transformers import TrainerCallback
 
+    from inference.checkpoint import save_model
     from training.sft import load_base, make_trainer
 
     base_dir, params, tasks, frame = resolve(args)
@@ -452,7 +475,7 @@ def curve(args: argparse.Namespace) -> None:
             self.points.append((step, self.train_wall, self.train_cpu, figures, success))
             line = "; ".join(f"{name} loss {f['loss']:.3f} format {f['tool_call_format'].value:.3f} valid "
                              f"{f['tool_call_valid'].value:.3f}"
-                             f" exact {f['tool_call_exact'].value:.3f}"
+                             f" exact {f['tool_call_exact'].value:.3f} misses {misses_cell(f['misses'])}"
                              + (f" success {success[name].value:.3f}" if name in success else "")
                              for name, f in figures.items())
             print(f"  step {step} ({self.train_wall / 60:.1f} min training): {line}", flush=True)
@@ -480,6 +503,8 @@ def curve(args: argparse.Namespace) -> None:
             trainer.add_callback(measure)
             trainer.train()
             trained_tokens[size] = trainer.state.num_input_tokens_seen
+            if args.keep and size == sizes[-1]:
+                save_model(trainer.model, tokenizer, Path(args.keep), {"method": "sft", "bench": "curve"})
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     record_curve(args, params, arm, rows, rejected, sets, results, trained_tokens, time.perf_counter() - started)
@@ -525,7 +550,8 @@ def record_curve(args: argparse.Namespace, params: Any, arm: Any, rows: Sequence
     names = [h.name for h in sets]
     header = ["trajectories", "step", "training min (wall / CPU)"]
     for name in names:
-        header += [f"{name} loss", f"{name} parsable", f"{name} valid [95% CI]", f"{name} exact"]
+        header += [f"{name} loss", f"{name} parsable", f"{name} valid [95% CI]", f"{name} exact",
+                   f"{name} misses ({' / '.join(MISSES)})"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for size, measure in results.items():
         for step, train_wall, train_cpu, figures, _ in measure.points:
@@ -534,7 +560,7 @@ def record_curve(args: argparse.Namespace, params: Any, arm: Any, rows: Sequence
                 f = figures[name]
                 v = f["tool_call_valid"]
                 cells += [f"{f['loss']:.2f}", f"{f['tool_call_format'].value:.3f}", f"{v.value:.3f} [{v.lo:.3f}, {v.hi:.3f}]",
-                          f"{f['tool_call_exact'].value:.3f}"]
+                          f"{f['tool_call_exact'].value:.3f}", misses_cell(f["misses"])]
             lines.append("| " + " | ".join(cells) + " |")
     played = [(size, step, name, s) for size, m in results.items() for step, *_, success in m.points
               for name, s in success.items()]
@@ -548,6 +574,10 @@ def record_curve(args: argparse.Namespace, params: Any, arm: Any, rows: Sequence
                         Path(args.figure))
     lines += ["", f"![held-out call validity against steps]({os.path.relpath(figure, Path(__file__).parent)})", ""]
     report(lines, record=not args.no_record)
+
+
+def misses_cell(misses: Counter) -> str:
+    return " / ".join(str(misses[kind]) for kind in MISSES)
 
 
 def held_out_frame(data_dir: str | None, stage: str, task_ids: Sequence[str] | None, limit: int) -> Any:
@@ -688,7 +718,8 @@ def main() -> None:
     curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
     for held in (curves, scored):
         held.add_argument("--heldout-from", nargs="+", default=["small_envs"], help="held-out sets: small_envs, "
-                          "eval_random_envs (Random Complex Tasks in the small view) or a trajectory stage whose rows "
+                          "eval_random_envs (Random Complex Tasks in the small view), random_envs_episodes (their "
+                          "environments played in the training data's habits) or a trajectory stage whose rows "
                           "re-verify by execution (midtrain_env); each is scored teacher-forced and played")
         held.add_argument("--random-envs", default="eval_random_envs", help="the Random Complex Tasks artifact: "
                           "the stage's name or, where several are published, a key")
@@ -704,6 +735,8 @@ def main() -> None:
                         "each held-out set at every evaluation")
     curves.add_argument("--play-at", type=int, nargs="*", default=[], help="steps at which the held-out tasks are "
                         "also played as free episodes (always at the last step)")
+    curves.add_argument("--keep", default=None, help="save the last training-set size's trained model in this "
+                        "directory (a transformers directory: --base takes it)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
     sub.choices["throughput"].add_argument("--field", default="packing", choices=["packing", "bf16"],
