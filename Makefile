@@ -19,8 +19,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gymforge demo --profile tiny
 
+# The slowest tests are listed at the end: where the suite's time goes.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
