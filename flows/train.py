@@ -74,11 +74,13 @@ def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArti
     return artifact
 
 
-def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore, input_keys: dict[str, str]
-              ) -> tuple[Params, Path, str]:
-    """The base model of a training run: a local transformers directory becomes ``model_name_or_path`` (its
-    content enters the artifact key), a model artifact key or stage becomes one more input. Returns the params, the
-    base's directory and its short name (``tiny_policy/fd310e95``, or the directory's name)."""
+def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore, input_keys: dict[str, str],
+              trainer: str) -> tuple[Params, Path, str]:
+    """The base model of a ``trainer`` run: a local transformers directory becomes ``model_name_or_path`` (its
+    content enters the artifact key), a model artifact key or stage becomes one more input, except a model of the
+    trainer's own stage (an SFT run continuing an SFT model): a stage cannot be its own input, so that one enters as
+    its directory. Returns the params, the base's directory and its short name (``tiny_policy/fd310e95``, or the
+    directory's name)."""
     base_path = Path(base).expanduser()
     if base_path.is_dir():
         if not (base_path / "config.json").is_file():
@@ -90,10 +92,13 @@ def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore,
     if model.manifest.get("kind") != "model":
         raise StageError(f"base {base!r} is artifact {model.stage}/{model.key} of kind "
                          f"{model.manifest.get('kind', 'data')}, not a model")
+    name = f"{model.stage}/{model.key[:8]}"
+    if model.stage == trainer:
+        return params.model_copy(update={"model_name_or_path": str(model.directory.resolve())}), model.directory, name
     if model.stage in input_keys:
         raise StageError(f"the base model and a data artifact both come from stage {model.stage!r}")
     input_keys[model.stage] = model.key
-    return params, model.directory, f"{model.stage}/{model.key[:8]}"
+    return params, model.directory, name
 
 
 def looks_like_path(ref: str) -> bool:
@@ -119,7 +124,7 @@ def plan_sft(data: Sequence[str], base: str, *, profile: str = "tiny", overrides
                              f"{', '.join(artifact.outputs)}); train on a trajectory artifact such as sft_set or "
                              "small_envs")
         input_keys[artifact.stage] = artifact.key
-    params, base_dir, base_name = with_base(params, base, catalog, store, input_keys)
+    params, base_dir, base_name = with_base(params, base, catalog, store, input_keys, sft_stage.name)
     choice = choose_template(load_tokenizer(base_dir), params.chat_template, f"base model {base_name}")
     notes = () if choice.template is None else (
         f"chat template: {choice.reason} (recorded in the model card; --chat-template keep refuses instead)",)
@@ -273,7 +278,7 @@ def plan_rl(tasks: Sequence[str], base: str, *, profile: str = "tiny", overrides
         artifacts[artifact.stage] = artifact
     load_tasks(artifacts)  # a StageError names an input that offers no RL task
     input_keys = {name: artifact.key for name, artifact in artifacts.items()}
-    params, _, base_name = with_base(params, base, catalog, store, input_keys)
+    params, _, base_name = with_base(params, base, catalog, store, input_keys, rl_stage.name)
     stage = rl_stage.with_inputs(list(input_keys))
     key = store.artifact_key(stage, params, input_keys, partition)
     checkpoints = store.home / "checkpoints" / stage.name / key

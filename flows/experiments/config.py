@@ -21,14 +21,22 @@ Metric = Literal["mean_reward", "pass_at_k", "noisy_score", "clean_score", "robu
 Trainer = Literal["rl", "sft"]
 
 
+class ColdStart(Params):
+    """One phase of the base's cold start: SFT of the model so far on trajectory stages."""
+
+    sft_on: list[str] = Field(min_length=1, description="trajectory stages to train on")
+    data: Overrides = Field(default_factory=dict, description="stage overrides of this phase's data, on top of the "
+                                                              "experiment's")
+    sft: dict[str, Any] = Field(default_factory=dict, description="overrides of this phase's sft config")
+
+
 class Base(Params):
     """The model every arm starts from, the same for all arms and seeds (built once, then a cache hit)."""
 
     model: str = Field("tiny_policy", description="stage of the base model artifact (built with the profile), or a "
                                                   "local transformers directory")
-    sft_on: list[str] = Field(default_factory=list, description="trajectory stages to cold-start the base on first "
-                                                                "(none: the base model as it is)")
-    sft: dict[str, Any] = Field(default_factory=dict, description="overrides of the cold-start sft config")
+    cold_start: list[ColdStart] = Field(default_factory=list, description="SFT phases run in order, each from the "
+                                        "model the one before made (none: the base model as it is)")
 
     @property
     def directory(self) -> Path | None:

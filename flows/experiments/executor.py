@@ -1,8 +1,8 @@
 """The pipeline executor: an arm at a seed as ordinary artifacts of the pipeline's own stages, each through the
 store (key, cache, gate, atomic publish) and recorded in the catalog with its lineage:
 
-1. the base model (``base.model``, cold-started on ``base.sft_on`` through the ``sft`` stage when declared), the same
-   artifact for every arm and seed;
+1. the base model (``base.model``, then each phase of ``base.cold_start`` through the ``sft`` stage, each phase's
+   data built with its own overrides), the same artifact for every arm and seed;
 2. the arm's training data: the ``train_on`` stages under the profile plus the experiment's and the arm's overrides;
 3. the trained model: the ``rl`` or ``sft`` stage (``flows.train.plan_rl`` / ``plan_sft``: the same plans as
    ``gymforge train``), the profile's config plus the experiment's budget, the arm's overrides and ``seed``;
@@ -63,7 +63,8 @@ class PipelineExecutor:
             except StageError as exc:
                 raise StageError(f"base {experiment.base.model!r} is neither a local model directory nor a stage: "
                                  f"{exc}") from None
-        for layer in (experiment.data, experiment.evaluation.data, *(a.data for a in experiment.arms.values())):
+        for layer in (experiment.data, experiment.evaluation.data, *(a.data for a in experiment.arms.values()),
+                      *(phase.data for phase in experiment.base.cold_start)):
             stage_params(profile, merged(experiment.data, layer))
         for name, arm in experiment.arms.items():
             overrides = {**experiment.trainer_budget, **arm.train, "seed": 0}
@@ -89,14 +90,16 @@ class PipelineExecutor:
     def base(self, experiment: Experiment, profile: str) -> tuple[str, str]:
         """(stage, key) of the model every arm starts from; ("directory", path) for a local checkpoint."""
         base = experiment.base
-        directory = base.directory
-        keys = self._build([*([] if directory else [base.model]), *base.sft_on], profile, experiment.data)
-        model = str(directory) if directory else keys[base.model]
-        if not base.sft_on:
-            return ("directory" if directory else base.model), model
-        plan = plan_sft([keys[s] for s in base.sft_on], model, profile=profile, overrides=base.sft,
-                        partition=self.partition, data_dir=self.root)
-        return "sft", self._execute(plan)
+        if base.directory:
+            stage, model = "directory", str(base.directory)
+        else:
+            stage, model = base.model, self._build([base.model], profile, experiment.data)[base.model]
+        for phase in base.cold_start:
+            keys = self._build(phase.sft_on, profile, merged(experiment.data, phase.data))
+            plan = plan_sft([keys[s] for s in phase.sft_on], model, profile=profile, overrides=phase.sft,
+                            partition=self.partition, data_dir=self.root)
+            stage, model = "sft", self._execute(plan)
+        return stage, model
 
     def _heldout(self, experiment: Experiment, profile: str) -> dict[str, str]:
         return self._build(list(experiment.evaluation.heldout), profile,

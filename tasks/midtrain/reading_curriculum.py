@@ -9,7 +9,7 @@ KeyChain's form ``KEY: VALUE`` inserted at sentence boundaries (short hex keys, 
 
 The assistant answers in ``\\boxed{}`` (the KeyChain reward's format), directly or after tracing the chain key by
 key. Rows are `trajectory` records (source ``reading_curriculum``, domain = level), so `sft` trains on the artifact
-as it is (an experiment's ``base.sft_on``) and `sft_set` mixes it as a route.
+as it is (a phase of an experiment's ``base.cold_start``) and `sft_set` mixes it as a route.
 """
 
 from __future__ import annotations

@@ -119,10 +119,43 @@ def test_a_budget_sets_every_arms_trainer_overrides_and_a_base_replaces_the_cold
     assert experiment.trainer_budget["steps"] == 60 and experiment.with_budget("smoke").trainer_budget["steps"] == 12
     assert experiment.with_budget("profile").trainer_budget == {}  # the profile's own trainer config
     real = experiment.with_base(str(tmp_path))
-    assert real.base.model == str(tmp_path) and not real.base.sft_on
+    assert real.base.model == str(tmp_path) and not real.base.cold_start
     PipelineExecutor(tmp_path / "data").check(real, "tiny")
     with pytest.raises(StageError, match="base 'nowhere' is neither a local model directory nor a stage"):
         PipelineExecutor(tmp_path / "data").check(experiment.with_base("nowhere"), "tiny")
+
+
+def test_the_cold_start_phases_run_in_order_each_from_the_model_before_on_data_built_with_its_own_overrides(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from flows.experiments import executor as executor_module
+    from flows.experiments.executor import PipelineExecutor
+
+    built, planned = [], []
+
+    def build(self, stages, profile, overrides):  # a data artifact's key names its stage and its overrides
+        built.append((list(stages), overrides))
+        return {s: f"{s}@{overrides.get(s, {}).get('target_tokens', '-')}" for s in stages}
+
+    def plan(data, base, **kwargs):
+        planned.append((data, base, kwargs["overrides"]))
+        return SimpleNamespace(stage="sft", key=f"sft{len(planned)}")
+
+    monkeypatch.setattr(PipelineExecutor, "_build", build)
+    monkeypatch.setattr(PipelineExecutor, "_execute", lambda self, plan: plan.key)
+    monkeypatch.setattr(executor_module, "plan_sft", plan)
+    experiment = EXPERIMENTS["keychain_vs_qa"].model_copy(update={"base": {
+        "model": "tiny_policy", "cold_start": [
+            {"sft_on": ["reading_curriculum"], "data": {"reading_curriculum": {"target_tokens": 256}},
+             "sft": {"max_steps": 5}},
+            {"sft_on": ["reading_curriculum", "midtrain_longctx"], "sft": {"max_steps": 7}}]}})
+    experiment = type(experiment).model_validate(experiment.model_dump())
+
+    assert PipelineExecutor(tmp_path / "data").base(experiment, "tiny") == ("sft", "sft2")
+    assert planned == [(["reading_curriculum@256"], "tiny_policy@-", {"max_steps": 5}),
+                       (["reading_curriculum@-", "midtrain_longctx@-"], "sft1", {"max_steps": 7})]
+    assert built[0][0] == ["tiny_policy"] and built[1][1]["world"] == experiment.data["world"]
 
 
 def test_a_comparison_of_an_undeclared_arm_is_refused():

@@ -61,6 +61,13 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
     assert read_card(model)["config"]["use_cpu"] is True  # the tiny profile's setting
     assert not (data / "checkpoints" / "sft" / first["key"]).exists()  # served their purpose once published
     assert (data / "figures" / f"sft-{first['key']}.png").is_file()
+    # A run continuing this model (a cold start's next phase): a stage is never its own input, so the model enters
+    # by its directory, whose content keys the run.
+    from flows.train import plan_sft
+
+    continued = plan_sft([key], first["key"], overrides=OVERRIDES, data_dir=str(data))
+    assert continued.params.model_name_or_path == str(model.resolve()) and "sft" not in continued.input_keys
+    assert continued.key != first["key"]
     runs = _flow_runs(data, first["key"], runtime.prefect_api_url)  # the first run and its cache hit, told apart by name
     assert sorted(run["name"] for run in runs) == [f"train-sft base 6 steps -> {first['key'][:8]}",
                                                    f"train-sft base 6 steps -> {first['key'][:8]} (cached)"]
