@@ -31,14 +31,19 @@ HELDOUT_QA = {"keychain": {"n": 200, "n_regular": 200, "split": "eval", "items_f
 # (3,000 steps of 8 look the value up in 0.64 of held-out needles, 0.48 of one-hop chains; 900 steps at 1,024 tokens
 # from tiny_policy: none), then 1,024 tokens (500 more steps: 0.64 / 0.60 / 0.64 with two-hop chains), here mixed
 # with the train split's multi-hop QA with its documents (207-702 tokens) and the boxed answer alone (the 48 tokens
-# it samples would cut any reasoning short). KeyChain items stay out of it: they are the keychain arm's training data.
+# it samples would cut any reasoning short). At 12 reading rows to 1 QA row that base answered held-out questions in
+# the curriculum's value words ("sleek walnut"), so a third phase trains on the QA alone (the earlier cold start).
+# Not yet reliable: in the experiment's own world the first phase memorised its 1,757 rows (15 epochs: 23 of 30
+# training rows answered, 0.01 of held-out ones) and the base read nothing (bench/RESULTS.md, "Reading"); more rows
+# per epoch is the next thing to measure. KeyChain items stay out of all of it: they are the keychain arm's data.
 READ_BATCH = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
 LONG_QA_BASE = {"model": "tiny_policy", "cold_start": [
     {"sft_on": ["reading_curriculum"], "data": {"reading_curriculum": {"n_per_level": 2000, "target_tokens": 256}},
      "sft": {**READ_BATCH, "max_steps": 3000, "max_length": 512, "save_steps": 1000}},
     {"sft_on": ["reading_curriculum", "midtrain_longctx"],
      "data": {"reading_curriculum": {"n_per_level": 1000, "target_tokens": 1024}},
-     "sft": {**READ_BATCH, "max_steps": 500, "max_length": 1280, "save_steps": 250}}]}
+     "sft": {**READ_BATCH, "max_steps": 500, "max_length": 1280, "save_steps": 250}},
+    {"sft_on": ["midtrain_longctx"], "sft": {"max_steps": 300}}]}
 LONG_QA = {"midtrain_longctx": {"n_keychain": 0, "n_qa": 256, "answer": "direct", "qa_doc_chars": 4000}}
 # Environment tasks are read as small environments (task tools + 3 distractors, compact schemas) in training, RL and
 # held-out scoring alike, as small_envs' cold-start trajectories show them: the full environments render to
