@@ -20,9 +20,10 @@ Differences are paired (per turn, per task) with percentile bootstrap 95% interv
 synthesized as midtrain_env's on the Random Complex Tasks' environments), ``midtrain_env`` (held-out tasks' rows).
 Per set: the held-out loss of the trained turns, parsable / valid / exact call rates teacher-forced (intervals
 resample tasks) with why the other turns miss (the model asks the user, writes no call, calls another tool, or
-the right one with arguments its schema refuses), and at ``--play-at`` steps and the last the task success of ``--k``
-free episodes per task (tasks that change the database); training wall and CPU minutes exclude the evaluations. A table and a PNG (a panel per
-set, a line per size). ``--keep DIR`` saves the last run's trained model there, for ``--base`` of a later bench.
+the right one with arguments its schema refuses), and at ``--play-at`` steps and the last the task success of
+``--k`` free episodes per task (tasks that change the database); training wall and CPU minutes exclude the
+evaluations. A table and a PNG (a panel per set, a line per size). ``--keep DIR`` saves the last run's trained
+model there, for ``--base`` of a later bench.
 
 ``throughput``: the same training rows and config for ``--steps`` steps with ``--field`` off and on (``packing``:
 best-fit decreasing, padding-free; ``bf16``: autocast mixed precision), side by side: trained-on tokens per second
