@@ -145,12 +145,12 @@ def test_the_cold_start_phases_run_in_order_each_from_the_model_before_on_data_b
     monkeypatch.setattr(PipelineExecutor, "_build", build)
     monkeypatch.setattr(PipelineExecutor, "_execute", lambda self, plan: plan.key)
     monkeypatch.setattr(executor_module, "plan_sft", plan)
-    experiment = EXPERIMENTS["keychain_vs_qa"].model_copy(update={"base": {
+    declared = EXPERIMENTS["keychain_vs_qa"]
+    experiment = type(declared).model_validate({**declared.model_dump(), "base": {
         "model": "tiny_policy", "cold_start": [
             {"sft_on": ["reading_curriculum"], "data": {"reading_curriculum": {"target_tokens": 256}},
              "sft": {"max_steps": 5}},
             {"sft_on": ["reading_curriculum", "midtrain_longctx"], "sft": {"max_steps": 7}}]}})
-    experiment = type(experiment).model_validate(experiment.model_dump())
 
     assert PipelineExecutor(tmp_path / "data").base(experiment, "tiny") == ("sft", "sft2")
     assert planned == [(["reading_curriculum@256"], "tiny_policy@-", {"max_steps": 5}),
