@@ -35,8 +35,10 @@ HELDOUT_QA = {"keychain": {"n": 200, "n_regular": 200, "split": "eval", "items_f
 # the curriculum's value words ("sleek walnut"), so a third phase trains on the QA alone (the earlier cold start).
 # In the experiment's own world the first phase at 2,000 rows per level memorised its 1,757 rows (15 epochs: 0.01 of
 # held-out needles) and the base read nothing; at 8,000 per level (6,963 rows, 3.8 epochs) it reads: 0.76 of held-out
-# needles, 0.68 of one-hop chains (bench/RESULTS.md, "Reading"). The later phases and the experiment have not run from
-# that first phase yet. KeyChain items stay out of all of it: they are the keychain arm's training data.
+# needles, 0.68 of one-hop chains; after the second phase 0.95 / 0.95 / 0.97 at 1,024 tokens, and after the third (QA
+# alone, 300 steps at 1e-3) 0.00 again: it erases the reading (bench/RESULTS.md, "Reading"). The third phase needs to
+# keep reading rows in its mix, measured, before the experiment runs from this base. KeyChain items stay out of all
+# of it: they are the keychain arm's training data.
 READ_BATCH = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
 LONG_QA_BASE = {"model": "tiny_policy", "cold_start": [
     {"sft_on": ["reading_curriculum"], "data": {"reading_curriculum": {"n_per_level": 8000, "target_tokens": 256}},
