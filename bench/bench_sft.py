@@ -379,26 +379,24 @@ def score_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut],
         scores = [score_call(text, turn) for text, turn in pairs]
         out[held.name] = {name: rate_ci([s[name] for s in scores], held.groups) for name in FIGURES}
         out[held.name]["loss"] = heldout_loss(model, tokenizer, held.rows)
-        out[held.name]["misses"] = Counter(kind for text, turn in pairs if (kind := miss(text, turn)))
+        out[held.name]["misses"] = Counter(miss(text, turn) for (text, turn), score in zip(pairs, scores, strict=True)
+                                           if not score["tool_call_valid"])
     return out, written
 
 
 MISSES = ("asks", "no call", "other tool", "bad arguments")
 
 
-def miss(text: str, turn: Any) -> str | None:
-    """Why a held-out turn's completion is not a valid call (None where it is): it asks the user a question
-    instead of calling, writes no call otherwise, calls another tool than the trajectory did, or the right tool
-    with arguments its schema refuses."""
+def miss(text: str, turn: Any) -> str:
+    """Why a held-out turn's completion that is not a valid call misses: it asks the user a question instead of
+    calling, writes no call otherwise, calls another tool than the trajectory did, or the right tool with arguments
+    its schema refuses."""
     from inference.tokenizer import parse_tool_calls
-    from training.sft_eval import score_call
 
     calls = parse_tool_calls(text)
     if not calls:
         return "asks" if text.rstrip().endswith("?") else "no call"
-    if calls[0]["name"] != turn.name:
-        return "other tool"
-    return None if score_call(text, turn)["tool_call_valid"] else "bad arguments"
+    return "other tool" if calls[0]["name"] != turn.name else "bad arguments"
 
 
 def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argparse.Namespace) -> dict[str, Any]:
