@@ -55,6 +55,7 @@ from tasks.longctx.token_budget import (
     TokenCounter,
     boundaries,
     chat_frame,
+    cut_mid_sentence,
     insert_cost,
     length_window,
 )
@@ -67,6 +68,12 @@ KEY_FORMATS: dict[str, tuple[str, int, str]] = {
     "hex8": ("0123456789abcdef", 8, r"[0-9a-f]{8}"),  # the authors' released code
 }
 KEY_REGEX = r"^(?:" + "|".join(v[2] for v in KEY_FORMATS.values()) + r")$"
+
+
+def link_pattern(key_format: str) -> re.Pattern[str]:
+    """A link sentence ``KEY: NEXT_KEY`` or ``KEY: "value"`` (groups: key, quoted value, next key)."""
+    key = KEY_FORMATS[key_format][2]
+    return re.compile(rf'(?<![0-9A-Za-z])({key}): (?:"([^"]*)"|({key})(?![0-9A-Za-z]))')
 
 INSTRUCTION = (
     "Read the passages below. Some sentences in them are links of the form KEY: VALUE, where the value is either "
@@ -414,6 +421,14 @@ def _answer_absent(frame: pl.DataFrame) -> list[bool]:
     return bad
 
 
+def _passage_cut(frame: pl.DataFrame) -> list[bool]:
+    return [cut_mid_sentence(passages(_content(row["prompt"])), link_pattern(row.get("key_format") or "uuid32"))
+            for row in _rows(frame)]
+
+
+PASSAGES_WHOLE = Check("passages_end_at_sentences", _passage_cut,
+                       description="no passage stops mid-sentence (links aside, each ends with . ! or ?)")
+
 KEYCHAIN_CONTRACT = KEYCHAIN.contract(
     expectations=(
         matches("first_key", KEY_REGEX),
@@ -429,6 +444,7 @@ KEYCHAIN_CONTRACT = KEYCHAIN.contract(
               description="the hidden question appears once, as the target chain's resolution"),
         Check("answer_in_context", _answer_absent,
               description="the answer or an alias is in a supporting document present in the context"),
+        PASSAGES_WHOLE,
         LENGTH_CHECK,
     ),
 )
@@ -436,7 +452,8 @@ KEYCHAIN_CONTRACT = KEYCHAIN.contract(
 REGULAR = "regular"
 REGULAR_CONTRACT = REGULAR_QA.contract(
     expectations=(at_most("tokens", "target_tokens"),),
-    checks=tuple(c for c in KEYCHAIN_CONTRACT.checks if c.name in ("answer_in_context", "length_within_window")),
+    checks=tuple(c for c in KEYCHAIN_CONTRACT.checks
+                 if c.name in ("answer_in_context", PASSAGES_WHOLE.name, "length_within_window")),
 )
 
 
@@ -489,7 +506,7 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
 
 @stage(
     name=STAGE,
-    version="2",  # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS)
+    version="3",  # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS); 3: whole sentences
     inputs=("qa_filtered", "tokenizer"),
     params=KeyChainParams,
     outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: PROMPT_REJECTED.contract()},

@@ -141,7 +141,7 @@ class NeedleBuilder:
         blocks = self.filler.fill(draw, fixed, 0, 4 * len(self.pool))
         if len(blocks) < 2:
             raise Reject("target_too_small_for_haystack")
-        hosts = blocks[:-1]  # the last block is the filler: its text may still be cut
+        hosts = blocks[:-1]  # the last block is the filler: finalize may still resize it
         for needle in needles:
             host = rng.choice(hosts)
             host.inserts.append((rng.choice(boundaries(host.body)), needle))
@@ -196,7 +196,7 @@ NEEDLE_CONTRACT = NEEDLE.contract(
 
 @stage(
     name=STAGE,
-    version="2",  # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS)
+    version="3",  # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS); 3: whole sentences
     inputs=("world", "tokenizer"),
     params=NeedleParams,
     outputs={STAGE: NEEDLE_CONTRACT, REJECTED: ITEM_REJECTED.contract()},

@@ -3,8 +3,9 @@
 The rules of DESIGN.md section 7: count with the target tokenizer on the final assembled prompt (chat template
 applied); count each document once per stage run (the pool is shared by all items); bound every retry loop. A
 prompt is built from blocks (documents or paragraphs) whose counts are cached, whole blocks are added while they
-fit under a goal inside the window, the first block that does not fit is cut at a sentence (else word) boundary to
-the remaining budget, and one exact tokenization of the final prompt decides. If a tokenizer is not additive at
+fit under a goal inside the window, the first block whose text can end at a sentence end inside the remaining budget
+is cut there (a reader never meets a document that stops mid-sentence), and one exact tokenization of the final
+prompt decides. If a tokenizer is not additive at
 block boundaries the estimate can miss; the cut block (the "filler") is then resized a bounded number of times.
 """
 
@@ -23,7 +24,8 @@ import polars as pl
 from data_contracts.stage import Check
 
 LENGTH_TOLERANCE = 0.02  # a prompt lands in [target - 2%, target] (issue 3)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+")  # "Matthew X. Dillon" is one sentence
+_CLOSED = re.compile(r"(?<!\b[A-Z])[.!?][\"')\]]*$")
 _SENTINEL = "\x00GYMFORGE-CONTENT\x00"
 
 
@@ -47,6 +49,12 @@ LENGTH_CHECK = Check("length_within_window", _length_outside, description="token
 def boundaries(text: str) -> list[int]:
     """Sentence boundaries of a text: the start of each sentence after the first, and the end of the text."""
     return [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]
+
+
+def cut_mid_sentence(passages: Sequence[str], inserted: re.Pattern[str]) -> bool:
+    """Whether a passage ends inside a sentence once the sentences a stage inserted (``inserted``: links, needles)
+    are taken out: a document that stops mid-thought, which the filler once left before the question."""
+    return any(not _CLOSED.search(inserted.sub("", p).rstrip()) for p in passages)
 
 
 def chat_frame(tok: Any) -> tuple[str, str]:
@@ -204,8 +212,8 @@ class BudgetFiller:
         raise Reject("pool_exhausted")
 
     def resize(self, block: Block, tokens: int) -> bool:
-        """Cut the block's full text to at most ``tokens`` tokens and at least ``tokens - tolerance``: at the last
-        sentence end that fits, else the last word boundary."""
+        """Cut the block's full text to at most ``tokens`` tokens and at least ``tokens - tolerance``, at a sentence
+        end; False when no sentence of this document ends inside that band (the caller tries another document)."""
         full = self.pool.body(block.pool_index)
         full_count = int(self.pool.counts[block.pool_index])
         if tokens <= 0:
@@ -215,16 +223,12 @@ class BudgetFiller:
             return tokens - full_count <= self.tolerance
         offsets = self.counter.offsets(full)
         cut_end = offsets[tokens][0]  # first character of the first token that does not fit
-        sentence_cut = max((b for b in boundaries(full[:cut_end]) if b < cut_end), default=0)
-        word_cut = max(full.rfind(" ", 0, cut_end + 1), 0)
-        least = tokens - self.tolerance
-        for cut in (sentence_cut, word_cut):
-            text = full[:cut].rstrip()
-            n = sum(1 for start, _end in offsets if start < len(text))
-            if text and least <= n <= tokens:
-                block.body, block.tokens = text, n
-                return True
-        return False
+        text = full[: max((b for b in boundaries(full[:cut_end]) if b < cut_end), default=0)].rstrip()
+        n = sum(1 for start, _end in offsets if start < len(text))
+        if not text or not tokens - self.tolerance <= n <= tokens:
+            return False
+        block.body, block.tokens = text, n
+        return True
 
     def finalize(self, render: Callable[[], str], filler: Block, max_steps: int) -> tuple[str, int]:
         """Render, count exactly, and resize the filler until the count is inside the window (bounded)."""

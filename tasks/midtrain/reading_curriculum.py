@@ -26,7 +26,15 @@ from pydantic import Field
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from envgen.trajectory_checks import ANSWER, verify_answer
-from tasks.longctx.keychain import KEY_FORMATS, PASSAGE_HEADER, link_statements, make_keys
+from tasks.longctx.keychain import (
+    KEY_FORMATS,
+    PASSAGE_HEADER,
+    PASSAGES_WHOLE,
+    link_pattern,
+    link_statements,
+    make_keys,
+    passages,
+)
 from tasks.longctx.needles import ADJECTIVES, NOUNS, base_pool
 from tasks.longctx.token_budget import (
     BudgetFiller,
@@ -34,6 +42,7 @@ from tasks.longctx.token_budget import (
     TokenCounter,
     boundaries,
     chat_frame,
+    cut_mid_sentence,
     insert_cost,
     length_window,
 )
@@ -96,7 +105,7 @@ class ReadingBuilder:
         blocks = self.filler.fill(draw, fixed, 0, self.p.max_draws_per_item)
         if len(blocks) < 2:
             raise Reject("target_too_small_for_documents")
-        for link in links:  # the last block is the filler: its text may still be cut
+        for link in links:  # the last block is the filler: finalize may still resize it
             host = rng.choice(blocks[:-1])
             host.inserts.append((rng.choice(boundaries(host.body)), link))
 
@@ -117,18 +126,13 @@ class ReadingBuilder:
         return [{"role": "user", "content": content}, {"role": "assistant", "content": reply}], verify_input
 
 
-def _link_pattern(key_format: str) -> re.Pattern[str]:
-    key = KEY_FORMATS[key_format][2]
-    return re.compile(rf'(?<![0-9A-Za-z])({key}): (?:"([^"]*)"|({key})(?![0-9A-Za-z]))')
-
-
 def resolve(content: str, key_format: str) -> tuple[list[str], str] | None:
     """Follow the links of a prompt from the key its question names: (keys followed, the quoted value), or None
     when a key is stated twice, the chain breaks or loops."""
     passages, _, question = content.rpartition("\n\n")
     found = re.search(KEY_FORMATS[key_format][2], question)
     links: dict[str, str] = {}
-    for m in _link_pattern(key_format).finditer(passages):
+    for m in link_pattern(key_format).finditer(passages):
         if m.group(1) in links:
             return None
         links[m.group(1)] = m.group(2) if m.group(2) is not None else m.group(3)
@@ -169,17 +173,22 @@ def _prompt_outside(frame: pl.DataFrame) -> list[bool]:
     return out
 
 
+def _passage_cut(frame: pl.DataFrame) -> list[bool]:
+    return [cut_mid_sentence(passages(text), link_pattern(vi["key_format"])) for text, vi in _facts(frame)]
+
+
 READING_CHECKS = (
     Check("chain_resolves", _unresolved, description="following the links from the question's key reaches the answer "
                                                      "through the recorded chain; every key is stated once"),
     Check("answer_once", _answer_not_once, description="the answer occurs exactly once in the prompt"),
     Check("level_labelled", _mislabelled, description="domain is the level, and the chain has the level's keys"),
     Check("prompt_within_window", _prompt_outside, description="prompt tokens in [target - 2%, target]"),
+    Check(PASSAGES_WHOLE.name, _passage_cut, description=PASSAGES_WHOLE.description),
 )
 
 
-# 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS)
-@stage(name=STAGE, version="2", inputs=("world", "tokenizer"), params=ReadingParams,
+# 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS); 3: passages end at sentence ends
+@stage(name=STAGE, version="3", inputs=("world", "tokenizer"), params=ReadingParams,
        outputs={"trajectories": trajectory_contract([STAGE], checks=READING_CHECKS),
                 REJECTED: ITEM_REJECTED.contract()})
 def reading_curriculum(inputs: Mapping[str, Artifact], params: ReadingParams, partition: str) -> dict[str, pl.DataFrame]:

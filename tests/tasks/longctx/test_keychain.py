@@ -33,6 +33,14 @@ def content(row: dict) -> str:
     return json.loads(row["prompt"])[0]["content"]
 
 
+def cut_last_passage(prompt: str) -> str:
+    """The prompt with its last passage ending mid-sentence, as the filler once left it."""
+    messages = json.loads(prompt)
+    passages, sep, question = messages[0]["content"].rpartition("\n\n")
+    messages[0]["content"] = passages + " Notable people born" + sep + question
+    return json.dumps(messages)
+
+
 def follow(text: str, first: str, key_pattern: str) -> tuple[list[str], str]:
     """Trace a chain in the prompt text the way a reader would: find "KEY: value", repeat until a question."""
     keys, key = [], first
@@ -218,6 +226,7 @@ def test_a_local_tokenizer_directory_measures_the_same(tmp_path, default_run):
         (lambda r: {**r, "tokens": r["target_tokens"] + 1}, "length_within_window"),
         (lambda r: {**r, "answer": "Atlantis"}, "answer_in_context"),
         (lambda r: {**r, "chain": [r["chain"][0]] * len(r["chain"])}, "keys_unique_linear"),
+        (lambda r: {**r, "prompt": cut_last_passage(r["prompt"])}, "passages_end_at_sentences"),
     ],
 )
 def test_checks_catch_broken_rows(default_run, tamper, check):

@@ -55,5 +55,10 @@ def test_a_broken_row_fails_the_contract():
     broken = frame.with_columns(pl.Series("messages", [*frame["messages"][:2], json.dumps(messages)]))
     failing = [c.name for c in R.READING_CHECKS if any(c.fn(broken))]
     assert "chain_resolves" in failing
+    user = json.loads(frame.row(0, named=True)["messages"])
+    passages, sep, question = user[0]["content"].rpartition("\n\n")
+    user[0]["content"] = passages + " Maria S. Huff is employed" + sep + question  # the filler's old cut
+    cut = frame.with_columns(pl.Series("messages", [json.dumps(user), *frame["messages"][1:]]))
+    assert [*next(c for c in R.READING_CHECKS if c.name == "passages_end_at_sentences").fn(cut)] == [True, False, False]
     relabelled = frame.with_columns(pl.Series("domain", ["one_hop"] * frame.height))
     assert any(next(c for c in R.READING_CHECKS if c.name == "level_labelled").fn(relabelled))
