@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -180,19 +181,39 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+REDELIVER_S = 0.05
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread while a Runtime is open."""
+
+
 @contextlib.contextmanager
 def _sigterm_raises() -> Iterator[None]:
     """Turn SIGTERM into SystemExit while a Runtime is open, so the ``with`` block unwinds and stops what it
-    started. Only the main thread can install signal handlers; elsewhere this is a no-op."""
+    started. Only the main thread can install signal handlers; elsewhere this is a no-op.
+
+    Python runs a signal handler at whatever the main thread executes next; where that is a finalizer or a callback
+    it ignores exceptions from, the exit would be printed as "Exception ignored" and lost, and the command would run
+    on (seen under load: a stopped `train rl` kept stepping). Such a lost exit is delivered again."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def unraisable(info: Any) -> None:
+        if isinstance(info.exc_value, Terminated):
+            # from another thread, a moment later: sent from here, the handler would run inside this hook
+            threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        else:
+            hook(info)
+
+    previous, hook = signal.signal(signal.SIGTERM, handler), sys.unraisablehook
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook

@@ -20,7 +20,7 @@ import pytest
 
 from data_contracts.roots import DataRootError, data_root, writable_data_root
 from flows.prefect_server import ServerHome, ServerLease, healthy, stop_server
-from flows.runtime import Runtime, RuntimeStartError
+from flows.runtime import Runtime, RuntimeStartError, _sigterm_raises
 
 
 @pytest.mark.parametrize(("arg", "env", "expected"), [("given", "from-env", "given"), (None, "from-env", "from-env"),
@@ -96,6 +96,26 @@ def test_sigterm_stops_the_server_and_the_cluster(tmp_path: Path, monkeypatch: p
         time.sleep(0.2)
     assert not [pid for pid in children if Path(f"/proc/{pid}").exists()], "every child process is gone"
     assert not record.exists(), "the server record is removed with its server"
+
+
+class SignalledInFinalizer:
+    """Sends SIGTERM from its finalizer and runs on in it: the handler runs where Python ignores exceptions."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+
+
+def test_a_sigterm_lost_in_a_finalizer_is_delivered_again(capsys: pytest.CaptureFixture[str]) -> None:
+    deadline, hook, handler = time.monotonic() + 5, sys.unraisablehook, signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped, _sigterm_raises():
+        SignalledInFinalizer()  # dropped at once
+        while time.monotonic() < deadline:  # without the second delivery this runs to its end
+            pass
+    assert stopped.value.code == 143 and time.monotonic() < deadline
+    assert "Exception ignored" not in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is handler and sys.unraisablehook is hook  # both given back
 
 
 @pytest.mark.parametrize("setup", ["a file", "under a file"])
