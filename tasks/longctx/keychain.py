@@ -75,6 +75,7 @@ def link_pattern(key_format: str) -> re.Pattern[str]:
     key = KEY_FORMATS[key_format][2]
     return re.compile(rf'(?<![0-9A-Za-z])({key}): (?:"([^"]*)"|({key})(?![0-9A-Za-z]))')
 
+
 INSTRUCTION = (
     "Read the passages below. Some sentences in them are links of the form KEY: VALUE, where the value is either "
     "another key or a question in double quotes."
@@ -422,6 +423,7 @@ def _answer_absent(frame: pl.DataFrame) -> list[bool]:
 
 
 def _passage_cut(frame: pl.DataFrame) -> list[bool]:
+    # regular QA rows have no links and no key_format: any format's pattern finds nothing to take out
     return [cut_mid_sentence(passages(_content(row["prompt"])), link_pattern(row.get("key_format") or "uuid32"))
             for row in _rows(frame)]
 

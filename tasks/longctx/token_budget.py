@@ -5,8 +5,8 @@ applied); count each document once per stage run (the pool is shared by all item
 prompt is built from blocks (documents or paragraphs) whose counts are cached, whole blocks are added while they
 fit under a goal inside the window, the first block whose text can end at a sentence end inside the remaining budget
 is cut there (a reader never meets a document that stops mid-sentence), and one exact tokenization of the final
-prompt decides. If a tokenizer is not additive at
-block boundaries the estimate can miss; the cut block (the "filler") is then resized a bounded number of times.
+prompt decides. If a tokenizer is not additive at block boundaries the estimate can miss; the cut block (the
+"filler") is then resized a bounded number of times.
 """
 
 from __future__ import annotations
