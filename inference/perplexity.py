@@ -86,10 +86,14 @@ class HFScorer:
 
     def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         torch = self.torch
-        encoded = [self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True) for t in texts]
-        sequences = [e["input_ids"] for e in encoded]
-        offsets = [np.array([o[0] for o in e["offset_mapping"]][1:], dtype=np.int64) for e in encoded]
-        chunks = [(i, list(seq[s:s + self.max_positions])) for i, seq in enumerate(sequences)
+        # arrays as soon as each text is encoded: held as the tokenizer's Python lists, the ids and offsets of a
+        # 15K-trajectory pool (~30M tokens) took a Dask worker past 11 GB and the kernel killed it
+        sequences, offsets = [], []
+        for text in texts:
+            e = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            sequences.append(np.asarray(e["input_ids"], dtype=np.int64))
+            offsets.append(np.asarray([start for start, _end in e["offset_mapping"][1:]], dtype=np.int64))
+        chunks = [(i, seq[s:s + self.max_positions]) for i, seq in enumerate(sequences)
                   for s in range(0, max(len(seq), 1), self.max_positions)]
         parts: list[list[np.ndarray]] = [[] for _ in sequences]
         order = sorted(range(len(chunks)), key=lambda c: len(chunks[c][1]))  # similar lengths share a batch
@@ -100,7 +104,7 @@ class HFScorer:
                 ids = torch.zeros((len(batch), width), dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
                 for r, (_, seq) in enumerate(batch):
-                    ids[r, :len(seq)] = torch.tensor(seq)
+                    ids[r, :len(seq)] = torch.from_numpy(seq)
                     mask[r, :len(seq)] = 1
                 logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
                 logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
