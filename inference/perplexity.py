@@ -86,8 +86,8 @@ class HFScorer:
 
     def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         torch = self.torch
-        # arrays as soon as each text is encoded: held as the tokenizer's Python lists, the ids and offsets of a
-        # 15K-trajectory pool (~30M tokens) took a Dask worker past 11 GB and the kernel killed it
+        # arrays as soon as each text is encoded: the tokenizer's Python lists cost 150 bytes a token (16 as arrays,
+        # bench/RESULTS.md), about 5.7 GB for the small profile's 38M-token pool in an 11.8 GB Dask worker
         sequences, offsets = [], []
         for text in texts:
             e = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
