@@ -195,7 +195,7 @@ def _sigterm_raises() -> Iterator[None]:
 
     Python runs a signal handler at whatever the main thread executes next; where that is a finalizer or a callback
     it ignores exceptions from, the exit would be printed as "Exception ignored" and lost, and the command would run
-    on (seen under load: a stopped `train rl` kept stepping). Such a lost exit is delivered again."""
+    on. Such a lost exit is delivered again."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

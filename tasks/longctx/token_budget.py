@@ -53,7 +53,7 @@ def boundaries(text: str) -> list[int]:
 
 def cut_mid_sentence(passages: Sequence[str], inserted: re.Pattern[str]) -> bool:
     """Whether a passage ends inside a sentence once the sentences a stage inserted (``inserted``: links, needles)
-    are taken out: a document that stops mid-thought, which the filler once left before the question."""
+    are taken out: a document that stops mid-thought."""
     return any(not _CLOSED.search(inserted.sub("", p).rstrip()) for p in passages)
 
 

@@ -34,7 +34,7 @@ def content(row: dict) -> str:
 
 
 def cut_last_passage(prompt: str) -> str:
-    """The prompt with its last passage ending mid-sentence, as the filler once left it."""
+    """The prompt with its last passage ending mid-sentence."""
     messages = json.loads(prompt)
     passages, sep, question = messages[0]["content"].rpartition("\n\n")
     messages[0]["content"] = passages + " Notable people born" + sep + question

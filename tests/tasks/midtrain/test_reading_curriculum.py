@@ -57,7 +57,7 @@ def test_a_broken_row_fails_the_contract():
     assert "chain_resolves" in failing
     user = json.loads(frame.row(0, named=True)["messages"])
     passages, sep, question = user[0]["content"].rpartition("\n\n")
-    user[0]["content"] = passages + " Maria S. Huff is employed" + sep + question  # the filler's old cut
+    user[0]["content"] = passages + " Maria S. Huff is employed" + sep + question  # a cut at a word
     cut = frame.with_columns(pl.Series("messages", [json.dumps(user), *frame["messages"][1:]]))
     assert [*next(c for c in R.READING_CHECKS if c.name == "passages_end_at_sentences").fn(cut)] == [True, False, False]
     relabelled = frame.with_columns(pl.Series("domain", ["one_hop"] * frame.height))
