@@ -203,8 +203,11 @@ def _sigterm_raises() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         raise Terminated(128 + signum)
 
+    # while a flow runs, Prefect's own SIGTERM handler raises its TerminationSignal instead
+    from prefect.exceptions import TerminationSignal
+
     def unraisable(info: Any) -> None:
-        if isinstance(info.exc_value, Terminated):
+        if isinstance(info.exc_value, Terminated | TerminationSignal):
             # from another thread, a moment later: sent from here, the handler would run inside this hook
             threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signal.SIGTERM)).start()
         else:

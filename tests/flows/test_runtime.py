@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from prefect.exceptions import TerminationSignal
 
 from data_contracts.roots import DataRootError, data_root, writable_data_root
 from flows.prefect_server import ServerHome, ServerLease, healthy, stop_server
@@ -107,13 +108,23 @@ class SignalledInFinalizer:
             pass
 
 
-def test_a_sigterm_lost_in_a_finalizer_is_delivered_again(capsys: pytest.CaptureFixture[str]) -> None:
+def raise_termination_signal(signum: int, frame: object) -> None:
+    raise TerminationSignal(signum)
+
+
+@pytest.mark.parametrize("flow_running", [False, True])
+def test_a_sigterm_lost_in_a_finalizer_is_delivered_again(capsys: pytest.CaptureFixture[str],
+                                                          flow_running: bool) -> None:
+    """While a flow runs, Prefect's own SIGTERM handler raises its TerminationSignal instead."""
     deadline, hook, handler = time.monotonic() + 5, sys.unraisablehook, signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as stopped, _sigterm_raises():
+    with pytest.raises(TerminationSignal if flow_running else SystemExit) as stopped, _sigterm_raises():
+        if flow_running:
+            signal.signal(signal.SIGTERM, raise_termination_signal)
         SignalledInFinalizer()  # dropped at once
         while time.monotonic() < deadline:  # without the second delivery this runs to its end
             pass
-    assert stopped.value.code == 143 and time.monotonic() < deadline
+    assert (stopped.value.signal == signal.SIGTERM if flow_running else stopped.value.code == 143)
+    assert time.monotonic() < deadline
     assert "Exception ignored" not in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is handler and sys.unraisablehook is hook  # both given back
 
