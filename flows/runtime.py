@@ -207,9 +207,11 @@ def _sigterm_raises() -> Iterator[None]:
     from prefect.exceptions import TerminationSignal
 
     def unraisable(info: Any) -> None:
-        if isinstance(info.exc_value, Terminated | TerminationSignal):
+        lost = (signal.SIGTERM if isinstance(info.exc_value, Terminated | TerminationSignal)
+                else signal.SIGINT if isinstance(info.exc_value, KeyboardInterrupt) else None)
+        if lost is not None:
             # from another thread, a moment later: sent from here, the handler would run inside this hook
-            threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            threading.Timer(REDELIVER_S, os.kill, (os.getpid(), lost)).start()
         else:
             hook(info)
 

@@ -102,8 +102,10 @@ def test_sigterm_stops_the_server_and_the_cluster(tmp_path: Path, monkeypatch: p
 class SignalledInFinalizer:
     """Sends SIGTERM from its finalizer and runs on in it: the handler runs where Python ignores exceptions."""
 
+    signum = signal.SIGTERM
+
     def __del__(self) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), self.signum)
         for _ in range(1000):
             pass
 
@@ -212,3 +214,14 @@ def test_a_server_stops_when_its_run_is_killed_and_a_detached_one_stays(tmp_path
     time.sleep(2)
     assert _processes([guardian]), "a server left up on purpose (ui --detach) stays without a run"
     assert stop_server(root) and not _processes([guardian])
+
+
+def test_a_ctrl_c_lost_in_a_finalizer_is_delivered_again() -> None:
+    finalizer = SignalledInFinalizer()
+    finalizer.signum = signal.SIGINT
+    deadline = time.monotonic() + 5
+    with pytest.raises(KeyboardInterrupt), _sigterm_raises():
+        del finalizer
+        while time.monotonic() < deadline:
+            pass
+    assert time.monotonic() < deadline
