@@ -8,6 +8,11 @@ trajectories tokenized with the base model's chat template and tools, loss on th
 flag is set (``training/sft_data.py``), minus an eval split held out by lineage, on which loss and tool-call
 validity (``training/sft_eval.py``) are measured before the first step and at the end.
 
+With ``lora`` set, the base stays frozen and low-rank adapters (``peft``, TRL's ``peft_config``) train on the
+projections of its top layers only, so the backward pass stops there; the trained adapter is merged into the published
+weights (every engine serves them as any checkpoint) and kept beside them under ``adapter/``. TRL evaluates the
+output layer at the trained positions only (its fused LM head), whatever the adapter.
+
 Config fields carry TRL's names. CPU (``use_cpu``; fp32, or ``bf16`` autocast where the cores have bf16 units) and
 GPU (``bf16``, ``gradient_checkpointing``, several processes through ``accelerate launch`` with ``num_processes``)
 differ by config alone. Checkpoints go every
@@ -60,6 +65,34 @@ COMPLETE = "gymforge_checkpoint_complete"  # written into a checkpoint directory
 log = logging.getLogger("gymforge.sft")
 
 
+class LoraSettings(Params):
+    """Low-rank adapters on a frozen base (peft's ``LoraConfig``)."""
+
+    r: int = Field(16, gt=0, description="adapter rank")
+    alpha: int = Field(32, gt=0, description="adapter scale numerator: updates are scaled by alpha / r")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input")
+    layers: int | None = Field(8, gt=0, description="adapt the top this many transformer layers only, so the "
+                               "backward pass stops below them (None: every layer)")
+    target_modules: list[str] = Field(default_factory=lambda: list(PROJECTIONS), min_length=1,
+                                      description="the linear modules (by name) that get an adapter")
+
+    def config(self, num_layers: int) -> Any:
+        """peft's ``LoraConfig`` for a model of ``num_layers`` transformer layers."""
+        from peft import LoraConfig
+
+        if self.layers is not None and self.layers > num_layers:
+            raise StageError(f"lora.layers={self.layers}: the base has {num_layers} layers; set at most that, or "
+                             "null for every layer")
+        top = None if self.layers is None else list(range(num_layers - self.layers, num_layers))
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, bias="none",
+                          target_modules=list(self.target_modules), layers_to_transform=top, task_type="CAUSAL_LM")
+
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Every linear projection of a Llama/Qwen-style layer: adapters on all of them learn as full fine-tuning does."""
+ADAPTER = "adapter"  # the subdirectory of a model artifact that keeps the trained adapter (peft's format)
+
+
 class SFTParams(Params):
     """The SFT config: TRL's ``SFTConfig`` names and meanings (defaults of our own where TRL's are wrong here)."""
 
@@ -82,6 +115,8 @@ class SFTParams(Params):
     padding_free: bool = Field(False, description="flatten each batch into one row with position ids")
     train_sampling_strategy: Literal["random", "group_by_length"] = Field(
         "group_by_length", description="group batches of similar length (less padding without packing) or random")
+    lora: LoraSettings | None = Field(None, description="train low-rank adapters on a frozen base and merge them "
+                                      "into the published weights (None: train every weight)")
     # optimisation
     num_train_epochs: float = Field(3.0, gt=0, description="epochs over the training examples (when max_steps<0)")
     max_steps: int = Field(-1, description="optimizer steps; -1 runs num_train_epochs")
@@ -363,6 +398,7 @@ def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: 
         model=model, args=sft_config(params, output_dir, evaluate, resuming),
         train_dataset=Dataset.from_list(train_rows), eval_dataset=Dataset.from_list(eval_rows) if evaluate else None,
         processing_class=tokenizer, callbacks=_callbacks(progress),
+        peft_config=params.lora.config(model.config.num_hidden_layers) if params.lora else None,
     )
     trainer.remove_callback(PrinterCallback)  # its dict of stringified logs: the Report callback says it better
     for callback in trainer.callback_handler.callbacks:
@@ -387,6 +423,18 @@ def fit(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: list[dict
     return trainer.model, list(trainer.state.log_history)
 
 
+def merge_adapter(model: Any, adapter_dir: Path | None = None) -> Any:
+    """A trained model as plain transformers weights: an adapter-wrapped one (peft) has its adapter saved to
+    ``adapter_dir`` (when given) and merged into the base weights; any other model is returned as it is."""
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):
+        return model
+    if adapter_dir is not None:
+        model.save_pretrained(str(adapter_dir))
+    return model.merge_and_unload()
+
+
 def _launch(spec: dict[str, Any], output_dir: Path, processes: int, cpu: bool) -> tuple[Any, list[dict[str, Any]]]:
     """Run :func:`fit` in ``processes`` processes under ``accelerate launch``; process 0 writes the trained model
     and the log history, which are read back here."""
@@ -401,7 +449,7 @@ def _launch(spec: dict[str, Any], output_dir: Path, processes: int, cpu: bool) -
         raise RuntimeError(f"`accelerate launch` of the SFT run exited with {done.returncode}")
     final = output_dir / "final"
     history = json.loads((final / "log_history.json").read_text())
-    return AutoModelForCausalLM.from_pretrained(str(final), local_files_only=True), history
+    return AutoModelForCausalLM.from_pretrained(str(final), local_files_only=True), history  # merged (sft_launch)
 
 
 # --- figures ---------------------------------------------------------------------------------------------------------
@@ -442,11 +490,22 @@ def _eval_at(metrics: pl.DataFrame, last: bool) -> dict[str, float]:
     return dict(zip(chosen["name"], chosen["value"], strict=True))
 
 
+def adapter_card(directory: Path) -> dict[str, Any] | None:
+    """What the merged adapter was (peft's ``adapter_config.json``: rank, scale, layers, modules), for the card."""
+    config = directory / "adapter_config.json"
+    if not config.is_file():
+        return None
+    saved = json.loads(config.read_text())
+    return {"directory": ADAPTER, "r": saved["r"], "alpha": saved["lora_alpha"],
+            "layers": saved.get("layers_to_transform"), "target_modules": sorted(saved["target_modules"])}
+
+
 # --- the stage -------------------------------------------------------------------------------------------------------
 
 
 # 2: a base directory whose tokenizer lacks the tool tags keeps spelling them in its own pieces
-@stage(name=STAGE, version="2", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
+# 3: low-rank adapters (lora) merged into the published weights, the adapter kept under adapter/
+@stage(name=STAGE, version="3", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
        directory=MODEL_DIRECTORY,
        outputs={"metrics": TRAINING_METRIC.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1),
                 REJECTED: SFT_REJECTED.contract()})
@@ -479,8 +538,11 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
                 "train_rows": train_rows, "eval_rows": eval_rows,
                 "eval_turns": [dataclasses.asdict(t) for t in eval_turns]}
         model, history = _launch(spec, output_dir, params.num_processes, params.use_cpu)
+        if (output_dir / "final" / ADAPTER).is_dir():
+            shutil.copytree(output_dir / "final" / ADAPTER, out_dir / ADAPTER)
     else:
         model, history = fit(model, tokenizer, train_rows, eval_rows, eval_turns, params, output_dir, resume_from)
+        model = merge_adapter(model, out_dir / ADAPTER)
     metrics = metrics_frame(history)
     steps = int(metrics["step"].max()) if not metrics.is_empty() else 0
     if not params.allow_untrained and equals_parent(model, base_dir):
@@ -492,6 +554,7 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
             "config": params.model_dump(mode="json"), "steps": steps, "examples": len(train),
             "eval_examples": len(held), "metrics": final_eval(metrics), "metrics_before": first_eval(metrics),
             "chat_template": template.card(), "code_version": dict(code_version()),
+            "adapter": adapter_card(out_dir / ADAPTER),
             "resumed_from_step": int(resume_from.name.split("-")[-1]) if resume_from else None}
     save_model(model, tokenizer, out_dir, card)
     saved = read_card(out_dir)

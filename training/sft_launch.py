@@ -1,6 +1,7 @@
 """One process of a multi-process SFT run: ``accelerate launch -m training.sft_launch SPEC.json`` (started by the
 ``sft`` stage when ``num_processes`` > 1). Every process trains its shard of each batch; process 0 writes the trained
-model and the trainer's log history to ``<output_dir>/final`` for the stage to publish."""
+model (an adapter merged into it and kept under ``adapter/``) and the trainer's log history to ``<output_dir>/final``
+for the stage to publish."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 def main(spec_path: str) -> None:
     from accelerate import PartialState
 
-    from training.sft import SFTParams, fit, load_base
+    from training.sft import ADAPTER, SFTParams, fit, load_base, merge_adapter
     from training.sft_eval import CallTurn
 
     spec = json.loads(Path(spec_path).read_text())
@@ -25,7 +26,7 @@ def main(spec_path: str) -> None:
                          resume_from, progress=False)
     if PartialState().is_main_process:
         final = output_dir / "final"
-        model.save_pretrained(str(final))
+        merge_adapter(model, final / ADAPTER).save_pretrained(str(final))
         (final / "log_history.json").write_text(json.dumps(history))
 
 
