@@ -57,7 +57,7 @@ from training.sft_data import (
     in_eval_split,
     read_trajectories,
 )
-from training.sft_eval import CallTurn, call_turns, tool_call_validity
+from training.sft_eval import CallTurn, call_turns, change_interval, mean_figures, score_turns
 
 STAGE = "sft"
 REPORT_PACKAGES = {"azure_ml": "azureml"}  # report_to name -> the package it needs, where they differ
@@ -308,6 +308,7 @@ def _trainer_class() -> type:
         a function of (seed, epoch), so a resumed run trains exactly the batches an uninterrupted one does."""
 
         eval_turns: Sequence[CallTurn] = ()
+        first_scores: list[dict[str, bool]] | None = None  # each held-out turn at the first evaluation
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
             sampler = super()._get_train_sampler(train_dataset)
@@ -319,8 +320,13 @@ def _trainer_class() -> type:
         def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
             metrics = super().evaluate(*args, **kwargs)
             if self.eval_turns:
-                figures = {f"eval_{k}": v for k, v in tool_call_validity(self.model, self.processing_class,
-                                                                         self.eval_turns).items()}
+                scores = score_turns(self.model, self.processing_class, self.eval_turns)
+                figures = {f"eval_{k}": v for k, v in mean_figures(scores).items()}
+                if self.first_scores is None:
+                    self.first_scores = scores
+                else:  # the change since the first evaluation, with its interval (a learning claim)
+                    change = change_interval(self.first_scores, scores, self.eval_turns)
+                    figures.update({f"eval_tool_call_valid_{k}": v for k, v in change.items()})
                 self.log(figures)
                 metrics.update(figures)
             return metrics

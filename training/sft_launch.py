@@ -19,7 +19,8 @@ def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     params = SFTParams.model_validate(spec["params"])
     model, tokenizer, _ = load_base(Path(spec["base_dir"]), params.chat_template)
-    turns = [CallTurn(tuple(t["messages"]), tuple(t["tools"]), t["name"], t["arguments"]) for t in spec["eval_turns"]]
+    turns = [CallTurn(tuple(t["messages"]), tuple(t["tools"]), t["name"], t["arguments"], t["trajectory"])
+             for t in spec["eval_turns"]]
     output_dir = Path(spec["output_dir"])
     resume_from = Path(spec["resume_from"]) if spec["resume_from"] else None
     model, history = fit(model, tokenizer, spec["train_rows"], spec["eval_rows"], turns, params, output_dir,
