@@ -45,6 +45,7 @@ from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
+from training.adapters import ADAPTER, LoraSettings, adapter_card, merge_adapter
 from training.sft_data import (
     AUTO,
     GYMFORGE,
@@ -63,34 +64,6 @@ STAGE = "sft"
 REPORT_PACKAGES = {"azure_ml": "azureml"}  # report_to name -> the package it needs, where they differ
 COMPLETE = "gymforge_checkpoint_complete"  # written into a checkpoint directory once the trainer saved all of it
 log = logging.getLogger("gymforge.sft")
-
-
-class LoraSettings(Params):
-    """Low-rank adapters on a frozen base (peft's ``LoraConfig``)."""
-
-    r: int = Field(16, gt=0, description="adapter rank")
-    alpha: int = Field(32, gt=0, description="adapter scale numerator: updates are scaled by alpha / r")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input")
-    layers: int | None = Field(8, gt=0, description="adapt the top this many transformer layers only, so the "
-                               "backward pass stops below them (None: every layer)")
-    target_modules: list[str] = Field(default_factory=lambda: list(PROJECTIONS), min_length=1,
-                                      description="the linear modules (by name) that get an adapter")
-
-    def config(self, num_layers: int) -> Any:
-        """peft's ``LoraConfig`` for a model of ``num_layers`` transformer layers."""
-        from peft import LoraConfig
-
-        if self.layers is not None and self.layers > num_layers:
-            raise StageError(f"lora.layers={self.layers}: the base has {num_layers} layers; set at most that, or "
-                             "null for every layer")
-        top = None if self.layers is None else list(range(num_layers - self.layers, num_layers))
-        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, bias="none",
-                          target_modules=list(self.target_modules), layers_to_transform=top, task_type="CAUSAL_LM")
-
-
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""Every linear projection of a Llama/Qwen-style layer: adapters on all of them learn as full fine-tuning does."""
-ADAPTER = "adapter"  # the subdirectory of a model artifact that keeps the trained adapter (peft's format)
 
 
 class SFTParams(Params):
@@ -429,18 +402,6 @@ def fit(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: list[dict
     return trainer.model, list(trainer.state.log_history)
 
 
-def merge_adapter(model: Any, adapter_dir: Path | None = None) -> Any:
-    """A trained model as plain transformers weights: an adapter-wrapped one (peft) has its adapter saved to
-    ``adapter_dir`` (when given) and merged into the base weights; any other model is returned as it is."""
-    from peft import PeftModel
-
-    if not isinstance(model, PeftModel):
-        return model
-    if adapter_dir is not None:
-        model.save_pretrained(str(adapter_dir))
-    return model.merge_and_unload()
-
-
 def _launch(spec: dict[str, Any], output_dir: Path, processes: int, cpu: bool) -> tuple[Any, list[dict[str, Any]]]:
     """Run :func:`fit` in ``processes`` processes under ``accelerate launch``; process 0 writes the trained model
     and the log history, which are read back here."""
@@ -494,16 +455,6 @@ def _eval_at(metrics: pl.DataFrame, last: bool) -> dict[str, float]:
         return {}
     chosen = evals.filter(pl.col("step") == (evals["step"].max() if last else evals["step"].min()))
     return dict(zip(chosen["name"], chosen["value"], strict=True))
-
-
-def adapter_card(directory: Path) -> dict[str, Any] | None:
-    """What the merged adapter was (peft's ``adapter_config.json``: rank, scale, layers, modules), for the card."""
-    config = directory / "adapter_config.json"
-    if not config.is_file():
-        return None
-    saved = json.loads(config.read_text())
-    return {"directory": ADAPTER, "r": saved["r"], "alpha": saved["lora_alpha"],
-            "layers": saved.get("layers_to_transform"), "target_modules": sorted(saved["target_modules"])}
 
 
 # --- the stage -------------------------------------------------------------------------------------------------------

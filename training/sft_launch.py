@@ -13,7 +13,8 @@ from pathlib import Path
 def main(spec_path: str) -> None:
     from accelerate import PartialState
 
-    from training.sft import ADAPTER, SFTParams, fit, load_base, merge_adapter
+    from training.adapters import ADAPTER, merge_adapter
+    from training.sft import SFTParams, fit, load_base
     from training.sft_eval import CallTurn
 
     spec = json.loads(Path(spec_path).read_text())

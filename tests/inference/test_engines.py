@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -213,7 +214,7 @@ def test_a_growing_conversation_prefills_only_what_is_new_and_decodes_as_afresh(
         assert completion.token_ids == alone.token_ids
         assert completion.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
     assert outputs[0][1] == outputs[0][2]  # nothing kept yet: the whole first prompt
-    for (_, _, previous), (_, prefilled, prompt) in zip(outputs, outputs[1:]):
+    for (_, _, previous), (_, prefilled, prompt) in itertools.pairwise(outputs):
         assert prefilled <= prompt - previous  # the later ones: only the messages added since
 
 

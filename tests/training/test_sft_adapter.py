@@ -11,7 +11,8 @@ import pytest
 import torch
 from sft_fixtures import micro_base, trajectories, trajectory_artifact
 
-from training.sft import ADAPTER, LoraSettings, SFTParams, load_base, make_trainer, merge_adapter, sft
+from training.adapters import ADAPTER, LoraSettings, merge_adapter
+from training.sft import SFTParams, load_base, make_trainer, sft
 from training.sft_data import build_examples
 
 FAST = {"max_length": 1024, "learning_rate": 5e-2, "per_device_train_batch_size": 2, "logging_steps": 1,
