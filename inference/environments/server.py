@@ -204,6 +204,10 @@ def create_app(served: ServedTasks, settings: ServerSettings | None = None) -> F
     async def tasks() -> dict[str, Any]:
         return {"artifact": served.source, "tasks": served.listing()}
 
+    @app.exception_handler(ValueError)
+    async def refused(request: Request, exc: ValueError) -> JSONResponse:  # a reset naming no served task
+        return JSONResponse(status_code=422, content={"detail": str(exc)})
+
     @app.middleware("http")
     async def limit_body(request: Request, call_next: Any) -> Any:
         length = request.headers.get("content-length")

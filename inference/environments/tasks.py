@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envgen.runtime import json_field
@@ -64,7 +65,7 @@ class ServedTasks:
             raise ValueError(f"{artifact.stage}/{artifact.key} has no tasks output (its outputs: "
                              f"{', '.join(artifact.outputs)}); serve environments, small_envs, noisy_tasks or "
                              "eval_random_envs")
-        holders = [artifact, *inputs.values()]
+        holders = [artifact] if "environments" in artifact.outputs else list(inputs.values())
         environments = [row for a in holders if "environments" in a.outputs
                         for row in a.read("environments").iter_rows(named=True)]
         tasks = artifact.read("tasks").to_dicts()
@@ -122,3 +123,27 @@ def golden_actions(task: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"name": a["name"], "arguments": json_field(a["arguments"]) if isinstance(a["arguments"], str)
              else a["arguments"]} for a in json_field(task["golden_actions"])]
 
+
+
+def inputs_of(artifact: Any, store: Any) -> dict[str, Any]:
+    """The published input artifacts of ``artifact`` by stage (they hold a twin artifact's environments)."""
+    inputs = {}
+    for stage, key in (artifact.manifest.get("input_keys") or {}).items():
+        found = store.get(stage, key)
+        if found is None:
+            raise ValueError(f"{artifact.stage}/{artifact.key} reads {stage}/{key}, which is not published in "
+                             f"{store.root}")
+        inputs[stage] = found
+    return inputs
+
+
+def served_artifact(ref: str, data_dir: str | Path | None = None) -> ServedTasks:
+    """The tasks of the published artifact ``ref`` names (its key, or a stage with one published artifact) in the
+    data root (``data_dir``, else ``$GYMFORGE_DATA``, else ``./data``), with its inputs' environments."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.roots import data_root, open_store, published
+
+    root = data_root(data_dir)
+    store = open_store(root)
+    artifact = published(Catalog(root), store, ref)
+    return ServedTasks.from_artifact(artifact, inputs_of(artifact, store))
