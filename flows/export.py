@@ -113,10 +113,16 @@ def environment_rows(source: str, output: str | None, format: Format, profile: s
     from inference.environments.tasks import ServedTasks, inputs_of
 
     path = Path(source)
-    if format not in ("trl", *RL_PARQUET) or output not in (None, "tasks") or path.exists():
+    if format not in ("trl", *RL_PARQUET) or output not in (None, "tasks"):
         return None
-    stage = stage_named(source)
-    if "tasks" not in stage.outputs:
+    if path.is_dir():  # an artifact directory holding its environments (all but noisy_tasks)
+        tasks, environments = path / "tasks.parquet", path / "environments.parquet"
+        if not (tasks.is_file() and environments.is_file()):
+            return None
+        served = ServedTasks.from_rows(pl.read_parquet(environments).iter_rows(named=True),
+                                       pl.read_parquet(tasks).to_dicts(), f"{path.parent.name}/{path.name}")
+        return rows_of(served, format, distractors)  # type: ignore[arg-type]
+    if path.exists() or "tasks" not in stage_named(source).outputs:
         return None
     artifact = stage_artifact(source, profile, data_dir)
     if "env_id" not in artifact.scan("tasks").collect_schema().names():
