@@ -117,7 +117,7 @@ class GymforgeEnvironment(MCPEnvironment):
     def _register_tools(self) -> None:
         server = self._require_mcp_server()
         for name in self._registered:
-            server.remove_tool(name)
+            server.local_provider.remove_tool(name)
         self._registered = []
         for schema in self.episode.tools:
             fn = schema["function"]

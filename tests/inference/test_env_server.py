@@ -241,3 +241,21 @@ def test_sessions_are_capped_and_idle_ones_closed(served: Any) -> None:
                     return opened, await settled(time.monotonic() + 12)
 
         assert asyncio.run(idle()) == (1, 0)
+
+
+def test_a_session_reset_onto_another_task_offers_that_tasks_tools(url: str, served: Any) -> None:
+    first, second = sorted(served.tasks.values(), key=lambda t: t["task_id"])
+
+    async def two_episodes() -> tuple[set[str], set[str], float]:
+        async with MCPToolClient(base_url=url) as env:
+            await env.reset(task_id=first["task_id"])
+            before = {t.name for t in await env.list_tools(use_cache=False)}
+            await env.reset(task_id=second["task_id"])
+            after = {t.name for t in await env.list_tools(use_cache=False)}
+        return before, after, (await replay(url, second, golden_actions(second))).reward
+
+    before, after, reward = asyncio.run(two_episodes())
+    def names(task: dict[str, Any]) -> set[str]:
+        return {s["function"]["name"] for s in json_field(served.environment_of(task)["tools"])} | {"respond"}
+
+    assert (before, after, reward) == (names(first), names(second), 1.0)
