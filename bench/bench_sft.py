@@ -34,11 +34,11 @@ trainer's own batches).
     .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
         [--heldout-from midtrain_env eval_random_envs small_envs] [--set learning_rate=3e-3] [--init 256:4]
     .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--field bf16] [--no-record]
-    .venv/bin/python -m bench.bench_sft scoring [--heldout-from midtrain_env] [--batch-sizes 1 8] [--max-tokens 128]
+    .venv/bin/python -m bench.bench_sft scoring [--heldout-from midtrain_env] [--max-tokens 128]
 
-``scoring``: the teacher-forced held-out scoring of the base at each ``--batch-sizes`` (prompts decoded together,
-sorted by length), one after the other in one process: turns per second and how many turns score the same as at
-the first batch size (left padding changes numerics, not what greedy decoding should pick).
+``scoring``: the teacher-forced held-out scoring of the base decoded two ways, one after the other in one process:
+every prompt prefilled whole and decoded to ``--max-tokens`` (as before), and the engine's kept prefix with decoding
+stopped at the first call's end (now): turns per second, the figures, and how many turns score the same.
 """
 
 from __future__ import annotations
@@ -629,6 +629,7 @@ def padding_waste(trainer: Any) -> tuple[float, int]:
 
 
 def throughput(args: argparse.Namespace) -> None:
+    from training.adapters import LoraSettings
     from training.sft import load_base, make_trainer
 
     base_dir, params, _, frame = resolve(args)
@@ -637,7 +638,10 @@ def throughput(args: argparse.Namespace) -> None:
     lengths = sorted(len(r["input_ids"]) for r in rows)
     results = {}
     for value in (False, True):
-        arm = params.model_copy(update={args.field: value, "max_steps": args.steps, "save_steps": 10 * args.steps})
+        setting = (params.lora or LoraSettings()) if args.field == "lora" and value else value
+        if args.field == "lora" and not value:
+            setting = None
+        arm = params.model_copy(update={args.field: setting, "max_steps": args.steps, "save_steps": 10 * args.steps})
         scratch = Path(tempfile.mkdtemp(prefix="bench-sft-tp-"))
         try:
             trainer = make_trainer(load_base(base_dir)[0], tokenizer, rows, [], [], arm, scratch, progress=False)
@@ -665,6 +669,11 @@ def throughput(args: argparse.Namespace) -> None:
     report(lines, record=not args.no_record)
 
 
+DECODING = {"whole prompts, to max tokens": {"prefix_cache": False, "first_call": False},
+            "kept prefix, to the first call's end": {"prefix_cache": True, "first_call": True}}
+"""The held-out decoding before and after the engine kept its prefix cache and scoring stopped at the first call."""
+
+
 def scoring(args: argparse.Namespace) -> None:
     from training.sft import load_base
     from training.sft_eval import score_turns
@@ -673,23 +682,27 @@ def scoring(args: argparse.Namespace) -> None:
     model, tokenizer = load_base(base_dir)[:2]
     turns = [turn for held in held_out_sets(args, tasks) for turn in held.turns]
     results = {}
-    for size in args.batch_sizes:
+    for name, decoding in DECODING.items():
         started = time.perf_counter()
-        scores = score_turns(model, tokenizer, turns, max_new_tokens=args.max_tokens, batch_size=size)
-        results[size] = (time.perf_counter() - started, scores)
-        print(f"  batch {size}: {len(turns) / results[size][0]:.2f} turns/s", flush=True)
-    first = results[args.batch_sizes[0]][1]
-    lines = ["", (f"## Held-out tool-call scoring in batches (bench_sft.py scoring, {time.strftime('%Y-%m-%d')}, "
-                 f"{machine()})"), "",
+        scores = score_turns(model, tokenizer, turns, max_new_tokens=args.max_tokens, **decoding)
+        results[name] = (time.perf_counter() - started, scores)
+        print(f"  {name}: {len(turns) / results[name][0]:.3f} turns/s", flush=True)
+    (before, (first_wall, first)), (after, (last_wall, last)) = results.items()
+    lines = ["", (f"## Held-out tool-call scoring: kept prefix and first call against whole prompts (bench_sft.py "
+                  f"scoring, {time.strftime('%Y-%m-%d')}, {machine()})"), "",
              (f"`python -m bench.bench_sft scoring {' '.join(args.argv)}`: base `{args.base}`, {len(turns)} held-out "
-             f"turns of {', '.join(args.heldout_from)}, greedy, up to {args.max_tokens} tokens each."), "",
-             "| batch size | wall s | turns/s | turns scored as at the first size |", "|---|---|---|---|"]
-    for size, (wall, scores) in results.items():
-        lines.append(f"| {size} | {wall:.1f} | {len(turns) / wall:.2f} | "
-                     f"{sum(a == b for a, b in zip(scores, first, strict=True))} of {len(turns)} |")
-    sizes = args.batch_sizes
-    lines += ["", (f"Batch {sizes[-1]} / batch {sizes[0]} turns per second: "
-                  f"**{results[sizes[0]][0] / results[sizes[-1]][0]:.2f}x**."), ""]
+              f"turns of {', '.join(args.heldout_from)} ({len({t.trajectory for t in turns})} trajectories), greedy, "
+              f"up to {args.max_tokens} tokens each, one prompt at a time, the two paths one after the other in one "
+              "process."), "",
+             "| decoding | wall s | turns/s | parsable | valid | exact |", "|---|---|---|---|---|---|"]
+    for name, (wall, scores) in results.items():
+        rates = [sum(s[f] for s in scores) / len(scores) for f in ("tool_call_format", "tool_call_valid",
+                                                                   "tool_call_exact")]
+        lines.append(f"| {name} | {wall:.1f} | {len(turns) / wall:.3f} | " + " | ".join(f"{r:.3f}" for r in rates)
+                     + " |")
+    same = sum(a == b for a, b in zip(first, last, strict=True))
+    lines += ["", (f"{after} / {before}, turns per second: **{first_wall / last_wall:.2f}x**; {same} of "
+                   f"{len(turns)} turns score the same."), ""]
     report(lines, record=not args.no_record)
 
 
@@ -711,7 +724,6 @@ def main() -> None:
         learn.add_argument("--max-turns", type=int, default=4)
         learn.add_argument("--concurrency", type=int, default=16)
     curves, scored = sub.choices["curve"], sub.choices["scoring"]
-    scored.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     scored.add_argument("--max-tokens", type=int, default=128, help="tokens per turn")
     curves.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="training-set sizes")
     curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
@@ -738,8 +750,9 @@ def main() -> None:
                         "directory (a transformers directory: --base takes it)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
-    sub.choices["throughput"].add_argument("--field", default="packing", choices=["packing", "bf16"],
-                                           help="the sft config switch the two arms differ in")
+    sub.choices["throughput"].add_argument("--field", default="packing", choices=["packing", "bf16", "lora"],
+                                           help="the sft config switch the two arms differ in (lora: every weight "
+                                           "trained against the profile's adapters, or the default ones)")
     args = parser.parse_args()
     args.argv = sys.argv[2:]
     from inference.cpu import tune_allocator
