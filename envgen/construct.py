@@ -140,6 +140,18 @@ class Reveal:
     known: Known
 
 
+def spoken_intent(domain: CompiledDomain, conn: Connection, action: ActionSpec, args: dict[str, Any]) -> str:
+    """The action's intent as the user says it for these arguments: a row parameter by the row's name (a flight
+    number), other values as task records write them, "1 day" for "1 days"."""
+    spoken = {k: render_value(v) for k, v in args.items()}
+    for q in action.params:
+        if q.ref is not None and f"{{{q.name}}}" in action.intent:
+            row = Executor(domain).get(conn, q.ref, args[q.name])
+            field = name_field(domain.spec.entity(q.ref))
+            spoken[q.name] = render_value(row[field.name]) if row is not None and field is not None else spoken[q.name]
+    return re.sub(r"(?<![\d.])1 ([a-z]+)s\b", r"1 \1", action.intent.format(**spoken))
+
+
 class Grounder:
     """Instantiates chains on one environment database (a connection inside a transaction) for one acting customer:
     every write names the customer's own rows or shared ones, and every internal key a golden call takes is found
@@ -375,8 +387,7 @@ class Grounder:
         if len({h.label for h in hints}) < len(hints):
             raise GroundingFailed("two list hints would share a label; the user could not tell them apart")
         action = self.domain.spec.action(write.action)
-        # "1 days" is said "1 day"
-        intent = re.sub(r"(?<![\d.])1 ([a-z]+)s\b", r"1 \1", action.intent.format(**self._spoken(action, write_args)))
+        intent = spoken_intent(self.domain, self.conn, action, write_args)
         if not reveal:
             facts = list(reversed(hints)) + self._stated(calls, linked, action, lambda *_: False)
             return GroundedChain(chain, calls, facts, intent, self.reserved - earlier)
@@ -425,16 +436,6 @@ class Grounder:
                     source = q.source if q is not None and q.ref is None else "profile"
                 facts.append(Fact(p.name, self._label(tool, p.name, q), call["arguments"][p.name], source))
         return facts
-
-    def _spoken(self, action: ActionSpec, args: dict[str, Any]) -> dict[str, Any]:
-        """The write's arguments as its intent says them: a row parameter by the row's name (a flight number),
-        other values as task records write them."""
-        spoken = {k: render_value(v) for k, v in args.items()}
-        for q in action.params:
-            if q.ref is not None and f"{{{q.name}}}" in action.intent:
-                row = self.ex.get(self.conn, q.ref, args[q.name])
-                spoken[q.name] = render_value(row[name_field(self.ents[q.ref]).name])
-        return spoken
 
     def _adopt_customer(self, write: Tool, args: dict[str, Any], known: Known) -> None:
         """The chain acts for the customer owning the rows its write names; the first chain sets the customer."""

@@ -23,6 +23,8 @@ Shape of a spec (every key is documented by the ``description`` of the pydantic 
       - name: cancel_reservation
         target: reservation            # the row the action transitions, passed as its key
         intent: "cancel my reservation"
+        actor: customer                # who may request it: customer, staff or system
+        words: [cancel]                # the words a person uses for it; the intent says one
         preconditions: [{field: status, op: eq, value: confirmed, message: ...}]
         effects: [{kind: set, field: status, value: cancelled}]
     policies:
@@ -47,8 +49,14 @@ Authoring checklist (``gymforge envgen check envgen/domains/NEW.yaml`` verifies 
 - Preconditions must be satisfiable by patching one field at a time (eq/ne/in/not_in on enums and bools,
   comparisons on numbers and dates, equality of a relation column); the constructor patches rows to make the
   golden call valid.
-- ``intent`` is the user's voice; put task-stated parameters in it as ``{param}``; ``label`` says how a user names
-  a record or field ("reservation number"), and is what the simulated user answers to.
+- ``intent`` is the user's voice; put task-stated parameters in it as ``{param}`` (a row parameter reads as the
+  row's name, ``name_field``); ``label`` says how a user names a record or field ("reservation number"), and is what
+  the simulated user answers to.
+- ``actor``: staff decisions and back-office steps (approve, restock, dispatch) are ``staff``; customer tasks never
+  ask for them. ``words``: no other action on the same entity may use one, so "withdraw" maps to one action.
+- Mark what a customer cannot know ``internal: true`` (balances, staff codes); keys are always internal. A relation
+  that may link another customer's row (a reviewer) is ``crossing: true``; every other path from a row to the
+  customer entity must reach one customer (seeding keeps it so, writes that break it are refused).
 """
 
 from __future__ import annotations
@@ -492,6 +500,13 @@ def says(text: str, word: str) -> bool:
     """Whether ``text`` contains ``word`` (a word or phrase) as whole words, ignoring case ("approve" is not said
     by "approved")."""
     return re.search(rf"(?<![\w-]){re.escape(word.lower())}(?![\w-])", text.lower()) is not None
+
+
+def customer_facing(spec: DomainSpec, entity: str, column: str) -> bool:
+    """Whether a customer knows the values of ``entity.column``: a field not marked ``internal`` (a name, an email,
+    a confirmation code, a date, an amount); keys and relation columns are internal keys the agent finds."""
+    field = spec.entity(entity).field(column)
+    return field is not None and not field.internal
 
 
 def name_field(entity: EntitySpec) -> FieldSpec | None:
