@@ -211,16 +211,19 @@ _PARTICLES = frozenset({"van", "von", "de", "der", "den", "du", "da", "di", "del
 # What a type word after a name may be ("the Danube river", "Niue island"): a fixed set of common nouns naming a
 # kind of place, organisation, work, event or person. A lower-case word after a name that is not one of them may be
 # a candidate written in lower case ("Paris lyon"), so it stays part of the answer.
-TYPE_WORDS = frozenset("""
-    river lake sea ocean mountain mountains range island islands desert valley bay peninsula canal strait gulf
-    city town village country nation state province region county district capital kingdom republic empire
-    company corporation firm business band group club team orchestra choir party university college school
-    museum hospital airport station bridge tower cathedral church temple palace castle stadium park
-    festival conference marathon exhibition summit tournament regatta fair symposium carnival concert championship
-    novel film movie album song single game documentary series show book poem collection play opera painting
-    novelist painter author writer poet director composer singer actor actress architect artist designer
-    scientist chemist physician engineer lawyer journalist politician diplomat explorer
-""".split())
+TYPE_WORDS = frozenset({
+    "river", "lake", "sea", "ocean", "mountain", "mountains", "range", "island", "islands", "desert", "valley",
+    "bay", "peninsula", "canal", "strait", "gulf", "city", "town", "village", "country", "nation", "state",
+    "province", "region", "county", "district", "capital", "kingdom", "republic", "empire", "company",
+    "corporation", "firm", "business", "band", "group", "club", "team", "orchestra", "choir", "party", "university",
+    "college", "school", "museum", "hospital", "airport", "station", "bridge", "tower", "cathedral", "church",
+    "temple", "palace", "castle", "stadium", "park", "festival", "conference", "marathon", "exhibition", "summit",
+    "tournament", "regatta", "fair", "symposium", "carnival", "concert", "championship", "novel", "film", "movie",
+    "album", "song", "single", "game", "documentary", "series", "show", "book", "poem", "collection", "play",
+    "opera", "painting", "novelist", "painter", "author", "writer", "poet", "director", "composer", "singer",
+    "actor", "actress", "architect", "artist", "designer", "scientist", "chemist", "physician", "engineer",
+    "lawyer", "journalist", "politician", "diplomat", "explorer",
+})
 _PARENTHETICAL = re.compile(r"(?s)(.+?)\s*\(([^()]+)\)\s*\.?")
 _APPOSITIVE = re.compile(r"(?s)([^,]+?),\s*((?:the|a|an)\s+\S.*?)\s*\.?", re.IGNORECASE)
 
