@@ -57,12 +57,13 @@ def _later_text(messages: Sequence[dict[str, Any]], start: int) -> str:
 
 
 _FIGURE = re.compile(r"\d(?:[\d,.]*\d)?")
+PROSE_WORDS = 8  # a result's text of this many words is prose (a document read), not a field value (an id, a date)
 
 
 def _kept(obj: Any, later: str) -> Any:
     """The fields of a result whose value a later turn uses (nested lists and objects pruned alike); of a text a
     later turn does not repeat whole (a document a researcher read), the sentences whose every figure it uses."""
-    if isinstance(obj, str) and obj not in later:
+    if isinstance(obj, str) and obj not in later and len(obj.split()) >= PROSE_WORDS:
         from inference.research.text import sentences
 
         used = [s for s in sentences(obj) if (figures := _FIGURE.findall(s)) and all(f in later for f in figures)]
@@ -104,12 +105,18 @@ def fold_steps(messages: Sequence[dict[str, Any]], steps: int) -> list[dict[str,
     end = calls[steps] if steps < len(calls) else next(
         (i for i in range(calls[-1] + 1, len(out)) if out[i]["role"] != "tool"), len(out))
     folded = range(calls[0], end)
-    results = [json.loads(out[i]["content"].removeprefix(SUMMARY_TAG)) if out[i]["content"].startswith(
-        (SUMMARY_TAG, "{", "[")) else out[i]["content"] for i in folded if out[i]["role"] == "tool"]
+    results = [_parsed(out[i]["content"].removeprefix(SUMMARY_TAG)) for i in folded if out[i]["role"] == "tool"]
     kept = _kept(results, _later_text(out, end)) or []
     out[first_user] = {**out[first_user],
                        "content": f"{out[first_user]['content']}\n\n{SUMMARY_TAG}{json.dumps(kept, ensure_ascii=False)}"}
     return [m for i, m in enumerate(out) if i not in folded]
+
+
+def _parsed(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:  # a plain-text result
+        return content
 
 
 STAGE = "sft_set"

@@ -85,10 +85,21 @@ def test_sft_set_fits_research_trajectories_by_step_compression(out) -> None:
     from tasks.midtrain.sft_set import SFTSetParams, _admit
 
     count = token_counter(SFTSetParams(), {"tokenizer": tokenizer_artifact()})
-    for row in out["trajectories"].iter_rows(named=True):
-        params = SFTSetParams(max_tokens=int(0.8 * row["tokens"]))
+    rows = list(out["trajectories"].iter_rows(named=True))
+    stepped = [r for r in rows if sum(m["role"] == "tool" for m in json.loads(r["messages"])) >= 2]
+    assert stepped
+    folded = 0
+    for row, share in ((r, s) for r in rows for s in (0.6, None)):
+        params = SFTSetParams(max_tokens=int(share * row["tokens"]) if share else row["tokens"] - 1)
         admitted, reason = _admit(row, params, count)
+        if row not in stepped:  # a call without tool steps (an editor's) has nothing to compress
+            assert admitted is None and reason.startswith("too_long"), reason
+            continue
+        if share and admitted is None:  # its request and answer alone may outgrow 60% of it
+            assert reason.endswith("also after step compression"), reason
+            continue
         assert reason is None, reason
+        folded += json.loads(admitted["transform_settings"])["folded_steps"] > 0
         messages, original = json.loads(admitted["messages"]), json.loads(row["messages"])
         assert admitted["transform"] == "compress" and admitted["parent_id"] == row["id"]
         assert count(messages, json.loads(row["tools"])) == admitted["tokens"] <= params.max_tokens
@@ -96,3 +107,4 @@ def test_sft_set_fits_research_trajectories_by_step_compression(out) -> None:
         answered = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
         assert answered == {c["id"] for m in messages for c in m.get("tool_calls") or []}
         assert verify_row(admitted) is None
+    assert folded  # some call fits 60% of its length only with its earliest steps folded
