@@ -25,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
 from data_contracts.plotting import save_figure
-from data_contracts.roots import data_root, open_store
+from data_contracts.roots import data_root, open_store, published
 from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
@@ -55,23 +55,6 @@ class TrainingRun:
     def run_name(self, flow_name: str, steps: str) -> str:
         """``train-sft tiny_policy/fd310e95 60 steps -> 4ff36719``: tells runs apart in the Prefect runs list."""
         return f"{flow_name} {self.base} {steps} -> {self.key[:8]}"
-
-
-def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArtifact:
-    """The published artifact a reference names: its key, or a stage with exactly one published artifact."""
-    rows = catalog.query("SELECT stage, key, status FROM artifacts WHERE key = ? OR (stage = ? AND status = "
-                         "'published') ORDER BY key", [ref, ref])
-    if rows.is_empty():
-        raise StageError(f"no artifact {ref!r} in {catalog.path}: give a key from `gymforge artifacts ls`")
-    if rows.height > 1:
-        raise StageError(f"stage {ref!r} has {rows.height} published artifacts ({', '.join(rows['key'])}); "
-                         "give one key")
-    stage, key, status = rows.row(0)
-    artifact = store.get(stage, key) if status == "published" else None
-    if artifact is None:
-        raise StageError(f"artifact {stage}/{key} is {'missing' if status == 'published' else status}; "
-                         "run `gymforge artifacts fsck`")
-    return artifact
 
 
 def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore, input_keys: dict[str, str],
@@ -160,15 +143,26 @@ def loss_figure(metrics: pl.DataFrame, path: Path, title: str) -> Path:
 
 
 def evaluation_table(metrics: pl.DataFrame) -> list[dict[str, Any]]:
-    """One row per held-out figure: its value before the first step and at the end."""
+    """One row per held-out figure: its value before the first step and at the end, and its change with the 95%
+    interval where the run measured one (tool-call validity: training/sft_eval.py ``change_interval``)."""
     evals = metrics.filter(pl.col("split") == "eval")
     if evals.is_empty():
         return []
     first, last = evals["step"].min(), evals["step"].max()
     before = dict(evals.filter(pl.col("step") == first).select("name", "value").iter_rows())
     after = dict(evals.filter(pl.col("step") == last).select("name", "value").iter_rows())
-    return [{"figure": name, f"step {first}": round(before.get(name, float("nan")), 4),
-             f"step {last}": round(after[name], 4)} for name in sorted(after) if name not in COUNTS]
+    changes = {name for name in after if f"{name}_change_low" in after}
+    rows = []
+    for name in sorted(after):
+        if name in COUNTS or name.removesuffix("_low").removesuffix("_high").endswith("_change"):
+            continue
+        row = {"figure": name, f"step {first}": round(before.get(name, float("nan")), 4),
+               f"step {last}": round(after[name], 4)}
+        if changes:
+            row["change [95% CI]"] = (f"{after[f'{name}_change']:+.3f} [{after[f'{name}_change_low']:+.3f}, "
+                                      f"{after[f'{name}_change_high']:+.3f}]") if name in changes else ""
+        rows.append(row)
+    return rows
 
 
 COUNTS = {"num_tokens"}  # what artifacts published before training_metric left counts out logged as figures
