@@ -405,6 +405,7 @@ def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argpars
     from inference.checkpoint import save_model
     from inference.engine_factory import load_engine
     from inference.metrics import bootstrap_ci
+    from training.adapters import merged_copy
     from training.async_rl.config import RLConfig
     from training.async_rl.controllers import score_tasks
 
@@ -413,7 +414,7 @@ def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argpars
         return {}
     scratch = Path(tempfile.mkdtemp(prefix="bench-sft-play-"))
     try:
-        save_model(model, tokenizer, scratch, {"method": "sft"})
+        save_model(merged_copy(model), tokenizer, scratch, {"method": "sft"})
         engine = load_engine(f"hf:{scratch}")
         config = RLConfig(concurrency=args.concurrency, seed=0,
                           sampling={"max_tokens": args.max_tokens, "max_turns": args.max_turns})
@@ -435,6 +436,7 @@ def curve(args: argparse.Namespace) -> None:
     from transformers import TrainerCallback
 
     from inference.checkpoint import save_model
+    from training.adapters import merge_adapter
     from training.sft import load_base, make_trainer
 
     base_dir, params, tasks, frame = resolve(args)
@@ -503,7 +505,8 @@ def curve(args: argparse.Namespace) -> None:
             trainer.train()
             trained_tokens[size] = trainer.state.num_input_tokens_seen
             if args.keep and size == sizes[-1]:
-                save_model(trainer.model, tokenizer, Path(args.keep), {"method": "sft", "bench": "curve"})
+                save_model(merge_adapter(trainer.model), tokenizer, Path(args.keep),
+                           {"method": "sft", "bench": "curve"})
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     record_curve(args, params, arm, rows, rejected, sets, results, trained_tokens, time.perf_counter() - started)
