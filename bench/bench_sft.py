@@ -672,9 +672,11 @@ def throughput(args: argparse.Namespace) -> None:
     report(lines, record=not args.no_record)
 
 
-DECODING = {"whole prompts, to max tokens": {"prefix_cache": False, "first_call": False},
-            "kept prefix, to the first call's end": {"prefix_cache": True, "first_call": True}}
-"""The held-out decoding before and after the engine kept its prefix cache and scoring stopped at the first call."""
+DECODING = {"one at a time, whole prompts, to max tokens": {"prefix_cache": False, "first_call": False,
+                                                             "batch_size": 1},
+            "batches of 8, prompts apart on the kept prefix, to the first call's end": {}}
+"""The held-out decoding before and after: one turn at a time, each prompt prefilled whole and decoded to the token
+limit, against the default now (training/sft_eval.py ``greedy_texts``)."""
 
 
 def scoring(args: argparse.Namespace) -> None:
@@ -695,8 +697,7 @@ def scoring(args: argparse.Namespace) -> None:
                   f"scoring, {time.strftime('%Y-%m-%d')}, {machine()})"), "",
              (f"`python -m bench.bench_sft scoring {' '.join(args.argv)}`: base `{args.base}`, {len(turns)} held-out "
               f"turns of {', '.join(args.heldout_from)} ({len({t.trajectory for t in turns})} trajectories), greedy, "
-              f"up to {args.max_tokens} tokens each, one prompt at a time, the two paths one after the other in one "
-              "process."), "",
+              f"up to {args.max_tokens} tokens each, the two paths one after the other in one process."), "",
              "| decoding | wall s | turns/s | parsable | valid | exact |", "|---|---|---|---|---|---|"]
     for name, (wall, scores) in results.items():
         rates = [sum(s[f] for s in scores) / len(scores) for f in ("tool_call_format", "tool_call_valid",
