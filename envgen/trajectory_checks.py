@@ -312,14 +312,15 @@ def other_customer_write(row: Mapping[str, Any]) -> str | None:
 
 
 def unidentified_write(row: Mapping[str, Any]) -> str | None:
-    """A write before the acting customer was identified with the tools, or on a record not theirs."""
+    """A write before the acting customer was identified with the tools, or on a record not theirs (in a domain
+    with a customer entity, whether or not the task names its acting customer)."""
     parts = _execution_parts(row)
     if parts is None:
         return None
     domain, messages, vi = parts
-    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
-    if customer is None:
+    if domain.spec.customer_entity is None:
         return None
+    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
     log = _tool_log(domain, messages, customer)
     return _with_db(row, lambda conn: customer_policy_problem(domain, conn, log)) if any(e["wrote"] for e in log) \
         else None

@@ -29,6 +29,7 @@ from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
+from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.routes import (
     EVAL_ENV_PREFIX,
     EpisodeParams,
@@ -141,8 +142,9 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
 
 # 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
-@stage(name=STAGE, version="2", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
-       outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
+# 3: the trajectory standard; finals rendered from what the writes did; the user's and agent's words varied
+@stage(name=STAGE, version="3", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
+       outputs={"trajectories": trajectory_contract([STAGE], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:
     """Verified environment-grounded trajectories: sampled chains, reverse-synthesized requests, played and kept
     only when the final database state passes the rubric."""
