@@ -31,14 +31,15 @@ MIN_FRAMED_SENTENCES = 150
 """Below this many sentences the ten most common frames of even a varied writer cover much of them by chance, so
 the diversity check judges an output only from this size on."""
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+SENTENCE_END = re.compile(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<=[.!?])\s+")
+"""Where a sentence ends: after . ! ? and a space, not after a title ("Mr. Chad Smith")."""
 _LIST_MARK = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+")
 _WORD = re.compile(r"[\w@'-]+(?:\.[\w@-]+)*")  # a word, a number, an id, an email, a tool_name
 
 
 def sentences(text: str) -> list[str]:
     """The sentences of ``text``: each line (a list item without its number or bullet) split at sentence ends."""
-    return [s.strip() for line in (text or "").splitlines() for s in _SENTENCE_END.split(_LIST_MARK.sub("", line))
+    return [s.strip() for line in (text or "").splitlines() for s in SENTENCE_END.split(_LIST_MARK.sub("", line))
             if s.strip()]
 
 

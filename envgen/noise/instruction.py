@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envgen.noise.records import Transform
-from envgen.wording import FUNCTION_WORDS
+from envgen.wording import FUNCTION_WORDS, SENTENCE_END
 
 LEXICON: dict[str, tuple[str, ...]] = {
     # canonical term -> synonyms a user may use instead. Shared with the robust reference agent, standing in for
@@ -105,6 +105,7 @@ _THANKS = re.compile(r"^(thanks|thank you|appreciate|cheers)\b", re.IGNORECASE)
 _DETERMINERS = frozenset({"a", "an", "the", "this", "that", "these", "those", "my", "your", "our", "their", "his",
                           "her", "its"})
 _PREPOSITIONS = frozenset({"to", "for", "at", "on", "with", "from", "by", "into", "onto", "under", "of"})
+_VAGUE = frozenset({"one", "account", "file", "usual"})  # the words of a vague phrase that name nothing
 _STATEMENT = re.compile(r"^(?:My|The) (?P<label>[^.!?]+?) (?:I mean )?is (?P<value>.+?)[.!]?$")
 
 
@@ -206,7 +207,7 @@ def _tidy(text: str) -> str:
 
 
 def _sentences(text: str) -> list[str]:
-    return [x for x in re.split(r"(?<=[.!?])\s+", text) if x]
+    return [x for x in SENTENCE_END.split(text) if x]
 
 
 def greetings(text: str) -> int:
@@ -285,7 +286,8 @@ def insertion_problem(text: str, phrase: str, nouns: set[str] = frozenset()) -> 
             return f"the inserted phrase runs into {after.group(1)!r}"
         sentence = next((x for x in _sentences(text) if phrase in x), "")
         stated = _STATEMENT.match(sentence)
-        if stated and set(re.findall(r"[a-z']+", stated["label"].lower())) & own - {"account", "file"}:
+        named = {w for w in re.findall(r"[a-z']+", phrase.lower()) if w not in FUNCTION_WORDS} - _VAGUE
+        if stated and set(re.findall(r"[a-z']+", stated["label"].lower())) & named:
             return f"the sentence says the {stated['label']} is itself: {sentence!r}"
     return None
 
@@ -293,10 +295,10 @@ def insertion_problem(text: str, phrase: str, nouns: set[str] = frozenset()) -> 
 def wording_problem(description: str, transforms: Sequence[Mapping[str, Any]]) -> str | None:
     """What a careful reader objects to in a noisy task's text: two greetings, a text that lost its request (only
     greetings and thanks left), or an ungrammatical insertion of one of its ``transforms`` (records, as stored)."""
-    if greetings(description) > 1:
-        return f"two greetings: {' '.join(_sentences(description)[:2])!r}"
     if all(GREETING.match(x) or _THANKS.match(x) for x in _sentences(description)):
         return f"the request is gone: {description!r}"
+    if greetings(description) > 1:
+        return f"two greetings: {' '.join(_sentences(description)[:2])!r}"
     for t in transforms:
         phrase = (t.get("changed") or {}).get("replaced_with")
         if phrase:
