@@ -46,7 +46,6 @@ from envgen.trajectory_checks import (
     EXECUTION,
     RESEARCH,
     SCHEMA,
-    VERIFIERS,
     Message,
     _execution_parts,
     call_arguments,
@@ -322,6 +321,11 @@ def untrue_final(row: Mapping[str, Any]) -> str | None:
     invented = [f for f in _FIGURE.findall(final) if round(float(f), 2) not in held]
     if invented:
         return f"the final message states {invented[0]}, a figure the database does not hold"
+    return per_unit_total(domain, writes)
+
+
+def per_unit_total(domain: CompiledDomain, writes: Sequence[Mapping[str, Any]]) -> str | None:
+    """A record the replayed ``writes`` created whose total is one unit's price for several units."""
     per_unit = unit_price_totals(domain.spec)
     for w in writes:
         for entity, record in w["created"].items():
@@ -359,12 +363,13 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
-def past_event_writes(domain: CompiledDomain, db: bytes, calls: Sequence[dict[str, Any]]) -> str | None:
-    """A write acting on a record whose upcoming date (``future_fields``) lies before the database's now, when
-    the action itself says nothing about that date (checking in to a booking whose time has come is meant)."""
+def past_event_write_of(domain: CompiledDomain, writes: Sequence[Mapping[str, Any]]) -> str | None:
+    """A replayed write acting on a record whose upcoming date (``future_fields``) lies before the database's
+    now, when the action itself says nothing about that date (checking in to a booking whose time has come is
+    meant)."""
     spec = domain.spec
     upcoming = future_fields(spec)
-    for w in replayed_writes(domain, db, calls):
+    for w in writes:
         own = {(_condition_entities(spec, w["action"]).get(c.row), c.field) for c in w["action"].preconditions}
         own |= {(_condition_entities(spec, w["action"]).get(c.row), c.field) for p in spec.policies
                 if w["action"].name in p.actions for c in p.conditions}
@@ -381,7 +386,14 @@ def past_event_write(row: Mapping[str, Any]) -> str | None:
     parts = _execution_parts(row)
     if parts is None:
         return None
-    return past_event_writes(parts[0], bytes(row["env_db"]), _executed_calls(parts[1]))
+    return past_event_write_of(parts[0], replayed_writes(parts[0], bytes(row["env_db"]), _executed_calls(parts[1])))
+
+
+def untrue_world(domain: CompiledDomain, db: bytes, calls: Sequence[dict[str, Any]]) -> str | None:
+    """What no final message about ``calls`` could state truly: a write on an event dated before now, or a total
+    of one unit's price for several units (a task to sample again, before anything is played)."""
+    writes = replayed_writes(domain, db, calls)
+    return past_event_write_of(domain, writes) or per_unit_total(domain, writes)
 
 
 # --- results that inform ------------------------------------------------------------------------------------
@@ -555,9 +567,8 @@ research trajectory's words are its harness's."""
 def standard_contract(sources: Sequence[str], min_rows: int = 0, checks: Sequence[Check] = ()) -> Any:
     """The contract of every trajectory output: the record's columns, the standard's checks, then ``checks``
     (a stage's own)."""
-    return TRAJECTORY.contract(
-        expectations=(in_set("source", list(sources)), in_set("verifier", list(VERIFIERS)),
-                      in_set("verified", [True]), between("tokens", min_value=1)),
+    return TRAJECTORY.contract(  # an unknown verifier fails ``reverifies``
+        expectations=(in_set("source", list(sources)), in_set("verified", [True]), between("tokens", min_value=1)),
         checks=(*TRAJECTORY_CHECKS, *checks), min_rows=min_rows)
 
 

@@ -34,6 +34,7 @@ from envgen.small import task_tools
 from envgen.taskgen import OPENERS, TaskSettings, make_task, render_value
 from envgen.tools import Executor, call_tool
 from envgen.trajectory_checks import Slot, needless_reads, tool_failed, value_texts
+from envgen.trajectory_standard import untrue_world
 from tasks.midtrain import words
 
 ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
@@ -145,7 +146,10 @@ def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, ma
     if task is None:
         raise Unusable(f"task: {reason}")
     task = without_needless_reads(domain, env, task)
-    return Episode(env, task, json.loads(task["golden_actions"]))
+    calls = json.loads(task["golden_actions"])
+    if (problem := untrue_world(domain, db, calls)) is not None:
+        raise Unusable(problem)
+    return Episode(env, task, calls)
 
 
 def call_results(domain: CompiledDomain, db: bytes, calls: list[dict[str, Any]]) -> list[str]:
