@@ -342,8 +342,10 @@ def _written_values(domain: CompiledDomain, tool: Any, content: Mapping[str, Any
     action = domain.spec.action(tool.action)
     row = content.get(action.target) or {}
     fields = [e.field for e in action.effects if e.kind in ("set", "adjust") and e.row == "target"]
+    # a flag is told in words ("paperless yes") as well as JSON ("true")
+    words = [("yes" if row[f] else "no") for f in fields if isinstance(row.get(f), bool)]
     values = [v for f in fields for v in _flat_strings(row.get(f))]
-    return values + _flat_strings(content.get("created") or {})
+    return values + words + _flat_strings(content.get("created") or {})
 
 
 def unstated_outcome(row: Mapping[str, Any]) -> str | None:

@@ -197,6 +197,12 @@ def internal_key_labels(spec: DomainSpec) -> set[str]:
     return {label.lower() for label in labels}
 
 
+def customer_facing_labels(spec: DomainSpec) -> set[str]:
+    """How a conversation names what a customer knows: the labels (or names) of customer-facing fields."""
+    return {(f.label or f.name.replace("_", " ")).lower() for e in spec.entities for f in e.fields
+            if customer_facing(spec, e.name, f.name)}
+
+
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*[A-Za-z0-9]")
 
 
@@ -209,10 +215,14 @@ def internal_key_told(row: Mapping[str, Any]) -> str | None:
         domain = parts[0]
         keys = internal_keys(domain, bytes(row["env_db"]))
         labels = internal_key_labels(domain.spec)
+        known = customer_facing_labels(domain.spec)
         for i, m in enumerate(messages):
             text = str(m.get("content") or "").lower()
             if m.get("role") == "assistant" and not m.get("tool_calls") and "?" in text:
-                asked = sorted(label for label in labels if re.search(rf"\byour {re.escape(label)}\b", text))
+                # "your policy" is asked, "your policy number" (a field the customer holds) is not
+                asked = sorted(label for label in labels if re.search(rf"\byour {re.escape(label)}\b", text)
+                               and not any(k.startswith(label) and re.search(rf"\byour {re.escape(k)}\b", text)
+                                           for k in known - {label}))
                 if asked:
                     return f"message {i}: the agent asks for an internal key ({asked[0]})"
     elif row.get("verifier") == SCHEMA:

@@ -39,7 +39,8 @@ class SmallEnvsParams(Params):
     max_tokens: int = Field(
         3584, gt=0, description="the trajectory, chat-templated with its tools, must fit this many tokens "
         "(the tiny model has 4,096 positions; the rest is room for an agent's own turns)")
-    max_chains: int = Field(2, ge=1, le=6, description="most chains (sub-goals) per task")
+    max_chains: int = Field(1, ge=1, le=6, description="most chains (sub-goals) per task (one: the trajectory fits "
+                            "the tiny model's window with room for the agent's own turns)")
     max_reads: int = Field(2, ge=1, le=8, description="most read tools before each chain's write")
     task_attempts: int = Field(4, ge=1, le=32, description="tasks sampled per environment before it is rejected")
     seed: int = Field(0, description="task and distractor choice; environment i uses rng_for(seed, stage, partition, i)")
@@ -47,8 +48,9 @@ class SmallEnvsParams(Params):
 
 def played_trajectory(env: dict[str, Any], params: SmallEnvsParams, rng: Any, tokenizer: Any
                       ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(small environment, its task, the played trajectory row) for a customer task on ``env``; raises Unusable
-    (from ``tasks.midtrain.synth``) when no task verifies in ``task_attempts`` samples."""
+    """(small environment, its task, the played trajectory row) for a customer task on ``env`` whose trajectory
+    verifies, keeps the standard's habits and fits ``max_tokens``; raises Unusable (from ``tasks.midtrain.synth``)
+    when none of ``task_attempts`` samples does."""
     from tasks.midtrain.routes import make_row
     from tasks.midtrain.synth import Episode, Unusable, play, sample_task
 
@@ -73,10 +75,12 @@ def played_trajectory(env: dict[str, Any], params: SmallEnvsParams, rng: Any, to
                        tokens=len(tokenizer.encode(text, add_special_tokens=False)), domain=env["domain"],
                        env_id=small["env_id"], task_id=episode.task["task_id"], env_db=bytes(small["db"]))
         problem = verify_execution(messages, verify_input, bytes(small["db"])) or habit_problem(row)
+        if problem is None and row["tokens"] > params.max_tokens:
+            problem = f"trajectory of {row['tokens']} tokens exceeds max_tokens={params.max_tokens}"
         if problem is None:
             return small, episode.task, row
         reasons.append(problem)
-    raise Unusable(f"no task of {params.task_attempts} verifies: {reasons[-1]}")
+    raise Unusable(f"no task of {params.task_attempts} verifies and fits: {reasons[-1]}")
 
 
 # 3: a customer task per environment, played by the reference agent of the mid-training routes, held to the
@@ -103,13 +107,8 @@ def small_envs(inputs: Mapping[str, Artifact], params: SmallEnvsParams, partitio
             small, task, trajectory = played_trajectory(env, params, rng_for(params.seed, STAGE, partition, i),
                                                         tokenizer)
         except Unusable as exc:
-            rejected.append({"env_id": env["env_id"], "domain": env["domain"], "stage_step": "task",
-                             "reason": str(exc)})
-            continue
-        if trajectory["tokens"] > params.max_tokens:
-            rejected.append({"env_id": env["env_id"], "domain": env["domain"], "stage_step": "fit",
-                             "reason": f"trajectory of {trajectory['tokens']} tokens exceeds "
-                                       f"max_tokens={params.max_tokens}"})
+            rejected.append({"env_id": env["env_id"], "domain": env["domain"],
+                             "stage_step": "fit" if "exceeds max_tokens" in str(exc) else "task", "reason": str(exc)})
             continue
         envs.append(small)
         kept_tasks.append(task)
