@@ -57,7 +57,7 @@ def _row(ep: Episode, messages: list[dict], tools: list[dict]) -> dict:
 
 def _failing(row: dict) -> list[str]:
     report = validate("t", "trajectories", TRAJECTORY.frame([row]), standard_contract(["midtrain_env"]), "t")
-    return [r.expectation for r in report.results if not r.success]
+    return [r.name for r in report.results if not r.success]
 
 
 def test_a_played_row_keeps_every_habit() -> None:
