@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from data_contracts.objectstore import (
     ObjectArtifactStore,
@@ -14,7 +14,12 @@ from data_contracts.objectstore import (
     is_remote,
     normalized,
 )
+from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore
+
+if TYPE_CHECKING:
+    from data_contracts.catalog import Catalog
+    from data_contracts.store import PublishedArtifact
 
 DATA_ENV = "GYMFORGE_DATA"
 """The data root of every process gymforge starts (``--data-dir`` sets it for the CLI and its children)."""
@@ -71,3 +76,20 @@ def open_store(root: Path | str) -> ArtifactStore:
     """The artifact store of a data root: an :class:`ObjectArtifactStore` for a URL (``s3://``, any fsspec URL),
     else the local :class:`ArtifactStore`."""
     return ObjectArtifactStore(root) if is_remote(root) else ArtifactStore(root)
+
+
+def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArtifact:
+    """The published artifact a reference names: its key, or a stage with exactly one published artifact."""
+    rows = catalog.query("SELECT stage, key, status FROM artifacts WHERE key = ? OR (stage = ? AND status = "
+                         "'published') ORDER BY key", [ref, ref])
+    if rows.is_empty():
+        raise StageError(f"no artifact {ref!r} in {catalog.path}: give a key from `gymforge artifacts ls`")
+    if rows.height > 1:
+        raise StageError(f"stage {ref!r} has {rows.height} published artifacts ({', '.join(rows['key'])}); "
+                         "give one key")
+    stage, key, status = rows.row(0)
+    artifact = store.get(stage, key) if status == "published" else None
+    if artifact is None:
+        raise StageError(f"artifact {stage}/{key} is {'missing' if status == 'published' else status}; "
+                         "run `gymforge artifacts fsck`")
+    return artifact

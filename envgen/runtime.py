@@ -409,6 +409,12 @@ class Environment(ToolEnvironment):
         return EpisodeScore(reward, components, failure, self.messages, info)
 
 
+def outcome_message(task: dict[str, Any]) -> str:
+    """The message a golden episode ends with: the task's required outputs told to the user."""
+    outputs = ", ".join(str(v) for v in json_field(task["rubric"])["required_outputs"])
+    return f"Your request is complete. Details: {outputs or 'none'}."
+
+
 def replay(env: Environment | dict[str, Any], task: dict[str, Any], actions: list[dict[str, Any]] | None = None,
            final_message: str | None = None) -> EpisodeScore:
     """Run ``actions`` (default: the task's golden actions) as one tool call per assistant turn, then tell the user
@@ -421,8 +427,7 @@ def replay(env: Environment | dict[str, Any], task: dict[str, Any], actions: lis
         args = a["arguments"] if isinstance(a["arguments"], str) else json.dumps(a["arguments"])
         call = {"id": f"call_{i}", "type": "function", "function": {"name": a["name"], "arguments": args}}
         turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
-    outputs = ", ".join(str(v) for v in json_field(task["rubric"])["required_outputs"])
-    text = final_message if final_message is not None else f"Your request is complete. Details: {outputs or 'none'}."
+    text = final_message if final_message is not None else outcome_message(task)
     turns.append({"role": "assistant", "content": text})
     for turn in turns:
         _, reward, done, info = env.step(turn)

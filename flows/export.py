@@ -1,6 +1,10 @@
 """Exports of an artifact's rows for other trainers (``gymforge export``): TRL's GRPOTrainer (``trl``: prompts as
 chat messages, the other columns as reward-function keyword arguments), its SFTTrainer (``sft``: a trajectory
 artifact as messages with their per-turn ``train`` flags, and tools), or every column as JSON lines (``jsonl``).
+Environment tasks (a stage whose ``tasks`` rows name an ``env_id``: environments, small_envs, noisy_tasks,
+eval_random_envs) export as episodes to start (``inference.environments.exports``): for TRL's
+``environment_factory`` (``trl``), and as verl's and SkyRL's RL parquet (``verl``, ``skyrl``; these two are for
+environment tasks and the rl_mix prompts only).
 
 The rows come from a parquet file, an artifact directory, or a stage's output as the profile makes it: read from
 the store when published (no Prefect server, cluster or flow run: an export takes about a second), else
@@ -16,9 +20,11 @@ import polars as pl
 
 from data_contracts.files import write_frame
 from data_contracts.stage import StageError
+from envgen.small import DISTRACTORS
 
-Format = Literal["trl", "sft", "jsonl"]
-FORMATS: tuple[Format, ...] = ("trl", "sft", "jsonl")
+Format = Literal["trl", "sft", "jsonl", "verl", "skyrl"]
+FORMATS: tuple[Format, ...] = ("trl", "sft", "jsonl", "verl", "skyrl")
+RL_PARQUET: tuple[Format, ...] = ("verl", "skyrl")
 MESSAGE_COLUMNS = ("prompt",)  # JSON-string chat messages in the artifacts, lists of messages in an export
 JSON_COLUMNS = ("distractor_chains",)
 
@@ -87,6 +93,66 @@ def published_artifact(name: str, profile: str, data_dir: Path | None) -> Any:
     return open_store(data_root(data_dir)).get(name, keys[name])
 
 
+def stage_artifact(source: str, profile: str, data_dir: Path | None) -> Any:
+    """The artifact the profile makes of stage ``source`` (a cache hit when it is already published, else
+    materialized through the store)."""
+    artifact = published_artifact(source, profile, data_dir)
+    if artifact is None:  # not made yet: through the store, which starts what it needs
+        from flows.dag import materialize
+
+        artifact = materialize([source], profile=profile, data_dir=data_dir)[source]
+    return artifact
+
+
+def environment_rows(source: str, output: str | None, format: Format, profile: str, data_dir: Path | None,
+                     distractors: int | None) -> list[dict[str, Any]] | None:
+    """The episodes to start of a stage whose tasks name environments, in ``format``; None for any other source."""
+    from data_contracts.roots import data_root, open_store
+    from flows.registry import stage_named
+    from inference.environments.exports import environment_rows as rows_of
+    from inference.environments.tasks import ServedTasks, inputs_of
+
+    path = Path(source)
+    if format not in ("trl", *RL_PARQUET) or output not in (None, "tasks"):
+        return None
+    if path.is_dir():  # an artifact directory holding its environments (all but noisy_tasks)
+        tasks, environments = path / "tasks.parquet", path / "environments.parquet"
+        if not (tasks.is_file() and environments.is_file()):
+            return None
+        served = ServedTasks.from_rows(pl.read_parquet(environments).iter_rows(named=True),
+                                       pl.read_parquet(tasks).to_dicts(), f"{path.parent.name}/{path.name}")
+        return rows_of(served, format, distractors)  # type: ignore[arg-type]
+    if path.exists() or "tasks" not in stage_named(source).outputs:
+        return None
+    artifact = stage_artifact(source, profile, data_dir)
+    if "env_id" not in artifact.scan("tasks").collect_schema().names():
+        return None
+    served = ServedTasks.from_artifact(artifact, inputs_of(artifact, open_store(data_root(data_dir))))
+    return rows_of(served, format, distractors)  # type: ignore[arg-type]
+
+
+def rl_parquet_frame(frame: pl.DataFrame, format: Format, source: str) -> pl.DataFrame:
+    """Prompt rows (rl_mix: prompt, answer, reward_fn) as verl's or SkyRL's RL parquet: the answer is the rule's
+    ground truth, the reward function and the other columns ride in ``extra_info`` as JSON text."""
+    frame = trl_frame(frame)
+    if "answer" not in frame.columns:
+        raise StageError(f"--format {format}: the artifact has no answer column; export environment tasks "
+                         "(environments, small_envs, noisy_tasks, eval_random_envs) or rl_mix")
+    rest = [c for c in frame.columns if c not in ("prompt", "answer")]
+    extra = [json.dumps({"index": i, **{c: row[c] for c in rest}}, default=str)
+             for i, row in enumerate(frame.select(rest).iter_rows(named=True))]
+    rule = {"verl": "reward_model", "skyrl": "reward_spec"}[format]
+    key = {"verl": "style", "skyrl": "method"}[format]
+    answers = [str(a) for a in frame["answer"]]
+    out = frame.select("prompt").with_columns(
+        pl.lit(f"gymforge/{source}").alias("data_source"),
+        pl.Series(rule, [{key: "rule", "ground_truth": a} for a in answers]),
+        pl.Series("extra_info", extra, pl.String))
+    if format == "verl":
+        out = out.with_columns(pl.lit("long_context").alias("ability"))
+    return out
+
+
 def read_rows(source: str, output: str | None, profile: str, data_dir: Path | None) -> pl.DataFrame:
     """A parquet file, an artifact directory (``<output>.parquet`` inside), or a stage's output (a cache hit when
     it is already published, else materialized through the store)."""
@@ -105,12 +171,7 @@ def read_rows(source: str, output: str | None, profile: str, data_dir: Path | No
     output = output or next(o for o in stage.outputs if o != "rejected")
     if output not in stage.outputs:
         raise StageError(f"stage {source!r} has outputs {', '.join(stage.outputs)}, not {output!r}")
-    artifact = published_artifact(source, profile, data_dir)
-    if artifact is None:  # not made yet: through the store, which starts what it needs
-        from flows.dag import materialize
-
-        artifact = materialize([source], profile=profile, data_dir=data_dir)[source]
-    return artifact.read(output)
+    return stage_artifact(source, profile, data_dir).read(output)
 
 
 def check_target(format: str, out: Path) -> None:
@@ -122,9 +183,15 @@ def check_target(format: str, out: Path) -> None:
 
 
 def export(source: str, out: Path, format: Format = "trl", *, output: str | None = None,
-           curriculum_stage: str | None = None, profile: str = "tiny", data_dir: Path | None = None) -> int:
-    """Write ``source``'s rows to ``out`` in ``format`` (atomically); the number of rows written."""
+           curriculum_stage: str | None = None, profile: str = "tiny", data_dir: Path | None = None,
+           distractors: int | None = DISTRACTORS) -> int:
+    """Write ``source``'s rows to ``out`` in ``format`` (atomically); the number of rows written. Environment tasks
+    are offered their task view (``distractors`` other tools; None: every tool of their environment)."""
     check_target(format, out)
+    episodes = environment_rows(source, output, format, profile, data_dir, distractors)
+    if episodes is not None:
+        write_frame(pl.DataFrame(episodes) if out.suffix == ".parquet" else episodes, out)
+        return len(episodes)
     frame = read_rows(source, output, profile, data_dir)
     if curriculum_stage is not None:
         if "curriculum_stage" not in frame.columns:
@@ -132,6 +199,9 @@ def export(source: str, out: Path, format: Format = "trl", *, output: str | None
         frame = frame.filter(pl.col("curriculum_stage") == curriculum_stage)
     if format == "sft":
         exported = sft_frame(frame)
+        write_frame(exported if out.suffix == ".parquet" else exported.to_dicts(), out)
+    elif format in RL_PARQUET:
+        exported = rl_parquet_frame(frame, format, source)
         write_frame(exported if out.suffix == ".parquet" else exported.to_dicts(), out)
     else:
         write_frame(trl_frame(frame) if format == "trl" else jsonl_records(frame), out)

@@ -25,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
 from data_contracts.plotting import save_figure
-from data_contracts.roots import data_root, open_store
+from data_contracts.roots import data_root, open_store, published
 from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
@@ -55,23 +55,6 @@ class TrainingRun:
     def run_name(self, flow_name: str, steps: str) -> str:
         """``train-sft tiny_policy/fd310e95 60 steps -> 4ff36719``: tells runs apart in the Prefect runs list."""
         return f"{flow_name} {self.base} {steps} -> {self.key[:8]}"
-
-
-def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArtifact:
-    """The published artifact a reference names: its key, or a stage with exactly one published artifact."""
-    rows = catalog.query("SELECT stage, key, status FROM artifacts WHERE key = ? OR (stage = ? AND status = "
-                         "'published') ORDER BY key", [ref, ref])
-    if rows.is_empty():
-        raise StageError(f"no artifact {ref!r} in {catalog.path}: give a key from `gymforge artifacts ls`")
-    if rows.height > 1:
-        raise StageError(f"stage {ref!r} has {rows.height} published artifacts ({', '.join(rows['key'])}); "
-                         "give one key")
-    stage, key, status = rows.row(0)
-    artifact = store.get(stage, key) if status == "published" else None
-    if artifact is None:
-        raise StageError(f"artifact {stage}/{key} is {'missing' if status == 'published' else status}; "
-                         "run `gymforge artifacts fsck`")
-    return artifact
 
 
 def with_base(params: Params, base: str, catalog: Catalog, store: ArtifactStore, input_keys: dict[str, str],

@@ -81,6 +81,19 @@ CHAT_TEMPLATE = """\
 {%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif -%}
 """
 
+RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+"""How an assistant turn of :data:`CHAT_TEMPLATE` parses back into a message (transformers' ``response_template``,
+saved in ``tokenizer_config.json``): TRL's GRPOTrainer parses tool calls with it and refuses a tool-calling run on a
+template it does not know without one."""
+
 
 def train_tokenizer(
     texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2
@@ -123,6 +136,7 @@ def _wrap(tokenizer_json: str, chat_template: str) -> PreTrainedTokenizerFast:
         eos_token=IM_END,
         pad_token=PAD_TOKEN,
         chat_template=chat_template,
+        response_template=RESPONSE_TEMPLATE if chat_template == CHAT_TEMPLATE else None,
         model_max_length=1 << 20,
         clean_up_tokenization_spaces=False,
     )

@@ -73,7 +73,8 @@ def load_source(source: Path, dtype: str) -> tuple[Any, Any, str]:
 
 
 # 2: tool tags the source lacks are spelt in its own tokens, not added as untrained rows
-@stage(name=STAGE, version="2", inputs=(), params=ImportParams, kind="model", directory=MODEL_DIRECTORY,
+# 3: a checkpoint given gymforge's template carries its response template (TRL parses tool calls with it)
+@stage(name=STAGE, version="3", inputs=(), params=ImportParams, kind="model", directory=MODEL_DIRECTORY,
        resources="gpu", outputs={"summary": TRAINING_SUMMARY.contract(min_rows=1)})
 def imported_model(inputs: Mapping[str, Artifact], params: ImportParams, partition: str,
                    out_dir: Path) -> dict[str, pl.DataFrame]:

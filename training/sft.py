@@ -446,7 +446,8 @@ def _eval_at(metrics: pl.DataFrame, last: bool) -> dict[str, float]:
 
 
 # 2: a base directory whose tokenizer lacks the tool tags keeps spelling them in its own pieces
-@stage(name=STAGE, version="2", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
+# 3: a checkpoint given gymforge's template carries its response template (TRL parses tool calls with it)
+@stage(name=STAGE, version="3", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
        directory=MODEL_DIRECTORY,
        outputs={"metrics": TRAINING_METRIC.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1),
                 REJECTED: SFT_REJECTED.contract()})

@@ -23,7 +23,7 @@ import polars as pl
 
 from data_contracts.schemas import SFT_REJECTED, TRAJECTORY
 from data_contracts.stage import Artifact, StageError
-from inference.tokenizer import CHAT_TEMPLATE, IM_END, IM_START, PAD_TOKEN
+from inference.tokenizer import CHAT_TEMPLATE, IM_END, IM_START, PAD_TOKEN, RESPONSE_TEMPLATE
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # TRL's has_generation_markers
 
@@ -126,6 +126,7 @@ def apply_template(model: Any, tokenizer: Any, choice: TemplateChoice) -> None:
     tokenizer.chat_template = choice.template
     if choice.source != GYMFORGE:
         return
+    tokenizer.response_template = RESPONSE_TEMPLATE
     from tokenizers import AddedToken
 
     vocab = tokenizer.get_vocab()

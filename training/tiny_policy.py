@@ -150,7 +150,8 @@ def loss_curve(losses: list[float], every: int) -> list[dict[str, float]]:
 
 
 # 3: a model artifact (a transformers directory), no weights inside Parquet
-@stage(name=STAGE, version="3", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams, kind="model",
+# 4: the tokenizer carries the response template TRL's GRPOTrainer parses tool calls with
+@stage(name=STAGE, version="4", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams, kind="model",
        directory=MODEL_DIRECTORY,
        outputs={"loss_curve": LOSS_CURVE.contract(), "summary": TRAINING_SUMMARY.contract(min_rows=1)})
 def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partition: str,

@@ -118,17 +118,21 @@ def register(app: typer.Typer) -> None:
     def export(
         artifact: Annotated[str, typer.Option(help="A stage name (e.g. rl_mix), an artifact dir or a parquet file.")],
         out: Annotated[Path, typer.Option(help="Output file: .parquet or .jsonl.")],
-        format: Annotated[str, typer.Option("--format", help="trl (prompt as messages), sft (a trajectory artifact "
-                                                             "as messages + tools for SFTTrainer) or jsonl (all "
-                                                             "columns).")] = "trl",
+        format: Annotated[str, typer.Option("--format", help="trl (prompt as messages; environment tasks as "
+                                                             "episodes for GRPOTrainer's environment_factory), sft "
+                                                             "(a trajectory artifact as messages + tools for "
+                                                             "SFTTrainer), jsonl (all columns), verl or skyrl (their "
+                                                             "RL parquet: environment tasks, rl_mix).")] = "trl",
         output: Annotated[str | None, typer.Option(help="Which output of the artifact (default: its main one).")] = None,
         curriculum_stage: Annotated[str | None, typer.Option(help="Keep rows of one curriculum stage.")] = None,
         profile: Annotated[str, typer.Option(help="Params profile when a stage is materialized.")] = "tiny",
         data_dir: DataDirOpt = None,
+        distractors: Annotated[int, typer.Option(help="Environment tasks: tools offered beside the task's own (its "
+                                                      "task view); -1: every tool of its environment.")] = 3,
     ) -> None:
         """Export prompt messages + answer columns for TRL's GRPOTrainer (``datasets`` loads the file directly)."""
         from flows.export import export as export_rows
 
         rows = export_rows(artifact, out, format, output=output, curriculum_stage=curriculum_stage, profile=profile,
-                           data_dir=data_dir)
+                           data_dir=data_dir, distractors=None if distractors < 0 else distractors)
         typer.echo(f"{rows} rows -> {out}")

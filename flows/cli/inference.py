@@ -147,6 +147,39 @@ def serve(
     run_server(path, host=host, port=port, max_batch_size=max_batch_size, served_model_name=served)
 
 
+def serve_env(
+    artifact: Annotated[str, typer.Argument(help="An environment artifact: its key, or a stage with one published "
+                                                 "artifact (environments, small_envs, noisy_tasks, "
+                                                 "eval_random_envs).")],
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[
+        str, typer.Option(help="Interface to bind; 0.0.0.0 exposes it beyond this machine.")
+    ] = "127.0.0.1",
+    max_sessions: Annotated[int, typer.Option(help="Cap on concurrent sessions (one database copy each).")] = 64,
+    idle_timeout: Annotated[float, typer.Option(help="Seconds before an idle session is closed (0: never).")] = 300.0,
+    max_steps: Annotated[int, typer.Option(help="Calls per episode before it is scored as it stands.")] = 40,
+    distractors: Annotated[int, typer.Option(help="Offer each task its task view: its own tools and this many "
+                                                  "others (compact schemas); -1: every tool of its environment.")] = -1,
+    data_dir: Annotated[Path | None, typer.Option(help="Data root (default: GYMFORGE_DATA or ./data).")] = None,
+) -> None:
+    """Serve an environment artifact's tasks as an OpenEnv environment: WebSocket sessions at /ws (reset with
+    task_id or seed, episode_id, noise_level), the task's tools over MCP, the simulated user through respond."""
+    from data_contracts.stage import StageError
+    from inference.environments.server import ServerSettings, serve
+    from inference.environments.tasks import served_artifact
+
+    try:
+        served = served_artifact(artifact, data_dir)
+        settings = ServerSettings(max_sessions=max_sessions, idle_timeout_s=idle_timeout or None,
+                                  max_steps=max_steps, distractors=None if distractors < 0 else distractors)
+    except (StageError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="ARTIFACT") from None
+    described = served.describe()
+    typer.echo(f"serving {described['tasks']} tasks of {served.source} ({described['environments']} environments) "
+               f"at http://{host}:{port} (OpenEnv: /ws, /mcp, /health, /tasks)")
+    serve(served, host=host, port=port, settings=settings)
+
+
 FILTER_STAGES = {"qa": "qa_filtered", "tasks": "task_filtered"}
 
 
@@ -187,4 +220,5 @@ def register(app: typer.Typer) -> None:
     app.add_typer(tokenizer_app, name="tokenizer")
     app.add_typer(model_app, name="model")
     app.command("serve")(serve)
+    app.command("serve-env")(serve_env)
     app.command("filter")(filter_command)

@@ -260,3 +260,63 @@ def test_export_sft_refuses_an_artifact_without_trajectories(mix_file, tmp_path)
     # a StageError: `gymforge` prints it as one "error:" line (tests/flows/test_cli_output.py)
     assert result.exit_code != 0 and "trajectory artifact" in str(result.exception)
     assert not (tmp_path / "x.parquet").exists()
+
+
+@pytest.fixture
+def environment_artifact(tmp_path) -> Path:
+    """An artifact directory of two environments and their tasks (as the environments stage writes it)."""
+    from env_server_fixtures import served_pair
+
+    served = served_pair()
+    directory = tmp_path / "environments" / "k"
+    directory.mkdir(parents=True)
+    pl.DataFrame(list(served.environments.values())).write_parquet(directory / "environments.parquet")
+    pl.DataFrame(list(served.tasks.values())).write_parquet(directory / "tasks.parquet")
+    return directory
+
+
+@pytest.mark.parametrize("format", ["trl", "verl", "skyrl"])
+def test_environment_tasks_export_as_episodes_to_start(environment_artifact: Path, tmp_path, format: str) -> None:
+    """`--format trl` rows select their TRL environment class and task; verl's and SkyRL's name the task and its
+    tools. Before this, an environment task had no prompt and the trl export failed."""
+    from datasets import load_dataset
+
+    from env_server_fixtures import served_pair
+    from inference.environments.trl import environment_factories
+
+    out = tmp_path / f"{format}.parquet"
+    result = CliRunner().invoke(app, ["export", "--artifact", str(environment_artifact), "--format", format,
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = load_dataset("parquet", data_files=str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    served = served_pair()
+    tasks = [served.tasks[t] for t in sorted(served.tasks)]
+    assert [p[1]["content"] for p in data["prompt"]] == [t["description"] for t in tasks]
+    assert [p[0]["role"] for p in data["prompt"]] == ["system"] * len(tasks)
+    if format == "trl":
+        assert data["task_id"] == sorted(served.tasks)
+        assert set(data["environment"]) <= set(environment_factories(served))
+        return
+    rule = data["reward_model" if format == "verl" else "reward_spec"]
+    assert [r["ground_truth"] for r in rule] == sorted(served.tasks)
+    for extra, task in zip(data["extra_info"], tasks, strict=True):
+        names = [t["function"]["name"] for t in json.loads(extra["tools"])]
+        assert names[-1] == "respond" and {a["name"] for a in json.loads(task["golden_actions"])} <= set(names)
+        assert extra["interaction_kwargs"] == {"name": "gymforge", "task_id": task["task_id"],
+                                               "env_id": task["env_id"], "noise_level": 0}
+
+
+@pytest.mark.parametrize("format", ["verl", "skyrl"])
+def test_rl_mix_exports_as_rl_parquet(tmp_path, format: str) -> None:
+    from datasets import load_dataset
+
+    frame = rl_ready()["rl_mix"]
+    artifact, out = tmp_path / "rl_mix.parquet", tmp_path / "train.parquet"
+    frame.write_parquet(artifact)
+    result = CliRunner().invoke(app, ["export", "--artifact", str(artifact), "--format", format, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = load_dataset("parquet", data_files=str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    rule = data["reward_model" if format == "verl" else "reward_spec"]
+    assert [r["ground_truth"] for r in rule] == [str(a) for a in frame["answer"]]
+    assert [json.loads(e)["reward_fn"] for e in data["extra_info"]] == frame["reward_fn"].to_list()
+    assert data["prompt"] == [json.loads(p) for p in frame["prompt"]]
