@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from env_server_fixtures import env_and_task, running, served_pair
 from openenv.core.env_server import CallToolAction
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
-from env_server_fixtures import env_and_task, running, served_pair
 from envgen.runtime import domain_for, json_field, outcome_message
 from envgen.taskgen import mutate
 from inference.environments.client import GymforgeEnvClient

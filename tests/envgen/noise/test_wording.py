@@ -94,8 +94,8 @@ GOLDEN = [{"name": "add_dish", "arguments": {"dish_id": "MIT3QFY9"}},
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("Hello! I would like to add dish MIT3QFY9 to my order.", "Hello! I would like to add the dish on my account to my order."),
-    ("Hello! I would like to pay my bill. My invoice is INV1QAGXD.", "Hello! I would like to pay my bill. My invoice is the "
-     "one on my account."),
+    ("Hello! I would like to pay my bill. My invoice is INV1QAGXD.", ("Hello! I would like to pay my bill. My invoice is the "
+     "one on my account.")),
 ])
 def test_a_vague_reference_replaces_the_noun_with_its_value(text: str, expected: str) -> None:
     """Before: "add dish the dish on my account", "My invoice is the invoice on my account"."""

@@ -85,7 +85,7 @@ def test_the_user_stating_an_internal_key_and_the_agent_asking_for_one_are_refus
     """Before: the agent asked "To continue I need your complaint id" in 13 of 24 rows of every route."""
     ep, messages, tools = _played()
     domain = domain_for(ep.env)
-    key = sorted(internal_keys(domain, bytes(ep.env["db"])))[0]
+    key = min(internal_keys(domain, bytes(ep.env["db"])))
     told = [*messages[:1], {**messages[1], "content": f"{messages[1]['content']} It is about {key}."}, *messages[2:]]
     assert f"the user states internal key {key}" in internal_key_told(_row(ep, told, tools))
     customer = domain.spec.customer_entity
@@ -187,7 +187,7 @@ def test_a_candidate_the_conversation_does_not_offer_is_refused() -> None:
     ep, messages, tools = _played()
     domain = domain_for(ep.env)
     offered = {t["function"]["name"] for t in tools}
-    missing = sorted(set(domain.tools) - offered)[0]
+    missing = min(set(domain.tools) - offered)
     i = _first_call(messages)
     tool = messages[i]["tool_calls"][0]["function"]["name"]
     note = f"Options I considered:\n1. {missing}: no, it does something else.\nSo I call {tool}."
