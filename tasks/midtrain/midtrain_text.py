@@ -301,6 +301,7 @@ class Records:
         self.domain, self.rng = domain, rng
         self.rows: dict[tuple[str, Any], dict[str, Any]] = {}
         self.customer: str | None = None
+        self.given: dict[str, Any] = {}  # what the user states: a record holding one of these holds the same value
 
     def call(self, howto: HowTo, k: int, args: dict[str, Any], wanted: set[str]) -> tuple[dict[str, Any], list[str]]:
         """(the result of step ``k`` called with ``args``, the fields it changed); the result holds ``wanted``."""
@@ -310,6 +311,7 @@ class Records:
         entity = self.domain.spec.entity(tool.entity)
         given = {p: v for p, v in args.items() if p in entity.column_names}
         row = self._row(entity.name, {entity.key: args[entity.key]} if tool.is_write else given)
+        row.update({p: self.given[p] for p in wanted if p in self.given and p in row})
         customer = self.domain.spec.customer_entity
         if customer is not None and entity.name == customer.name:
             self.customer = row[entity.key]
@@ -396,7 +398,7 @@ class Records:
                    "status": self.rng.choice(("active", "confirmed", "open", "pending"))}
             self.rows[(name, row[key])] = row
         later = {p: schemas[s.tool]["properties"][p] for s in howto.steps[k + 1:] for p in s.sources if p in wanted}
-        row.update({p: _value(schema, p, self.rng) for p, schema in later.items() if p not in row})
+        row.update({p: self.given.get(p, _value(schema, p, self.rng)) for p, schema in later.items() if p not in row})
         if k < len(howto.steps) - 1:
             return row, []
         row["status"] = "completed"  # the procedure's last step does its goal
@@ -439,6 +441,7 @@ def trajectory(howto: HowTo, rng: random.Random, domain: CompiledDomain | None =
                 user.setdefault(param, records.user_value(howto, k, param, props[param]))
             else:
                 wanted[src - 1].add(param)
+    records.given = user
     stated = " ".join(fact_sentence(p.replace("_", " "), render_value(v), rng) for p, v in user.items())
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You complete tasks with the tools you are given." +
