@@ -389,9 +389,13 @@ class Records:
     def _text_call(self, howto: HowTo, k: int, args: dict[str, Any],
                    wanted: set[str]) -> tuple[dict[str, Any], list[str]]:
         schemas = {t["function"]["name"]: t["function"]["parameters"] for t in howto.tools}
-        name = noun(howto.steps[k].tool)
-        key = f"{name}_id"
-        row = next((r for (n, _), r in self.rows.items() if n == name and all(r.get(p) == v for p, v in args.items())),
+        last = k == len(howto.steps) - 1
+        ids = [p for p in args if p.endswith("_id")]
+        # the last step acts on the record its first id names (a reservation), a read returns its own noun's
+        key = ids[0] if last and ids else f"{noun(howto.steps[k].tool)}_id"
+        name = key.removesuffix("_id")
+        match = {key: args[key]} if last and ids else args
+        row = next((r for (n, _), r in self.rows.items() if n == name and all(r.get(p) == v for p, v in match.items())),
                    None)
         if row is None:
             row = {key: args.get(key, _value({"type": "string"}, key, self.rng)), **args,
@@ -399,8 +403,9 @@ class Records:
             self.rows[(name, row[key])] = row
         later = {p: schemas[s.tool]["properties"][p] for s in howto.steps[k + 1:] for p in s.sources if p in wanted}
         row.update({p: self.given.get(p, _value(schema, p, self.rng)) for p, schema in later.items() if p not in row})
-        if k < len(howto.steps) - 1:
+        if not last:
             return row, []
+        row.update({p: v for p, v in args.items() if p != key})
         row["status"] = "completed"  # the procedure's last step does its goal
         return {"ok": True, name: row}, ["status"]
 
