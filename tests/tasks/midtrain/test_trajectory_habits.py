@@ -232,8 +232,8 @@ def test_rejected_alternatives_have_reasons_true_of_them(index: int, seed: int) 
 
 @given(seed=st.integers(0, 10_000), index=st.integers(0, 3))
 def test_simulated_results_keep_what_the_user_gave(seed: int, index: int) -> None:
-    """No record switches along the way: a value the user gave comes back unchanged wherever a result holds it,
-    and every result is a record that holds more than the call was given."""
+    """No record switches along the way: the record a call finds holds the values the call was given (the user's,
+    or an earlier record's key), and every result is a record that holds more than the call was given."""
     from envgen.construct import sample_chain
     from tasks.midtrain.synth import identifying_tool
 
@@ -251,14 +251,11 @@ def test_simulated_results_keep_what_the_user_gave(seed: int, index: int) -> Non
         except HowToError:
             continue  # a step returns no field a later one takes: the stage rejects the text
         calls = [json.loads(c["function"]["arguments"]) for m in messages for c in m.get("tool_calls") or []]
-        given = {p: calls[k][p] for k, step in enumerate(howto.steps[:-1]) for p, (kind, _) in step.sources.items()
-                 if kind == "user"}  # what the user said to find a record (the write's own values are new ones)
-        for m in messages:
-            if m["role"] == "tool":
-                content = json.loads(m["content"])
-                rows = content.get("results") or [next((v for v in content.values() if isinstance(v, dict)), content)]
-                for p, value in given.items():
-                    assert all(row.get(p, value) == value for row in rows)
+        results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+        for arguments, content in zip(calls, results, strict=True):
+            rows = content.get("results") or [next((v for v in content.values() if isinstance(v, dict)), content)]
+            for p, value in arguments.items():  # the record a call finds holds what the call was given
+                assert all(row.get(p, value) == value for row in rows), (p, value, rows)
         assert messages[2]["tool_calls"][0]["function"]["name"] == identify.name  # who, before anything changes
         assert uninformative_result({"verifier": "schema", "messages": json.dumps(messages)}) is None
 
