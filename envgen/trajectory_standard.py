@@ -46,6 +46,7 @@ from envgen.trajectory_checks import (
     EXECUTION,
     RESEARCH,
     SCHEMA,
+    SUMMARY_TAG,
     Message,
     _execution_parts,
     call_arguments,
@@ -418,12 +419,15 @@ def _leaves(obj: Any) -> list[str]:
 
 
 def uninformative_result(row: Mapping[str, Any]) -> str | None:
-    """A tool result that tells nothing new: a bare acknowledgement, or only values the call was given."""
+    """A tool result that tells nothing new: a bare acknowledgement, or only values the call was given (a
+    step-compressed summary is exempt: it keeps what later turns use, and the replay checks it)."""
     for i, call, arguments, result in _calls(json_field(row["messages"])):
+        if result.startswith(SUMMARY_TAG):
+            continue  # step compression keeps only what later turns use; the replay checks it against the result
         try:
-            content = json.loads(result.removeprefix("[summarized earlier result] "))
+            content = json.loads(result)
         except json.JSONDecodeError:
-            continue  # prose (a summary, a page of text) is information
+            continue  # prose (a page of text) is information
         given = {render_value(v) for v in _leaves(arguments)}
         if not set(_leaves(content)) - given:
             return f"message {i}: the result of {call['function']['name']} only echoes its arguments"

@@ -91,7 +91,7 @@ class Renamer:
         return re.sub(r"(?<![{\w])([a-z]+)(?![\w}])", swap, s)
 
 
-_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "row", "customer"}
+_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "per", "row", "customer"}
 
 
 def _walk(node: Any, r: Renamer, key: str | None = None, enum_values: set[str] | None = None) -> Any:
