@@ -26,7 +26,7 @@ from envgen.customers import customer_policy_problem, owner_of, written_rows
 from envgen.rewards import extract_boxed, score_two_way
 from envgen.runtime import Environment, domain_for, json_field
 from envgen.seeding import engine_from_bytes
-from envgen.taskgen import render_value
+from envgen.tools import render_value
 
 EXECUTION = "execution"
 SCHEMA = "schema"

@@ -40,8 +40,7 @@ from envgen.compiler import CompiledDomain
 from envgen.runtime import json_field
 from envgen.seeding import engine_from_bytes
 from envgen.spec import DomainSpec
-from envgen.taskgen import render_value
-from envgen.tools import Executor, call_tool
+from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import (
     EXECUTION,
     RESEARCH,

@@ -238,6 +238,13 @@ def _words_before(text: str, end: int, n: int) -> list[str]:
     return re.findall(r"[\w'-]+", text[:end])[-n:] if n else []
 
 
+def _nouns(words: str) -> list[list[str]]:
+    """The words naming a detail, and without a trailing name/number/code ("dish name" is also "dish")."""
+    names = words.split()
+    bare = names[:-1] if len(names) > 1 and names[-1] in ("name", "number", "code", "id") else None
+    return [names, bare] if bare else [names]
+
+
 def place(text: str, detail: Detail) -> Place | None:
     """The one place ``detail`` is stated and what kind of slot it fills; None when it is stated more than once
     or inside a noun phrase ("a basic_economy seat"), where no rewrite of it alone stays grammatical."""
@@ -257,11 +264,12 @@ def place(text: str, detail: Detail) -> Place | None:
     after = re.match(r"\s*([\w'-]+)", text[end:])
     if after and after.group(1).lower() not in FUNCTION_WORDS:
         return None  # the value modifies what follows ("a basic_economy seat")
-    names = detail.words.split()
-    for n in range(len(names), 0, -1):
-        if [w.lower() for w in _words_before(text, start, n)] == names[-n:]:
-            head = re.search(rf"[\w'-]+(?:\s+[\w'-]+){{{n - 1}}}\s*$", text[:start])
-            return Place("noun", head.start(), end, " ".join(names[-n:]))
+    for names in _nouns(detail.words):
+        for n in range(len(names), 0, -1):
+            if [w.lower() for w in _words_before(text, start, n)] == names[-n:]:
+                head = re.search(rf"(?:\b(?:{'|'.join(_DETERMINERS)})\s+)?[\w'-]+(?:\s+[\w'-]+){{{n - 1}}}\s*$",
+                                 text[:start], re.IGNORECASE)
+                return Place("noun", head.start(), end, " ".join(names[-n:]))
     before = _words_before(text, start, 1)
     if not before or before[0].lower() in _DETERMINERS:
         return None

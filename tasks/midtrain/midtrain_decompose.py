@@ -20,8 +20,7 @@ from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
 from envgen.runtime import domain_for, json_field
 from envgen.seeding import engine_from_bytes
-from envgen.taskgen import render_value
-from envgen.tools import Executor, call_tool
+from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import needless_reads, value_texts
 from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract

@@ -20,7 +20,7 @@ from envgen.customers import owner_of
 from envgen.runtime import domain_for
 from envgen.seeding import engine_from_bytes
 from envgen.small import DISTRACTORS, task_tools
-from envgen.taskgen import render_value
+from envgen.tools import render_value
 from envgen.trajectory_checks import value_texts_in
 from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract

@@ -38,7 +38,7 @@ from envgen.compiler import CompiledDomain, ToolParam, compiled_domains
 from envgen.construct import sample_chain
 from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.runtime import render_result
-from envgen.taskgen import render_value
+from envgen.tools import render_value
 from envgen.trajectory_checks import SCHEMA, verify_schema
 from envgen.trajectory_standard import VARIED_SENTENCES, habit_problem
 from tasks.midtrain.routes import (
@@ -50,7 +50,7 @@ from tasks.midtrain.routes import (
     trajectory_contract,
 )
 from tasks.midtrain.synth import identifying_tool
-from tasks.midtrain.words import CHANGED, fact_sentence, fill
+from tasks.midtrain.words import CHANGED, CREATED, fact_sentence, fill
 from tasks.tokenizer import keyword_or_dir
 
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
@@ -317,8 +317,12 @@ class Records:
             self.customer = row[entity.key]
         if not tool.is_write:
             return ({"results": [row], "truncated": False} if tool.kind == "list_by" else row), []
-        changed = self._apply(self.domain.spec.action(tool.action), row, args)
-        return {"ok": True, entity.name: row}, changed
+        action = self.domain.spec.action(tool.action)
+        changed = self._apply(action, row, args)
+        result = {"ok": True, entity.name: row}
+        if created := self._created(action, row, args):
+            result["created"] = created
+        return result, changed
 
     def user_value(self, howto: HowTo, k: int, param: str, schema: dict[str, Any]) -> Any:
         """A value the user gives for ``param`` of step ``k``: drawn as seeding draws its field (a phone number,
@@ -385,6 +389,27 @@ class Records:
             row[effect.field] = value
             changed.append(effect.field)
         return list(dict.fromkeys(changed))
+
+    def _created(self, action: Any, target: dict[str, Any], args: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The records a write's create effects add: their set values, the rest drawn as seeding draws them."""
+        from envgen.tools import fmt_time
+
+        out = {}
+        for effect in action.effects:
+            if effect.kind != "create":
+                continue
+            row = self._row(effect.entity, {})
+            for column, to in effect.values.items():
+                if to.param is not None:
+                    row[column] = args.get(to.param)
+                elif to.ref is not None and to.ref.startswith("target."):
+                    row[column] = target.get(to.ref.split(".", 1)[1])
+                elif to.now:
+                    row[column] = fmt_time(self.domain.spec.now, "datetime")
+                elif to.value is not None:
+                    row[column] = to.value
+            out[effect.entity] = row
+        return out
 
     def _text_call(self, howto: HowTo, k: int, args: dict[str, Any],
                    wanted: set[str]) -> tuple[dict[str, Any], list[str]]:
@@ -478,6 +503,12 @@ def trajectory(howto: HowTo, rng: random.Random, domain: CompiledDomain | None =
         fields = ", ".join(f"{f.replace('_', ' ')} {render_value(last[f])}" for f in changed)
         done += " " + fill(rng.choice(CHANGED), entity=key.removesuffix("_id").replace("_", " "),
                            key=render_value(last[key]), fields=fields)
+    for entity, record in (produced[-1].get("created") or {}).items():
+        new_key = next(iter(record))
+        fields = ", ".join(f"{f.replace('_', ' ')} {render_value(v)}" for f, v in record.items()
+                           if f != new_key and not f.endswith("_id") and v is not None)
+        done += " " + fill(rng.choice(CREATED), entity=entity.replace("_", " "), key=render_value(record[new_key]),
+                           fields=fields)
     messages.append({"role": "assistant", "content": done})
     return messages
 

@@ -25,13 +25,15 @@ from envgen.construct import (
     Grounder,
     _try_ground,
     sample_chain,
+    spoken_intent,
 )
-from envgen.customers import owner_of, owner_path, written_rows
+from envgen.customers import owner_of, owner_path
 from envgen.runtime import Environment, domain_for, json_field, render_result, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.small import task_tools
-from envgen.taskgen import OPENERS, TaskSettings, make_task, render_value
-from envgen.tools import Executor, call_tool
+from envgen.spec import name_field
+from envgen.taskgen import OPENERS, TaskSettings, make_task
+from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import Slot, needless_reads, tool_failed, value_texts
 from envgen.trajectory_standard import untrue_world
 from tasks.midtrain import words
@@ -163,9 +165,11 @@ def without_needless_reads(domain: CompiledDomain, env: dict[str, Any], task: di
 
 def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
     """The episode's customer asks to change a record of another customer (the first write's target, swapped for
-    a row of the same entity another customer owns): the reference agent identifies them, reads that record, sees
-    whose it is and refuses; nothing is written, and the rubric expects the database unchanged. Raises Unusable
-    when the environment has no such row or no tool to read it."""
+    a row of the same entity another customer owns), naming it as a person does (a confirmation code, a flight
+    number: ``envgen.spec.name_field``, never its key): the reference agent identifies them, looks that record up
+    by its name, sees whose it is and refuses; nothing is written, and the rubric expects the database unchanged.
+    Raises Unusable when the record has no name a person knows, no tool finds it by that name, or no other
+    customer owns one."""
     domain = domain_for(ep.env)
     customer = json_field(ep.task["rubric"]).get("customer")
     write = next((c for c in ep.calls if domain.tools[c["name"]].is_write), None)
@@ -173,39 +177,44 @@ def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
         raise Unusable("refusal: the episode has no identified customer and write")
     action = domain.spec.action(domain.tools[write["name"]].action)
     target = domain.spec.entity(action.target)
-    getter = next((n for n in sorted(ep.env["tool_names"]) if domain.tools[n].kind == "get"
-                   and domain.tools[n].entity == target.name), None)
-    if getter is None or owner_path(domain, target.name) in (None, ()):
-        raise Unusable(f"refusal: no tool reads a {target.name} another customer owns")
+    name = name_field(target)
+    finder = next((n for n in sorted(ep.env["tool_names"]) if domain.tools[n].kind == "lookup"
+                   and domain.tools[n].entity == target.name and name is not None
+                   and domain.tools[n].column == name.name), None)
+    if finder is None or owner_path(domain, target.name) in (None, ()):
+        raise Unusable(f"refusal: no tool finds a {target.name} by a name a person knows")
     engine = engine_from_bytes(bytes(ep.env["db"]))
     try:
         with engine.connect() as conn:
-            others = [r[target.key] for r in Executor(domain).fetch(conn, target.name, "", None, None)
-                      if owner_of(domain, conn, target.name, r[target.key]) not in (None, customer)]
+            others = [r for r in Executor(domain).fetch(conn, target.name, "", None, None)
+                      if r.get(name.name) is not None
+                      and owner_of(domain, conn, target.name, r[target.key]) not in (None, customer)]
+            other = rng.choice(others) if others else None
+            intent = spoken_intent(domain, conn, action, {**write["arguments"], target.key: other[target.key]}) \
+                if other is not None else ""
     finally:
         engine.dispose()
-    if not others:
+    if other is None:
         raise Unusable(f"refusal: every {target.name} belongs to the customer")
-    other = rng.choice(others)
-    what = (target.label or target.name.replace("_", " "))
+    said = render_value(other[name.name])
+    what = target.label or target.name.replace("_", " ")
     identify = ep.calls[0]
     facts = [f for f in json_field(ep.task["user_profile"])["facts"]
              if f["value"] in {render_value(v) for v in identify["arguments"].values()}]
-    label = target.label or f"{target.name.replace('_', ' ')} id"
-    intent = action.intent.format(**{**write["arguments"], target.key: other})
+    label = name.label or name.name.replace("_", " ")
     stated = " ".join(f"My {f['label']} is {f['value']}." for f in facts)
-    description = f"{rng.choice(OPENERS)} I would like to {intent}. {stated} The {label} is {other}."
-    profile = {**json_field(ep.task["user_profile"]), "facts": [*facts, {"name": target.key, "label": label,
-                                                                          "value": render_value(other)}]}
-    calls = [identify, {"name": getter, "arguments": {target.key: other}}]
-    refused = words.refusal(what, other, domain.tools[write["name"]], rng)
+    description = f"{rng.choice(OPENERS)} I would like to {intent}. {stated} The {label} is {said}."
+    profile = {**json_field(ep.task["user_profile"]), "facts": [*facts, {"name": name.name, "label": label,
+                                                                          "value": said}]}
+    calls = [identify, {"name": finder, "arguments": {name.name: other[name.name]}}]
+    refused = words.refusal(what, said, domain.tools[write["name"]], rng)
     rubric = {**json_field(ep.task["rubric"]), "required_outputs": []}
     task = {**ep.task, "task_id": f"{ep.task['task_id']}-refusal", "description": description,
             "user_profile": json.dumps(profile), "golden_actions": json.dumps(calls), "rubric": json.dumps(rubric)}
     unchanged = replay(Environment(ep.env), {**task, "rubric": json.dumps({**rubric, "expected_diff": None})},
                        calls, refused).info["diff"]
     task["rubric"] = json.dumps({**rubric, "expected_diff": json.loads(json.dumps(unchanged, default=str))})
-    return Episode(ep.env, task, calls, notes={1: words.whose(what, other, rng)}, refusal=refused)
+    return Episode(ep.env, task, calls, notes={1: words.whose(what, said, rng)}, refusal=refused)
 
 
 def restate(task: dict[str, Any], rng: random.Random, share: float) -> dict[str, Any]:

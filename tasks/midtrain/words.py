@@ -12,13 +12,14 @@ database holds, and never calls a record changed that is not.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envgen.compiler import CompiledDomain, Tool
 from envgen.customers import written_rows
 from envgen.runtime import ProfileUserSimulator
-from envgen.taskgen import render_value
+from envgen.tools import render_value
 from envgen.trajectory_checks import value_texts
 from envgen.trajectory_standard import replayed_writes
 
@@ -193,8 +194,10 @@ def label(param: str) -> str:
 
 
 def purpose(tool: Tool) -> str:
-    """The tool's description up to its first clause, lower-cased: what the call does."""
+    """The tool's description up to its first clause, lower-cased, without the fee it names ("add full coverage
+    to a rental", not "... for 60.00": a figure the agent states is one the database holds): what the call does."""
     text = tool.description.split(". ")[0].split("; ")[0].rstrip(".")
+    text = re.sub(r"\s+(?:for|of|at)\s+\d+(?:\.\d+)?\b", "", text)
     return text[0].lower() + text[1:]
 
 
