@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import httpx
+from env_server_fixtures import publish_pair, served_pair
 from openenv.core.env_server import CallToolAction
 from typer.testing import CliRunner
 
-from env_server_fixtures import publish_pair, served_pair
 from envgen.runtime import outcome_message
 from flows.cli import app
 from inference.environments.client import GymforgeEnvClient
