@@ -210,6 +210,7 @@ def main() -> None:
             lines.append(f"| serve-env | {sessions} | {steps / wall:.0f} | {steps / wall / base:.2f} | "
                          f"{quantile(latencies, .5) * 1e3:.2f} | {quantile(latencies, .99) * 1e3:.2f} |")
             print(lines[-1], flush=True)
+    with Server(args.load_artifact, args.data_dir) as server:  # a fresh one: no memory freed by the load to reuse
         idle_mb, per_session_mb = memory_per_session(server.url, server, tasks)
     db_kib = sum(len(served.environment_of(t)["db"]) for t in tasks) / len(tasks) / 1024
     lines += ["", (f"Memory: the server holds {idle_mb:.0f} MiB resident with no session; each open session (reset: "

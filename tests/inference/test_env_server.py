@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from env_server_fixtures import env_and_task, running, served_pair
 from openenv.core.env_server import CallToolAction
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
-from env_server_fixtures import env_and_task, running, served_pair
 from envgen.runtime import domain_for, json_field, outcome_message
 from envgen.taskgen import mutate
 from inference.environments.client import GymforgeEnvClient
@@ -134,7 +134,7 @@ def step(name: str, arguments: Any) -> str:
 
 
 def test_bad_input_gets_an_error_naming_it_and_serving_goes_on(url: str, served: Any) -> None:
-    env, task = env_and_task("airline")
+    _, task = env_and_task("airline")
     write = golden_actions(task)[-1]
     key = next(iter(write["arguments"]))
     reset = json.dumps({"type": "reset", "data": {"task_id": task["task_id"]}})

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from env_server_fixtures import env_and_task
 from hypothesis import given
 from hypothesis import strategies as st
 
-from env_server_fixtures import env_and_task
 from inference.environments.tasks import ServedTasks, TaskNotServed
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from env_server_fixtures import env_and_task, served_pair
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.utils import get_json_schema
 
-from env_server_fixtures import env_and_task, served_pair
 from envgen.noise.environment import NoisyEnvironment
 from envgen.runtime import outcome_message, replay
 from inference.environments.exports import environment_rows
