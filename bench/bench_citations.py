@@ -2,8 +2,9 @@
 over true claims (a document's own sentence, paraphrases of its relations and figures) and false ones of each
 class (figures swapped between two attributes, a relation inverted, the wrong relation between the right
 entities, a negation the source lacks, another entity's figure, the citation moved to another document), each
-cited to the document that states the true fact. Two arms: the fact-level check on the documents alone, and with
-the world's knowledge graph as its facts.
+cited to the document that states the true fact. Three arms: the fact-level check on the documents alone, with
+the world's knowledge graph as its facts, and on the documents with every citation written after the sentence's
+period ("... employees. [cite:E361]") instead of before it.
 
     .venv/bin/python -m bench.bench_citations [--entities 2000] [--claims 100] [--no-record]
 """
@@ -15,6 +16,7 @@ import json
 import os
 import platform
 import random
+import re
 import tempfile
 import time
 from collections import defaultdict
@@ -115,8 +117,11 @@ def main() -> None:
     items = claims(kg, docs, args.claims, seed=0)
     with tempfile.TemporaryDirectory(prefix="bench-citations-") as tmp:
         index = SearchIndex.build(load_corpus(frames["documents"]), Path(tmp) / "index")
+        after_period = [(re.sub(r"\s*((?:\[cite:[^\]]*\])+)\.$", r". \1", text), true, cls)
+                        for text, true, cls in items]
         arms = {"documents": measure(items, index, None), "documents + world facts": measure(items, index,
-                                                                                           WorldFacts(kg))}
+                                                                                           WorldFacts(kg)),
+                "documents, cited after the period": measure(after_period, index, None)}
     print(json.dumps(arms, indent=1))
     lines = ["", (f"## Citation support on generated true and false claims (bench_citations.py, "
                  f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} CPUs)"), "",

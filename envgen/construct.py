@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,19 +32,22 @@ from sqlalchemy import Connection, select
 from data_contracts.stage import Params
 from envgen.canonical import canonical_state
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool, sem_type
-from envgen.customers import owner_of
+from envgen.customers import carriers, database_rows, owned_entities, row_owners, written_rows
 from envgen.seeding import field_value, seeded_memory_engine, sqlite_bytes
-from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows, faker_for
-from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time
+from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows, faker_for, name_field
+from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time, render_value
 
 PATCH_ROUNDS = 3  # a patched row can break another condition; three rounds settle every shipped domain
 
 CHAIN_KINDS = frozenset({"get", "lookup", "find", "list_by", "parent_of"})
+ACTORS = ("customer", "staff", "system")
 
 
 @dataclass
 class Fact:
-    """A value the user knows: stated in the task text or only in the profile (the agent must ask)."""
+    """A value the user knows: stated in the task text or only in the profile (the agent must ask). Only what a
+    person knows becomes a fact (an email, a code they were given, a name, a date, an amount), never an internal
+    key: the agent finds those with the tools (``Grounder.reveal``)."""
 
     name: str
     label: str
@@ -71,9 +75,12 @@ class GroundingFailed(Exception):
     pass
 
 
-def sample_chain(domain: CompiledDomain, rng: random.Random, allowed: set[str], max_reads: int) -> list[str] | None:
-    """A seed chain: reads walked backwards along graph edges from a write action in ``allowed``."""
-    writes = sorted(t for t in allowed if domain.tools[t].is_write)
+def sample_chain(domain: CompiledDomain, rng: random.Random, allowed: set[str], max_reads: int,
+                 actors: tuple[str, ...] = ("customer",)) -> list[str] | None:
+    """A seed chain: reads walked backwards along graph edges from a write action in ``allowed`` that one of
+    ``actors`` may request (a customer's task asks only for customer actions)."""
+    writes = sorted(t for t in allowed if domain.tools[t].is_write
+                    and domain.spec.action(domain.tools[t].action).actor in actors)
     if not writes:
         return None
     chain = [rng.choice(writes)]
@@ -94,32 +101,98 @@ def sample_chain(domain: CompiledDomain, rng: random.Random, allowed: set[str], 
 
 
 def user_knowable(domain: CompiledDomain, tool: Tool) -> bool:
+    """Whether a user can give every required argument of ``tool`` that is not a key: a unique or searchable
+    string field a customer knows (keys are found with the tools)."""
     for p in tool.params:
         if p.required and p.field_type != "key":
             f = domain.spec.entity(tool.entity).field(p.name)
-            if f is None or not (f.unique or (f.type == "string" and f.searchable)):
+            if f is None or f.internal or not (f.unique or (f.type == "string" and f.searchable)):
                 return False
     return True
 
 
-class Grounder:
-    """Instantiates chains on one environment database (a connection inside a transaction)."""
+def key_entity(tool: Tool, param: str) -> str | None:
+    """The entity whose key argument ``param`` of ``tool`` holds (a key or a relation column); None for values."""
+    p = next((p for p in tool.params if p.name == param), None)
+    return p.sem if p is not None and p.sem is not None and "." not in p.sem else None
 
-    def __init__(self, domain: CompiledDomain, conn: Connection, rng: random.Random) -> None:
+
+@dataclass
+class Known:
+    """What the task has given the agent so far: the acting customer (identified once), and the rows whose keys an
+    earlier call returned (``keys``: as a row's key or a relation column; ``rows``: as a whole row)."""
+
+    customer: str | None = None
+    identified: bool = False
+    keys: set[tuple[str, Any]] = field(default_factory=set)
+    rows: set[tuple[str, Any]] = field(default_factory=set)
+
+    def copy(self) -> Known:
+        return Known(self.customer, self.identified, set(self.keys), set(self.rows))
+
+
+@dataclass
+class Reveal:
+    """Read calls that return a row's key, starting from what the user can say, and the facts they state."""
+
+    calls: list[dict[str, Any]]
+    facts: list[Fact]
+    known: Known
+
+
+def spoken_intent(domain: CompiledDomain, conn: Connection, action: ActionSpec, args: dict[str, Any]) -> str:
+    """The action's intent as the user says it for these arguments: a row parameter by the row's name (a flight
+    number), other values as task records write them, "1 day" for "1 days"."""
+    spoken = {k: render_value(v) for k, v in args.items()}
+    for q in action.params:
+        if q.ref is not None and f"{{{q.name}}}" in action.intent:
+            row = Executor(domain).get(conn, q.ref, args[q.name])
+            field = name_field(domain.spec.entity(q.ref))
+            spoken[q.name] = render_value(row[field.name]) if row is not None and field is not None else spoken[q.name]
+    return re.sub(r"(?<![\d.])1 ([a-z]+)s\b", r"1 \1", action.intent.format(**spoken))
+
+
+class Grounder:
+    """Instantiates chains on one environment database (a connection inside a transaction) for one acting customer:
+    every write names the customer's own rows or shared ones, and every internal key a golden call takes is found
+    with the tools (``allowed``: the tools the environment offers; None: any tool of the domain)."""
+
+    def __init__(self, domain: CompiledDomain, conn: Connection, rng: random.Random,
+                 allowed: set[str] | None = None) -> None:
         self.domain, self.conn, self.rng = domain, conn, rng
         conn.execution_options(compiled_cache=domain.sql_cache)
         self.ex = Executor(domain)
         self.ents = self.ex.ents
         self.reserved: set[tuple[str, str]] = set()
         self.now = domain.spec.now
-        self.customer: str | None = None  # when set, writes name only this customer's rows (envgen.customers)
+        self.allowed = set(domain.tools) if allowed is None else set(allowed)
+        self.known = Known()
+        # Owners never change while grounding: a carrying relation is never patched (``patch``).
+        found = row_owners(domain.spec, database_rows(domain, conn))
+        self._owner = {(e, k): next(iter(o)) if len(o) == 1 else None for e, keyed in found.items() for k, o in keyed.items()}
+
+    @property
+    def customer(self) -> str | None:
+        """The acting customer's key: set by the first chain grounded, or given (a task for that customer)."""
+        return self.known.customer
+
+    @customer.setter
+    def customer(self, key: str | None) -> None:
+        self.known.customer = key
+
+    def snapshot(self) -> tuple[set[tuple[str, str]], Known]:
+        return set(self.reserved), self.known.copy()
+
+    def restore(self, state: tuple[set[tuple[str, str]], Known]) -> None:
+        self.reserved, self.known = set(state[0]), state[1].copy()
+
+    def owner(self, entity: str, key: Any) -> str | None:
+        return self._owner.get((entity, key))
 
     def mine(self, entity: str, row: dict[str, Any]) -> bool:
         """Whether a write may name ``row``: no customer is set, the row is shared, or the customer owns it."""
-        if self.customer is None:
-            return True
-        owner = owner_of(self.domain, self.conn, entity, row[self.ents[entity].key])
-        return owner is None or owner == self.customer
+        owner = self.owner(entity, row[self.ents[entity].key])
+        return self.customer is None or owner is None or owner == self.customer
 
     # -- rows ------------------------------------------------------------------------------------------------
     def rows(self, entity: str, column: str | None = None, value: Any = None) -> list[dict[str, Any]]:
@@ -132,6 +205,8 @@ class Grounder:
     def _update(self, entity: str, key: str, column: str, value: Any) -> None:
         if (entity, key) in self.reserved:
             raise GroundingFailed(f"{entity} {key} is reserved by another chain")
+        if any(r.field == column for r in carriers(self.domain.spec, entity)):
+            raise GroundingFailed(f"{entity}.{column} carries ownership; patching it would re-own the row")
         e, t = self.ents[entity], self.domain.tables[entity]
         self.conn.execute(t.update().where(t.c[e.key] == key).values({column: value}))
 
@@ -206,18 +281,21 @@ class Grounder:
         candidates = [r for r in self.rows(target_e.name) if (target_e.name, r[target_e.key]) not in self.reserved
                       and self.mine(target_e.name, r)]
         self.rng.shuffle(candidates)
+        # Row parameters of the target's owner first; acting for nobody, any owner's next (an issue assigned to
+        # another member).
         for target in candidates[:6]:
-            sp = self.conn.begin_nested()
-            try:
-                args = self._try_action(tool, action, target)
-                sp.commit()
-                return args
-            except (GroundingFailed, ToolError):
-                sp.rollback()
+            for own in (True,) if self.customer is not None else (True, False):
+                sp = self.conn.begin_nested()
+                try:
+                    args = self._try_action(tool, action, target, own)
+                    sp.commit()
+                    return args
+                except (GroundingFailed, ToolError):
+                    sp.rollback()
         raise GroundingFailed(f"no row of {target_e.name} can be grounded for {tool.name}")
 
-    def _try_action(self, tool: Tool, action: ActionSpec, target: dict[str, Any]) -> dict[str, Any]:
-        args, ctx, conds = self.draft_action(action, target)
+    def _try_action(self, tool: Tool, action: ActionSpec, target: dict[str, Any], own: bool = True) -> dict[str, Any]:
+        args, ctx, conds = self.draft_action(action, target, own)
         self.patch(ctx, conds)
         dry = self.conn.begin_nested()
         try:
@@ -235,27 +313,35 @@ class Grounder:
                 self.reserved.add((ent.name, row[ent.key]))
         return args
 
-    def draft_action(self, action: ActionSpec, target: dict[str, Any]) -> tuple[dict[str, Any], ActionContext,
-                                                                                list[Condition]]:
-        """Arguments for ``action`` on ``target`` (ref rows not reserved, values drawn within their bounds), the
-        context the action would check them in, and its conditions (enforced ones and policies); patches nothing."""
+    def draft_action(self, action: ActionSpec, target: dict[str, Any], own: bool = True
+                     ) -> tuple[dict[str, Any], ActionContext, list[Condition]]:
+        """Arguments for ``action`` on ``target`` (ref rows not reserved, of the target's owner where ``own``,
+        values drawn within their bounds), the context the action would check them in, and its conditions
+        (enforced ones and policies); patches nothing."""
         target_e = self.ents[action.target]
         args: dict[str, Any] = {target_e.key: target[target_e.key]}
-        owners = {r.to: target[r.field] for r in target_e.relations}
+        parents = {r.to: target[r.field] for r in target_e.relations}
         rows: dict[str, Any] = {"target": target}
+        owner = self.customer or self.owner(target_e.name, target[target_e.key])
+        owned = owned_entities(self.domain.spec)
         for q in action.params:
             if q.ref is not None:
-                options = [r for r in self.rows(q.ref) if (q.ref, r[self.ents[q.ref].key]) not in self.reserved
-                           and r[self.ents[q.ref].key] != target[target_e.key] and self.mine(q.ref, r)]
-                # Prefer rows sharing an owner with the target (the same user's payment method).
-                shared = [r for r in options if any(r.get(rel.field) == owners.get(rel.to)
+                key = self.ents[q.ref].key
+                options = [r for r in self.rows(q.ref) if (q.ref, r[key]) not in self.reserved
+                           and r[key] != target[target_e.key] and self.mine(q.ref, r)]
+                if own:  # the target owner's own rows (the guest's cards)
+                    options = [r for r in options if q.ref not in owned or owner is None
+                               or self.owner(q.ref, r[key]) == owner]
+                # Prefer rows sharing a parent with the target (a room of the booking's hotel).
+                shared = [r for r in options if any(r.get(rel.field) == parents.get(rel.to)
                                                     for rel in self.ents[q.ref].relations)]
                 pick = self.rng.choice(shared or options) if (shared or options) else None
                 if pick is None:
                     raise GroundingFailed(f"no {q.ref} row for {q.name}")
-                args[q.name] = pick[self.ents[q.ref].key]
+                args[q.name] = pick[key]
                 rows[q.name] = pick
-                owners.setdefault(q.ref, args[q.name])
+                parents.setdefault(q.ref, args[q.name])
+                owner = owner or self.owner(q.ref, pick[key])
             else:
                 args[q.name] = self.sample_value(q.type or "string", q.values, q.min, q.max, q.faker)
         for r in target_e.relations:
@@ -265,17 +351,27 @@ class Grounder:
         enforced, soft = action_conditions(self.domain, action)
         return args, ctx, enforced + [c for _, c in soft]
 
-    def ground_chain(self, chain: list[str]) -> GroundedChain:
-        """Instantiate the database along ``chain`` and derive every golden argument backwards from the write."""
+    def ground_chain(self, chain: list[str], reveal: bool = True) -> GroundedChain:
+        """Instantiate the database along ``chain`` and derive every golden argument backwards from the write.
+
+        With ``reveal`` (a chain a user asks for) the chain acts for one customer, identified by its first call
+        when no earlier chain did, and every internal key a call takes is returned by an earlier call that starts
+        from what the user can say (``reveal``); without it (a chain that only grows the environment's tools)
+        arguments may be facts of any kind."""
         tools = [self.domain.tools[n] for n in chain]
         earlier = set(self.reserved)
         write = tools[-1]
-        write_args = self.ground_action(write)
+        acting, self.customer = self.customer, self.customer if reveal else None  # a tool-growing chain: anyone's
+        try:
+            write_args = self.ground_action(write)
+        finally:
+            self.customer = acting
         calls: list[dict[str, Any]] = [{"name": write.name, "arguments": write_args}]
         linked: list[set[str]] = [set()]  # per call, the params supplied by the previous tool's output
         hints: list[Fact] = []
         head, head_args = write, write_args
-        for u in reversed(tools[:-1]):
+        # A user's chain reads what the user's words lead to (``reveal``), not the sampled walk.
+        for u in [] if reveal else reversed(tools[:-1]):
             types = sorted(set(self.domain.graph.edges[u.name, head.name]["types"]) & head.requires)
             if not types:
                 raise GroundingFailed(f"{u.name} does not supply {head.name}")
@@ -290,13 +386,48 @@ class Grounder:
             head, head_args = u, u_args
         if len({h.label for h in hints}) < len(hints):
             raise GroundingFailed("two list hints would share a label; the user could not tell them apart")
-        facts: list[Fact] = list(reversed(hints))
         action = self.domain.spec.action(write.action)
+        intent = spoken_intent(self.domain, self.conn, action, write_args)
+        if not reveal:
+            facts = list(reversed(hints)) + self._stated(calls, linked, action, lambda *_: False)
+            return GroundedChain(chain, calls, facts, intent, self.reserved - earlier)
+        known = self.known.copy()
+        self._adopt_customer(write, write_args, known)
+        plan: list[dict[str, Any]] = []
+        facts = list(reversed(hints))
+        if known.customer is not None and not known.identified:
+            found = self.reveal(self.domain.spec.customer_entity.name, known.customer, known, lookup_only=True)
+            plan, facts, known = found.calls, found.facts + facts, found.known
+            known.identified = True
         params = {q.name: q for q in action.params}
+        for p in write.params:
+            entity, value = key_entity(write, p.name), write_args.get(p.name)
+            if not p.required or entity is None or value is None:
+                continue
+            q = params.get(p.name)
+            by = None
+            if q is not None and q.ref is not None and f"{{{p.name}}}" in action.intent:
+                by = name_field(self.ents[q.ref]).name  # the intent names the row: it is found by that name
+            found = self.reveal(entity, value, known, by=by)
+            plan += found.calls
+            facts += found.facts
+            known = found.known
+        plan.append(calls[0])
+        known = self._learn(calls[0], known)
+        facts += self._stated(calls, linked, action, lambda tool, p: key_entity(tool, p) is not None)
+        self.known = known
+        return GroundedChain(list(dict.fromkeys(c["name"] for c in plan)), plan, facts, intent,
+                             self.reserved - earlier)
+
+    def _stated(self, calls: list[dict[str, Any]], linked: list[set[str]], action: ActionSpec, skip: Any
+                ) -> list[Fact]:
+        """Facts for the required arguments no earlier call supplies, except those ``skip(tool, param)`` names."""
+        params = {q.name: q for q in action.params}
+        facts = []
         for call, done in zip(calls, linked):
             tool = self.domain.tools[call["name"]]
             for p in tool.params:
-                if not p.required or p.name in done:
+                if not p.required or p.name in done or skip(tool, p.name):
                     continue
                 q = params.get(p.name) if tool.is_write else None
                 if q is not None and f"{{{p.name}}}" in action.intent:
@@ -304,8 +435,124 @@ class Grounder:
                 else:
                     source = q.source if q is not None and q.ref is None else "profile"
                 facts.append(Fact(p.name, self._label(tool, p.name, q), call["arguments"][p.name], source))
-        intent = action.intent.format(**write_args)
-        return GroundedChain(chain, calls, facts, intent, self.reserved - earlier)
+        return facts
+
+    def _adopt_customer(self, write: Tool, args: dict[str, Any], known: Known) -> None:
+        """The chain acts for the customer owning the rows its write names; the first chain sets the customer."""
+        owners = {o for e, k in written_rows(self.domain, write.name, args) if (o := self.owner(e, k)) is not None}
+        if len(owners) > 1 or (known.customer is not None and owners - {known.customer}):
+            raise GroundingFailed(f"{write.name} names rows of several customers")
+        if known.customer is None and owners:
+            known.customer = owners.pop()
+
+    def _learn(self, call: dict[str, Any], known: Known, singled: Any = None) -> Known:
+        """``known`` plus the row ``call`` singles out, its key and the keys it links to: the one row a read
+        returns, or row ``singled`` of a list the user's hint picks (the other rows of a list are nobody's
+        choice); a write returns its target row."""
+        tool = self.domain.tools[call["name"]]
+        if tool.is_write:
+            action = self.domain.spec.action(tool.action)
+            target = self.ex.get(self.conn, action.target, call["arguments"][self.ents[action.target].key])
+            returned = [(action.target, target)] if target is not None else []
+        else:
+            result = self.ex.read(self.conn, tool, tool.args_model.model_validate(call["arguments"]).model_dump())
+            key = self.ents[tool.entity].key
+            rows = [r for r in (result.get("results", [result]) if isinstance(result, dict) else [])
+                    if isinstance(r, dict) and key in r]
+            rows = rows if len(rows) == 1 else [r for r in rows if r[key] == singled]
+            returned = [(tool.entity, r) for r in rows]
+        out = known.copy()
+        for entity, row in returned:
+            e = self.ents[entity]
+            out.rows.add((entity, row[e.key]))
+            out.keys.add((entity, row[e.key]))
+            out.keys |= {(r.to, row[r.field]) for r in e.relations if row.get(r.field) is not None}
+        return out
+
+    def reveal(self, entity: str, key: Any, known: Known, by: str | None = None, lookup_only: bool = False,
+               depth: int = 2) -> Reveal:
+        """Reads that return row ``key`` of ``entity`` starting from what a person knows, tried in random order: a
+        lookup by a unique field they know (an email, a confirmation code), a search by a name they know, the list
+        of a known or revealed parent's rows (the customer's cards), or the parent row of a known child. A list
+        showing several rows is narrowed by a hint (a date, an amount, the last four digits). ``by``: the row must
+        be found by that field (the name the request says); ``lookup_only``: by a unique field only (identifying
+        the customer). Raises GroundingFailed when no way exists within ``depth`` parents."""
+        e = self.ents[entity]
+        row = self.ex.get(self.conn, entity, key)
+        if row is None:
+            raise GroundingFailed(f"no {entity} {key}")
+        if (entity, key) in known.keys and by is None and not lookup_only:
+            return Reveal([], [], known)
+        carrying = carriers(self.domain.spec, entity)
+        # (cost, kind, how): the cheapest ways first, equal costs in random order. A list through a relation that
+        # carries no ownership (the reservations of a flight) shows other customers' rows: it comes after the
+        # customer's own lists.
+        plans = ([(1, "lookup", f) for f in e.fields if f.unique and not f.internal]
+                 + [(2, "find", f) for f in e.fields if f.searchable and not f.internal and not f.unique
+                    and (f.type == "string" or by == f.name)])
+        if by is None and not lookup_only:
+            plans += [(1 + 2 * ((r.to, row[r.field]) not in known.keys) + 2 * (r not in carrying), "list_by", r)
+                      for r in e.relations if row.get(r.field) is not None and depth > 0]
+            plans += [(2, "parent_of", t) for t in sorted(self.allowed) if self.domain.tools[t].kind == "parent_of"
+                      and self.domain.tools[t].entity == entity]
+        if by is not None:
+            plans = [p for p in plans if p[2].name == by]
+        if lookup_only:
+            # a customer identifies themselves by email first
+            plans = [(0 if f.name == "email" else 1, kind, f) for _, kind, f in plans if kind == "lookup"]
+        self.rng.shuffle(plans)
+        plans.sort(key=lambda p: p[0])
+        for _, kind, how in plans:
+            try:
+                found = self._reveal_by(kind, how, e, row, known, by, depth)
+            except GroundingFailed:
+                continue
+            if found is not None:
+                self.reserved.add((entity, key))
+                return found
+        raise GroundingFailed(f"no way for the agent to find {entity} {key} from what the user knows")
+
+    def _reveal_by(self, kind: str, how: Any, e: EntitySpec, row: dict[str, Any], known: Known, by: str | None,
+                   depth: int) -> Reveal | None:
+        key = row[e.key]
+        if kind == "lookup":
+            tool = f"lookup_{e.name}_by_{how.name}"
+            if tool not in self.allowed or row.get(how.name) is None:
+                return None
+            call = {"name": tool, "arguments": {how.name: row[how.name]}}
+            fact = Fact(how.name, how.label or how.name.replace("_", " "), row[how.name], "task" if by else "profile")
+            return Reveal([call], [fact], self._learn(call, known))
+        if kind == "find":
+            tool = f"find_{e.plural_name}_by_{how.name}"
+            if tool not in self.allowed or row.get(how.name) is None:
+                return None
+            shown = self.rows(e.name, how.name, row[how.name])[:PAGE_LIMIT]
+            if not any(r[e.key] == key for r in shown):
+                return None
+            call = {"name": tool, "arguments": {how.name: row[how.name]}}
+            facts = [Fact(how.name, how.label or how.name.replace("_", " "), row[how.name], "task" if by else "profile")]
+            hint = self._hint(e, row, shown)
+            return Reveal([call], facts + ([hint] if hint else []), self._learn(call, known, key))
+        if kind == "list_by":
+            tool = f"list_{e.plural_name}_by_{how.field}"
+            if tool not in self.allowed:
+                return None
+            parent = self.reveal(how.to, row[how.field], known, depth=depth - 1)
+            shown = self.rows(e.name, how.field, row[how.field])[:PAGE_LIMIT]
+            if not any(r[e.key] == key for r in shown):
+                return None
+            call = {"name": tool, "arguments": {how.field: row[how.field]}}
+            hint = self._hint(e, row, shown)
+            return Reveal([*parent.calls, call], parent.facts + ([hint] if hint else []),
+                          self._learn(call, parent.known, key))
+        tool = self.domain.tools[how]  # parent_of: the row is the parent of a child the agent knows
+        child = self.ents[tool.child]
+        kids = sorted(k for ent, k in known.keys if ent == child.name
+                      and (kid := self.ex.get(self.conn, child.name, k)) is not None and kid[tool.column] == key)
+        if not kids:
+            return None
+        call = {"name": tool.name, "arguments": {child.key: kids[0]}}
+        return Reveal([call], [], self._learn(call, known))
 
     def _label(self, tool: Tool, param: str, q) -> str:
         if q is not None and q.label:
@@ -358,11 +605,12 @@ class Grounder:
         raise GroundingFailed(f"{u.kind} tools cannot start a chain")
 
     def _hint(self, e: EntitySpec, row: dict[str, Any], shown: list[dict[str, Any]]) -> Fact | None:
-        """When a list holds several rows, the task names the wanted one by a field unique among them, so the
-        chain stays uniquely solvable (otherwise the golden row would be a guess)."""
+        """When a list holds several rows, the task names the wanted one by a field a customer knows that is
+        unique among them, so the chain stays uniquely solvable (otherwise the golden row would be a guess)."""
         if len(shown) == 1:
             return None
-        fields = [f for f in e.fields if f.type in ("string", "money", "date", "datetime", "int", "float")]
+        fields = [f for f in e.fields if not f.internal and row.get(f.name) is not None
+                  and f.type in ("string", "money", "date", "datetime", "int", "float")]
         self.rng.shuffle(fields)
         for f in fields:
             if sum(r[f.name] == row[f.name] for r in shown) == 1:
@@ -437,6 +685,7 @@ class BuiltEnvironment:
     fallback_chains: list[GroundedChain]
     stats: ExpansionStats
     db: bytes
+    customer: str | None = None  # the key of the customer the chains act for
 
 
 MIN_TOOLS = 20  # the report's fallback floor: at least 20 tools per environment
@@ -457,18 +706,19 @@ class ConstructionSettings(Params):
     fallback_attempts: int = Field(30, ge=1, description="Chains tried by the fallback to reach min_tools.")
 
 
-def _try_ground(g: Grounder, chain: list[str] | None) -> GroundedChain | None:
+def _try_ground(g: Grounder, chain: list[str] | None, reveal: bool = True) -> GroundedChain | None:
+    """The chain grounded, or None (every patch rolled back, the grounder as it was)."""
     if chain is None:
         return None
     sp = g.conn.begin_nested()
-    reserved = set(g.reserved)
+    state = g.snapshot()
     try:
-        grounded = g.ground_chain(chain)
+        grounded = g.ground_chain(chain, reveal)
         sp.commit()
         return grounded
     except (GroundingFailed, ToolError):
         sp.rollback()
-        g.reserved = reserved
+        g.restore(state)
         return None
 
 
@@ -494,7 +744,7 @@ def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionS
         while len(chains) < settings.max_chains:
             unused = everything - env
             outer = conn.begin_nested()
-            reserved = set(g.reserved)
+            state = g.snapshot()
             found, attempts = None, 0
             while found is None and attempts < settings.solver_attempts:
                 attempts += 1
@@ -508,7 +758,7 @@ def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionS
                                     "added": add})
             if not add:
                 outer.rollback()
-                g.reserved = reserved
+                g.restore(state)
                 break
             outer.commit()
             chains.append(found)
@@ -517,15 +767,16 @@ def build_environment(domain: CompiledDomain, seed: int, settings: ConstructionS
             if len(env) >= settings.min_tools:
                 break
             # "a moderate-size tool chain": at least one read before the write.
-            chain = sample_chain(domain, rng, everything, max(2, settings.max_reads))
-            extra = _try_ground(g, chain) if chain is not None and len(chain) >= 2 else None
+            # Any actor's write: the chain only grows the tool set (staff tools the agent must leave alone).
+            chain = sample_chain(domain, rng, everything, max(2, settings.max_reads), ACTORS)
+            extra = _try_ground(g, chain, reveal=False) if chain is not None and len(chain) >= 2 else None
             if extra is not None:
                 fallbacks.append(extra)
                 stats.fallback_used = True
                 env = bfs_expand(domain, env, extra.tools)
     if len(env) < settings.min_tools:
         raise ConstructionFailed(f"{domain.name}: {len(env)} tools after the fallback, below {settings.min_tools}")
-    return BuiltEnvironment(sorted(env), chains, fallbacks, stats, sqlite_bytes(engine))
+    return BuiltEnvironment(sorted(env), chains, fallbacks, stats, sqlite_bytes(engine), g.customer)
 
 
 def executability(domain: CompiledDomain, seed: int) -> tuple[float, list[str]]:

@@ -208,6 +208,22 @@ _SEPARATOR_WORDS = frozenset({"or", "and", "either", "nor"})
 _SEPARATOR_CHARS = frozenset(",;/&|\n")
 _DEMONYM = re.compile(r"[A-Z][a-z]+(?:an|ish|ese|ic|i|ch|ek|ss)$")
 _PARTICLES = frozenset({"van", "von", "de", "der", "den", "du", "da", "di", "del", "della", "la", "le", "bin", "al"})
+# What a type word after a name may be ("the Danube river", "Niue island"): a fixed set of common nouns naming a
+# kind of place, organisation, work, event or person. A lower-case word after a name that is not one of them may be
+# a candidate written in lower case ("Paris lyon"), so it stays part of the answer.
+TYPE_WORDS = frozenset({
+    "river", "lake", "sea", "ocean", "mountain", "mountains", "range", "island", "islands", "desert", "valley",
+    "bay", "peninsula", "canal", "strait", "gulf", "city", "town", "village", "country", "nation", "state",
+    "province", "region", "county", "district", "capital", "kingdom", "republic", "empire", "company",
+    "corporation", "firm", "business", "band", "group", "club", "team", "orchestra", "choir", "party", "university",
+    "college", "school", "museum", "hospital", "airport", "station", "bridge", "tower", "cathedral", "church",
+    "temple", "palace", "castle", "stadium", "park", "festival", "conference", "marathon", "exhibition", "summit",
+    "tournament", "regatta", "fair", "symposium", "carnival", "concert", "championship", "novel", "film", "movie",
+    "album", "song", "single", "game", "documentary", "series", "show", "book", "poem", "collection", "play",
+    "opera", "painting", "novelist", "painter", "author", "writer", "poet", "director", "composer", "singer",
+    "actor", "actress", "architect", "artist", "designer", "scientist", "chemist", "physician", "engineer",
+    "lawyer", "journalist", "politician", "diplomat", "explorer",
+})
 _PARENTHETICAL = re.compile(r"(?s)(.+?)\s*\(([^()]+)\)\s*\.?")
 _APPOSITIVE = re.compile(r"(?s)([^,]+?),\s*((?:the|a|an)\s+\S.*?)\s*\.?", re.IGNORECASE)
 
@@ -242,7 +258,8 @@ def answer_slot(pred: str) -> str | None:
     """The answer a descriptor stands beside, or None when the prediction holds no descriptor.
 
     The answer in context is one name, and the descriptor says what it is: "the Spanish club Atlético Madrid",
-    "the river Thames", "Thames (river)", "Dickens (English novelist)", "Paris, the capital of France". A name
+    "the river Thames", "the Danube river", "Thames (river)", "Dickens (English novelist)", "Paris, the capital of
+    France". A type word after the name comes from ``TYPE_WORDS``. A name
     inside the descriptor ("France") is never the answer, and a descriptor with a word that joins candidates
     ("the river Thames or Severn", "Paris, the city or Lyon") or a capitalised name in its head position is no
     descriptor: what remains is scored as written, so lists stay lists."""
@@ -253,12 +270,18 @@ def answer_slot(pred: str) -> str | None:
             stripped = m.group(1)
             break
     words = stripped.rstrip(".").split()
+    # A type word after the name ("the Danube river") says what it is, as a descriptor before it does.
+    typed = len(words) >= 2 and _is_name_word(words[-2]) and words[-1] in TYPE_WORDS
+    if typed:
+        words = words[:-1]
     start = len(words)
     while start > 0 and (_is_name_word(words[start - 1])
                          or (words[start - 1] in _PARTICLES and start < len(words) and _is_name_word(words[start]))):
         start -= 1
     if 0 < start < len(words) and _is_descriptor(words[:start]):
-        stripped = " ".join(words[start:])
+        return " ".join(words[start:])
+    if typed:
+        return " ".join(words)
     return stripped if stripped != text else None
 
 
@@ -276,9 +299,11 @@ def _stands_alone(p: Sequence[str], g: Sequence[str]) -> bool:
             continue
         if numeric and any(t.isdigit() for t in (*p[:i], *p[i + n :])):
             continue
-        touching = [(p[i - 1], g[0])] if i else []
-        touching += [(p[i + n], g[-1])] if i + n < len(p) else []
-        if all(word in NAME_GLUE or edge.isdigit() for word, edge in touching):
+        # A designator ends a name ("Martinez LLC"): after the gold it glues, before it it ends another candidate
+        # ("Davis Inc Heatherfurt").
+        touching = [(p[i - 1], g[0], STOP_WORDS)] if i else []
+        touching += [(p[i + n], g[-1], NAME_GLUE)] if i + n < len(p) else []
+        if all(word in glue or edge.isdigit() for word, edge, glue in touching):
             return True
     return False
 

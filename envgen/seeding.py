@@ -19,7 +19,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
 from envgen.compiler import CLOCK_TABLE, CompiledDomain
-from envgen.spec import DomainSpec, EntitySpec, FieldSpec, faker_for
+from envgen.customers import carriers
+from envgen.spec import DomainSpec, EntitySpec, FieldSpec, RelationSpec, faker_for
 from envgen.tools import fmt_time
 
 Rows = dict[str, list[dict[str, Any]]]
@@ -56,24 +57,52 @@ def field_value(f: FieldSpec, spec: DomainSpec, fake: Any, rng: random.Random) -
 
 
 def generate_rows(spec: DomainSpec, seed: int) -> Rows:
-    """All rows of one environment's database, deterministic in ``seed``."""
+    """All rows of one environment's database, deterministic in ``seed``.
+
+    Ownership holds along every path (``envgen.customers``): a row's owner is drawn first, among the customers who
+    own a row of every parent its carrying relations need, and each of those parents is drawn among that owner's
+    rows (a booking's card is one of the booking guest's own cards)."""
     rng = random.Random(seed)
     fake = faker_for(spec.locale)
     fake.seed_instance(seed)
+    customer = spec.customer_entity
     rows: Rows = {}
     keys: dict[str, list[str]] = {}
+    owner: dict[tuple[str, str], str | None] = {}  # (entity, key) -> the customer owning it
+    by_owner: dict[str, dict[str | None, list[str]]] = {}  # entity -> owner -> keys, in generation order
+
+    def choose_parent(r: RelationSpec, row_owner: str | None) -> str | None:
+        """A parent for relation ``r`` owned by ``row_owner`` (or by nobody), any parent when unowned."""
+        options = keys.get(r.to) or []
+        if row_owner is not None and r in carrying:
+            options = by_owner[r.to].get(row_owner, []) + by_owner[r.to].get(None, [])
+        return rng.choice(options) if options else None
+
     for e in entity_order(spec):
+        carrying = carriers(spec, e.name)
+        ready = [r for r in carrying if keys.get(r.to)]
+        # Customers who own a row of every parent the required carrying relations need.
+        candidates = sorted(set.intersection(*(set(by_owner[r.to]) for r in ready if r.required))
+                            - {None}) if any(r.required for r in ready) else sorted(
+            {o for r in ready for o in by_owner[r.to]} - {None})
         used: dict[str, set[Any]] = {f.name: set() for f in e.fields if f.unique}
         table, seen_keys = [], set()
+        by_owner[e.name] = {}
         for _ in range(e.count):
             key = e.id_prefix + "".join(rng.choices(_KEY_ALPHABET, k=6))
             while key in seen_keys:
                 key = e.id_prefix + "".join(rng.choices(_KEY_ALPHABET, k=6))
             seen_keys.add(key)
             row: dict[str, Any] = {e.key: key}
+            row_owner = key if customer is not None and e.name == customer.name else (
+                rng.choice(candidates) if candidates else None)
             for r in e.relations:
-                parents = keys.get(r.to)
-                row[r.field] = rng.choice(parents) if parents else None
+                row[r.field] = choose_parent(r, row_owner)
+            if row_owner is None:  # no carrying parent was drawn for an owner: the parents drawn decide it
+                row_owner = next((owner[(r.to, row[r.field])] for r in carrying if row[r.field] is not None
+                                  and owner[(r.to, row[r.field])] is not None), None)
+            owner[(e.name, key)] = row_owner
+            by_owner[e.name].setdefault(row_owner, []).append(key)
             for f in e.fields:
                 value = field_value(f, spec, fake, rng)
                 if f.unique:
@@ -87,13 +116,14 @@ def generate_rows(spec: DomainSpec, seed: int) -> Rows:
             table.append(row)
         rows[e.name] = table
         keys[e.name] = [r[e.key] for r in table]
-    # optional relations to entities generated later get their parents now
+    # optional relations to entities generated later get their parents now, from the row's owner's
     for e in spec.entities:
+        carrying = carriers(spec, e.name)
         for r in e.relations:
             if not r.required:
                 for row in rows[e.name]:
                     if row[r.field] is None and keys[r.to] and rng.random() < 0.8:
-                        row[r.field] = rng.choice(keys[r.to])
+                        row[r.field] = choose_parent(r, owner[(e.name, row[e.key])])
     return rows
 
 

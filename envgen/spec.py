@@ -23,6 +23,8 @@ Shape of a spec (every key is documented by the ``description`` of the pydantic 
       - name: cancel_reservation
         target: reservation            # the row the action transitions, passed as its key
         intent: "cancel my reservation"
+        actor: customer                # who may request it: customer, staff or system
+        words: [cancel]                # the words a person uses for it; the intent says one
         preconditions: [{field: status, op: eq, value: confirmed, message: ...}]
         effects: [{kind: set, field: status, value: cancelled}]
     policies:
@@ -47,8 +49,14 @@ Authoring checklist (``gymforge envgen check envgen/domains/NEW.yaml`` verifies 
 - Preconditions must be satisfiable by patching one field at a time (eq/ne/in/not_in on enums and bools,
   comparisons on numbers and dates, equality of a relation column); the constructor patches rows to make the
   golden call valid.
-- ``intent`` is the user's voice; put task-stated parameters in it as ``{param}``; ``label`` says how a user names
-  a record or field ("reservation number"), and is what the simulated user answers to.
+- ``intent`` is the user's voice; put task-stated parameters in it as ``{param}`` (a row parameter reads as the
+  row's name, ``name_field``); ``label`` says how a user names a record or field ("reservation number"), and is what
+  the simulated user answers to.
+- ``actor``: staff decisions and back-office steps (approve, restock, dispatch) are ``staff``; customer tasks never
+  ask for them. ``words``: no other action on the same entity may use one, so "withdraw" maps to one action.
+- Mark what a customer cannot know ``internal: true`` (balances, staff codes); keys are always internal. A relation
+  that may link another customer's row (a reviewer) is ``crossing: true``; every other path from a row to the
+  customer entity must reach one customer (seeding keeps it so, writes that break it are refused).
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ DOMAINS_DIR = Path(__file__).parent / "domains"
 FieldType = Literal["string", "int", "float", "bool", "date", "datetime", "enum", "money"]
 NUMERIC_TYPES = frozenset({"int", "float", "money"})
 Op = Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in"]
+Actor = Literal["customer", "staff", "system"]
 Scalar = str | int | float | bool
 
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -122,6 +131,9 @@ class FieldSpec(_Strict):
     unique: bool = Field(default=False, description="Values are unique; adds a lookup_<entity>_by_<field> tool.")
     searchable: bool = Field(default=False, description="Adds a find_<plural>_by_<field> tool (exact match).")
     label: str | None = Field(default=None, description="How a user names this field ('email address').")
+    internal: bool = Field(
+        default=False, description="A value only staff or the system know (an internal code, a risk score, a "
+        "running balance): a user never states it and a task never singles out a row by it.")
 
     _idents = _ident_fields("name")
 
@@ -146,6 +158,10 @@ class RelationSpec(_Strict):
     description: str = Field(description="What the link means ('the user who owns the reservation').")
     required: bool = Field(default=True, description="NOT NULL; required relations must not form a cycle.")
     label: str | None = Field(default=None, description="How a user names the linked record ('origin airport').")
+    crossing: bool = Field(
+        default=False, description="The linked row may belong to another customer (a reviewer, a property for "
+        "sale, a gift's recipient): ownership does not follow this link. Every other path from a row to the "
+        "customer entity reaches the same customer.")
 
     _idents = _ident_fields("field", "to")
 
@@ -263,7 +279,13 @@ class ActionSpec(_Strict):
     name: str = Field(description="Tool name of the write action (lowercase identifier).")
     description: str = Field(description="What the action does; the tool description.")
     target: str = Field(description="Entity of the row the action transitions; its key is the first parameter.")
-    intent: str = Field(description="User-voice phrase for task text, with {param} placeholders ('cancel my trip').")
+    intent: str = Field(description="The requester's phrase for task text, with {param} placeholders ('cancel my "
+                        "trip'); a placeholder of a row parameter reads as that row's name (``name_field``).")
+    actor: Actor = Field(description="Who may request the action: a customer (their own records), staff (an "
+                         "employee's decision or back-office step: approve, restock, dispatch) or the system.")
+    words: tuple[str, ...] = Field(min_length=1, description="The words a person uses for the action ('withdraw', "
+                                   "'cancel'); the intent says one of them, and no other action on the same entity "
+                                   "uses any of them, so a stated intent maps to this action alone.")
     params: tuple[ParamSpec, ...] = Field(default=(), description="Parameters besides the target key.")
     preconditions: tuple[Condition, ...] = Field(default=(), description="Checked before any effect; all must hold.")
     effects: tuple[Effect, ...] = Field(min_length=1, description="Applied in order inside one transaction.")
@@ -474,6 +496,26 @@ def _check_tool_names(entities: list[tuple[int, EntitySpec]], actions: list[tupl
             claimed[name] = (what, path)
 
 
+def says(text: str, word: str) -> bool:
+    """Whether ``text`` contains ``word`` (a word or phrase) as whole words, ignoring case ("approve" is not said
+    by "approved")."""
+    return re.search(rf"(?<![\w-]){re.escape(word.lower())}(?![\w-])", text.lower()) is not None
+
+
+def customer_facing(spec: DomainSpec, entity: str, column: str) -> bool:
+    """Whether a customer knows the values of ``entity.column``: a field not marked ``internal`` (a name, an email,
+    a confirmation code, a date, an amount); keys and relation columns are internal keys the agent finds."""
+    field = spec.entity(entity).field(column)
+    return field is not None and not field.internal
+
+
+def name_field(entity: EntitySpec) -> FieldSpec | None:
+    """The field a person names a row of ``entity`` by (a flight number, a room number, a vet's name): its first
+    unique field a customer knows, else its first searchable one; None when a person has no name for it."""
+    known = [f for f in entity.fields if not f.internal]
+    return next((f for f in known if f.unique), next((f for f in known if f.searchable), None))
+
+
 def action_rows(action: ActionSpec, entities: dict[str, EntitySpec]) -> dict[str, EntitySpec]:
     """Rows an action's conditions and effects may name: ``target``, each ``ref`` parameter, and each relation
     field of the target (the row it points at, e.g. ``flight_id`` on a reservation)."""
@@ -556,10 +598,22 @@ def _check_domain(raw: Any, p: _Problems) -> None:
         seen_actions.add(a.name)
         _check_action(["actions", i], a, by_name, raw_names["entities"], p)
     _check_tool_names(entities, actions, p)
+    _check_words(actions, p)
     _check_policies(policies, {a.name: a for _, a in actions}, by_name, raw_names, p)
     customer = raw.get("customer")
     if customer is not None and customer not in raw_names["entities"]:
         p.add(["customer"], f"unknown entity {customer!r}; entities: {sorted(n for n in raw_names['entities'] if n)}")
+
+
+def _check_words(actions: list[tuple[int, ActionSpec]], p: _Problems) -> None:
+    """A stated intent maps to one action: no other action on the same entity claims a word its intent says."""
+    for i, a in actions:
+        for _, other in actions:
+            if other.name != a.name and other.target == a.target:
+                said = [w for w in other.words if says(a.intent, w)]
+                if said:
+                    p.add(["actions", i, "intent"], f"the intent {a.intent!r} says {said[0]!r}, a word of "
+                                                    f"{other.name} on the same {a.target}; reword one of them")
 
 
 def _check_entities(entities: list[tuple[int, EntitySpec]], locale: str, p: _Problems) -> dict[str, EntitySpec]:
@@ -625,6 +679,14 @@ def _check_action(path: list[Any], a: ActionSpec, by_name: dict[str, EntitySpec]
     for placeholder in re.findall(r"{(\w+)}", a.intent):
         if placeholder not in params:
             p.add([*path, "intent"], f"placeholder {{{placeholder}}} is not a parameter")
+        elif (ref := params[placeholder].ref) in by_name and name_field(by_name[ref]) is None:
+            p.add([*path, "intent"], f"placeholder {{{placeholder}}} names a {ref}, which has no name a person "
+                                     "knows: mark a unique or searchable field of it that is not internal")
+    for j, word in enumerate(a.words):
+        if word != word.strip().lower() or not word:
+            p.add([*path, "words", j], f"{word!r}: words are lowercase, without outer spaces")
+    if not any(says(a.intent, w) for w in a.words):
+        p.add([*path, "words"], f"the intent {a.intent!r} says none of the words {list(a.words)}")
     _check_conditions([([*path, "preconditions", j], c) for j, c in enumerate(a.preconditions)], rows, params, p,
                       skip)
     for j, eff in enumerate(a.effects):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from typing import Any
 
 from pydantic import Field
@@ -36,9 +37,11 @@ from envgen.construct import (
     seeded_faker,
 )
 from envgen.customers import POLICY as CUSTOMER_POLICY
+from envgen.customers import owned_entities
 from envgen.runtime import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
-from envgen.tools import Executor, call_tool
+from envgen.spec import EntitySpec, FieldSpec
+from envgen.tools import Executor, call_tool, render_value
 
 MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
 OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
@@ -47,6 +50,8 @@ OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "H
 class TaskSettings(Params):
     inline_fact_prob: float = Field(0.5, ge=0.0, le=1.0, description="Chance a profile fact is also written in "
                                                                       "the task text (else the agent must ask).")
+    question_prob: float = Field(0.5, ge=0.0, le=1.0, description="Chance the user also asks about the outcome "
+                                 "(a field the last write sets), whose answer becomes a required output.")
 
 
 def system_prompt(domain: CompiledDomain, extra_policies: tuple[str, ...] = ()) -> str:
@@ -81,11 +86,6 @@ def environment_record(domain: CompiledDomain, built: BuiltEnvironment, env_id: 
         "db": built.db,
         "db_sha256": hashlib.sha256(built.db).hexdigest(),
     }
-
-
-def render_value(value: Any) -> str:
-    """How task records write a value (text, profile facts, required outputs): money-like floats with 2 decimals."""
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 _ORDINALS = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
@@ -133,6 +133,87 @@ def _required_outputs(domain: CompiledDomain, actions: list[dict[str, Any]], res
                 ent = domain.spec.entity(eff.entity)
                 out += [render_value(res["created"][eff.entity][f.name]) for f in ent.fields if f.type == "money"]
     return list(dict.fromkeys(out))
+
+
+def _spoken_field(f: FieldSpec) -> str:
+    """How a person names field ``f``: its label, else its name in words ("passengers count" -> "number of
+    passengers", "weight_kg" -> "weight in kg")."""
+    if f.label:
+        return f.label
+    words = f.name.split("_")
+    if words[-1] == "count" and len(words) > 1:
+        return "number of " + " ".join(words[:-1])
+    if words[-1] in ("kg", "gb", "sqm", "pct") and len(words) > 1:
+        unit = {"kg": "kg", "gb": "GB", "sqm": "square metres", "pct": "percent"}[words[-1]]
+        return " ".join(words[:-1]) + f" in {unit}"
+    return " ".join(words)
+
+
+def spoken_entity(e: EntitySpec) -> str:
+    """How a person names a record of ``e``: its label without a trailing "id" or "number" ("reservation number"
+    -> "reservation"), else its name in words."""
+    if e.label:
+        return re.sub(r" (id|number)$", "", e.label)
+    return e.name.replace("_", " ")
+
+
+def fact_sentence(domain: CompiledDomain, fact: Fact) -> str:
+    """How the user states a fact: "My email address is x." for what they know of themselves, and for a fact
+    that singles out one row of a list ("entity.field") a sentence about that row: "The order I mean was placed
+    at 2026-05-22T03:30:00.", "The booking I mean has 12 nights.", "The amount of the charge I mean is 52.10."."""
+    value = render_value(fact.value)
+    if "." not in fact.name:
+        return f"My {fact.label} is {value}."
+    entity, column = fact.name.split(".", 1)
+    e = domain.spec.entity(entity)
+    f = e.field(column)
+    thing = f"The {spoken_entity(e)} I mean"
+    words = column.split("_")
+    if f is not None and not f.label and len(words) == 2 and words[1] in ("at", "on", "for") and f.type in (
+            "date", "datetime"):
+        verb = words[0] if words[0].endswith("s") else f"was {words[0]}"  # "expires on", "was placed at"
+        return f"{thing} {verb} {words[1]} {value}."
+    if f is not None and not f.label and f.type == "int" and len(words) == 1 and words[0].endswith("s"):
+        return f"{thing} has {value} {words[0]}."
+    label = _spoken_field(f) if f is not None else column.replace("_", " ")
+    return f"The {label} of the {spoken_entity(e)} I mean is {value}."
+
+
+def _question(domain: CompiledDomain, actions: list[dict[str, Any]], results: list[dict[str, Any]],
+              customer: str | None, rng: random.Random) -> tuple[str, str] | None:
+    """A question about the outcome of the last write (a field its effects set or adjust on its target, as the
+    write's result returns it) and its answer, or None when the write changes no such field a person asks about."""
+    last = max(i for i, a in enumerate(actions) if domain.tools[a["name"]].is_write)
+    action = domain.spec.action(domain.tools[actions[last]["name"]].action)
+    target = domain.spec.entity(action.target)
+    row = results[last].get(action.target) or {}
+    fields = [f for eff in action.effects if eff.kind in ("set", "adjust") and eff.row == "target"
+              and (f := target.field(eff.field)) is not None and f.type != "bool" and not f.internal
+              and row.get(f.name) is not None]
+    if not fields:
+        return None
+    f = rng.choice(list(dict.fromkeys(fields)))
+    if customer is not None and target.name == getattr(domain.spec.customer_entity, "name", None):
+        what = f"my {_spoken_field(f)}"
+    else:
+        whose = "my" if customer is not None and target.name in owned_entities(domain.spec) else "the"
+        what = f"the {_spoken_field(f)} of {whose} {spoken_entity(target)}"
+    return f"What is {what} after that?", render_value(row[f.name])
+
+
+def _persona(domain: CompiledDomain, db: bytes, customer: str | None, rng: random.Random) -> str:
+    """The user's name: the acting customer's own (its name fields), else a generated one."""
+    entity = domain.spec.customer_entity
+    if customer is not None and entity is not None:
+        engine = engine_from_bytes(db)
+        with engine.connect() as conn:
+            row = Executor(domain).get(conn, entity.name, customer) or {}
+        engine.dispose()
+        names = [str(row[f.name]) for f in entity.fields if f.type == "string" and not f.unique
+                 and f.name.endswith("name") and row.get(f.name)]
+        if names:
+            return " ".join(names[:2])
+    return seeded_faker(domain.spec.locale, rng).name()
 
 
 def _run(domain: CompiledDomain, db: bytes, actions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Engine]:
@@ -193,20 +274,23 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     intents = [c.intent for c in built.chains]
     request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
     sentences = [rng.choice(OPENERS), f"I would like to {request}."]
-    # Facts named "entity.field" single out one row of a list result ("the unit price of the order item I mean").
-    sentences += [f"The {f.label} I mean is {render_value(f.value)}." if "." in f.name else f"My {f.label} is {render_value(f.value)}."
-                  for f in inline if not (f.source == "task" and render_value(f.value) in request)]
+    sentences += [fact_sentence(domain, f) for f in inline
+                  if not (f.source == "task" and render_value(f.value) in request)]
+    required = _required_outputs(domain, actions, results)
+    question = _question(domain, actions, results, customer, rng) if rng.random() < settings.question_prob else None
+    if question is not None:
+        sentences.append(question[0])
+        required = list(dict.fromkeys([*required, question[1]]))
     description = " ".join(sentences)
-    fake = seeded_faker(domain.spec.locale, rng)
     task = {
         "task_id": f"{env['env_id']}-t0",
         "env_id": env["env_id"],
         "domain": domain.name,
         "system_prompt": system_prompt(domain, (CUSTOMER_POLICY,) if customer is not None else ()),
         "description": description,
-        "user_profile": json.dumps({"persona": fake.name(), "facts": [
+        "user_profile": json.dumps({"persona": _persona(domain, built.db, customer, rng), "facts": [
             {"name": f.name, "label": f.label, "value": render_value(f.value)} for f in facts]}),
-        "rubric": json.dumps({"expected_diff": expected, "required_outputs": _required_outputs(domain, actions, results),
+        "rubric": json.dumps({"expected_diff": expected, "required_outputs": required,
                               "tables": tables, "components": ["db_state", "required_outputs", "policy"],
                               **({"customer": customer} if customer is not None else {})}),
         "golden_actions": json.dumps(actions),
@@ -231,7 +315,8 @@ def build_verified(domain: CompiledDomain, env_id: str, seed: int,
     except ConstructionFailed as exc:
         return None, None, f"construction: {exc}"
     env = environment_record(domain, built, env_id, seed)
-    task, reason = make_task(domain, env, built, random.Random(seed), task_settings or TaskSettings())
+    task, reason = make_task(domain, env, built, random.Random(seed), task_settings or TaskSettings(),
+                             customer=built.customer)
     if task is None:
         return None, None, f"task: {reason}"
     env["task_json"] = json.dumps(task)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, func, select
 
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool
+from envgen.customers import link_conflict
 from envgen.spec import ActionSpec, Condition, EntitySpec, Operand, action_rows
 
 MAX_ARGUMENT_BYTES = 65_536
@@ -42,6 +43,11 @@ class ToolResult:
 
 def fmt_time(t: datetime, kind: str) -> str:
     return t.date().isoformat() if kind == "date" else t.replace(microsecond=0).isoformat()
+
+
+def render_value(value: Any) -> str:
+    """How task records write a value (text, profile facts, required outputs): money-like floats with 2 decimals."""
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def _json_row(entity: EntitySpec, row: Any) -> Row:
@@ -189,10 +195,12 @@ class Executor:
                 raise ToolError(c.message)
         violations = tuple(sorted({name for name, c in soft if not ctx.holds(c)}))
         created: dict[str, Row] = {}
+        linked: list[tuple[str, Row]] = []  # rows whose relations the effects set: checked for one owner below
         for eff in action.effects:
             if eff.kind == "create":
                 created[eff.entity] = self._create(conn, eff.entity, {k: ctx.value(o, "datetime" if o.now else "")
                                                                       for k, o in eff.values.items()}, ctx)
+                linked.append((eff.entity, created[eff.entity]))
                 continue
             ent, row = row_ents[eff.row], rows[eff.row]
             if row is None:
@@ -206,6 +214,12 @@ class Executor:
             t = self.domain.tables[ent.name]
             conn.execute(t.update().where(t.c[ent.key] == row[ent.key]).values({eff.field: value}))
             row[eff.field] = value
+            if ent.relation(eff.field) is not None:
+                linked.append((ent.name, row))
+        # A write keeps the world consistent: a row it links never joins two customers' records.
+        for entity, row in linked:
+            if (conflict := link_conflict(self.domain, conn, entity, row)) is not None:
+                raise ToolError(conflict)
         result: dict[str, Any] = {"ok": True, target_e.name: rows["target"]}
         if created:
             result["created"] = created

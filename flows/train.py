@@ -143,15 +143,26 @@ def loss_figure(metrics: pl.DataFrame, path: Path, title: str) -> Path:
 
 
 def evaluation_table(metrics: pl.DataFrame) -> list[dict[str, Any]]:
-    """One row per held-out figure: its value before the first step and at the end."""
+    """One row per held-out figure: its value before the first step and at the end, and its change with the 95%
+    interval where the run measured one (tool-call validity: training/sft_eval.py ``change_interval``)."""
     evals = metrics.filter(pl.col("split") == "eval")
     if evals.is_empty():
         return []
     first, last = evals["step"].min(), evals["step"].max()
     before = dict(evals.filter(pl.col("step") == first).select("name", "value").iter_rows())
     after = dict(evals.filter(pl.col("step") == last).select("name", "value").iter_rows())
-    return [{"figure": name, f"step {first}": round(before.get(name, float("nan")), 4),
-             f"step {last}": round(after[name], 4)} for name in sorted(after) if name not in COUNTS]
+    changes = {name for name in after if f"{name}_change_low" in after}
+    rows = []
+    for name in sorted(after):
+        if name in COUNTS or name.removesuffix("_low").removesuffix("_high").endswith("_change"):
+            continue
+        row = {"figure": name, f"step {first}": round(before.get(name, float("nan")), 4),
+               f"step {last}": round(after[name], 4)}
+        if changes:
+            row["change [95% CI]"] = (f"{after[f'{name}_change']:+.3f} [{after[f'{name}_change_low']:+.3f}, "
+                                      f"{after[f'{name}_change_high']:+.3f}]") if name in changes else ""
+        rows.append(row)
+    return rows
 
 
 COUNTS = {"num_tokens"}  # what artifacts published before training_metric left counts out logged as figures

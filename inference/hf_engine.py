@@ -6,6 +6,10 @@ drawn from (temperature and top-p applied, DESIGN.md section 5 — what asynchro
 one seeded ``torch.Generator`` per sample so a request's samples do not depend on what else is in the batch.
 Prompts are left-padded; temperature 0 is greedy, and its logprobs are those of the unscaled distribution (the
 same convention as vLLM's ``processed_logprobs`` for greedy requests).
+
+A row generated on its own reuses the KV cache of the previous one-row generation up to their common token prefix
+(``prefix_cache``): the turns of one conversation, each the one before plus a few messages, then prefill only what
+is new (bench/RESULTS.md, bench_sft scoring). New weights drop the cache.
 """
 
 from __future__ import annotations
@@ -77,13 +81,16 @@ def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch
 class HFEngine:
     """In-process generation with transformers; thread-safe (one generation at a time)."""
 
-    def __init__(self, model: Any, tokenizer: Any, policy_version: int = 0, max_batch_size: int = 16) -> None:
+    def __init__(self, model: Any, tokenizer: Any, policy_version: int = 0, max_batch_size: int = 16,
+                 prefix_cache: bool = True) -> None:
         """Around a loaded model (``load`` reads a checkpoint directory); the model is put in eval mode."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size}: must be >= 1")
         self.model, self.tokenizer = model, tokenizer
         self.policy_version = policy_version
         self.max_batch_size = max_batch_size
+        self.prefix_cache = prefix_cache
+        self._prefix: tuple[list[int], Any] | None = None  # the token ids in the kept cache, and the cache
         self.device = next(model.parameters()).device
         self.model.eval()
         self.stop_ids = stop_token_ids(self.tokenizer)
@@ -159,6 +166,7 @@ class HFEngine:
         with self._lock:
             self.model.load_state_dict(state_dict)
             self.policy_version = policy_version
+            self._prefix = None  # computed by the old weights
 
     def load_weights(self, path: str | Path, policy_version: int) -> None:
         """Load a published version (a safetensors file of the model's state dict): the weight-sync path."""
@@ -211,7 +219,10 @@ class HFEngine:
         top_k = max(r.top_logprobs for r in rows)
         samples = [RowOutput(policy_version=self.policy_version) for _ in rows]
         running = list(range(size))
-        cache = None
+        cache, fed = None, list(rows[0].prompt_ids)  # fed: the ids the cache holds once the prompt is in
+        if size == 1 and self.prefix_cache and self._prefix is not None and self._prefix[1].is_croppable:
+            cache, ids, positions = self._reuse(rows[0].prompt_ids, ids)
+        self._prefix = None
         with torch.inference_mode():
             for _ in range(max(r.sampling.max_tokens for r in rows)):
                 out = self.model(
@@ -248,9 +259,27 @@ class HFEngine:
                 if not running:
                     break
                 ids = chosen[:, None]
+                fed.append(int(chosen[0]))
                 mask = torch.cat([mask, mask.new_ones((size, 1))], dim=-1)
                 positions = positions[:, -1:] + 1
+        if size == 1 and self.prefix_cache:
+            self._prefix = (fed, cache)
         return samples
+
+    def _reuse(self, prompt: list[int], ids: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """The kept cache cut to its common prefix with ``prompt``, and the ids and positions still to prefill (at
+        least the prompt's last token, whose logits start the decode)."""
+        import torch
+
+        kept, cache = self._prefix  # type: ignore[misc]
+        common = 0
+        for a, b in zip(kept, prompt[:-1]):
+            if a != b:
+                break
+            common += 1
+        cache.crop(common - len(kept))  # a negative count: the tokens to drop from the end
+        positions = torch.arange(common, len(prompt), device=self.device)[None, :]
+        return cache, ids[:, common:], positions
 
     def _check_finished(self, row: Row, sample: RowOutput) -> None:
         """Set the finish reason and final text when the row hit a stop token, a stop string or max_tokens."""

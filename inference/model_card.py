@@ -48,6 +48,12 @@ def model_card(card: Mapping[str, Any], versions: Mapping[str, str]) -> str:
     template = card.get("chat_template")
     if isinstance(template, Mapping):
         lines += ["", "## Chat template", "", f"{template.get('source')}: {template.get('reason')}"]
+    adapter = card.get("adapter")
+    if isinstance(adapter, Mapping):
+        lines += ["", "## Adapter", "", (f"Low-rank adapters (peft, rank {adapter.get('r')}, alpha {adapter.get('alpha')}) "
+                                         f"trained on a frozen base, layers {adapter.get('layers') or 'all'}, modules "
+                                         f"{', '.join(adapter.get('target_modules') or [])}, merged into these "
+                                         f"weights; the adapter itself is in `{adapter.get('directory')}/`.")]
     config = card.get("config") or {}
     if config:
         lines += ["", "## Training config", "", *_table(("field", "value"), ((k, _value(v)) for k, v in

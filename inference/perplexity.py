@@ -15,7 +15,8 @@ does not.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,9 +29,10 @@ class Scorer(Protocol):
         (the first token has no context)."""
         ...
 
-    def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def token_logprobs_at(self, texts: Iterable[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(log-probabilities as ``token_logprobs``, the character offset in the text where each of those tokens
-        starts)."""
+        starts), text by text as they are scored: a caller reduces each to its scores and drops it, so no pool's
+        every token is held at once."""
         ...
 
     def close(self) -> None: ...
@@ -84,10 +86,16 @@ class HFScorer:
     def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
         return [lp for lp, _ in self.token_logprobs_at(texts)]
 
-    def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def token_logprobs_at(self, texts: Iterable[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        # blocks of texts, sorted by length inside a block to batch similar lengths: only a block's tokens are held
+        it = iter(texts)
+        while block := list(islice(it, self.batch_size * 16)):
+            yield from self._block(block)
+
+    def _block(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         torch = self.torch
         # arrays as soon as each text is encoded: the tokenizer's Python lists cost 150 bytes a token (16 as arrays,
-        # bench/RESULTS.md), about 5.7 GB for the small profile's 38M-token pool in an 11.8 GB Dask worker
+        # bench/RESULTS.md)
         sequences, offsets = [], []
         for text in texts:
             e = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -138,15 +146,13 @@ class OpenAIScorer:
     def token_logprobs(self, texts: Sequence[str]) -> list[np.ndarray]:
         return [self._one(text)[0] for text in texts]
 
-    def token_logprobs_at(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        out = []
+    def token_logprobs_at(self, texts: Iterable[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for text in texts:
             values, offsets = self._one(text)
             if offsets is None:
                 raise RuntimeError(f"{self.url}: the response gives no token offsets (text_offset, or "
                                    "decoded_token in prompt_logprobs)")
-            out.append((values, offsets))
-        return out
+            yield values, offsets
 
     def _one(self, text: str) -> tuple[np.ndarray, np.ndarray | None]:
         body = {"model": self.model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 0,
@@ -198,14 +204,29 @@ class BigramReference:
         self.context = np.zeros(vocab_size)
         self.types = np.zeros(vocab_size)
 
-    def fit(self, sequences: Sequence[Sequence[int]]) -> BigramReference:
-        seqs = [np.asarray(s, dtype=np.int64) for s in sequences if len(s)]
-        tokens = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
-        counts = np.bincount(tokens, minlength=self.vocab).astype(np.float64)
+    def fit(self, sequences: Iterable[Sequence[int]], buffer: int = 1 << 22) -> BigramReference:
+        """Count unigrams and pairs sequence by sequence: pair keys are buffered up to ``buffer`` and merged into
+        the distinct pairs' counts, so memory follows the distinct pairs, not the tokens fitted on."""
+        counts = np.zeros(self.vocab, dtype=np.float64)
+        pairs, pair_counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        pending: list[np.ndarray] = []
+        buffered = 0
+
+        def merge() -> tuple[np.ndarray, np.ndarray]:
+            keys, inverse = np.unique(np.concatenate([pairs, *pending]), return_inverse=True)
+            weights = np.concatenate([pair_counts, *(np.ones(len(p)) for p in pending)])
+            return keys, np.bincount(inverse, weights=weights, minlength=len(keys))
+
+        for sequence in sequences:
+            s = np.asarray(sequence, dtype=np.int64)
+            counts += np.bincount(s, minlength=self.vocab)
+            if len(s) > 1:
+                pending.append(s[:-1] * self.vocab + s[1:])
+                buffered += len(s) - 1
+            if buffered >= buffer:
+                (pairs, pair_counts), pending, buffered = merge(), [], 0
+        self.pairs, self.pair_counts = merge() if pending else (pairs, pair_counts)
         self.unigram = (counts + 1.0) / (counts.sum() + self.vocab)
-        keys = np.concatenate([s[:-1] * self.vocab + s[1:] for s in seqs]) if seqs else np.zeros(0, np.int64)
-        self.pairs, pair_counts = np.unique(keys, return_counts=True)
-        self.pair_counts = pair_counts.astype(np.float64)
         left = self.pairs // self.vocab
         self.context = np.bincount(left, weights=self.pair_counts, minlength=self.vocab)
         self.types = np.bincount(left, minlength=self.vocab).astype(np.float64)

@@ -22,7 +22,8 @@ from pydantic import Field, field_validator, model_validator
 
 from data_contracts.plotting import save_figure
 from data_contracts.schemas import PASS_HISTOGRAM, Record, at_most, between, in_set, not_null
-from data_contracts.stage import REJECTED, Artifact, Contract, Params
+from data_contracts.stage import REJECTED, Artifact, Check, Contract, Params
+from envgen.rewards import normalize
 
 if TYPE_CHECKING:
     from inference.agent import SamplingConfig
@@ -125,11 +126,12 @@ def split_by_window(frame: pl.DataFrame, pass_counts: Sequence[int], params: Fil
 def cap_per_answer(kept: pl.DataFrame, rejected: pl.DataFrame, cap: int | None,
                    column: str = "answer") -> tuple[pl.DataFrame, pl.DataFrame]:
     """Keep at most ``cap`` rows per answer (case- and space-insensitive) so that a policy guessing the most common
-    answer stops earning reward; the rest move to ``rejected`` as ``answer_over_cap``. Which rows stay is decided by
+    answer stops earning reward; the rest move to ``rejected`` as ``answer_over_cap``. Answers are compared
+normalized (case, accents, punctuation, articles), as the reward compares them. Which rows stay is decided by
     a hash of each row's ``id``, so the choice is stable across runs and independent of row order."""
     if cap is None or kept.is_empty():
         return kept, rejected
-    normal = pl.col(column).str.to_lowercase().str.strip_chars()
+    normal = pl.col(column).map_elements(normalize, return_dtype=pl.String)
     ranked = kept.with_columns(
         pl.col("id").hash(seed=0).rank("ordinal").over(normal).alias("_rank")
     )
@@ -137,12 +139,12 @@ def cap_per_answer(kept: pl.DataFrame, rejected: pl.DataFrame, cap: int | None,
     return ranked.filter(pl.col("_rank") <= cap).drop("_rank"), pl.concat([rejected, over], how="diagonal_relaxed")
 
 
-def filter_outputs(kept: str, record: Record, rejected: Record) -> dict[str, Contract]:
-    """The contracts of a filter's outputs: the kept rows (``record``: the items with their pass columns), the
-    ``rejected`` ones with their reason, the histogram."""
+def filter_outputs(kept: str, record: Record, rejected: Record, checks: Sequence[Check] = ()) -> dict[str, Contract]:
+    """The contracts of a filter's outputs: the kept rows (``record``: the items with their pass columns, and
+    ``checks``), the ``rejected`` ones with their reason, the histogram."""
     pass_rules = (*not_null("pass_count"), at_most("pass_count", "pass_k"))
     return {
-        kept: record.contract(expectations=pass_rules),
+        kept: record.contract(expectations=pass_rules, checks=checks),
         REJECTED: rejected.contract(expectations=(in_set("reason", REASONS),)),
         "histogram": PASS_HISTOGRAM.contract(expectations=(between("n", min_value=0),)),
     }

@@ -8,6 +8,11 @@ trajectories tokenized with the base model's chat template and tools, loss on th
 flag is set (``training/sft_data.py``), minus an eval split held out by lineage, on which loss and tool-call
 validity (``training/sft_eval.py``) are measured before the first step and at the end.
 
+With ``lora`` set, the base stays frozen and low-rank adapters (``peft``, TRL's ``peft_config``) train on the
+projections of its top layers only, so the backward pass stops there; the trained adapter is merged into the published
+weights (every engine serves them as any checkpoint) and kept beside them under ``adapter/``. TRL evaluates the
+output layer at the trained positions only (its fused LM head), whatever the adapter.
+
 Config fields carry TRL's names. CPU (``use_cpu``; fp32, or ``bf16`` autocast where the cores have bf16 units) and
 GPU (``bf16``, ``gradient_checkpointing``, several processes through ``accelerate launch`` with ``num_processes``)
 differ by config alone. Checkpoints go every
@@ -40,6 +45,7 @@ from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
+from training.adapters import ADAPTER, LoraSettings, adapter_card, merge_adapter
 from training.sft_data import (
     AUTO,
     GYMFORGE,
@@ -52,7 +58,7 @@ from training.sft_data import (
     in_eval_split,
     read_trajectories,
 )
-from training.sft_eval import CallTurn, call_turns, tool_call_validity
+from training.sft_eval import CallTurn, call_turns, change_interval, mean_figures, score_turns
 
 STAGE = "sft"
 REPORT_PACKAGES = {"azure_ml": "azureml"}  # report_to name -> the package it needs, where they differ
@@ -82,6 +88,8 @@ class SFTParams(Params):
     padding_free: bool = Field(False, description="flatten each batch into one row with position ids")
     train_sampling_strategy: Literal["random", "group_by_length"] = Field(
         "group_by_length", description="group batches of similar length (less padding without packing) or random")
+    lora: LoraSettings | None = Field(None, description="train low-rank adapters on a frozen base and merge them "
+                                      "into the published weights (None: train every weight)")
     # optimisation
     num_train_epochs: float = Field(3.0, gt=0, description="epochs over the training examples (when max_steps<0)")
     max_steps: int = Field(-1, description="optimizer steps; -1 runs num_train_epochs")
@@ -273,6 +281,7 @@ def _trainer_class() -> type:
         a function of (seed, epoch), so a resumed run trains exactly the batches an uninterrupted one does."""
 
         eval_turns: Sequence[CallTurn] = ()
+        first_scores: list[dict[str, bool]] | None = None  # each held-out turn at the first evaluation
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
             sampler = super()._get_train_sampler(train_dataset)
@@ -284,8 +293,13 @@ def _trainer_class() -> type:
         def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
             metrics = super().evaluate(*args, **kwargs)
             if self.eval_turns:
-                figures = {f"eval_{k}": v for k, v in tool_call_validity(self.model, self.processing_class,
-                                                                         self.eval_turns).items()}
+                scores = score_turns(self.model, self.processing_class, self.eval_turns)
+                figures = {f"eval_{k}": v for k, v in mean_figures(scores).items()}
+                if self.first_scores is None:
+                    self.first_scores = scores
+                else:  # the change since the first evaluation, with its interval (a learning claim)
+                    change = change_interval(self.first_scores, scores, self.eval_turns)
+                    figures.update({f"eval_tool_call_valid_{k}": v for k, v in change.items()})
                 self.log(figures)
                 metrics.update(figures)
             return metrics
@@ -363,6 +377,7 @@ def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: 
         model=model, args=sft_config(params, output_dir, evaluate, resuming),
         train_dataset=Dataset.from_list(train_rows), eval_dataset=Dataset.from_list(eval_rows) if evaluate else None,
         processing_class=tokenizer, callbacks=_callbacks(progress),
+        peft_config=params.lora.config(model.config.num_hidden_layers) if params.lora else None,
     )
     trainer.remove_callback(PrinterCallback)  # its dict of stringified logs: the Report callback says it better
     for callback in trainer.callback_handler.callbacks:
@@ -401,7 +416,7 @@ def _launch(spec: dict[str, Any], output_dir: Path, processes: int, cpu: bool) -
         raise RuntimeError(f"`accelerate launch` of the SFT run exited with {done.returncode}")
     final = output_dir / "final"
     history = json.loads((final / "log_history.json").read_text())
-    return AutoModelForCausalLM.from_pretrained(str(final), local_files_only=True), history
+    return AutoModelForCausalLM.from_pretrained(str(final), local_files_only=True), history  # merged (sft_launch)
 
 
 # --- figures ---------------------------------------------------------------------------------------------------------
@@ -447,7 +462,8 @@ def _eval_at(metrics: pl.DataFrame, last: bool) -> dict[str, float]:
 
 # 2: a base directory whose tokenizer lacks the tool tags keeps spelling them in its own pieces
 # 3: a checkpoint given gymforge's template carries its response template (TRL parses tool calls with it)
-@stage(name=STAGE, version="3", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
+# 4: low-rank adapters (lora) merged into the published weights, the adapter kept under adapter/
+@stage(name=STAGE, version="4", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
        directory=MODEL_DIRECTORY,
        outputs={"metrics": TRAINING_METRIC.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1),
                 REJECTED: SFT_REJECTED.contract()})
@@ -480,8 +496,11 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
                 "train_rows": train_rows, "eval_rows": eval_rows,
                 "eval_turns": [dataclasses.asdict(t) for t in eval_turns]}
         model, history = _launch(spec, output_dir, params.num_processes, params.use_cpu)
+        if (output_dir / "final" / ADAPTER).is_dir():
+            shutil.copytree(output_dir / "final" / ADAPTER, out_dir / ADAPTER)
     else:
         model, history = fit(model, tokenizer, train_rows, eval_rows, eval_turns, params, output_dir, resume_from)
+        model = merge_adapter(model, out_dir / ADAPTER)
     metrics = metrics_frame(history)
     steps = int(metrics["step"].max()) if not metrics.is_empty() else 0
     if not params.allow_untrained and equals_parent(model, base_dir):
@@ -493,6 +512,7 @@ def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_d
             "config": params.model_dump(mode="json"), "steps": steps, "examples": len(train),
             "eval_examples": len(held), "metrics": final_eval(metrics), "metrics_before": first_eval(metrics),
             "chat_template": template.card(), "code_version": dict(code_version()),
+            "adapter": adapter_card(out_dir / ADAPTER),
             "resumed_from_step": int(resume_from.name.split("-")[-1]) if resume_from else None}
     save_model(model, tokenizer, out_dir, card)
     saved = read_card(out_dir)

@@ -28,6 +28,7 @@ class CallTurn:
     tools: tuple[Mapping[str, Any], ...]
     name: str
     arguments: Mapping[str, Any]
+    trajectory: str = ""  # the id of the trajectory it comes from: its turns are resampled together
 
 
 def call_turns(rows: Sequence[Mapping[str, Any]], limit: int) -> list[CallTurn]:
@@ -42,7 +43,7 @@ def call_turns(rows: Sequence[Mapping[str, Any]], limit: int) -> list[CallTurn]:
                 continue
             fn = calls[0]["function"]
             arguments = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
-            turns.append(CallTurn(tuple(messages[:i]), tuple(tools), fn["name"], arguments))
+            turns.append(CallTurn(tuple(messages[:i]), tuple(tools), fn["name"], arguments, str(row.get("id", ""))))
             if len(turns) == limit:
                 return turns
     return turns
@@ -74,39 +75,76 @@ def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
             "tool_call_exact": valid and call["arguments"] == dict(turn.arguments)}
 
 
-def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
-                max_new_tokens: int = 160, batch_size: int = 1) -> list[dict[str, bool]]:
-    """The figures of each turn, from its greedy continuation (``greedy_texts``)."""
-    texts = greedy_texts(model, tokenizer, turns, max_new_tokens, batch_size)
+def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_tokens: int = 160,
+                batch_size: int = 1, **decoding: bool) -> list[dict[str, bool]]:
+    """The figures of each turn, from its greedy continuation (``greedy_texts``, with its ``decoding`` options)."""
+    texts = greedy_texts(model, tokenizer, turns, max_new_tokens, batch_size, **decoding)
     return [score_call(text, turn) for text, turn in zip(texts, turns, strict=True)]
 
 
 def greedy_texts(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_tokens: int,
-                 batch_size: int = 1) -> list[str]:
-    """What the model writes at each turn: greedy decoding with the in-process engine's loop on the live model, in
-    batches of ``batch_size`` prompts of similar length ("" where the prompt fills the context). One at a time is
-    the CPU default: there the prompt's prefill dominates a turn and a padded batch takes the masked attention path
-    (bench/RESULTS.md: batches of 4-8 ran 0.50x (tiny model) and 1.07x (135M) the turns/s of one at a time); a GPU
-    gains from batches."""
+                 batch_size: int = 1, first_call: bool = True, prefix_cache: bool = True) -> list[str]:
+    """What the model writes at each turn: greedy decoding with the in-process engine's loop on the live model ("" where
+    the prompt fills the context), up to the end of its first call when ``first_call`` (the figures score that one).
+    ``first_call`` and ``prefix_cache`` off decode as before both existed (bench_sft scoring measures them).
+
+    One prompt at a time, in the given order, is the CPU default: the turns of one conversation share their prefix,
+    which the engine's kept cache prefills once, while a batch of other prompts, left-padded, takes the masked
+    attention path (bench/RESULTS.md, bench_sft scoring). ``batch_size`` > 1 decodes prompts of similar length
+    together, for GPUs."""
     from inference.engine import SamplingParams
     from inference.engine_support import render_prompt
     from inference.hf_engine import HFEngine, Row
 
     was_training = model.training
-    engine = HFEngine(model, tokenizer, max_batch_size=batch_size)
+    engine = HFEngine(model, tokenizer, max_batch_size=batch_size, prefix_cache=prefix_cache)
+    stop = (TOOL_CALL_END,) if first_call else ()
     try:
         prompts = [render_prompt(tokenizer, list(turn.messages), list(turn.tools)) for turn in turns]
-        rows = {i: Row(prompt, SamplingParams(temperature=0.0, max_tokens=min(max_new_tokens, room)))
+        rows = {i: Row(prompt, SamplingParams(temperature=0.0, max_tokens=min(max_new_tokens, room), stop=stop))
                 for i, prompt in enumerate(prompts) if (room := engine.max_positions - len(prompt)) > 0}
-        order = sorted(rows, key=lambda i: len(prompts[i]))  # similar lengths: little padding in a batch
-        texts = dict(zip(order, (s.text for s in engine.generate_rows([rows[i] for i in order])), strict=True))
+        order = sorted(rows, key=lambda i: len(prompts[i])) if batch_size > 1 else list(rows)
+        samples = dict(zip(order, engine.generate_rows([rows[i] for i in order]), strict=True))
     finally:
         model.train(was_training)
-    return [texts.get(i, "") for i in range(len(turns))]
+    return [_with_stop(samples[i], engine.stop_ids) if i in samples else "" for i in range(len(turns))]
 
 
-def tool_call_validity(model: Any, tokenizer: Any, turns: Sequence[CallTurn],
-                       max_new_tokens: int = 160) -> dict[str, float]:
-    """The mean of each figure over ``turns``; empty without turns."""
-    scores = score_turns(model, tokenizer, turns, max_new_tokens)
+TOOL_CALL_END = "</tool_call>"
+
+
+def _with_stop(sample: Any, stop_ids: frozenset[int]) -> str:
+    """The sample's text with the closing tag its stop string cut off put back, so the call parses."""
+    cut = sample.finish_reason == "stop" and sample.token_ids[-1] not in stop_ids
+    return sample.text + TOOL_CALL_END if cut else sample.text
+
+
+def mean_figures(scores: Sequence[Mapping[str, bool]]) -> dict[str, float]:
+    """The mean of each figure over scored turns; empty without any."""
     return {name: sum(s[name] for s in scores) / len(scores) for name in FIGURES} if scores else {}
+
+
+def change_interval(before: Sequence[Mapping[str, bool]], after: Sequence[Mapping[str, bool]],
+                    turns: Sequence[CallTurn], figure: str = "tool_call_valid", resamples: int = 1000,
+                    confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """The change of ``figure`` over the same turns scored twice (before and after training), with a percentile
+    bootstrap interval that resamples whole trajectories (the turns of one conversation are not independent):
+    ``{"change", "change_low", "change_high"}``."""
+    import random
+
+    from inference.metrics import percentile_interval
+
+    if not turns:
+        raise ValueError("a change over no turns")
+    by_trajectory: dict[str, list[float]] = {}
+    for old, new, turn in zip(before, after, turns, strict=True):
+        by_trajectory.setdefault(turn.trajectory, []).append(float(new[figure]) - float(old[figure]))
+    clusters = list(by_trajectory.values())
+
+    def pooled(sample: Sequence[list[float]]) -> float:
+        return sum(sum(c) for c in sample) / sum(len(c) for c in sample)
+
+    rng = random.Random(seed)
+    draws = [pooled([clusters[rng.randrange(len(clusters))] for _ in clusters]) for _ in range(resamples)]
+    low, high = percentile_interval(draws, confidence)
+    return {"change": pooled(clusters), "change_low": low, "change_high": high}

@@ -98,8 +98,9 @@ def checker(index: SearchIndex, facts: Facts | None = None, threshold: float = 0
 def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] = (), threshold: float = 0.6,
                     window: int = 3, judge: Engine | None = None, section: str | None = None,
                     facts: Facts | None = None) -> CitationReport:
-    """Check every citation of ``text``; sentences are split as :func:`inference.research.text.sentences` does.
-    A sentence citing several documents is checked against them together; each must contribute."""
+    """Check every citation of ``text``; sentences are split as :func:`inference.research.text.sentences` does
+    (a citation after a sentence's period belongs to that sentence). A sentence citing several documents is checked
+    against them together; each must contribute. A citation with no sentence is never supported."""
     support = checker(index, facts, threshold, window)
     checks: list[CitationCheck] = []
     prefiltered: list[bool] = []
@@ -110,6 +111,11 @@ def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] 
             uncited += 1
             continue
         plain = strip_citations(sent)
+        if not any(ch.isalnum() for ch in plain):  # a citation with no sentence before it supports nothing
+            checks += [CitationCheck(plain, d, "unsupported", 0.0, section=section,
+                                     reason="no sentence before the citation") for d in ids]
+            prefiltered += [False] * len(ids)
+            continue
         present = [d for d in ids if d not in excluded and d in index]
         docs = [index.document(d) for d in present]
         verdicts = dict(zip(present, support.check(plain, docs), strict=True)) if docs else {}

@@ -591,8 +591,8 @@ class _Facts:
             noun = _NOUN.get(attribute, attribute)
             if len(rows) == 2 and attribute not in _YEARS:
                 (a, x, va, da), (b, y, vb, db) = rows
-                out.append(f"{b} has {_shown(attribute, vb)} {noun} [cite:{db}], {int(y - x):,} more than {a} "
-                           f"with {_shown(attribute, va)} [cite:{da}].")
+                out.append(f"{b} has {_amount(attribute, vb)} [cite:{db}], {int(y - x):,} more than {a} "
+                           f"with {_amount(attribute, va)} [cite:{da}].")
             elif len(rows) > 2:
                 order = ", ".join(f"{e} ({int(n) if attribute in _YEARS else _shown(attribute, v)} [cite:{d}])"
                                   for e, n, v, d in rows)
@@ -607,6 +607,14 @@ def _possessive(name: str) -> str:
 def _say(t: Triple) -> str:
     return _SAY.get(t.relation, ("{s} " + t.relation.replace("_", " ") + " {o}", ""))[0].format(s=t.subject,
                                                                                               o=t.object)
+
+
+def _amount(attribute: str, value: str) -> str:
+    """A figure with its attribute named, so the citation check binds each figure to it: "a population of 2,260",
+    "1,466 employees"."""
+    shown = _shown(attribute, value)
+    noun = _NOUN[attribute]
+    return f"{shown} employees" if attribute == "employees" else f"a{'n' * (noun[0] in 'aeiou')} {noun} of {shown}"
 
 
 def _shown(attribute: str, value: str) -> str:

@@ -18,13 +18,23 @@ _HEADING = re.compile(r"^#{1,6}\s")
 _NAME_WORD = re.compile(r"\b[A-Z][\w'-]*")
 
 
+_LEADING_CITATIONS = re.compile(r"(?:\s*\[cite:[^\]]*\])+")
+
+
 def sentences(text: str) -> list[str]:
-    """The sentences of a text (headings and blank lines dropped)."""
-    out = []
+    """The sentences of a text (headings and blank lines dropped). Reports cite in two conventions, "... 66,327
+    employees [cite:E361]." and "... 66,327 employees. [cite:E361]": a citation after the period belongs to the
+    sentence before it, never to the next one or to a sentence of its own."""
+    out: list[str] = []
+    after_sentence = False  # the part before this one was a sentence (not a heading, not the start)
     for part in _SENTENCE_END.split(text):
         part = part.strip()
+        if after_sentence and (lead := _LEADING_CITATIONS.match(part)):
+            out[-1] = f"{out[-1]} {lead.group(0).strip()}"
+            part = part[lead.end():].strip().lstrip(".!?").strip()  # "employees. [cite:E361]." keeps no "."
         if part and not _HEADING.match(part):
             out.append(part)
+        after_sentence = bool(part) and not _HEADING.match(part) or after_sentence and not part
     return out
 
 

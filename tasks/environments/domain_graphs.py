@@ -33,8 +33,9 @@ DOMAIN_CONTRACT = DOMAIN_GRAPH.contract(
     expectations=(between("executability", 1.0, 1.0), between("n_tools", min_value=MIN_DOMAIN_TOOLS)), min_rows=1)
 
 
-# 3: specs name their customer entity (real_estate, university declare it)
-@stage(name="domain_graphs", version="3", params=DomainGraphsParams, outputs={"domains": DOMAIN_CONTRACT})
+# 3: specs name their customer entity (real_estate, university declare it); 4: actions declare actor and words,
+# fields internal, relations crossing; name fields made searchable add find tools
+@stage(name="domain_graphs", version="4", params=DomainGraphsParams, outputs={"domains": DOMAIN_CONTRACT})
 def domain_graphs(inputs: Mapping[str, Artifact], params: DomainGraphsParams, partition: str) -> dict[str, pl.DataFrame]:
     """Compile every selected domain spec; execute every tool on a seeded database."""
     rows = []

@@ -42,8 +42,10 @@ def rejection(env_id: str, domain: str, reason: str) -> dict[str, str]:
     return {"env_id": env_id, "domain": domain, "stage_step": reason.split(":")[0], "reason": reason}
 
 
-# 2: a repeated fact label reads "second reservation number"; two specs declare their customer entity
-@stage(name="environments", version="2", params=EnvironmentsParams, inputs=("domain_graphs",),
+# 2: a repeated fact label reads "second reservation number"; two specs declare their customer entity; 3: one owner
+# per record; a task acts for one identified customer, asks customer actions only and states what people know;
+# the world's contract (WORLD_CHECKS)
+@stage(name="environments", version="3", params=EnvironmentsParams, inputs=("domain_graphs",),
        outputs={"environments": environment_contract(ENVIRONMENT), "tasks": task_contract(TASK),
                 REJECTED: ENVIRONMENT_REJECTED.contract()})
 def environments(inputs: Mapping[str, Artifact], params: EnvironmentsParams, partition: str) -> dict[str, pl.DataFrame]:

@@ -10,6 +10,7 @@ change and rows are seeded from another Faker locale, so neither names nor value
 
 from __future__ import annotations
 
+import keyword
 import random
 import re
 from collections.abc import Mapping
@@ -27,54 +28,124 @@ from envgen.spec import DomainSpec, faker_for
 from envgen.taskgen import TaskSettings, build_verified
 from tasks.environments.environments import rejection
 
-# Word-level synonyms for identifiers and text; a word without one gets a neutral variant (see _variant).
+# Word-level synonyms for identifiers and text, each a word a person would use; a word without one that the spec
+# does not say already keeps its own name (a made-up suffix would reach the user's words: "due var date alt").
 SYNONYMS: dict[str, tuple[str, ...]] = {
-    "user": ("client", "member", "patron"), "customer": ("client", "patron"), "reservation": ("booking", "ticket"),
-    "flight": ("sailing", "trip", "route"), "airport": ("terminal", "port", "station"),
-    "passenger": ("traveller", "rider"), "baggage": ("luggage",), "bag": ("case",), "refund": ("reimbursement",),
-    "payment": ("billing", "funding"), "method": ("instrument", "source"), "status": ("state", "stage"),
-    "cabin": ("fare_class", "tier_class"), "membership": ("loyalty_tier", "plan_level"), "order": ("purchase",),
-    "product": ("article", "item_type"), "item": ("line", "entry"), "return": ("send_back",),
-    "address": ("location", "destination_address"), "shipment": ("delivery", "parcel"), "review": ("rating",),
-    "account": ("profile", "subscriber"), "plan": ("package", "tariff"), "line": ("number_line", "circuit"),
-    "device": ("handset", "unit"), "bill": ("invoice", "statement"), "ticket": ("case_file", "request"),
-    "cancel": ("void", "withdraw"), "book": ("reserve", "schedule"), "update": ("modify", "edit"),
-    "change": ("switch", "alter"), "upgrade": ("promote", "raise"), "issue": ("release", "grant"),
-    "add": ("attach", "append"), "report": ("flag", "declare"), "deactivate": ("disable", "suspend"),
-    "price": ("cost", "charge"), "total": ("overall", "full"), "balance": ("funds", "credit"),
-    "name": ("title", "label_name"), "first": ("given",), "last": ("family",), "phone": ("telephone", "mobile"),
-    "email": ("mail", "e_mail"), "city": ("town", "municipality"), "country": ("nation",), "seat": ("place",),
-    "meal": ("menu_choice", "catering"), "weight": ("mass",), "fee": ("surcharge", "levy"), "amount": ("sum",),
-    "created": ("opened", "made"), "departure": ("leaves_at", "start_time"), "number": ("code", "no"),
-    "confirmed": ("approved", "booked"), "cancelled": ("voided", "withdrawn"), "pending": ("waiting", "open"),
-    "active": ("enabled", "live"), "regular": ("standard_tier", "basic_tier"), "gold": ("platinum",),
-    "silver": ("bronze",), "business": ("premium",), "economy": ("coach",), "scheduled": ("planned",),
+    "accept": ("agree", "take"), "account": ("profile", "subscription"), "active": ("enabled", "live"),
+    "add": ("attach", "append"), "address": ("location", "residence"), "adjuster": ("assessor", "examiner"),
+    "agent": ("broker", "representative"), "airport": ("terminal", "port", "station"), "amount": ("sum",),
+    "apply": ("use", "redeem"), "appointment": ("visit", "consultation", "session"), "approve": ("authorise", "grant"),
+    "archive": ("shelve", "retire"), "assign": ("allocate", "give"), "assignee": ("owner", "handler"),
+    "author": ("writer",), "bag": ("case",), "baggage": ("luggage",), "balance": ("funds", "credit"),
+    "benefit": ("perk", "allowance"), "bill": ("invoice", "statement"), "bind": ("activate", "finalise"),
+    "block": ("freeze", "stop"), "boarding": ("kennel", "lodging"), "booking": ("reservation", "appointment"),
+    "branch": ("office", "outlet"), "budget": ("allowance", "funding"), "business": ("premium",),
+    "buy": ("purchase", "order"), "buyer": ("purchaser",), "cabin": ("fare_class", "travel_class"),
+    "cancel": ("void", "withdraw", "drop"), "cancelled": ("voided", "withdrawn"), "card": ("bankcard", "plastic"),
+    "catering": ("food", "buffet"), "change": ("switch", "alter"), "charge": ("fee", "cost"),
+    "checkout": ("lend", "loan"), "city": ("town", "municipality"), "claim": ("case", "request"),
+    "class": ("course", "lesson"), "client": ("customer", "patron"), "clinician": ("doctor", "physician"),
+    "close": ("finish", "shut"), "closed": ("shut", "finished"), "club": ("gym", "centre"),
+    "code": ("reference", "key"), "collect": ("fetch", "retrieve"), "comment": ("remark", "note"),
+    "comp": ("waive", "gift"), "complaint": ("grievance", "objection"), "complete": ("finish", "conclude"),
+    "confirm": ("verify", "finalise"), "confirmed": ("approved", "booked"), "contract": ("agreement", "deal"),
+    "copy": ("volume", "specimen"), "counter": ("rebid", "answer"), "country": ("nation",),
+    "courier": ("rider", "driver"), "course": ("module", "subject"), "created": ("opened", "made"),
+    "credits": ("tokens", "points"), "customer": ("client", "patron", "shopper"), "damaged": ("broken", "faulty"),
+    "date": ("day",), "days": ("day_count",), "deactivate": ("disable", "suspend"),
+    "decline": ("refuse", "turn_down"), "deliver": ("drop_off", "hand_over"), "delivered": ("received", "arrived"),
+    "deny": ("refuse", "reject"), "department": ("division", "unit"), "departure": ("leaves_at", "start_time"),
+    "deposit": ("down_payment", "advance"), "description": ("summary",), "device": ("handset", "unit"),
+    "diner": ("patron", "eater"), "dining": ("eating",), "dish": ("meal", "plate"), "dispatch": ("send", "release"),
+    "dispute": ("contest", "query"), "driver": ("operator",), "drop": ("remove", "quit"),
+    "drug": ("medicine", "medication"), "due": ("payable",), "economy": ("coach",), "email": ("mail",),
+    "employee": ("worker", "staffer"), "enable": ("activate", "allow"), "enroll": ("register", "sign_up"),
+    "enrollment": ("registration", "signup"), "entry": ("record", "log"), "equipment": ("gear", "kit"),
+    "event": ("occasion", "function"), "exam": ("consulting", "treatment"), "exchange": ("swap", "trade"),
+    "expires": ("lapses", "ends"), "extend": ("lengthen", "prolong"), "fee": ("surcharge", "levy"),
+    "file": ("submit", "lodge"), "fill": ("dispensing", "supply", "dispensation"), "fine": ("penalty", "levy"), "first": ("given",),
+    "flight": ("sailing", "trip", "route"), "folio": ("tab", "ledger"), "freeze": ("suspend", "lock"),
+    "freight": ("cargo", "haulage"), "gift": ("present",), "give": ("hand",), "go": ("switch", "move"),
+    "gold": ("platinum",), "guest": ("visitor", "lodger"), "guests": ("attendees", "visitors"),
+    "holder": ("bearer",), "hotel": ("inn", "lodge"), "hours": ("time_spent",), "house": ("viewing", "showcase"),
+    "instructor": ("teacher", "lecturer"), "insurance": ("coverage", "cover"), "insured": ("covered",),
+    "invoice": ("bill", "statement"), "issue": ("release", "grant"), "item": ("line", "entry", "article"),
+    "itinerary": ("trip", "journey"), "kind": ("type", "sort"), "last": ("family",), "leave": ("absence", "holiday"),
+    "level": ("tier", "grade"), "line": ("connection", "circuit"), "load": ("pack", "stow"),
+    "loan": ("credit", "advance"), "location": ("branch", "site"), "log": ("record", "enter"),
+    "lost": ("missing", "mislaid"), "make": ("submit", "place"), "manager": ("supervisor",), "mark": ("flag", "set"),
+    "meal": ("menu_choice", "catering"), "member": ("subscriber", "participant"),
+    "membership": ("loyalty", "plan_level"), "menu": ("carte",), "merchant": ("restaurant", "vendor"),
+    "meter": ("gauge", "counter"), "method": ("instrument", "source"), "move": ("shift", "transfer"),
+    "nights": ("overnights",), "note": ("message", "remark"), "notes": ("remarks", "comments"),
+    "number": ("code",), "offer": ("bid", "proposal"), "order": ("purchase", "request"),
+    "owner": ("keeper", "holder"), "package": ("bundle", "deal"), "paid": ("settled", "cleared"),
+    "passenger": ("traveller", "rider"), "patient": ("visitor", "attendee"), "pause": ("suspend", "halt"),
+    "pay": ("settle", "clear"), "payee": ("recipient", "beneficiary"), "payment": ("billing", "remittance"),
+    "payout": ("settlement", "disbursement"), "payslip": ("paystub", "wage_slip"), "pending": ("waiting", "open"),
+    "pet": ("animal", "companion"), "phone": ("telephone", "mobile"), "plan": ("package", "tariff", "scheme"),
+    "points": ("miles", "credits"), "policy": ("contract", "cover", "plan"), "policyholder": ("insured", "subscriber"),
+    "position": ("post", "role"), "post": ("record", "enter"), "postpone": ("delay", "defer"),
+    "premise": ("property", "site"), "prescriber": ("doctor", "physician"), "prescription": ("script", "medication"),
+    "price": ("cost", "charge"), "priority": ("urgency", "importance"), "product": ("article", "good"),
+    "project": ("programme", "initiative"), "promo": ("discount", "voucher"), "property": ("home", "listing", "residence"),
+    "pt": ("personal",), "purchase": ("order", "sale"), "quantity": ("count",), "quote": ("estimate", "offer"),
+    "rate": ("tariff", "price"), "rating": ("score", "grade"), "reading": ("measurement", "record"),
+    "reason": ("cause", "motive"), "reassign": ("reallocate", "transfer"), "receive": ("accept", "take_in"),
+    "reconnect": ("restore", "reactivate"), "record": ("note", "register"), "redeem": ("cash", "use"),
+    "referral": ("recommendation", "transfer"), "refill": ("renew", "top_up"),
+    "refund": ("reimbursement", "repayment"), "regular": ("standard", "basic"), "reinstate": ("restore", "revive"),
+    "reject": ("refuse", "decline"), "rename": ("retitle", "relabel"), "renew": ("extend", "prolong"),
+    "rent": ("hire", "lease"), "rental": ("hire", "lease"), "reopen": ("restore", "revive"),
+    "replace": ("swap", "renew"), "report": ("flag", "declare"), "reschedule": ("rebook", "move"),
+    "reservation": ("booking", "ticket"), "reserve": ("hold", "book"), "resolve": ("settle", "close"),
+    "restock": ("replenish", "refill"), "resume": ("restart", "continue"), "return": ("bring_back", "hand_back"),
+    "reverse": ("undo", "refund"), "review": ("appraisal", "evaluation"), "reviewer": ("assessor", "evaluator"),
+    "room": ("chamber", "suite"), "salary": ("pay", "wage"), "scan": ("read", "check"),
+    "schedule": ("arrange", "plan"), "scheduled": ("planned",), "scholarship": ("bursary", "grant"),
+    "seat": ("place", "position"), "section": ("class", "group"), "segment": ("leg", "hop"), "seller": ("vendor",),
+    "send": ("forward",), "service": ("maintenance", "assistance"), "session": ("meeting", "sitting"),
+    "set": ("fix", "adjust"), "shipment": ("delivery", "consignment", "parcel"), "shipper": ("sender", "consignor"),
+    "showing": ("viewing", "visit"), "silver": ("bronze",), "slot": ("timeslot", "opening"),
+    "space": ("hall", "area"), "sprint": ("iteration", "cycle"), "start": ("begin",), "status": ("state", "stage"),
+    "stay": ("visit", "residence"), "stock": ("inventory", "supply"), "store": ("pharmacy", "shop"),
+    "student": ("learner", "pupil"), "submit": ("send", "hand_in"), "subtotal": ("net_amount",),
+    "suspend": ("pause", "halt"), "tab": ("bill", "check"), "table": ("seating", "spot"), "tariff": ("rate", "plan"),
+    "team": ("squad", "group"), "terminate": ("end", "close"), "ticket": ("admission", "voucher"), "tip": ("gratuity",),
+    "toggle": ("switch", "flip"), "top": ("load",), "total": ("overall", "full"), "tour": ("trip", "excursion"),
+    "tracking": ("transit", "trace"), "trainer": ("coach", "instructor"), "transaction": ("entry", "movement"),
+    "transfer": ("move", "shift"), "truck": ("lorry", "van"), "trust": ("approve", "verify"),
+    "tuition": ("fees", "schooling"), "txn": ("transaction", "entry"), "type": ("kind", "category"),
+    "unfreeze": ("unlock", "reactivate"), "update": ("modify", "edit"), "upgrade": ("promote", "raise"),
+    "use": ("spend", "redeem"), "user": ("client", "patron", "member"),
+    "vaccination": ("immunisation", "inoculation"), "vehicle": ("car", "automobile"), "venue": ("hall", "site"),
+    "vet": ("veterinarian", "doctor"), "void": ("annul", "scrap"), "voucher": ("coupon", "credit"),
+    "waive": ("forgive", "cancel"), "wallet": ("purse", "balance"), "warehouse": ("depot", "hub"),
+    "weight": ("mass",), "withdraw": ("retract", "pull"),
 }
-_NEUTRAL = ("alt", "var", "nova", "neo", "sub", "pro")
 _LOCALES = ("en_GB", "en_AU", "en_CA", "en_IE", "en_NZ")
-_TEXT_KEYS = {"description", "intent", "text", "message", "label", "agent_instructions"}
+_TEXT_KEYS = {"description", "intent", "text", "message", "label", "agent_instructions", "words"}
 _KEEP = {"target", "id", "my", "the", "a", "of", "to", "and", "or", "is", "in", "on", "for", "this", "that", "be",
          "can", "only", "with", "by", "from", "are", "not", "it", "its", "has", "at", "an", "as", "one"}
 
 
 class Renamer:
-    """A consistent, injective renaming of identifier words (one per variant)."""
+    """A consistent, injective renaming of words (one per variant): a word takes a synonym whose words the spec
+    does not say anywhere (``vocabulary``) and no other renamed word took, or keeps its own name. No renamed name
+    can then read as another one, and every name is made of real words."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, vocabulary: set[str]) -> None:
         self.rng = rng
         self.words: dict[str, str] = {}
-        self.used: set[str] = set()
+        self.taken = set(vocabulary)
 
     def word(self, w: str) -> str:
         if w in _KEEP or not w.isalpha():
             return w
         if w not in self.words:
-            options = [s for s in SYNONYMS.get(w, ()) if s not in self.used]
-            new = self.rng.choice(options) if options else f"{w}_{self.rng.choice(_NEUTRAL)}"
-            while new in self.used:
-                new = f"{new}_{self.rng.choice(_NEUTRAL)}"
-            self.words[w] = new
-            self.used.add(new)
+            options = [s for s in SYNONYMS.get(w, ()) if not set(s.split("_")) & (self.taken | _RESERVED)]
+            self.words[w] = self.rng.choice(options) if options else w
+            self.taken |= set(self.words[w].split("_"))
         return self.words[w]
 
     def ident(self, name: str) -> str:
@@ -83,14 +154,19 @@ class Renamer:
 
     def text(self, s: str) -> str:
         s = re.sub(r"{(\w+)}", lambda m: "{" + self.ident(m.group(1)) + "}", s)
-        # Free text takes only natural synonyms ("reservation" -> "booking"), never a suffixed variant.
-        def swap(m: re.Match[str]) -> str:
-            w = m.group(1)
-            return self.word(w).replace("_", " ") if w in SYNONYMS else w
-
-        return re.sub(r"(?<![{\w])([a-z]+)(?![\w}])", swap, s)
+        return re.sub(r"(?<![{\w])([a-z]+)(?![\w}])", lambda m: self.word(m.group(1)).replace("_", " "), s)
 
 
+def vocabulary(node: Any) -> set[str]:
+    """Every lowercase word of a spec dump: identifiers split at "_" and the words of its text."""
+    if isinstance(node, dict):
+        return set().union(*(vocabulary(k) | vocabulary(v) for k, v in node.items())) if node else set()
+    if isinstance(node, list):
+        return set().union(*(vocabulary(v) for v in node)) if node else set()
+    return set(re.findall(r"[a-z]+", node)) if isinstance(node, str) else set()
+
+
+_RESERVED = set(keyword.kwlist) | {"target"}  # what a spec identifier may not be
 _IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "row", "customer"}
 
 
@@ -123,8 +199,8 @@ def _walk(node: Any, r: Renamer, key: str | None = None, enum_values: set[str] |
 
 def renamed_variant(spec: DomainSpec, rng: random.Random, suffix: str) -> DomainSpec:
     """A renamed twin of ``spec``: new identifiers, enum values, id prefixes and Faker locale."""
-    r = Renamer(rng)
     raw = spec.model_dump(mode="json", exclude_defaults=True)
+    r = Renamer(rng, vocabulary(raw))
     if spec.customer is None and spec.customer_entity is not None:
         # found by its email field, which the renaming renames: name it, so the twin keeps its customer
         raw["customer"] = spec.customer_entity.name
@@ -167,8 +243,9 @@ class EvalRandomParams(ConstructionSettings, TaskSettings):
         return v
 
 
-# 2: a repeated fact label reads "second reservation number"; 3: a renamed variant names its customer entity
-@stage(name="eval_random_envs", version="3", params=EvalRandomParams, inputs=("domain_graphs",),
+# 2: a repeated fact label reads "second reservation number"; 3: a renamed variant names its customer entity;
+# 4: renamed into real words; tasks and contract as `environments` 3
+@stage(name="eval_random_envs", version="4", params=EvalRandomParams, inputs=("domain_graphs",),
        outputs={"environments": environment_contract(EVAL_ENVIRONMENT), "tasks": task_contract(EVAL_TASK),
                 REJECTED: ENVIRONMENT_REJECTED.contract()})
 def eval_random_envs(inputs: Mapping[str, Artifact], params: EvalRandomParams, partition: str) -> dict[str, pl.DataFrame]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -44,8 +45,10 @@ from data_contracts.schemas import (
     matches,
 )
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
+from envgen.rewards import normalize
 from inference.tokenizer import identity as tokenizer_identity
-from tasks.longctx.qa_seeds import answer_in_support
+from tasks.difficulty import ANSWER_OVER_CAP, cap_per_answer
+from tasks.longctx.qa_seeds import ANSWER_SHARE, answer_cap, answer_in_support, share_cap
 from tasks.longctx.token_budget import (
     LENGTH_CHECK,
     Block,
@@ -448,6 +451,7 @@ KEYCHAIN_CONTRACT = KEYCHAIN.contract(
               description="the answer or an alias is in a supporting document present in the context"),
         PASSAGES_WHOLE,
         LENGTH_CHECK,
+        ANSWER_SHARE,
     ),
 )
 
@@ -455,7 +459,7 @@ REGULAR = "regular"
 REGULAR_CONTRACT = REGULAR_QA.contract(
     expectations=(at_most("tokens", "target_tokens"),),
     checks=tuple(c for c in KEYCHAIN_CONTRACT.checks
-                 if c.name in ("answer_in_context", PASSAGES_WHOLE.name, "length_within_window")),
+                 if c.name in ("answer_in_context", PASSAGES_WHOLE.name, "length_within_window", ANSWER_SHARE.name)),
 )
 
 
@@ -463,13 +467,24 @@ REGULAR_CONTRACT = REGULAR_QA.contract(
 
 
 def select_items(kept: pl.DataFrame, params: KeyChainParams) -> pl.DataFrame:
-    """The first ``n`` seeds by a seeded hash of their id (stable under input reordering) become KeyChain items,
-    the next ``n_regular`` regular long-context QA items: no seed is used twice."""
+    """In the order of a seeded hash of their ids (stable under input reordering), ``n`` seeds become KeyChain
+    items, the next ``n_regular`` regular long-context QA items: no seed is used twice, and a seed whose answer
+    already answers its share of a kind's items (``answer_cap``) waits for the next kind."""
     order = [hashlib.blake2b(f"{params.seed}/{i}".encode(), digest_size=8).hexdigest() for i in kept["id"]]
     ordered = kept.with_columns(pl.Series("_order", order)).sort("_order").drop("_order")
-    kinds = ["keychain"] * min(params.n, ordered.height)
-    kinds += ["regular"] * min(params.n_regular, ordered.height - len(kinds))
-    return ordered.head(len(kinds)).with_columns(pl.Series("kind", kinds))
+    waiting = list(zip(range(ordered.height), map(normalize, ordered["answer"]), strict=True))
+    rows, kinds = [], []
+    for kind, n in (("keychain", params.n), (REGULAR, params.n_regular)):
+        answered: Counter[str] = Counter()
+        chosen = []
+        for row, answer in waiting:
+            if len(chosen) < n and answered[answer] < answer_cap(n):
+                chosen.append((row, answer))
+                answered[answer] += 1
+        rows += [row for row, _ in chosen]
+        kinds += [kind] * len(chosen)
+        waiting = [item for item in waiting if item not in chosen]
+    return ordered[rows].with_columns(pl.Series("kind", kinds, dtype=pl.String))
 
 
 def prepare(inputs: Mapping[str, Artifact], params: KeyChainParams) -> tuple[pl.DataFrame, DocPool, pl.DataFrame]:
@@ -499,16 +514,20 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
             built[kind].append(builder.build(index, seed) if kind == "keychain" else builder.build_regular(index, seed))
         except Reject as reason:
             rejected.append({"seed_id": seed["id"], "kind": kind, "reason": str(reason)})
-    return {
-        STAGE: KEYCHAIN.frame(built["keychain"]),
-        REGULAR: REGULAR_QA.frame(built["regular"]),
-        REJECTED: PROMPT_REJECTED.frame(rejected),
-    }
+    frames = {STAGE: KEYCHAIN.frame(built["keychain"]), REGULAR: REGULAR_QA.frame(built["regular"])}
+    # Items that failed to build shrink the total the answer share is taken of: trim to it again.
+    for kind, frame in frames.items():
+        cap = share_cap(Counter(map(normalize, frame["answer"])).values())
+        frames[kind], over = cap_per_answer(frame, frame.clear(), cap)
+        rejected += [{"seed_id": sid, "kind": kind, "reason": ANSWER_OVER_CAP} for sid in over["seed_id"]]
+    return {**frames, REJECTED: PROMPT_REJECTED.frame(rejected)}
 
 
 @stage(
     name=STAGE,
-    version="3",  # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS); 3: whole sentences
+    # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS); 3: whole sentences; 4: no answer
+    # over 5% of a kind's items (answer_share)
+    version="4",
     inputs=("qa_filtered", "tokenizer"),
     params=KeyChainParams,
     outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: PROMPT_REJECTED.contract()},

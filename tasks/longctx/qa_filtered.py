@@ -3,6 +3,7 @@ section 3.1, stage 2; the keep decision is tasks/difficulty.py)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import polars as pl
@@ -10,10 +11,11 @@ from pydantic import Field
 
 from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
-from envgen.rewards import get_reward
+from envgen.rewards import get_reward, normalize
 from inference.agent import QA_PROMPT_TOKENS, AgentConfig, qa_prompt_items, rollout_prompts
 from inference.engine import Engine
 from tasks.difficulty import FilterParams, cap_per_answer, filter_outputs, split_by_window, with_engine
+from tasks.longctx.qa_seeds import ANSWER_SHARE, share_cap
 
 
 class QAFilterParams(FilterParams):
@@ -24,7 +26,8 @@ class QAFilterParams(FilterParams):
     )
     max_per_answer: int | None = Field(
         None, ge=1, description="keep at most this many seeds per answer (the rest rejected as answer_over_cap), "
-        "so guessing the commonest answer stops paying; None keeps all",
+        "so guessing the commonest answer stops paying; None caps only at the answer share (no answer over 5% "
+        "of the kept seeds, always applied)",
     )
 
 
@@ -35,18 +38,22 @@ def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> di
                              config, source="qa_filtered", batch_size=params.batch_size)
     pass_counts = [sum(t.verified for t in group) for group in groups]
     outputs = split_by_window(seeds, pass_counts, params, kept="seeds")
-    outputs["seeds"], outputs[REJECTED] = cap_per_answer(outputs["seeds"], outputs[REJECTED], params.max_per_answer)
+    # The filter keeps what the reference gets right, and a reference that guesses gets the common answers right:
+    # the share is capped after filtering, whatever the seeds held.
+    cap = share_cap(Counter(normalize(a) for a in outputs["seeds"]["answer"]).values(), params.max_per_answer)
+    outputs["seeds"], outputs[REJECTED] = cap_per_answer(outputs["seeds"], outputs[REJECTED], cap)
     return outputs
 
 
 @stage(
     name="qa_filtered",
     # 3: the two-way reward accepts a descriptor beside the answer ("the river Thames"); 4: an optional cap of kept
-    # seeds per answer
-    version="4",
+    # seeds per answer; 5: no answer over 5% of the kept seeds (the answer_share check); a type word after the name
+    # is accepted ("the Danube river")
+    version="5",
     inputs=("qa_seeds", "tiny_policy"),
     params=QAFilterParams,
-    outputs=filter_outputs("seeds", FILTERED_SEED, FILTERED_SEED_REJECTED),
+    outputs=filter_outputs("seeds", FILTERED_SEED, FILTERED_SEED_REJECTED, checks=(ANSWER_SHARE,)),
 )
 def qa_filtered(inputs: Mapping[str, Artifact], params: QAFilterParams, partition: str) -> dict[str, pl.DataFrame]:
     """QA seeds a reference policy answers correctly on some but not all of k samples (LoongRL section 3.1)."""

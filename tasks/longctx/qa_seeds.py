@@ -13,7 +13,8 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,47 @@ def _answer_missing(frame: pl.DataFrame) -> list[bool]:
     return [not answer_in_support(a, al, d) for a, al, d in frame.select("answer", "aliases", "docs").iter_rows()]
 
 
+# --------------------------------------------------------------------------- the answer prior
+
+# No answer may answer more than this share of a QA artifact's questions: where a few answers hold many questions
+# (a world of six countries), a policy earns reward by guessing them instead of reading.
+MAX_ANSWER_SHARE = 0.05
+# Under 40 rows 5% is less than two: a pair of equal answers there is chance, not a prior.
+MIN_ANSWER_CAP = 2
+
+
+def answer_cap(n_rows: int) -> int:
+    """The most rows one answer may hold among ``n_rows``."""
+    return max(MIN_ANSWER_CAP, int(MAX_ANSWER_SHARE * n_rows))
+
+
+def share_cap(counts: Collection[int], most: int | None = None) -> int:
+    """The largest per-answer cap ``c`` (at most ``most``) that holds the share once every answer is cut to ``c``
+    rows (cutting rows shrinks the total the share is taken of). ``counts`` are the rows per answer."""
+    cap = min(max(counts, default=MIN_ANSWER_CAP), most or MIN_ANSWER_CAP + sum(counts))
+    while cap > MIN_ANSWER_CAP and cap > answer_cap(sum(min(n, cap) for n in counts)):
+        cap -= 1
+    return cap
+
+
+def over_share(frame: pl.DataFrame, column: str = "answer") -> list[bool]:
+    """True for every row whose answer (normalized: case, accents, punctuation, articles) holds more rows than
+    ``answer_cap`` allows."""
+    keys = [normalize(a) for a in frame[column]]
+    counts, cap = Counter(keys), answer_cap(frame.height)
+    return [counts[k] > cap for k in keys]
+
+
+ANSWER_SHARE = Check("answer_share", over_share,
+                     description=f"no answer holds more than {MAX_ANSWER_SHARE:.0%} of the rows "
+                                 f"(at least {MIN_ANSWER_CAP} allowed)")
+
+
 def seed_contract(record: Record = QA_SEED, answer_in_support_severity: Severity = "warning",
                   hops: tuple[int, int] = (1, 20)) -> Contract:
     """The contract of a seeds output: its record plus what seeds must hold for KeyChain. Real datasets phrase
-    answers differently from their paragraphs (dates, numbers), so "answer in a supporting document" is a warning
-    for them and critical for the synthetic world."""
+    answers differently from their paragraphs (dates, numbers), and answer yes/no to many comparison questions, so
+    "answer in a supporting document" and the answer share are warnings for them and critical for the world."""
     return record.contract(
         expectations=(between("hops", *hops), min_length("answer", 1), min_length("question", 1)),
         checks=(
@@ -81,6 +118,7 @@ def seed_contract(record: Record = QA_SEED, answer_in_support_severity: Severity
                   description="an id or a normalized question appears in one split only"),
             Check("answer_in_supporting_doc", _answer_missing, severity=answer_in_support_severity,
                   description="the answer or an alias occurs in a supporting document"),
+            replace(ANSWER_SHARE, severity=answer_in_support_severity),
         ),
     )
 

@@ -15,6 +15,8 @@ candidates).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -47,21 +49,36 @@ def k_center_greedy_naive(x: np.ndarray, k: int, weights: np.ndarray | None = No
     return picks, nearest
 
 
-def k_center_greedy(x: np.ndarray, k: int, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def k_center_greedy(x: np.ndarray, k: int, weights: np.ndarray | None = None, groups: np.ndarray | None = None,
+                    quotas: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(picks in order, each point's distance to its nearest pick): the order of ``k_center_greedy_naive`` (up to
-    ties within float rounding, since distances come from dot products)."""
+    ties within float rounding, since distances come from dot products).
+
+    With ``groups`` (a group index per point) and ``quotas`` (picks per group), a group whose quota is filled takes
+    no more picks, while its picks still cover every group's points: one selection covers the whole pool in the
+    given mixture (per-group selections would each cover only their own group, and cover it twice where groups
+    meet)."""
     n = len(x)
+    if quotas is not None:  # a group holds at most its points
+        k = min(k, int(np.minimum(quotas, np.bincount(groups, minlength=len(quotas))).sum()))
     k = min(k, n)
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     if np.any(w < 0) or not np.all(np.isfinite(w)):
         raise ValueError("weights must be finite and non-negative")
+    left = None if quotas is None else np.asarray(quotas, dtype=np.int64).copy()
+    closed = np.zeros(n, dtype=bool) if left is None else left[groups] <= 0
     squares = np.einsum("ij,ij->i", x, x).astype(np.float64)
     picks = np.empty(k, dtype=np.int64)
     nearest = np.full(n, np.inf)
     value = w.copy()  # w * distance to the selected set; with none selected yet, w itself (the first pick)
+    value[closed] = -np.inf
     for step in range(k):
         pick = int(np.argmax(value))  # the first maximum: ties go to the lowest index, as in the naive loop
         picks[step] = pick
+        if left is not None:
+            left[groups[pick]] -= 1
+            if left[groups[pick]] <= 0:
+                closed |= groups == groups[pick]
         center = x[pick]
         distance = squares + float(center @ center)
         distance -= 2.0 * (x @ center)
@@ -70,6 +87,7 @@ def k_center_greedy(x: np.ndarray, k: int, weights: np.ndarray | None = None) ->
         np.minimum(nearest, distance, out=nearest)
         np.multiply(w, nearest, out=value)
         value[picks[:step + 1]] = -np.inf
+        value[closed] = -np.inf
     return picks, nearest
 
 

@@ -4,7 +4,8 @@
    long-context, deep-research role calls); turn-level masks recomputed (failed tool calls, format violations, the user's turns: no loss);
 2. each candidate re-verified; a held-out domain or evaluation environment dropped; one over the token window is
    step-compressed (earlier tool results summarized, recorded as transform ``compress``) when it is an environment
-   trajectory that then fits and still verifies, else dropped as too long;
+   trajectory or a research call that then fits and still verifies (fewer whole results first, then the earliest
+   steps folded into the request), else dropped as too long;
 3. dedup: exact (same messages and tools), then near-duplicate (MiniLM cosine similarity >= ``near_duplicate``);
 4. score: sliding-window perplexity under the reference model (max over ``window``-token windows of the window's
    mean perplexity) over the tokens the loss trains on (assistant turns whose ``train`` flag is set: never the
@@ -13,7 +14,8 @@
    an untrained tiny policy scores worse than uniform guessing and its perplexities rank noise; the summary states
    the reference's mean NLL per trained token against ln V;
 5. mixture and selection: each route gets its share of ``k`` (``proportions``, else its share of the candidates),
-   filled by K-Center-Greedy over embeddings of the trained text, centred on the candidates' mean (MiniLM vectors
+   filled by one K-Center-Greedy over the whole pool whose routes take picks up to their quotas (each pick covers
+   every route's candidates), over embeddings of the trained text, centred on the candidates' mean (MiniLM vectors
    of one domain's conversations sit at cosine ~0.9 of one another; centring spreads their distances so the
    geometry, not the weights alone, picks), with distances weighted by score ** ``alpha``.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal
@@ -39,7 +42,7 @@ from data_contracts.plotting import save_figure
 from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, StageError, rng_for, stage
 from envgen.runtime import json_field
-from envgen.trajectory_checks import EXECUTION, SUMMARY_TAG, tool_failed, turn_mask, verify_row
+from envgen.trajectory_checks import EXECUTION, RESEARCH, SUMMARY_TAG, tool_failed, turn_mask, verify_row
 from tasks.midtrain.kcenter import k_center_greedy
 from tasks.midtrain.routes import EVAL_ENV_PREFIX, TrajectoryParams, token_counter, trajectory_contract
 
@@ -53,8 +56,18 @@ def _later_text(messages: Sequence[dict[str, Any]], start: int) -> str:
     return "\n".join(parts)
 
 
+_FIGURE = re.compile(r"\d(?:[\d,.]*\d)?")
+PROSE_WORDS = 8  # a result's text of this many words is prose (a document read), not a field value (an id, a date)
+
+
 def _kept(obj: Any, later: str) -> Any:
-    """The fields of a result whose value a later turn uses (nested lists and objects pruned alike)."""
+    """The fields of a result whose value a later turn uses (nested lists and objects pruned alike); of a text a
+    later turn does not repeat whole (a document a researcher read), the sentences whose every figure it uses."""
+    if isinstance(obj, str) and obj not in later and len(obj.split()) >= PROSE_WORDS:
+        from inference.research.text import sentences
+
+        used = [s for s in sentences(obj) if (figures := _FIGURE.findall(s)) and all(f in later for f in figures)]
+        return " ".join(used) or None
     if isinstance(obj, dict):
         kept = {k: v for k, v in ((k, _kept(v, later)) for k, v in obj.items()) if v is not None}
         return kept or None
@@ -77,6 +90,33 @@ def compress_steps(messages: Sequence[dict[str, Any]], keep_last: int) -> tuple[
         out[i]["content"] = SUMMARY_TAG + json.dumps(kept or {})
         done += 1
     return out, done
+
+
+def fold_steps(messages: Sequence[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
+    """The conversation with its first ``steps`` tool-calling steps (an assistant turn with tool calls and the
+    results answering it) folded into the request: their results' summary is appended to the first user message
+    and the steps themselves leave (a research call that reads many documents fits only so: its summarized results
+    alone outgrow the window)."""
+    out = [dict(m) for m in messages]
+    first_user = next((i for i, m in enumerate(out) if m["role"] == "user"), None)
+    calls = [i for i, m in enumerate(out) if m["role"] == "assistant" and m.get("tool_calls")]
+    if first_user is None or steps <= 0 or not calls:
+        return out
+    end = calls[steps] if steps < len(calls) else next(
+        (i for i in range(calls[-1] + 1, len(out)) if out[i]["role"] != "tool"), len(out))
+    folded = range(calls[0], end)
+    results = [_parsed(out[i]["content"].removeprefix(SUMMARY_TAG)) for i in folded if out[i]["role"] == "tool"]
+    kept = _kept(results, _later_text(out, end)) or []
+    out[first_user] = {**out[first_user],
+                       "content": f"{out[first_user]['content']}\n\n{SUMMARY_TAG}{json.dumps(kept, ensure_ascii=False)}"}
+    return [m for i, m in enumerate(out) if i not in folded]
+
+
+def _parsed(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:  # a plain-text result
+        return content
 
 
 STAGE = "sft_set"
@@ -103,7 +143,9 @@ class SFTSetParams(TrajectoryParams):
                            "log-probabilities)")
     window: int = Field(512, ge=8, description="tokens per sliding window (the report: 512)")
     stride: int = Field(256, ge=1, description="tokens between window starts")
-    alpha: float = Field(1.0, ge=0.0, le=8.0, description="KCG distance weight = score ** alpha (0: plain KCG)")
+    # 0.25: the weight breaks ties between similarly distant candidates; at 1 the scores (a 10x range) overrode the
+    # geometry and the selection covered its candidates worse than a random pick (bench/RESULTS.md, sft_set)
+    alpha: float = Field(0.25, ge=0.0, le=8.0, description="KCG distance weight = score ** alpha (0: plain KCG)")
     near_duplicate: float = Field(0.98, gt=0.0, le=1.0, description="cosine similarity at or above which a "
                                   "candidate is a near-duplicate of an earlier one")
     embed_chars: int = Field(2000, ge=100, description="characters of each conversation (request and assistant "
@@ -207,14 +249,20 @@ def _admit(row: dict[str, Any], params: SFTSetParams, count: Any) -> tuple[dict[
         return None, f"not_verified: {reason}"
     if row["tokens"] <= params.max_tokens:
         return row, None
-    if row["verifier"] != EXECUTION:
+    if row["verifier"] != EXECUTION and not str(row["verifier"]).startswith(RESEARCH):
         return None, f"too_long: {row['tokens']} tokens > {params.max_tokens}"
-    short, summarized = compress_steps(messages, params.compress_keep_last)
-    tokens = count(short, tools)
+    # fewer whole results until it fits, then the earliest steps folded into the request, one more at a time
+    n_steps = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
+    for keep, folded in [*((k, 0) for k in range(params.compress_keep_last, -1, -1)),
+                         *((0, n) for n in range(1, n_steps))]:
+        short, summarized = compress_steps(messages, keep)
+        short = fold_steps(short, folded)
+        if (tokens := count(short, tools)) <= params.max_tokens:
+            break
     compressed = {**row, "id": f"compress:{row['id']}", "source": "compress", "messages": json.dumps(short),
                   "train": turn_mask(short, tools), "tokens": tokens, "parent_id": row["id"], "transform": "compress",
-                  "transform_settings": json.dumps({"summarized_results": summarized,
-                                                    "kept_last": params.compress_keep_last})}
+                  "transform_settings": json.dumps({"summarized_results": summarized, "kept_last": keep,
+                                                    "folded_steps": folded})}
     if summarized == 0 or tokens > params.max_tokens or verify_row(compressed) is not None:
         return None, f"too_long: {row['tokens']} tokens > {params.max_tokens}, also after step compression"
     return compressed, None
@@ -255,31 +303,50 @@ def open_scorer(params: SFTSetParams, inputs: Mapping[str, Artifact]) -> Any:
     return load_scorer(f"hf:{inputs['tiny_policy'].directory}" if params.reference == "tiny" else params.reference)
 
 
-def reference_logprobs(texts: list[str], ids: list[str], tok: Any, params: SFTSetParams,
-                       inputs: Mapping[str, Artifact]) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
-    """(per text: token log-probabilities and their character offsets, the reference's vocabulary size).
-    ``bigram`` is cross-fitted: the candidates split in two by a hash of their id, each half scored by a bigram
-    fitted on the other."""
-    if params.reference != "bigram":
-        try:  # without scores there is no selection: a reference that fails is the stage's error, not a row's
+def reference_scores(texts: Sequence[str], spans: Sequence[list[tuple[int, int]]], ids: Sequence[str], tok: Any,
+                     params: SFTSetParams, inputs: Mapping[str, Artifact]) -> tuple[np.ndarray, np.ndarray, float,
+                                                                                   int, int]:
+    """Per candidate, the sliding-window score and the mean perplexity of its trained tokens; then the reference's
+    mean NLL per trained token, the trained tokens counted and the reference's vocabulary size. Each candidate's
+    log-probabilities are reduced to its scores as they arrive and dropped: memory follows the candidates, never
+    every token of the pool (at the small profile's 38M tokens, holding them killed an 11 GB Dask worker)."""
+    from inference.perplexity import mean_perplexity, sliding_window_score
+
+    scores, means = np.empty(len(texts)), np.empty(len(texts))
+    total, count = 0.0, 0
+    scorer = None
+    try:  # without scores there is no selection: a reference that fails is the stage's error, not a row's
+        if params.reference == "bigram":
+            stream, vocab = _bigram_stream(texts, ids, tok), len(tok)
+        else:
             scorer = open_scorer(params, inputs)
-            try:
-                scored = scorer.token_logprobs_at(texts) if texts else []
-                vocab = len(scorer.tokenizer) if hasattr(scorer, "tokenizer") else len(tok)
-            finally:
-                scorer.close()
-        except (RuntimeError, ValueError, OSError) as exc:
-            raise StageError(f"sft_set: reference {params.reference}: {exc}") from None
-        return scored, vocab
+            stream = scorer.token_logprobs_at(iter(texts))
+            vocab = len(scorer.tokenizer) if hasattr(scorer, "tokenizer") else len(tok)
+        for i, ((logprobs, offsets), trained) in enumerate(zip(stream, spans, strict=True)):
+            kept = trained_logprobs(logprobs, offsets, trained)
+            scores[i], means[i] = sliding_window_score(kept, params.window, params.stride), mean_perplexity(kept)
+            total, count = total - float(kept.sum()), count + len(kept)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise StageError(f"sft_set: reference {params.reference}: {exc}") from None
+    finally:
+        if scorer is not None:
+            scorer.close()
+    return scores, means, total / count if count else float("nan"), count, vocab
+
+
+def _bigram_stream(texts: Sequence[str], ids: Sequence[str], tok: Any) -> Any:
+    """The cross-fitted bigram's log-probabilities and token offsets, text by text: the candidates split in two by
+    a hash of their id, each half scored by a bigram fitted on the other (each text tokenized once to fit and once
+    to score, so no token list outlives its text)."""
     from inference.perplexity import BigramReference
 
-    encoded = [tok(t, add_special_tokens=False, return_offsets_mapping=True) for t in texts]
-    sequences = [e["input_ids"] for e in encoded]
     fold = [int(hashlib.sha256(i.encode()).hexdigest(), 16) % 2 for i in ids]
-    models = {f: BigramReference(len(tok)).fit([s for s, g in zip(sequences, fold, strict=True) if g != f])
-              for f in (0, 1)}
-    return [(models[f].logprobs(s), np.array([o[0] for o in e["offset_mapping"]][1:], dtype=np.int64))
-            for s, e, f in zip(sequences, encoded, fold, strict=True)], len(tok)
+    models = {f: BigramReference(len(tok)).fit(tok(t, add_special_tokens=False)["input_ids"]
+                                               for t, g in zip(texts, fold, strict=True) if g != f) for f in (0, 1)}
+    for text, f in zip(texts, fold, strict=True):
+        encoded = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        yield (models[f].logprobs(encoded["input_ids"]),
+               np.array([start for start, _ in encoded["offset_mapping"][1:]], dtype=np.int64))
 
 
 def _scores_lineage(frame: pl.DataFrame) -> list[bool]:
@@ -294,15 +361,16 @@ SCORES_CONTRACT = SELECTION_SCORE.contract(
 
 
 # 2: scores over trained tokens under a cross-fitted bigram, embeddings of the trained text centred, coverage
-# measured on bigrams and domains, research trajectories a route
-@stage(name=STAGE, version="2", params=SFTSetParams, inputs=(*ROUTES, "tiny_policy", "tokenizer"),
+# measured on bigrams and domains, research trajectories a route; 3: one K-Center-Greedy over the pool with route
+# quotas (alpha 0.25), research trajectories step-compressed (earliest steps folded into the request), scores
+# streamed per candidate
+@stage(name=STAGE, version="3", params=SFTSetParams, inputs=(*ROUTES, "tiny_policy", "tokenizer"),
        outputs={"trajectories": trajectory_contract(SOURCES), REJECTED: TRAJECTORY_REJECTED.contract(),
                 "scores": SCORES_CONTRACT, "summary": SELECTION_SUMMARY.contract()})
 def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str) -> dict[str, pl.DataFrame]:
     """The cold-start SFT set: masked, re-verified, deduplicated, mixed across routes and selected by sliding-window
     perplexity K-Center-Greedy (or at random, as its baseline)."""
     from inference.embeddings import embed
-    from inference.perplexity import mean_perplexity, sliding_window_score
 
     count = token_counter(params, inputs)
     status: dict[str, str] = {}
@@ -344,25 +412,24 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
     texts = [tok.apply_chat_template(json_field(r["messages"]), tools=json_field(r["tools"]) or None,
                                      tokenize=False) for r in pool]
     spans = [trained_spans(tok, json_field(r["messages"]), json_field(r["tools"]), r["train"]) for r in pool]
-    scored, vocab = reference_logprobs(texts, [r["id"] for r in pool], tok, params, inputs)
-    logprobs = [trained_logprobs(lp, offsets, sp) for (lp, offsets), sp in zip(scored, spans, strict=True)]
-    scores = np.array([sliding_window_score(lp, params.window, params.stride) for lp in logprobs])
-    means = [mean_perplexity(lp) for lp in logprobs]
+    scores, means, nll, trained_tokens, vocab = reference_scores(texts, spans, [r["id"] for r in pool], tok, params,
+                                                                 inputs)
     weights = (scores / scores.max()) ** params.alpha if len(scores) else scores
-    trained_tokens = np.concatenate(logprobs) if logprobs else np.zeros(0)
-    nll = (float(-trained_tokens.mean()) if len(trained_tokens) else float("nan"), float(np.log(vocab)))
 
     routes = [r["source"] for r in pool]
     quota = quotas(routes, params.k, params.proportions)
     order: dict[int, int] = {}
+    if params.selection == "kcg":
+        names = list(quota)
+        groups = np.array([names.index(r) for r in routes], dtype=np.int64)
+        picks, _ = k_center_greedy(vectors, params.k, weights, groups, [quota[r] for r in names])
+        order = {int(p): n for n, p in enumerate(picks)}
     for n_route, (route, wanted) in enumerate(quota.items()):
-        members = np.array([i for i, r in enumerate(routes) if r == route])
-        if params.selection == "kcg":
-            picks, _ = k_center_greedy(vectors[members], wanted, weights[members])
-        else:  # stream 0 is the summary's random baseline
+        if params.selection == "random":  # stream 0 is the summary's random baseline
+            members = np.array([i for i, r in enumerate(routes) if r == route])
             picks = rng_for(params.seed, STAGE, partition, n_route + 1).sample(range(len(members)),
                                                                               min(wanted, len(members)))
-        order.update({int(members[p]): len(order) + n for n, p in enumerate(picks)})
+            order.update({int(members[p]): len(order) + n for n, p in enumerate(picks)})
     chosen = sorted(order, key=order.get)
     distance = _nearest(vectors, chosen)
     selected = [pool[i] for i in chosen]
@@ -386,10 +453,10 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
                                "status": status[r["id"]], "pick": None, "distance": None})
     summary = _summary(vectors, chosen, distance, scores, quota, routes, params, partition)
     summary += _independent_coverage(pool, chosen, params, partition) + [
-        {"name": "reference_mean_nll", "value": nll[0], "note": f"{params.reference}: nats per trained token over "
-                                                                f"{len(trained_tokens)} tokens"},
-        {"name": "uniform_nll", "value": nll[1], "note": f"ln V of the reference's {vocab} tokens: a reference "
-                                                         "above it scores worse than guessing"}]
+        {"name": "reference_mean_nll", "value": nll, "note": f"{params.reference}: nats per trained token over "
+                                                             f"{trained_tokens} tokens"},
+        {"name": "uniform_nll", "value": float(np.log(vocab)), "note": f"ln V of the reference's {vocab} tokens: a "
+                                                                       "reference above it scores worse than guessing"}]
     return {"trajectories": TRAJECTORY.frame(selected), REJECTED: TRAJECTORY_REJECTED.frame(rejected),
             "scores": SELECTION_SCORE.frame(score_rows), "summary": SELECTION_SUMMARY.frame(summary)}
 

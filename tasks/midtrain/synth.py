@@ -21,7 +21,6 @@ from envgen.compiler import CompiledDomain, Tool
 from envgen.construct import (
     BuiltEnvironment,
     ExpansionStats,
-    Fact,
     GroundedChain,
     Grounder,
     _try_ground,
@@ -76,32 +75,15 @@ def identifying_tool(domain: CompiledDomain, allowed: set[str]) -> Tool | None:
                 next((t for t in tools if t.kind == "get"), None))
 
 
-def _owners(domain: CompiledDomain, conn: Any, chain: GroundedChain) -> set[str]:
-    """Customers owning the rows the chain's write names."""
-    write = chain.actions[-1]
-    return {o for e, k in written_rows(domain, write["name"], write["arguments"])
-            if (o := owner_of(domain, conn, e, k)) is not None}
-
-
-def _identify(domain: CompiledDomain, conn: Any, tool: Tool, customer: str) -> tuple[dict[str, Any], Fact, dict]:
-    """The identifying call for ``customer``, the fact the user states for it, and the customer's row."""
-    entity = domain.spec.entity(tool.entity)
-    row = Executor(domain).get(conn, entity.name, customer)
-    column = tool.column if tool.kind == "lookup" else entity.key
-    field = entity.field(column)
-    label = (field.label if field is not None and field.label else None) or entity.label or column.replace("_", " ")
-    return {"name": tool.name, "arguments": {column: row[column]}}, Fact(column, label, row[column], "task"), row
-
-
 def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, max_reads: int,
                 settings: TaskSettings, suffix: str, mutations: bool = False) -> Episode:
     """Chains sampled from the environment's own tools (1..max_chains chains of 1..max_reads reads each), grounded on
     a copy of its database for one acting customer, and the verified task ``make_task`` reverse-synthesizes for
     them (``mutations``: also require the four mutated trajectories to score 0, the check an RL task needs).
 
-    The customer is the owner of the first chain's written rows (``envgen.customers``); later chains write only
-    that customer's rows. The user states what identifies them (an email, else their id), the agent's first call
-    identifies them with it, and facts that call returns (their id, their name) are no longer asked of the user."""
+    The grounder acts for the owner of the first chain's written rows (``envgen.construct.Grounder``): its first
+    call identifies them by what they state (an email), and every key a later call takes is returned by an earlier
+    call that starts from what the user knows."""
     domain = domain_for(env_row)
     allowed = set(env_row["tool_names"])
     identifying = identifying_tool(domain, allowed)
@@ -113,32 +95,19 @@ def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, ma
     wanted = rng.randint(1, max_chains)
     chains: list[GroundedChain] = []
     with engine.begin() as conn:
-        grounder = Grounder(domain, conn, rng)
+        grounder = Grounder(domain, conn, rng, allowed)
         for _ in range(4 * wanted):
             if len(chains) == wanted:
                 break
             grounded = _try_ground(grounder, sample_chain(domain, rng, allowed, rng.randint(1, max_reads)))
-            if grounded is None:
-                continue
-            owners = _owners(domain, conn, grounded)
-            if grounder.customer is None and len(owners) == 1:
-                grounder.customer = owners.pop()
-            if grounder.customer is not None:
+            if grounded is not None:
                 chains.append(grounded)
         if not chains:
             raise Unusable("no chain writing one customer's records could be grounded on this environment")
-        call, fact, row = _identify(domain, conn, identifying, grounder.customer)
-    returned = {render_value(v) for v in row.values() if v is not None} - {render_value(fact.value)}
-    first = chains[0]
-    chains[0] = GroundedChain(first.tools, [call, *first.actions],
-                              [fact, *(f for f in first.facts if render_value(f.value) not in returned)],
-                              first.intent, first.reserved)
-    chains[1:] = [GroundedChain(c.tools, c.actions, [f for f in c.facts if render_value(f.value) not in returned],
-                                c.intent, c.reserved) for c in chains[1:]]
     db = sqlite_bytes(engine)
     env = {**env_row, "env_id": f"{env_row['env_id']}~{suffix}", "db": db,
            "db_sha256": hashlib.sha256(db).hexdigest(), "chains": json.dumps([c.tools for c in chains])}
-    built = BuiltEnvironment(list(env_row["tool_names"]), chains, [], ExpansionStats(), db)
+    built = BuiltEnvironment(list(env_row["tool_names"]), chains, [], ExpansionStats(), db, grounder.customer)
     task, reason = make_task(domain, env, built, rng, settings, mutations, customer=grounder.customer)
     if task is None:
         raise Unusable(f"task: {reason}")

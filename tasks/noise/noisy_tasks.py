@@ -15,7 +15,8 @@ from data_contracts.stage import REJECTED, Artifact, FrameArtifact, StageError, 
 from tasks.noise.twins import NoiseParams, build_twins, twins_contract
 
 
-@stage(name="noisy_tasks", version="1", params=NoiseParams, inputs=("environments",),
+# 2: a twin that states an internal key is rejected; the contract checks the twins' words
+@stage(name="noisy_tasks", version="2", params=NoiseParams, inputs=("environments",),
        outputs={"tasks": twins_contract(NOISY_TASK), REJECTED: NOISE_REJECTED.contract()})
 def noisy_tasks(inputs: Mapping[str, Artifact], params: NoiseParams, partition: str) -> dict[str, pl.DataFrame]:
     """Noisy training twins of every environment task at each curriculum level, verified solvable by execution."""

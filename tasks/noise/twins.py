@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -16,9 +17,12 @@ from pydantic import Field, field_validator, model_validator
 
 from data_contracts.schemas import NOISE_REJECTED, Record, between, in_set, not_null
 from data_contracts.stage import Check, Contract, Params, seed_for
+from envgen.checks import database_keys, key_pattern, keys_said, user_texts
 from envgen.noise.curriculum import noise_level
 from envgen.noise.environment import NoisyEnvironment
 from envgen.noise.solvability import noisy_twins
+from envgen.runtime import domain_for
+from envgen.spec import domain_paths, load_domain
 
 
 class NoiseParams(Params):
@@ -78,6 +82,14 @@ def _unrecorded_transforms(frame: pl.DataFrame) -> list[bool]:
     return out
 
 
+def _keys_in_user_text(frame: pl.DataFrame) -> list[bool]:
+    """A twin whose request or profile states a key shaped like its domain's generated keys (checked for shipped
+    domains; ``build_twins`` checks every twin against its database's keys)."""
+    shipped = domain_paths()
+    return [r["domain"] in shipped and bool(keys_said(user_texts(r), key_pattern(load_domain(r["domain"]))))
+            for r in frame.iter_rows(named=True)]
+
+
 def twins_contract(record: Record) -> Contract:
     return record.contract(
         expectations=(
@@ -89,6 +101,8 @@ def twins_contract(record: Record) -> Contract:
         checks=(
             Check("references_clean_task", _bad_reference, description="task_id, clean_task_id and noise record agree"),
             Check("transforms_recorded", _unrecorded_transforms, description="every transform is in the noise record"),
+            Check("users_state_what_people_know", _keys_in_user_text,
+                  description="no internal key (a generated primary key) in the twin's request or profile"),
         ),
     )
 
@@ -112,7 +126,11 @@ def build_twins(environments: pl.DataFrame, tasks: pl.DataFrame, params: NoisePa
         env = live.setdefault(env_id, NoisyEnvironment(envs[env_id], max_steps=params.max_steps))
         seeds = [seed_for(params.seed, stage_name, f"{partition}/{task['task_id']}", lvl.level) for lvl in levels]
         clean, verdicts = noisy_twins(env, task, levels, seeds)
+        keys = database_keys(domain_for(envs[env_id]), envs[env_id]["db"])
         for v in verdicts:
+            said = keys_said(user_texts(v.task), keys)
+            if said and v.kept:
+                v = replace(v, reason=f"internal key {said[0]} in the user's words")
             row = {**v.task, "robust_success": v.kept and v.robust.success, "naive_success": v.naive.success,
                    "robust_clean_success": clean.robust.success, "naive_clean_success": clean.naive.success,
                    "naive_by_transform": json.dumps(dict(v.naive_by_transform), sort_keys=True),

@@ -313,8 +313,8 @@ def _row(task: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[str, Any]
 
 
 # 2: analytical criteria name their derived fact, negative ones their relation; the brief gate excludes the topic's
-# own article
-@stage(name=STAGE, version="2", inputs=("world", "search_index"), params=ResearchTaskParams,
+# own article; 3: a task refused before the gate records no verdicts ("[]"), as the record's JSON list requires
+@stage(name=STAGE, version="3", inputs=("world", "search_index"), params=ResearchTaskParams,
        outputs={"tasks": RESEARCH_TASK.contract(expectations=(in_set("route", ("brief", "article")),)),
                 REJECTED: RESEARCH_TASK_REJECTED.contract()})
 def research_tasks(inputs: Mapping[str, Artifact], params: ResearchTaskParams,
@@ -335,7 +335,7 @@ def research_tasks(inputs: Mapping[str, Artifact], params: ResearchTaskParams,
         task_id = f"research:{route}:{partition}:{i}"
         task, reason = build_task(kg, index, doc_of, rng.choice(candidates), route, rng, params, task_id)
         if task is None:
-            rejected.append({"task_id": task_id, "route": route, "query": None, "reason": reason, "gate": None})
+            rejected.append({"task_id": task_id, "route": route, "query": None, "reason": reason, "gate": "[]"})
             continue
         own = doc_of.get(normalize(task["topic_entity"]))
         rubric, verdicts, reason = gate(index, task, params,

@@ -97,8 +97,8 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
 
 
 # 2: names checked in citations; 3: compact tool results; 4: citations checked fact by fact, against the world's
-# facts too
-@stage(name=STAGE, version="4", inputs=("research_tasks", "search_index", "world", "tokenizer"),
+# facts too; 5: a citation after the period checked with its sentence, comparisons name each figure's attribute
+@stage(name=STAGE, version="5", inputs=("research_tasks", "search_index", "world", "tokenizer"),
        params=ResearchTrajectoryParams,
        outputs={"trajectories": TRAJECTORIES, "runs": RESEARCH_RUN.contract(expectations=(
            in_set("status", ["complete", "partial", "failed"]),)), "calls": RESEARCH_CALL.contract(),

@@ -296,6 +296,11 @@ def test_the_router_refuses_a_missing_column_or_an_unknown_reward() -> None:
     ("the painter Vincent van Gogh", "Vincent van Gogh"),
     ("the year 1984", "1984"),
     ("\\text{the river Thames}", "Thames"),
+    ("the Danube river", "Danube"),  # a type word after the name, as a descriptor before it
+    ("Danube river", "Danube"),
+    ("It is the Danube river.", "Danube"),
+    ("Niue island", "Niue"),
+    ("the famous Danube river", "Danube"),
 ])
 def test_a_descriptor_beside_the_answer_is_the_answer_in_context(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [1.0]
@@ -312,6 +317,14 @@ def test_a_descriptor_beside_the_answer_is_the_answer_in_context(pred: str, gold
     ("London (the Paris city)", "Paris"),
     ("the Spanish club Madrid", "Atlético Madrid"),
     ("the city " + "very " * 30 + "Paris", "Paris"),  # the caps measure the whole prediction
+    ("the Rhine Danube river", "Danube"),  # a type word after a list names no one of it
+    ("the Danube river or Rhine", "Danube"),
+    ("Rhine or the Danube river", "Danube"),
+    ("the Danube river Rhine", "Danube"),
+    ("Paris lyon", "Paris"),  # a lower-case word after the name that is no type word may be a candidate
+    ("the Davis Inc Heatherfurt city", "Heatherfurt"),  # a designator before the gold ends another name
+    ("the city Davis Inc Heatherfurt", "Heatherfurt"),
+    ("Paris " + "river " * 30, "Paris"),
 ])
 def test_a_descriptor_does_not_hide_a_list_or_a_fragment(pred: str, gold: str) -> None:
     assert two_way([boxed(pred)], answer=[gold]) == [0.0]
@@ -320,7 +333,8 @@ def test_a_descriptor_does_not_hide_a_list_or_a_fragment(pred: str, gold: str) -
 NOUNS = ("river", "club", "city", "novelist", "band", "team", "capital", "painter", "company", "village")
 ADJECTIVES = ("", "Spanish ", "English ", "famous ", "old ", "Korean ")
 DESCRIBED = ("the {adj}{noun} {gold}", "{gold} ({adj}{noun})", "{gold}, the {noun} of {other}",
-             "{gold}, a {adj}{noun} in {other}", "The answer is the {noun} {gold}.")
+             "{gold}, a {adj}{noun} in {other}", "The answer is the {noun} {gold}.", "the {gold} {noun}",
+             "{gold} {noun}", "The answer is the {gold} {noun}.")
 
 
 @given(gold=names, other=names, noun=st.sampled_from(NOUNS), adj=st.sampled_from(ADJECTIVES),
@@ -334,7 +348,10 @@ def test_generated_verbose_correct_answers_score_one(gold: str, other: str, noun
 HACKS = ("{other}, the {noun} of {gold}", "{other} ({gold})", "{gold} ({other})", "the {noun} {other} {gold}",
          "the {noun} {gold} {other}", "the {noun} {other} or {gold}", "the {noun} {gold} or {other}",
          "the {noun} {other}, {gold}", "{other}, the {noun} or {gold}",
-         "the {gold} {noun} {other}", "{other}, {gold} ({noun})")
+         "the {gold} {noun} {other}", "{other}, {gold} ({noun})", "the {other} {gold} {noun}",
+         "the {gold} {other} {noun}", "{other} or the {gold} {noun}", "the {gold} {noun} or {other}",
+         "{other}, the {gold} {noun}", "{gold} {noun} ({other})", "{other} ({gold} {noun})",
+         "{other} {noun} {gold} {noun}")
 
 
 @given(data=st.data(), noun=st.sampled_from(NOUNS), form=st.sampled_from(HACKS))

@@ -115,7 +115,7 @@ def test_effects_are_checked_against_the_created_entity_and_amount_types() -> No
     bad = copy.deepcopy(MINIMAL)
     bad["entities"][0]["fields"].append({"name": "score", "type": "int", "description": "d"})
     bad["actions"].append({
-        "name": "open_box", "description": "d", "target": "owner", "intent": "open a box",
+        "name": "open_box", "description": "d", "target": "owner", "intent": "open a box", "actor": "customer", "words": ["open"],
         "effects": [{"kind": "create", "entity": "box", "values": {"state": {"value": "open"}}},
                     {"kind": "adjust", "field": "score", "to": {"value": "lots"}}]})
     with pytest.raises(SpecError) as info:

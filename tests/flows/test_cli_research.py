@@ -106,6 +106,25 @@ def test_research_check_lists_planted_false_citations_and_exits_nonzero(tmp_path
     assert _check(tmp_path, monkeypatch, str(report), "--index", index_dir()).exit_code == 0
 
 
+def test_research_check_holds_a_citation_after_the_period_to_its_sentence(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from research_fixtures import index_dir, kg
+
+    g = kg()
+    org = g.of_type("organization")[0]
+    name, employees = g.name(org), g.attributes(org)["employees"]
+    false = f"{name} has {employees + 5000:,} employees"
+    report = tmp_path / "report.md"
+    for text in (f"{false}. [cite:{org}]", f"{false} [cite:{org}]."):
+        report.write_text(f"# Report\n\n{text}\n")
+        result = _check(tmp_path, monkeypatch, str(report), "--index", index_dir(), "--json")
+        assert result.exit_code == 1, result.output
+        out = json.loads(result.output)
+        [row] = out["citations"]
+        assert row["sentence"].startswith(false) and row["verdict"] == "unsupported", row
+        assert out["summary"]["uncited_sentences"] == 0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("nowhere.md",), "nowhere.md: no such file"),
     (("REPORT", "--index", "0123abcd"), "neither an index directory nor a published search_index key"),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -184,6 +185,37 @@ def test_decoding_computes_the_last_position_logits_only(hf) -> None:
     finally:
         hook.remove()
     assert widths == [1, 1, 1]
+
+
+def test_a_growing_conversation_prefills_only_what_is_new_and_decodes_as_afresh(hf) -> None:
+    """One row at a time, each turn the one before plus messages: the kept cache serves the common prefix, and the
+    tokens are those of an engine that prefills every prompt whole."""
+    from inference.hf_engine import HFEngine
+
+    conversation = [{"role": "user", "content": "who founded the city on the river?"}]
+    turns = []
+    for i in range(4):
+        turns.append(list(conversation))
+        conversation += [{"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": "and then?"}]
+    fresh = HFEngine(hf.model, hf.tokenizer, prefix_cache=False)
+    reusing = HFEngine(hf.model, hf.tokenizer)
+    widths: list[int] = []
+    hook = hf.model.get_input_embeddings().register_forward_hook(lambda _m, i, _o: widths.append(i[0].shape[1]))
+    try:
+        outputs = []
+        for turn in turns:
+            widths.clear()
+            [[completion]] = reusing.generate([req(turn, temperature=0, max_tokens=5)])
+            outputs.append((completion, widths[0], len(completion.prompt_token_ids)))
+    finally:
+        hook.remove()
+    for turn, (completion, prefilled, prompt) in zip(turns, outputs, strict=True):
+        [[alone]] = fresh.generate([req(turn, temperature=0, max_tokens=5)])
+        assert completion.token_ids == alone.token_ids
+        assert completion.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert outputs[0][1] == outputs[0][2]  # nothing kept yet: the whole first prompt
+    for (_, _, previous), (_, prefilled, prompt) in itertools.pairwise(outputs):
+        assert prefilled <= prompt - previous  # the later ones: only the messages added since
 
 
 def test_prompt_longer_than_the_model_is_rejected(hf) -> None:

@@ -17,7 +17,7 @@ from openenv.core.env_server import CallToolAction
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
-from envgen.runtime import domain_for, json_field, outcome_message
+from envgen.runtime import Environment, domain_for, json_field, outcome_message
 from envgen.taskgen import mutate
 from inference.environments.client import GymforgeEnvClient
 from inference.environments.server import ServerSettings, create_app
@@ -93,16 +93,23 @@ def test_a_wrong_row_replay_scores_zero(url: str, served: Any) -> None:
 def test_concurrent_sessions_never_see_each_others_writes(url: str, served: Any) -> None:
     """Eight sessions on two tasks run at once; and a session reading the row another one wrote sees it
     unwritten."""
-    _, task = env_and_task("airline")
+    env, task = env_and_task("airline")
     write = golden_actions(task)[-1]
-    key, value = next(iter(write["arguments"].items()))
-    entity = key.removesuffix("_id")
+    # a read of the task whose result the write changes (the record it books, cancels or charges)
+    local = Environment(env)
+    local.reset(task)
+    reads = golden_actions(task)[:-1]
+    before = [local.call_tool(c["name"], c["arguments"]).content for c in reads]
+    local.call_tool(write["name"], write["arguments"])
+    changed = next(c for c, old in zip(reads, before, strict=True)
+                   if local.call_tool(c["name"], c["arguments"]).content != old)
+    local.close()
 
     async def isolated() -> tuple[str, str]:
         async with GymforgeEnvClient(base_url=url) as a, GymforgeEnvClient(base_url=url) as b:
             await a.reset(task_id=task["task_id"])
             await b.reset(task_id=task["task_id"])
-            read = CallToolAction(tool_name=f"get_{entity}", arguments={key: value})
+            read = CallToolAction(tool_name=changed["name"], arguments=changed["arguments"])
             before = (await b.step(read)).observation.content
             await a.step(CallToolAction(tool_name=write["name"], arguments=write["arguments"]))
             written = (await a.step(read)).observation.content

@@ -14,6 +14,7 @@ MINIMAL = {
          "fields": [{"name": "state", "type": "enum", "values": ["open", "shut"], "description": "d"}]},
     ],
     "actions": [{"name": "shut_box", "description": "d", "target": "box", "intent": "shut my box",
+                 "actor": "customer", "words": ["shut"],
                  "preconditions": [{"field": "state", "op": "eq", "value": "open", "message": "already shut"}],
                  "effects": [{"kind": "set", "field": "state", "to": {"value": "shut"}}]}],
 }

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from data_contracts.stage import Params
+from training.adapters import LoraSettings
 
 Scale = Literal["group", "batch", "none"]
 CLIP_DEFAULTS = {"sequence": {"epsilon": 3e-4, "epsilon_high": 4e-4}, "token": {"epsilon": 0.2, "epsilon_high": 0.28}}
@@ -92,6 +93,8 @@ class RLConfig(Params):
     max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="the trainer's weights (bfloat16 on GPUs; "
                                                                         "the CPU trains in float32)")
+    lora: LoraSettings | None = Field(None, description="train low-rank adapters on the frozen policy; engines get "
+                                      "each version's merged weights (None: train every weight)")
     micro_batch_size: int = Field(8, ge=1, description="samples per forward/backward; gradients accumulate over "
                                                        "micro-batches with the whole batch's normalisation")
     checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints (at most the run's "

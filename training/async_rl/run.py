@@ -22,6 +22,7 @@ import torch
 from data_contracts.files import atomic_file
 from data_contracts.schemas import RL_SAMPLE, RL_STEP
 from data_contracts.stage import StageError
+from training.adapters import merge_adapter, merged_state_dict
 from training.async_rl.config import RLConfig
 from training.async_rl.controllers import ControllerSpec, EnvFactory, Launcher, RolloutManager, default_env
 from training.async_rl.queue import Sample, SampleQueue
@@ -111,6 +112,8 @@ class RLRun:
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), local_files_only=True,
                                                      dtype=getattr(torch, self.config.dtype)).to(device).eval()
+        if self.config.lora is not None:
+            model = self.config.lora.wrap(model)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.trainer = PolicyTrainer(model, self.config, pad)
         self.kinds = {task.task_id: task.kind for task in self.tasks}
@@ -160,7 +163,7 @@ class RLRun:
                 with self.manager.lock:
                     kinds = dict(self.kinds)
                 result = trainer.step(groups, kinds)
-                self.weights.publish(trainer.model.state_dict(), trainer.version)
+                self.weights.publish(merged_state_dict(trainer.model), trainer.version)
                 self.manager.publish(trainer.version)  # only now: engines can already load this version
                 self._log(groups, result, trainer.version - 1, time.monotonic() - started)
                 if self.unwritten.total() == self.consumed >= UNWRITTEN_LIMIT * config.batch_size:
@@ -270,11 +273,11 @@ class RLRun:
         self.kinds.update(state["kinds"])
         self.elapsed_before = state["elapsed_s"]
         # Versions the killed run published after this checkpoint never happened in the resumed run.
-        self.weights.reset(self.trainer.model.state_dict(), self.trainer.version)
+        self.weights.reset(merged_state_dict(self.trainer.model), self.trainer.version)
         return self.trainer.version
 
     def _result(self) -> RunResult:
-        return RunResult(self.trainer.model, RL_SAMPLE.frame(self.sample_rows), RL_STEP.frame(self.step_rows),
+        return RunResult(merge_adapter(self.trainer.model), RL_SAMPLE.frame(self.sample_rows), RL_STEP.frame(self.step_rows),
                          {**dict(self.manager.events), **{f"dropped: {k}": v for k, v in self.queue.drops.items()}},
                          self.resumed_from)
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 
+from training.adapters import causal_lm
 from training.async_rl.config import RLConfig
 from training.async_rl.losses import behaviour_weight, group_advantages, policy_loss
 from training.async_rl.queue import Sample
@@ -69,6 +70,7 @@ def completion_logprobs(model: Any, samples: Sequence[Sample], temperatures: Seq
         behaviour += turn.logprobs
         trained += turn.loss_mask
         filled[b] += len(turn.output_ids)
+    model = causal_lm(model)  # its backbone and output layer, adapters in place
     hidden = model.base_model(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
     picked = hidden[torch.tensor(row_at, device=device), torch.tensor(position, device=device)]
     scale = torch.tensor([temperatures[b] for b in sample_of], device=device, dtype=torch.float32)
@@ -105,7 +107,8 @@ class PolicyTrainer:
         self.pad_id = pad_id
         self.version = 0
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],  # adapters: theirs
+                                           lr=config.learning_rate, weight_decay=0.0)
         warmup = config.warmup_steps
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
                                                           lambda step: min(1.0, (step + 1) / (warmup + 1)))

@@ -15,6 +15,7 @@ attribute buckets and follows integer relation arrays (numpy), a few microsecond
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -34,7 +35,8 @@ from data_contracts.schemas import (
     unique,
 )
 from data_contracts.stage import REJECTED, stage
-from tasks.longctx.qa_seeds import seed_contract
+from envgen.rewards import normalize
+from tasks.longctx.qa_seeds import answer_cap, seed_contract
 from tasks.longctx.world.documents import render_document
 from tasks.longctx.world.graph import DATES, NUMERIC, RELATIONS, STAGE, TYPE_NOUN, World
 from tasks.longctx.world.questions import QuestionParams, synthesize
@@ -81,19 +83,31 @@ def build_world(seed: int, n_entities: int) -> tuple[World, tuple[str, ...]]:
 
 
 def generate_seeds(world: World, docs: Sequence[str], p: WorldParams, partition: str) -> tuple[list, list]:
-    seeds, rejected, asked = [], [], set()
+    """The partition's questions; no answer holds more than its share of them (``answer_cap``): one over it is
+    drawn again while synthesizing, and the last ones of an answer over the share of the questions finally kept
+    (fewer where some failed) are rejected."""
+    seeds, rejected, asked, answered = [], [], set(), Counter()
     for index in range(p.n_questions):
-        row, reason = synthesize(world, docs, p, partition, index, asked)
+        row, reason = synthesize(world, docs, p, partition, index, asked, answered, answer_cap(p.n_questions))
         if row is None:
             rejected.append({"id": f"world:{partition}:{index}", "source": "world", "reason": reason})
         else:
             seeds.append(row)
+    while seeds and max(answered.values()) > answer_cap(len(seeds)):
+        answer = max(answered, key=answered.__getitem__)
+        last = max(k for k, row in enumerate(seeds) if normalize(row["answer"]) == answer)
+        rejected.append({**{k: seeds[last][k] for k in ("id", "source")},
+                         "reason": f"answer over share: {seeds[last]['answer']!r} answers more than "
+                                   f"{answer_cap(len(seeds))} of {len(seeds)} questions"})
+        del seeds[last]
+        answered[answer] -= 1
     return seeds, rejected
 
 
 @stage(
     name=STAGE,
-    version="1",
+    # 2: countries from ISO 3166-1 (at least 50), eight work and twelve event kinds, no answer over 5% of questions
+    version="2",
     params=WorldParams,
     outputs={"entities": ENTITIES_CONTRACT, "documents": DOCUMENTS_CONTRACT, "relations": RELATIONS_CONTRACT,
              "seeds": WORLD_SEEDS_CONTRACT, REJECTED: SEED_REJECTED.contract()},

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 
-from tasks.longctx.world.graph import EMPTY, EVENT_KINDS, INDUSTRIES, OCCUPATIONS, WORK_KINDS, World
+from tasks.longctx.world.graph import (
+    EMPTY,
+    EVENT_KINDS,
+    INDUSTRIES,
+    OCCUPATIONS,
+    WORK_CREATION,
+    WORK_KINDS,
+    World,
+)
 
 
 def fmt_date(d: date) -> str:
@@ -73,7 +81,7 @@ def render_document(world: World, i: int) -> str:
         ]
     elif t == "work":
         kind, creator, released = WORK_KINDS[rec["category"]], ref["created_by"], fmt_date(rec["released"])
-        verb = {"novel": "written by", "film": "directed by", "album": "recorded by"}[kind]
+        verb = WORK_CREATION[kind][0]
         paragraphs = [[pick(f"{name} is {article(kind)} {verb} {creator}.",
                             f"{name} is {article(kind)}; it was {verb} {creator}."),
                        pick(f"It was released on {released} by {ref['published_by']}.",

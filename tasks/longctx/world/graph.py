@@ -7,7 +7,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -28,19 +28,40 @@ INDUSTRIES = (
     "aerospace", "pharmaceutical", "film", "retail", "telecommunications", "steel", "automotive", "chemical",
     "construction", "energy", "food",
 )
-WORK_KINDS = ("novel", "film", "album")
-EVENT_KINDS = ("festival", "conference", "marathon", "exhibition", "summit", "tournament")
+# A work kind: (how its creator made it, how a question asks for the creator, how a phrase names the creator).
+# Every kind is something a company releases (published_by).
+WORK_CREATION = {
+    "novel": ("written by", "Who wrote {x}?", "the author of {x}"),
+    "film": ("directed by", "Who directed {x}?", "the director of {x}"),
+    "album": ("recorded by", "Which artist recorded {x}?", "the artist who recorded {x}"),
+    "video game": ("designed by", "Who designed {x}?", "the designer of {x}"),
+    "documentary": ("directed by", "Who directed {x}?", "the director of {x}"),
+    "poetry collection": ("written by", "Which poet wrote {x}?", "the poet who wrote {x}"),
+    "television series": ("created by", "Who created {x}?", "the creator of {x}"),
+    "graphic novel": ("drawn by", "Who drew {x}?", "the artist who drew {x}"),
+}
+WORK_KINDS = tuple(WORK_CREATION)
+EVENT_KINDS = ("festival", "conference", "marathon", "exhibition", "summit", "tournament", "regatta", "trade fair",
+               "symposium", "carnival", "concert", "championship")
 CATEGORIES = {"person": OCCUPATIONS, "organization": INDUSTRIES, "work": WORK_KINDS, "event": EVENT_KINDS}
-# Where a place has a common short form, answers accept it (the LoongRL verifier must not fail "USA").
+# Where a country has a common short form, answers accept it (the LoongRL verifier must not fail "USA").
 COUNTRY_ALIASES = {
-    "United States of America": ["United States", "USA", "US", "America"],
+    "United States": ["United States of America", "USA", "US", "America"],
     "United Kingdom": ["UK", "Britain", "Great Britain"],
     "Russian Federation": ["Russia"],
-    "Korea": ["South Korea", "Republic of Korea"],
+    "South Korea": ["Korea", "Republic of Korea"],
     "Netherlands": ["Holland", "The Netherlands"],
-    "Czech Republic": ["Czechia"],
+    "Czechia": ["Czech Republic"],
     "Myanmar": ["Burma"],
+    "Türkiye": ["Turkey"],
+    "Brunei Darussalam": ["Brunei"],
+    "Cabo Verde": ["Cape Verde"],
+    "Côte d'Ivoire": ["Ivory Coast"],
+    "Timor-Leste": ["East Timor"],
 }
+# Countries come from ISO 3166-1 (pycountry): a world of a few countries answers every "In which country" question
+# with one of them, a prior a model learns instead of reading. At least this many from 300 entities on.
+MIN_COUNTRIES = 50
 TYPE_SHARE = (("city", 0.2), ("person", 0.4), ("organization", 0.15), ("work", 0.15), ("event", 0.1))
 TYPE_NOUN = {"person": "a person", "organization": "an organisation", "city": "a city", "country": "a country",
              "work": "a work", "event": "an event"}
@@ -70,10 +91,7 @@ RELATIONS: dict[str, Relation] = {
     "headquartered_in": Relation("organization", "city", "In which city is {x} headquartered?",
                                  "the city where {x} is headquartered"),
     "created_by": Relation("work", "person", "Who created {x}?", "the creator of {x}", {
-        "novel": ("Who wrote {x}?", "the author of {x}"),
-        "film": ("Who directed {x}?", "the director of {x}"),
-        "album": ("Which artist recorded {x}?", "the artist who recorded {x}"),
-    }),
+        kind: (ask, phrase) for kind, (_, ask, phrase) in WORK_CREATION.items()}),
     "published_by": Relation("work", "organization", "Which company released {x}?", "the company that released {x}"),
     "organized_by": Relation("event", "organization", "Which organisation organised {x}?", "the organiser of {x}"),
     "held_in": Relation("event", "city", "In which city was {x} held?", "the city that hosted {x}"),
@@ -148,7 +166,8 @@ class World:
 
         self.seed, self.n = seed, n_entities
         self.fake = Faker("en_US")
-        counts = {"country": min(max(6, n_entities // 150), 60)}
+        countries = country_names()
+        counts = {"country": min(len(countries), max(MIN_COUNTRIES, n_entities // 40), n_entities // 6)}
         rest = n_entities - counts["country"]
         for t, share in TYPE_SHARE:
             counts[t] = int(rest * share)
@@ -156,6 +175,8 @@ class World:
         self.types: list[str] = [t for t in ("country", *(t for t, _ in TYPE_SHARE)) for _ in range(counts[t])]
         self.offsets = {t: self.types.index(t) for t in counts}
         self.counts = counts
+        self._countries = list(countries)
+        random.Random(seed_for(seed, STAGE, "countries", 0)).shuffle(self._countries)
         self.records: list[dict[str, Any]] = [{} for _ in range(n_entities)]
         self.rel = {r: np.full(n_entities, -1, dtype=np.int64) for r in RELATIONS}
         self._names: set[str] = set()
@@ -199,8 +220,8 @@ class World:
         fake.seed_instance(seed_for(self.seed, STAGE, "entity", i))
         rng = fake.random
         rec: dict[str, Any] = {"type": t}
-        if t == "country":
-            rec["name"] = self._unique_name(lambda: _plain_country(fake), rng)
+        if t == "country":  # without replacement: the i-th country of a seeded shuffle of the ISO list
+            rec["name"] = self._unique_name(lambda: self._countries[i - self.offsets["country"]], rng)
             rec["population"] = int(10 ** rng.uniform(5.7, 8.3))
         elif t == "city":
             rec["name"] = self._unique_name(fake.city, rng)
@@ -317,13 +338,16 @@ def _group(values: np.ndarray) -> dict[int, np.ndarray]:
     return {int(k): order[s:e] for k, s, e in zip(keys, starts, bounds, strict=True) if k >= 0}
 
 
-def _plain_country(fake: Any, tries: int = 10) -> str:
-    """A country name without commas, brackets or "and" (they would read as lists of candidates)."""
-    for _ in range(tries):
-        name = fake.country()
-        if len(name.split()) <= 3 and not any(c in name for c in ",()") and " and " not in name:
-            break
-    return name
+@lru_cache(maxsize=1)
+def country_names() -> tuple[str, ...]:
+    """ISO 3166-1 countries that have ISO 3166-2 subdivisions (that leaves out dependent territories such as Guam
+    or Bouvet Island), by common name, without commas, brackets or "and" (they would read as lists of candidates)."""
+    import pycountry
+
+    with_subdivisions = {s.country_code for s in pycountry.subdivisions}
+    names = (getattr(c, "common_name", c.name) for c in pycountry.countries if c.alpha_2 in with_subdivisions)
+    return tuple(sorted(n for n in names if len(n.split()) <= 3 and not any(c in n for c in ",()")
+                        and " and " not in n))
 
 
 def _title(fake: Any, rng: random.Random) -> str:

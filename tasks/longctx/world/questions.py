@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -224,8 +225,10 @@ def _has_in_edges(world: World, e: int) -> bool:
 
 
 def synthesize(world: World, docs: Sequence[str], p: QuestionParams, partition: str, index: int,
-               asked: set[str]) -> tuple[dict[str, Any] | None, str]:
-    """One verified question (or None and the last reason), retried up to ``max_retries`` times."""
+               asked: set[str], answered: Counter[str], cap: int) -> tuple[dict[str, Any] | None, str]:
+    """One verified question (or None and the last reason), retried up to ``max_retries`` times. ``asked`` holds
+    the normalized questions so far, ``answered`` how many of them each normalized answer answers; an answer that
+    already answers ``cap`` is drawn again (the answer prior)."""
     rng = random.Random(seed_for(p.seed, STAGE, partition, index))
     reason = "no attempt"
     # Kind and hops are drawn once per question, so retries keep the requested type mix and hop distribution.
@@ -241,7 +244,11 @@ def synthesize(world: World, docs: Sequence[str], p: QuestionParams, partition: 
         if normalize(question) in asked:
             reason = "duplicate question"
             continue
+        if answered[normalize(q["answer"])] >= cap:
+            reason = f"answer over share: {q['answer']!r} already answers {cap} questions"
+            continue
         asked.add(normalize(question))
+        answered[normalize(q["answer"])] += 1
         support = [e for side in q["sides"] for e in side.entities(world)]
         chosen = _distractors(world, rng, q["sides"], set(support), p.n_distractors)
         documents = [{"title": world.name(e), "text": docs[e], "is_supporting": e in support} for e in

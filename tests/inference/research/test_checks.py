@@ -75,6 +75,41 @@ def test_a_claim_about_one_entity_cited_to_another_ones_document_is_unsupported(
     assert check_citations(f"{swapped} [cite:{doc_id}].", index).checks[0].verdict == "unsupported"
 
 
+def _conventions(claims: list[tuple[str, str]]) -> tuple[str, str]:
+    """One report in each convention: the citation before the period, and after it."""
+    return (" ".join(f"{c.rstrip('.')} [cite:{d}]." for c, d in claims),
+            " ".join(f"{c.rstrip('.')}. [cite:{d}]" for c, d in claims))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_a_citation_after_the_period_is_checked_as_one_before_it(data: st.DataObject) -> None:
+    """Both conventions give the same sentences, verdicts and uncited count; a changed figure is refused in both."""
+    index = open_index(index_dir())
+    claims = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        doc_id, title, text = data.draw(st.sampled_from(docs()))
+        sent = data.draw(st.sampled_from(sentences(text))).rstrip(".")
+        if data.draw(st.booleans()) and any(ch.isdigit() for ch in sent):
+            digit = next(ch for ch in sent if ch.isdigit())
+            sent = sent.replace(digit, str((int(digit) + 1) % 10), 1)
+        cited = data.draw(st.sampled_from([doc_id, data.draw(st.sampled_from(docs()))[0]]))
+        claims.append((f"{title}: {sent}", cited))
+    before, after = (check_citations(text, index) for text in _conventions(claims))
+    assert [(c.sentence.rstrip(". "), c.doc_id, c.verdict) for c in after.checks] == [
+        (c.sentence.rstrip(". "), c.doc_id, c.verdict) for c in before.checks]
+    assert after.uncited == before.uncited == 0 and all(c.sentence for c in after.checks)
+
+
+@pytest.mark.parametrize("report", ["[cite:{d}]", "# Heading\n\n[cite:{d}]", "[cite:{d}]. [cite:{d}]",
+                                    "# Heading\n[cite:{d}] ."])
+def test_a_citation_without_a_sentence_is_never_supported(report: str) -> None:
+    doc_id = docs()[3][0]
+    checks = check_citations(report.format(d=doc_id), open_index(index_dir())).checks
+    assert checks and all(c.verdict == "unsupported" and c.reason == "no sentence before the citation"
+                          for c in checks)
+
+
 def test_a_citation_judge_decides_support_for_existing_citations() -> None:
     index = open_index(index_dir())
     doc_id, _, text = docs()[7]

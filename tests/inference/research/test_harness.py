@@ -223,6 +223,8 @@ def test_sections_synthesize_the_facts_they_read_and_every_tool_turn_says_why(ba
 
 def test_local_editors_name_what_the_owning_section_covers(baseline) -> None:
     run, _ = baseline
-    pointers = [s for s in run.report.split(". ") if s.startswith("Section S")]
+    from inference.research.text import sentences
+
+    pointers = [s for s in sentences(run.report) if s.startswith("Section S")]
     assert pointers and all(" covers the " in p for p in pointers)
     assert "for the material it covers" not in run.report

@@ -75,6 +75,47 @@ def test_a_tampered_database_fails_the_replay_check(envs: dict) -> None:
     assert any("golden_replays" in f for f in report.summary()["failed"])
 
 
+def _failed_checks(frame: pl.DataFrame) -> list[str]:
+    report = validate("environments", "environments", frame, get_stage("environments").outputs["environments"], "p0")
+    return report.summary()["failed"]
+
+
+def test_a_record_linking_two_customers_is_quarantined(envs: dict) -> None:
+    """One reservation paid with another user's card: the world's contract counts it and fails the gate."""
+    from envgen.customers import owner_of
+    from envgen.runtime import domain_for
+    from envgen.seeding import engine_from_bytes, sqlite_bytes
+
+    row = envs["environments"].filter(pl.col("domain") == "airline").row(0, named=True)
+    domain = domain_for(row)
+    engine = engine_from_bytes(row["db"])
+    with engine.begin() as conn:
+        res, methods = (conn.execute(domain.tables[t].select()).mappings().all() for t in ("reservation",
+                                                                                         "payment_method"))
+        booked = {a["arguments"].get("reservation_id") for a in json.loads(json.loads(row["task_json"])["golden_actions"])}
+        victim = next(r for r in res if r["reservation_id"] not in booked)
+        other = next(m for m in methods if owner_of(domain, conn, "payment_method", m["payment_method_id"])
+                     != victim["user_id"])
+        t = domain.tables["reservation"]
+        conn.execute(t.update().where(t.c.reservation_id == victim["reservation_id"])
+                     .values(payment_method_id=other["payment_method_id"]))
+    bad = envs["environments"].head(1).with_columns(pl.Series("db", [sqlite_bytes(engine)], dtype=pl.Binary))
+    assert "one_owner_per_record" in " ".join(_failed_checks(bad))
+
+
+def test_a_user_stating_an_internal_key_or_a_question_without_answer_is_quarantined(envs: dict) -> None:
+    row = envs["environments"].row(0, named=True)
+    task = json.loads(row["task_json"])
+    key = next(v for a in json.loads(task["golden_actions"]) for v in a["arguments"].values()
+               if str(v) not in task["description"] and str(v).isupper())
+    told = {**task, "description": f"{task['description']} My booking id is {key}."}
+    asked = {**task, "description": f"{task['description']} What is my balance?",
+             "rubric": json.dumps({**json.loads(task["rubric"]), "required_outputs": []})}
+    for changed, check in ((told, "users_state_what_people_know"), (asked, "questions_have_answers")):
+        bad = envs["environments"].head(1).with_columns(pl.Series("task_json", [json.dumps(changed)]))
+        assert check in " ".join(_failed_checks(bad))
+
+
 def test_eval_random_envs_spans_heldout_and_renamed_domains(graphs: dict) -> None:
     stage = get_stage("eval_random_envs")
     out = stage.run({"domain_graphs": FrameArtifact(graphs)},

@@ -264,3 +264,14 @@ def test_on_real_world_seeds():
         own = own_titles[row["seed_id"]]
         assert sum(t in own for t in titles) == len(own)  # no distractor shares a title with an own document
         assert {titles[i] for i in row["gold_doc_positions"]} <= own
+
+
+def test_no_answer_holds_more_than_its_share_of_a_kind():
+    """The difficulty filter keeps what a guessing reference gets right: its kept seeds may share answers."""
+    kept = pl.DataFrame({"id": [f"s{i}" for i in range(120)],
+                         "answer": ["Niue" if i % 3 == 0 else f"answer {i}" for i in range(120)]})
+    items = K.select_items(kept, K.KeyChainParams(n=40, n_regular=40))
+    for kind in ("keychain", "regular"):
+        chosen = items.filter(pl.col("kind") == kind)
+        assert chosen.height == 40 and chosen["answer"].value_counts()["count"].max() == 2
+    assert items["id"].n_unique() == items.height

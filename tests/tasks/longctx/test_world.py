@@ -17,9 +17,17 @@ from hypothesis import strategies as st
 from data_contracts.gate import validate
 from data_contracts.stage import StageError
 from envgen.rewards import normalize
-from tasks.longctx.qa_seeds import answer_in_support, parse_docs
+from tasks.longctx.qa_seeds import (
+    MAX_ANSWER_SHARE,
+    answer_cap,
+    answer_in_support,
+    over_share,
+    parse_docs,
+    share_cap,
+)
 from tasks.longctx.world import build_world
 from tasks.longctx.world import world as world_stage
+from tasks.longctx.world.graph import CATEGORIES, MIN_COUNTRIES, country_names
 
 PARAMS = {"seed": 7, "n_entities": 900, "n_questions": 160, "n_distractors": 2}
 
@@ -181,3 +189,44 @@ def test_any_small_world_keeps_only_verified_questions(seed: int, hops: list[int
         assert hops[0] <= row["hops"] <= hops[1]
         assert solver.answers(json.loads(row["program"])) == {row["answer"]}, row["question"]
         assert answer_in_support(row["answer"], row["aliases"], row["docs"])
+
+
+# --------------------------------------------------------------------------- the answer prior
+
+
+def test_countries_come_from_a_real_list_and_no_answer_holds_more_than_its_share(out) -> None:
+    countries = out["entities"].filter(pl.col("type") == "country")["name"]
+    assert countries.len() >= MIN_COUNTRIES and set(countries) <= set(country_names())
+    assert {"Guam", "Netherlands Antilles", "Antarctica"}.isdisjoint(country_names())  # no territories
+    answers = out["seeds"]["answer"].map_elements(normalize, return_dtype=pl.String).value_counts()
+    assert answers["count"].max() <= MAX_ANSWER_SHARE * out["seeds"].height
+    in_country = out["seeds"].filter(pl.col("question").str.starts_with("In which country"))
+    assert in_country["answer"].n_unique() >= 0.5 * in_country.height
+
+
+def test_every_category_draws_from_a_realistic_number_of_values(out) -> None:
+    used = out["entities"].drop_nulls("category").group_by("type").agg(pl.col("category").n_unique())
+    assert dict(used.iter_rows()) == {
+        "person": len(CATEGORIES["person"]), "organization": len(CATEGORIES["organization"]),
+        "work": len(CATEGORIES["work"]), "event": len(CATEGORIES["event"])}
+    assert min(len(values) for values in CATEGORIES.values()) >= 8
+
+
+def test_a_prior_in_the_seeds_is_quarantined(out) -> None:
+    seeds = out["seeds"]
+    prior = seeds.with_columns(pl.when(pl.int_range(pl.len()) % 5 == 0).then(pl.lit("Niue"))
+                               .otherwise(pl.col("answer")).alias("answer"))
+    report = validate("world", "seeds", prior, world_stage.outputs["seeds"], "p0")
+    assert not report.passed and any(f.startswith("answer_share") for f in report.summary()["failed"])
+
+
+@given(counts=st.lists(st.integers(1, 60), min_size=1, max_size=60), most=st.none() | st.integers(1, 10))
+def test_cutting_to_the_share_cap_leaves_no_answer_over_its_share(counts: list[int], most: int | None) -> None:
+    cap = share_cap(counts, most)
+    assert most is None or cap <= most
+    cut = [min(n, cap) for n in counts]
+    frame = pl.DataFrame({"answer": [f"a{i}" for i, n in enumerate(cut) for _ in range(n)]})
+    assert not any(over_share(frame))
+    # the largest such cap: one more row per answer would break the share (unless nothing was cut)
+    if cap < max(counts) and (most is None or cap < most):
+        assert max(counts) > answer_cap(sum(min(n, cap + 1) for n in counts)) or cap + 1 > max(counts)

@@ -46,3 +46,20 @@ def test_clustered_float32_embeddings_match_the_naive_loop() -> None:
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     w = rng.uniform(1, 3, 2000)
     assert k_center_greedy(x, 150, w)[0].tolist() == k_center_greedy_naive(x, 150, w)[0].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.lists(st.integers(0, 6), min_size=1, max_size=4), st.integers(1, 30))
+def test_quotas_bound_each_group_and_every_pick_covers_every_group(seed: int, quotas: list[int], k: int) -> None:
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(0, len(quotas), size=40)
+    x = rng.normal(size=(40, 5))
+    picks, nearest = k_center_greedy(x, k, rng.uniform(0.5, 1.0, size=40), groups, quotas)
+    per_group = [min(q, int((groups == g).sum())) for g, q in enumerate(quotas)]
+    assert len(set(picks.tolist())) == len(picks) == min(k, sum(per_group))
+    assert all(int((groups[picks] == g).sum()) <= q for g, q in enumerate(quotas))
+    if len(picks) == sum(per_group):
+        assert [int((groups[picks] == g).sum()) for g in range(len(quotas))] == per_group
+    # distances are to the nearest pick of any group
+    expected = np.min(np.linalg.norm(x[:, None] - x[picks][None], axis=-1), axis=1) if len(picks) else nearest
+    assert np.allclose(nearest, expected, atol=1e-6)

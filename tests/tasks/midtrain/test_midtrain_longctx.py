@@ -23,7 +23,7 @@ def test_keychain_and_qa_answers_follow_every_key_and_condition() -> None:
     keychain = get_stage("keychain")
     chains = keychain.run({"qa_filtered": FrameArtifact({"seeds": seeds, "rejected": seeds.head(0).with_columns(
         pl.lit("").alias("reason"))}), "tokenizer": tok}, keychain.parse_params(
-        {"n": 3, "target_tokens": 1024, "hops": 2}), "p0")["keychain"]
+        {"n": 3, "target_tokens": 1280, "hops": 2}), "p0")["keychain"]
     inputs = {"world": world, "tokenizer": tok, "keychain": FrameArtifact({"keychain": chains})}
     out = stage.midtrain_longctx.run(inputs, stage.midtrain_longctx.parse_params({"n_keychain": 3, "n_qa": 4}), "t")
     kept = out["trajectories"]

@@ -75,3 +75,36 @@ def test_research_trajectories_carry_tokens_and_are_an_sft_route(out) -> None:
     assert ROUTES["research_trajectories"] == "research"
     for row in rows.head(5).iter_rows(named=True):  # sft_set re-verifies them by their tool calls
         assert verify_row(row) is None
+
+
+def test_sft_set_fits_research_trajectories_by_step_compression(out) -> None:
+    """A research call over the window comes back step-compressed: earlier results summarized, the earliest steps
+    folded into the request, the final answer and the calls' closure kept, and it still verifies."""
+    from envgen.trajectory_checks import SUMMARY_TAG, verify_row
+    from tasks.midtrain.routes import token_counter
+    from tasks.midtrain.sft_set import SFTSetParams, _admit
+
+    count = token_counter(SFTSetParams(), {"tokenizer": tokenizer_artifact()})
+    rows = list(out["trajectories"].iter_rows(named=True))
+    stepped = [r for r in rows if sum(m["role"] == "tool" for m in json.loads(r["messages"])) >= 2]
+    assert stepped
+    folded = 0
+    for row, share in ((r, s) for r in rows for s in (0.6, None)):
+        params = SFTSetParams(max_tokens=int(share * row["tokens"]) if share else row["tokens"] - 1)
+        admitted, reason = _admit(row, params, count)
+        if row not in stepped:  # a call without tool steps (an editor's) has nothing to compress
+            assert admitted is None and reason.startswith("too_long"), reason
+            continue
+        if share and admitted is None:  # its request and answer alone may outgrow 60% of it
+            assert reason.endswith("also after step compression"), reason
+            continue
+        assert reason is None, reason
+        folded += json.loads(admitted["transform_settings"])["folded_steps"] > 0
+        messages, original = json.loads(admitted["messages"]), json.loads(row["messages"])
+        assert admitted["transform"] == "compress" and admitted["parent_id"] == row["id"]
+        assert count(messages, json.loads(row["tools"])) == admitted["tokens"] <= params.max_tokens
+        assert messages[-1] == original[-1] and any(SUMMARY_TAG in str(m["content"]) for m in messages)
+        answered = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
+        assert answered == {c["id"] for m in messages for c in m.get("tool_calls") or []}
+        assert verify_row(admitted) is None
+    assert folded  # some call fits 60% of its length only with its earliest steps folded

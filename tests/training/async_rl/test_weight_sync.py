@@ -161,3 +161,46 @@ def test_a_run_whose_engines_never_advance_ends_with_the_reason(tmp_path):
         rl_run(tmp_path, _StuckEngine(p=[0.5] * 4), steps=6, checkpoint_every=6, max_staleness=0,
                weight_sync_timeout_s=1.0).run()
     assert time.monotonic() - started < 30
+
+
+class _LoadingTestEngine(VersionedTestEngine):
+    """Answers as ``VersionedTestEngine`` (so groups have rewards to learn from) and loads every published version
+    into a real transformers engine's model, as ``hf:`` does."""
+
+    def __init__(self, hf: Any, p: list[float]) -> None:
+        super().__init__(p=p)
+        self.hf = hf
+
+    def load_weights(self, path: str, policy_version: int) -> None:
+        self.hf.load_weights(path, policy_version)
+        super().load_weights(path, policy_version)
+
+
+def test_an_adapter_run_syncs_merged_weights_to_the_in_process_engine_and_gymforge_serve(tmp_path):
+    """RL with adapters on the top layer: each version is published as the merged weights, which the in-process
+    engine holds after loading it and `gymforge serve` holds after /v1/load_weights; they differ from the base in
+    the adapted layer only."""
+    import torch
+    from safetensors.torch import load_file
+
+    from inference.hf_engine import HFEngine
+
+    base = HFEngine.load(tiny_checkpoint()).model.state_dict()
+    in_process = HFEngine.load(tiny_checkpoint())
+    result = rl_run(tmp_path, _LoadingTestEngine(in_process, [0.5] * 4), steps=3, checkpoint_every=3,
+                    max_staleness=0, learning_rate=1e-2, lora={"r": 4, "alpha": 8, "layers": 1}).run()
+    version = in_process.policy_version
+    published = load_file(str(tmp_path / "run" / "weights" / f"v{version:06d}.safetensors"))
+    assert version >= 1 and set(published) == set(base)
+    top = f"layers.{len([k for k in base if k.endswith('self_attn.q_proj.weight')]) - 1}."
+    changed = {name for name in base if not torch.equal(published[name], base[name])}
+    assert changed and all(top in name and "_proj." in name for name in changed)
+    assert all(torch.equal(in_process.model.state_dict()[name], published[name]) for name in published)
+    served = HFEngine.load(tiny_checkpoint())
+    path = tmp_path / "run" / "weights" / f"v{version:06d}.safetensors"
+    with serve_in_background(create_app(tiny_checkpoint(), "tiny", engine=served)) as url:
+        assert httpx.post(f"{url}/load_weights", json={"path": str(path), "policy_version": version}).json() == {
+            "policy_version": version}
+    assert all(torch.equal(served.model.state_dict()[name], published[name]) for name in published)
+    final = result.model.state_dict()  # the published model artifact: the adapters of the last step merged
+    assert set(final) == set(base) and any(not torch.equal(final[n], base[n]) for n in changed)

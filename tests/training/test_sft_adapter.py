@@ -1,0 +1,107 @@
+"""SFT with low-rank adapters (peft): only the adapters of the top layers train, the published weights are the base
+plus the merged adapter, and the output layer applied at the trained positions only gives the loss over all
+positions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from sft_fixtures import micro_base, trajectories, trajectory_artifact
+
+from training.adapters import ADAPTER, LoraSettings, merge_adapter
+from training.sft import SFTParams, load_base, make_trainer, sft
+from training.sft_data import build_examples
+
+FAST = {"max_length": 1024, "learning_rate": 5e-2, "per_device_train_batch_size": 2, "logging_steps": 1,
+        "use_cpu": True, "eval_tool_calls": 0, "warmup_steps": 0, "save_steps": 1000}
+TOP_LAYER = LoraSettings(r=4, alpha=8, layers=1)  # the micro base has two layers: adapt the upper one
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return micro_base(tmp_path_factory.mktemp("adapter") / "base")
+
+
+def rows(tokenizer, n: int = 4) -> list[dict]:
+    examples, _ = build_examples(trajectories(n), tokenizer, 1024)
+    return [e.row(json.loads(r["messages"])) for e, r in examples]
+
+
+def test_adapter_training_changes_only_the_adapter_weights_of_the_top_layers(base, tmp_path):
+    model, tokenizer, _ = load_base(base)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    params = SFTParams(**FAST, max_steps=3, lora=TOP_LAYER)
+    trainer = make_trainer(model, tokenizer, rows(tokenizer), [], [], params, tmp_path, progress=False)
+    trainer.train()
+    trained = trainer.model
+    adapters = {name: p for name, p in trained.named_parameters() if "lora_" in name}
+    assert adapters and all(p.requires_grad for p in adapters.values())
+    assert all(".layers.1." in name for name in adapters)  # the top layer only: the backward pass stops there
+    assert any(not torch.equal(p, torch.zeros_like(p)) for name, p in adapters.items() if "lora_B" in name)
+    frozen = {name.replace("base_model.model.", "", 1).replace(".base_layer", ""): p
+              for name, p in trained.named_parameters() if "lora_" not in name}
+    assert not any(p.requires_grad for p in frozen.values())
+    assert set(frozen) <= set(before)
+    assert all(torch.equal(frozen[name], before[name]) for name in frozen)
+
+
+def test_the_published_model_is_the_base_plus_its_merged_adapter(base, tmp_path):
+    """Recomputed from the files: base weight + (alpha / r) B A for every adapted projection, equal elsewhere."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "model"
+    out.mkdir()
+    params = SFTParams(**FAST, max_steps=3, model_name_or_path=str(base), eval_fraction=0.0,
+                       lora=TOP_LAYER, output_dir=str(tmp_path / "trainer"))
+    sft.run({"trajectories": trajectory_artifact(trajectories(6))}, params, "p0", out)
+    merged = AutoModelForCausalLM.from_pretrained(str(out)).state_dict()
+    original = AutoModelForCausalLM.from_pretrained(str(base)).state_dict()
+    adapter = load_file(str(out / ADAPTER / "adapter_model.safetensors"))
+    scale = TOP_LAYER.alpha / TOP_LAYER.r
+    adapted = {name.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
+               for name in adapter if name.endswith("lora_A.weight")}
+    assert len(adapted) == 7  # every projection of the top layer
+    for name, weight in merged.items():
+        module = name.removesuffix(".weight")
+        if module in adapted:
+            a = adapter[f"base_model.model.{module}.lora_A.weight"]
+            b = adapter[f"base_model.model.{module}.lora_B.weight"]
+            assert not torch.equal(weight, original[name])
+            torch.testing.assert_close(weight, original[name] + scale * b @ a, rtol=0, atol=1e-6)
+        else:
+            assert torch.equal(weight, original[name]), name
+    card = json.loads((out / "gymforge_model.json").read_text())
+    assert card["adapter"]["r"] == 4 and card["adapter"]["layers"] == [1]
+
+
+def test_merge_adapter_leaves_a_fully_trained_model_as_it_is(base):
+    model = load_base(base)[0]
+    assert merge_adapter(model) is model
+
+
+@pytest.mark.parametrize("lora", [None, TOP_LAYER], ids=["full", "adapter"])
+def test_the_output_layer_at_trained_positions_gives_the_loss_over_all_positions(base, tmp_path, lora):
+    """TRL's loss (the output layer applied only where a label is trained) against cross-entropy of the full logits
+    over every position, ignored labels left out: the same number, with and without adapters."""
+    model, tokenizer, _ = load_base(base)
+    params = SFTParams(**FAST, max_steps=1, lora=lora, train_sampling_strategy="random")
+    trainer = make_trainer(model, tokenizer, rows(tokenizer), [], [], params, tmp_path, progress=False)
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    labels = batch["labels"]
+    assert (labels == -100).float().mean() > 0.3  # prompts and masked turns: most positions are not trained
+    with torch.no_grad():
+        fused = trainer.compute_loss(trainer.model, dict(batch))
+        logits = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        full = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                                 labels[:, 1:].reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(fused, full, rtol=1e-5, atol=1e-6)
+
+
+def test_adapter_layers_beyond_the_base_are_refused(base):
+    model = load_base(base)[0]
+    with pytest.raises(Exception, match="lora.layers=8: the base has 2 layers"):
+        LoraSettings(layers=8).config(model.config.num_hidden_layers)
