@@ -19,7 +19,7 @@ from pydantic import Field
 
 from data_contracts.schemas import ENVIRONMENT, ENVIRONMENT_REJECTED, TASK, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, Params, rng_for, stage
-from envgen.checks import golden_fails
+from envgen.checks import WORLD_CHECKS, golden_fails
 from envgen.runtime import Environment, replay
 from envgen.small import small_environment
 
@@ -80,7 +80,8 @@ TRAIN_FLAGS = Check("train_flags_on_assistant_turns", _train_flags_off_assistant
 @stage(name=STAGE, version="2", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
        outputs={
            "environments": ENVIRONMENT.contract(checks=(
-               Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),)),
+               Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),
+               *WORLD_CHECKS)),
            "tasks": TASK.contract(),
            "trajectories": TRAJECTORY.contract(checks=(TRAIN_FLAGS,)),
            REJECTED: ENVIRONMENT_REJECTED.contract(),

@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import TRAJECTORY, between, in_set
 from data_contracts.stage import Artifact, Check, Params
+from envgen.checks import contradicting_owners
 from envgen.runtime import json_field
 from envgen.small import DISTRACTORS
 from envgen.trajectory_checks import (
@@ -166,6 +167,8 @@ TRAJECTORY_CHECKS = (
     Check("within_limits", _not_allowed,
           description="no evaluation environment or held-out domain; tokens within the row's window"),
     Check("lineage_consistent", _lineage, description="a transform names its parent; an original has neither"),
+    Check("one_owner_per_record", contradicting_owners,
+          description="every relation path from a record of env_db to the customer entity reaches one customer"),
     Check("one_customer", _habit(other_customer_write),
           description="every write names records of the task's one acting customer (or shared ones)"),
     Check("identified_before_write", _habit(unidentified_write),
