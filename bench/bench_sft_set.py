@@ -7,6 +7,7 @@ params (``--profile``) with ``--set name=value`` on top. A run prints its peak r
 the research trajectories kept, and the selection's coverage against a random pick of the same size.
 
     .venv/bin/python -m bench.bench_sft_set --data-dir DIR --profile small --trees /path/to/old /path/to/new
+        [--max-rss-gb 12] [--set alpha=1.0]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import date
 
@@ -53,13 +55,31 @@ print(json.dumps({
 """
 
 
-def run_tree(tree: str, root: str, profile: str, overrides: dict) -> dict:
+def run_tree(tree: str, root: str, profile: str, overrides: dict, max_rss_gb: float) -> dict:
+    """Run the stage under ``tree``; a run whose resident memory passes ``max_rss_gb`` is stopped (the machine is
+    shared: an unbounded run would take the others' memory), and reported with the memory it had reached."""
+    import psutil
+
     env = {**os.environ, "PYTHONPATH": tree}
-    done = subprocess.run([sys.executable, "-c", RUN, root, profile, json.dumps(overrides)], env=env, cwd=tree,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["killed"])[-1], "returncode": done.returncode}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-c", RUN, root, profile, json.dumps(overrides)], env=env,
+                                 cwd=tree, stdout=out, stderr=err, text=True)
+        watched, peak = psutil.Process(child.pid), 0.0
+        while child.poll() is None:
+            try:
+                peak = max(peak, watched.memory_info().rss / 2**30)
+            except psutil.NoSuchProcess:
+                break
+            if peak > max_rss_gb:
+                child.kill()
+                child.wait()
+                return {"error": f"stopped at {peak:.1f} GB resident (over --max-rss-gb {max_rss_gb})"}
+            time.sleep(0.5)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode != 0:
+            return {"error": (err.read().strip().splitlines() or ["killed"])[-1]}
+        return json.loads(out.read().strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -68,6 +88,7 @@ def main() -> None:
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--trees", nargs="+", required=True, help="code trees to compare (the first is 'before')")
     parser.add_argument("--set", nargs="*", default=[], help="sft_set params name=value (JSON values)")
+    parser.add_argument("--max-rss-gb", type=float, default=12.0, help="stop a run past this resident memory")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -78,7 +99,7 @@ def main() -> None:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for tree in args.trees:
         started = time.perf_counter()
-        r = run_tree(tree, args.data_dir, args.profile, overrides)
+        r = run_tree(tree, args.data_dir, args.profile, overrides, args.max_rss_gb)
         if "error" in r:
             lines.append(f"| {tree} | failed after {time.perf_counter() - started:.0f} s: {r['error']} | | | | | |")
             continue

@@ -299,9 +299,11 @@ def _stands_alone(p: Sequence[str], g: Sequence[str]) -> bool:
             continue
         if numeric and any(t.isdigit() for t in (*p[:i], *p[i + n :])):
             continue
-        touching = [(p[i - 1], g[0])] if i else []
-        touching += [(p[i + n], g[-1])] if i + n < len(p) else []
-        if all(word in NAME_GLUE or edge.isdigit() for word, edge in touching):
+        # A designator ends a name ("Martinez LLC"): after the gold it glues, before it it ends another candidate
+        # ("Davis Inc Heatherfurt").
+        touching = [(p[i - 1], g[0], STOP_WORDS)] if i else []
+        touching += [(p[i + n], g[-1], NAME_GLUE)] if i + n < len(p) else []
+        if all(word in glue or edge.isdigit() for word, edge, glue in touching):
             return True
     return False
 

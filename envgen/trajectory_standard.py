@@ -36,6 +36,7 @@ from sqlalchemy import select
 
 from data_contracts.schemas import TRAJECTORY, between, in_set
 from data_contracts.stage import Check
+from envgen.checks import contradicting_owners
 from envgen.compiler import CompiledDomain
 from envgen.runtime import json_field
 from envgen.seeding import engine_from_bytes
@@ -568,6 +569,8 @@ TRAJECTORY_CHECKS = (
     Check("masks_on_assistant_turns", _bad_mask,
           description="one train flag per message, true only on assistant turns, at least one trained turn"),
     Check("lineage_consistent", _lineage, description="a transform names its parent; an original has neither"),
+    Check("one_owner_per_record", contradicting_owners,
+          description="every relation path from a record of env_db to the customer entity reaches one customer"),
     *(Check(h.name, _habit(h.problem), description=h.description) for h in HABITS),
 )
 

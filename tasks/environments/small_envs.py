@@ -23,7 +23,7 @@ from pydantic import Field
 
 from data_contracts.schemas import ENVIRONMENT, ENVIRONMENT_REJECTED, TASK, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, Params, rng_for, stage
-from envgen.checks import golden_fails
+from envgen.checks import WORLD_CHECKS, golden_fails
 from envgen.small import small_environment
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import EXECUTION, verify_execution
@@ -88,7 +88,8 @@ def played_trajectory(env: dict[str, Any], params: SmallEnvsParams, rng: Any, to
 @stage(name=STAGE, version="3", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
        outputs={
            "environments": ENVIRONMENT.contract(checks=(
-               Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),)),
+               Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),
+               *WORLD_CHECKS)),
            "tasks": TASK.contract(),
            "trajectories": standard_contract([STAGE], checks=(VARIED_SENTENCES,)),
            REJECTED: ENVIRONMENT_REJECTED.contract(),

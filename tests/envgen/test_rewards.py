@@ -322,6 +322,8 @@ def test_a_descriptor_beside_the_answer_is_the_answer_in_context(pred: str, gold
     ("Rhine or the Danube river", "Danube"),
     ("the Danube river Rhine", "Danube"),
     ("Paris lyon", "Paris"),  # a lower-case word after the name that is no type word may be a candidate
+    ("the Davis Inc Heatherfurt city", "Heatherfurt"),  # a designator before the gold ends another name
+    ("the city Davis Inc Heatherfurt", "Heatherfurt"),
     ("Paris " + "river " * 30, "Paris"),
 ])
 def test_a_descriptor_does_not_hide_a_list_or_a_fragment(pred: str, gold: str) -> None:

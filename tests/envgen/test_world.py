@@ -64,6 +64,22 @@ def test_the_records_the_issue_names_reach_one_customer(name: str, entity: str, 
         assert len(set().union(*reached)) == 1, row
 
 
+def test_an_optional_relation_to_a_later_entity_is_drawn_from_the_rows_owner() -> None:
+    """Boxes are seeded before labels (lexicographic order); a box's label is drawn afterwards, among its owner's
+    labels (a renamed variant ordering its entities this way could not be seeded)."""
+    spec = copy.deepcopy(MINIMAL)
+    spec["entities"][1]["relations"].append({"field": "label_id", "to": "zlabel", "required": False,
+                                             "description": "d"})
+    spec["entities"].append({"name": "zlabel", "description": "d", "key": "zlabel_id", "id_prefix": "ZL",
+                             "relations": [{"field": "owner_id", "to": "owner", "description": "d"}],
+                             "fields": [{"name": "text", "type": "string", "description": "d"}]})
+    parsed = parse_spec(yaml.safe_dump(spec))
+    for seed in range(5):
+        rows = generate_rows(parsed, seed)
+        assert any(b["label_id"] for b in rows["box"])
+        assert ownership_contradictions(parsed, rows) == []
+
+
 def test_a_crossing_relation_may_link_another_customer() -> None:
     """A review's reviewer is another employee (declared crossing), so reviews are not forced to self-review."""
     spec = load_domain("hr")
