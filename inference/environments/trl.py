@@ -156,7 +156,7 @@ def environment_class(served: ServedTasks, tools: list[dict[str, Any]], name: st
                       max_steps: int) -> type[GymforgeTRLEnvironment]:
     """A class whose public methods are ``tools`` (``respond`` is the base's)."""
     methods = {t["function"]["name"]: tool_method(t) for t in tools if t["function"]["name"] != RESPOND}
-    reserved = sorted(set(methods) & {"reset", "get_reward", "respond"})
+    reserved = sorted(set(methods) & {"reset", "get_reward", "respond", "episode", "info"})  # the base's names
     if reserved:
         raise ValueError(f"environment {name}: tools {reserved} collide with the adapter's own methods")
     return type(_class_name(name), (GymforgeTRLEnvironment,),

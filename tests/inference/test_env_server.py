@@ -263,3 +263,29 @@ def test_a_session_reset_onto_another_task_offers_that_tasks_tools(url: str, ser
         return {s["function"]["name"] for s in json_field(served.environment_of(task)["tools"])} | {"respond"}
 
     assert (before, after, reward) == (names(first), names(second), 1.0)
+
+
+def test_the_openenv_manifest_names_an_app_serving_the_artifact(tmp_path: Any, monkeypatch: Any) -> None:
+    import importlib
+    import sys
+    from pathlib import Path
+
+    import yaml
+    from env_server_fixtures import publish_pair
+    from fastapi.testclient import TestClient
+
+    from inference.environments import server
+
+    manifest = yaml.safe_load((Path(server.__file__).parent / "openenv.yaml").read_text())
+    assert (manifest["spec_version"], manifest["runtime"], manifest["port"]) == (1, "fastapi", 8000)
+    module, attribute = manifest["app"].split(":")
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.delenv("GYMFORGE_ENV_ARTIFACT", raising=False)
+    with pytest.raises(RuntimeError, match="set GYMFORGE_ENV_ARTIFACT"):
+        importlib.import_module(module)
+    key = publish_pair(tmp_path)
+    monkeypatch.setenv("GYMFORGE_ENV_ARTIFACT", key)
+    monkeypatch.setenv("GYMFORGE_DATA", str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with TestClient(getattr(importlib.import_module(module), attribute)) as client:
+        assert client.get("/health").json()["artifact"] == f"test_double_environments/{key}"
