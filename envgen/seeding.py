@@ -74,7 +74,7 @@ def generate_rows(spec: DomainSpec, seed: int) -> Rows:
     def choose_parent(r: RelationSpec, row_owner: str | None) -> str | None:
         """A parent for relation ``r`` owned by ``row_owner`` (or by nobody), any parent when unowned; None while
         ``r.to`` is not generated yet (an optional relation to a later entity: the pass below draws it)."""
-        if r.to not in by_owner:
+        if r.to not in keys:
             return None
         options = keys[r.to]
         if row_owner is not None and r in carrying:
