@@ -251,8 +251,10 @@ def _admit(row: dict[str, Any], params: SFTSetParams, count: Any) -> tuple[dict[
         return row, None
     if row["verifier"] != EXECUTION and not str(row["verifier"]).startswith(RESEARCH):
         return None, f"too_long: {row['tokens']} tokens > {params.max_tokens}"
-    # fewer whole results until it fits, then the earliest steps folded into the request, one more at a time
-    n_steps = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
+    # fewer whole results until it fits, then the earliest steps folded into the request, one more at a time (a
+    # research call's only: an environment trajectory replays its calls to verify, so a folded one never does)
+    n_steps = 0 if row["verifier"] == EXECUTION else sum(
+        1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
     for keep, folded in [*((k, 0) for k in range(params.compress_keep_last, -1, -1)),
                          *((0, n) for n in range(1, n_steps))]:
         short, summarized = compress_steps(messages, keep)
