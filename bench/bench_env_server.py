@@ -204,15 +204,18 @@ def main() -> None:
               (f"| in process (Episode) | 1 | {base:.0f} | 1.00 | {quantile(latencies, .5) * 1e3:.2f} | "
               f"{quantile(latencies, .99) * 1e3:.2f} |")]
     print(lines[-1], flush=True)
-    with Server(args.load_artifact, args.data_dir) as server:
+    with Server(args.load_artifact, args.data_dir, max_sessions=128) as server:  # room while a level closes
         for sessions in SESSIONS:
             steps, wall, latencies = load(server.url, tasks, sessions, args.seconds)
             lines.append(f"| serve-env | {sessions} | {steps / wall:.0f} | {steps / wall / base:.2f} | "
                          f"{quantile(latencies, .5) * 1e3:.2f} | {quantile(latencies, .99) * 1e3:.2f} |")
             print(lines[-1], flush=True)
+    with Server(args.load_artifact, args.data_dir) as server:  # a fresh one: no memory freed by the load to reuse
         idle_mb, per_session_mb = memory_per_session(server.url, server, tasks)
-    lines += ["", (f"Memory: the server holds {idle_mb:.0f} MiB resident with no session; each open session (reset, "
-              f"its database copy) adds {per_session_mb:.2f} MiB (64 sessions)."), ""]
+    db_kib = sum(len(served.environment_of(t)["db"]) for t in tasks) / len(tasks) / 1024
+    lines += ["", (f"Memory: the server holds {idle_mb:.0f} MiB resident with no session; each open session (reset: "
+                   f"its FastMCP server, episode and SQLite connection) adds {per_session_mb:.2f} MiB resident (64 "
+                   f"sessions), and its database copy, a file of {db_kib:.0f} KiB on average, on disk."), ""]
     text = "\n".join(lines)
     print(text)
     if not args.no_record:

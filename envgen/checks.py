@@ -145,7 +145,13 @@ def _world_rows(frame: pl.DataFrame) -> Iterator[tuple[CompiledDomain, bytes, di
 
 
 def contradicting_owners(frame: pl.DataFrame) -> list[bool]:
-    return [w is not None and ownership_contradiction_count(w[0], w[1]) > 0 for w in _world_rows(frame)]
+    counted: dict[bytes, bool] = {}  # the rows of one environment share its database
+    out = []
+    for w in _world_rows(frame):
+        if w is not None and bytes(w[1]) not in counted:
+            counted[bytes(w[1])] = ownership_contradiction_count(w[0], w[1]) > 0
+        out.append(w is not None and counted[bytes(w[1])])
+    return out
 
 
 def internal_keys_in_user_text(frame: pl.DataFrame) -> list[bool]:

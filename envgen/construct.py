@@ -119,16 +119,15 @@ def key_entity(tool: Tool, param: str) -> str | None:
 
 @dataclass
 class Known:
-    """What the task has given the agent so far: the acting customer (identified once), and the rows whose keys an
-    earlier call returned (``keys``: as a row's key or a relation column; ``rows``: as a whole row)."""
+    """What the task has given the agent so far: the acting customer (identified once), and (entity, key) of every
+    row an earlier call singled out or linked to (a returned row's key and its relation columns)."""
 
     customer: str | None = None
     identified: bool = False
     keys: set[tuple[str, Any]] = field(default_factory=set)
-    rows: set[tuple[str, Any]] = field(default_factory=set)
 
     def copy(self) -> Known:
-        return Known(self.customer, self.identified, set(self.keys), set(self.rows))
+        return Known(self.customer, self.identified, set(self.keys))
 
 
 @dataclass
@@ -352,16 +351,54 @@ class Grounder:
         return args, ctx, enforced + [c for _, c in soft]
 
     def ground_chain(self, chain: list[str], reveal: bool = True) -> GroundedChain:
-        """Instantiate the database along ``chain`` and derive every golden argument backwards from the write.
+        """Instantiate the database for ``chain``'s write and derive every golden argument.
 
         With ``reveal`` (a chain a user asks for) the chain acts for one customer, identified by its first call
-        when no earlier chain did, and every internal key a call takes is returned by an earlier call that starts
-        from what the user can say (``reveal``); without it (a chain that only grows the environment's tools)
-        arguments may be facts of any kind."""
-        tools = [self.domain.tools[n] for n in chain]
+        when no earlier chain did, and every internal key the write takes is returned by an earlier read that
+        starts from what the user can say (``reveal``): the reads follow the user's words, not the sampled walk.
+        Without it (a chain that only grows the environment's tools) the sampled reads are inverted backwards from
+        the write for anyone's rows, and arguments may be facts of any kind."""
+        if not reveal:
+            return self._ground_walk(chain)
         earlier = set(self.reserved)
+        write = self.domain.tools[chain[-1]]
+        write_args = self.ground_action(write)
+        call = {"name": write.name, "arguments": write_args}
+        action = self.domain.spec.action(write.action)
+        known = self.known.copy()
+        self._adopt_customer(write, write_args, known)
+        plan: list[dict[str, Any]] = []
+        facts: list[Fact] = []
+        if known.customer is not None and not known.identified:
+            found = self.reveal(self.domain.spec.customer_entity.name, known.customer, known, lookup_only=True)
+            plan, facts, known = found.calls, found.facts, found.known
+            known.identified = True
+        params = {q.name: q for q in action.params}
+        for p in write.params:
+            entity, value = key_entity(write, p.name), write_args.get(p.name)
+            if not p.required or entity is None or value is None:
+                continue
+            q = params.get(p.name)
+            by = None
+            if q is not None and q.ref is not None and f"{{{p.name}}}" in action.intent:
+                by = name_field(self.ents[q.ref]).name  # the intent names the row: it is found by that name
+            found = self.reveal(entity, value, known, by=by)
+            plan += found.calls
+            facts += found.facts
+            known = found.known
+        plan.append(call)
+        self.known = self._learn(call, known)
+        facts += self._stated([call], [set()], action, lambda tool, name: key_entity(tool, name) is not None)
+        return GroundedChain(list(dict.fromkeys(c["name"] for c in plan)), plan, facts,
+                             spoken_intent(self.domain, self.conn, action, write_args), self.reserved - earlier)
+
+    def _ground_walk(self, chain: list[str]) -> GroundedChain:
+        """``chain`` grounded as sampled, for nobody in particular: the write on anyone's rows, each read inverted
+        backwards from the call after it (the value it supplies), the arguments no read supplies stated."""
+        earlier = set(self.reserved)
+        tools = [self.domain.tools[n] for n in chain]
         write = tools[-1]
-        acting, self.customer = self.customer, self.customer if reveal else None  # a tool-growing chain: anyone's
+        acting, self.customer = self.customer, None
         try:
             write_args = self.ground_action(write)
         finally:
@@ -370,8 +407,7 @@ class Grounder:
         linked: list[set[str]] = [set()]  # per call, the params supplied by the previous tool's output
         hints: list[Fact] = []
         head, head_args = write, write_args
-        # A user's chain reads what the user's words lead to (``reveal``), not the sampled walk.
-        for u in [] if reveal else reversed(tools[:-1]):
+        for u in reversed(tools[:-1]):
             types = sorted(set(self.domain.graph.edges[u.name, head.name]["types"]) & head.requires)
             if not types:
                 raise GroundingFailed(f"{u.name} does not supply {head.name}")
@@ -387,36 +423,8 @@ class Grounder:
         if len({h.label for h in hints}) < len(hints):
             raise GroundingFailed("two list hints would share a label; the user could not tell them apart")
         action = self.domain.spec.action(write.action)
-        intent = spoken_intent(self.domain, self.conn, action, write_args)
-        if not reveal:
-            facts = list(reversed(hints)) + self._stated(calls, linked, action, lambda *_: False)
-            return GroundedChain(chain, calls, facts, intent, self.reserved - earlier)
-        known = self.known.copy()
-        self._adopt_customer(write, write_args, known)
-        plan: list[dict[str, Any]] = []
-        facts = list(reversed(hints))
-        if known.customer is not None and not known.identified:
-            found = self.reveal(self.domain.spec.customer_entity.name, known.customer, known, lookup_only=True)
-            plan, facts, known = found.calls, found.facts + facts, found.known
-            known.identified = True
-        params = {q.name: q for q in action.params}
-        for p in write.params:
-            entity, value = key_entity(write, p.name), write_args.get(p.name)
-            if not p.required or entity is None or value is None:
-                continue
-            q = params.get(p.name)
-            by = None
-            if q is not None and q.ref is not None and f"{{{p.name}}}" in action.intent:
-                by = name_field(self.ents[q.ref]).name  # the intent names the row: it is found by that name
-            found = self.reveal(entity, value, known, by=by)
-            plan += found.calls
-            facts += found.facts
-            known = found.known
-        plan.append(calls[0])
-        known = self._learn(calls[0], known)
-        facts += self._stated(calls, linked, action, lambda tool, p: key_entity(tool, p) is not None)
-        self.known = known
-        return GroundedChain(list(dict.fromkeys(c["name"] for c in plan)), plan, facts, intent,
+        facts = list(reversed(hints)) + self._stated(calls, linked, action, lambda *_: False)
+        return GroundedChain(chain, calls, facts, spoken_intent(self.domain, self.conn, action, write_args),
                              self.reserved - earlier)
 
     def _stated(self, calls: list[dict[str, Any]], linked: list[set[str]], action: ActionSpec, skip: Any
@@ -464,7 +472,6 @@ class Grounder:
         out = known.copy()
         for entity, row in returned:
             e = self.ents[entity]
-            out.rows.add((entity, row[e.key]))
             out.keys.add((entity, row[e.key]))
             out.keys |= {(r.to, row[r.field]) for r in e.relations if row.get(r.field) is not None}
         return out

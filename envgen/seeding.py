@@ -72,8 +72,11 @@ def generate_rows(spec: DomainSpec, seed: int) -> Rows:
     by_owner: dict[str, dict[str | None, list[str]]] = {}  # entity -> owner -> keys, in generation order
 
     def choose_parent(r: RelationSpec, row_owner: str | None) -> str | None:
-        """A parent for relation ``r`` owned by ``row_owner`` (or by nobody), any parent when unowned."""
-        options = keys.get(r.to) or []
+        """A parent for relation ``r`` owned by ``row_owner`` (or by nobody), any parent when unowned; None while
+        ``r.to`` is not generated yet (an optional relation to a later entity: the pass below draws it)."""
+        if r.to not in keys:
+            return None
+        options = keys[r.to]
         if row_owner is not None and r in carrying:
             options = by_owner[r.to].get(row_owner, []) + by_owner[r.to].get(None, [])
         return rng.choice(options) if options else None

@@ -145,7 +145,7 @@ def rl_parquet_frame(frame: pl.DataFrame, format: Format, source: str) -> pl.Dat
     key = {"verl": "style", "skyrl": "method"}[format]
     answers = [str(a) for a in frame["answer"]]
     out = frame.select("prompt").with_columns(
-        pl.lit(f"gymforge/{source}").alias("data_source"),
+        pl.lit(f"gymforge/{Path(source).stem}").alias("data_source"),
         pl.Series(rule, [{key: "rule", "ground_truth": a} for a in answers]),
         pl.Series("extra_info", extra, pl.String))
     if format == "verl":

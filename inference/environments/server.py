@@ -147,11 +147,12 @@ class GymforgeEnvironment(MCPEnvironment):
         outcome = self.episode.last
         if outcome is before or outcome is None:  # refused before it reached the episode (an unknown tool)
             return called
-        return self._observation(action.tool_name, outcome, getattr(called, "result", None))
+        return self._observation(action.tool_name, outcome)
 
     @staticmethod
-    def _observation(name: str, outcome: StepOutcome, result: Any = None) -> EpisodeStep:
-        return EpisodeStep(tool_name=name, result=result, content=outcome.content, messages=outcome.messages,
+    def _observation(name: str, outcome: StepOutcome) -> EpisodeStep:
+        # ``result`` as OpenEnv's MCPToolClient.call_tool reads it ({"data": text}), not FastMCP's result object
+        return EpisodeStep(tool_name=name, result={"data": outcome.content}, content=outcome.content, messages=outcome.messages,
                            reward=outcome.reward, done=outcome.done,
                            reward_components=outcome.info.get("reward_components") if outcome.done else None,
                            failure=outcome.info.get("failure") if outcome.done else None,

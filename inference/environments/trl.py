@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import keyword
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -66,6 +67,14 @@ def _described(name: str, spec: Mapping[str, Any]) -> str:
     return text[:1].upper() + text[1:]
 
 
+def python_name(name: str) -> str:
+    """A parameter name a signature can hold: other characters as ``_``, a keyword (``from``) or ``self`` with a
+    trailing ``_`` (the model then writes ``from_``; the call passes ``from`` on)."""
+    cleaned = re.sub(r"\W", "_", name)
+    cleaned = cleaned if cleaned[:1].isalpha() or cleaned[:1] == "_" else f"_{cleaned}"
+    return f"{cleaned}_" if keyword.iskeyword(cleaned) or cleaned == "self" else cleaned
+
+
 def tool_method(schema: Mapping[str, Any]) -> Callable[..., str]:
     """A method for one OpenAI tool schema: named after the tool, typed and documented from its parameters (an
     optional one defaults to None and is left out of the call), running the call in the instance's episode."""
@@ -74,20 +83,23 @@ def tool_method(schema: Mapping[str, Any]) -> Callable[..., str]:
     parameters = fn.get("parameters") or {}
     properties: dict[str, Any] = parameters.get("properties") or {}
     required = set(parameters.get("required") or [])
+    spelled = {python_name(p): p for p in properties}  # the signature's names -> the schema's
+    if len(spelled) != len(properties):
+        raise ValueError(f"tool {name}: parameters {sorted(properties)} collide as Python names")
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {}
     # required parameters first: a Python signature puts defaults last
-    for pname in sorted(properties, key=lambda p: p not in required):
-        hint = _annotation(properties[pname])
-        annotations[pname] = hint if pname in required else hint | None
+    for pname in sorted(spelled, key=lambda p: spelled[p] not in required):
+        hint = _annotation(properties[spelled[pname]])
+        annotations[pname] = hint if spelled[pname] in required else hint | None
         params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, annotation=annotations[pname],
-                                        default=inspect.Parameter.empty if pname in required else None))
+                                        default=inspect.Parameter.empty if spelled[pname] in required else None))
     annotations["return"] = str
 
     def method(self: GymforgeTRLEnvironment, **arguments: Any) -> str:
-        return self._call(name, {k: v for k, v in arguments.items() if v is not None})
+        return self._call(name, {spelled.get(k, k): v for k, v in arguments.items() if v is not None})
 
-    args = "".join(f"\n    {p}: {_described(p, properties[p])}" for p in properties)
+    args = "".join(f"\n    {p}: {_described(spelled[p], properties[spelled[p]])}" for p in spelled)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = (f"{_described(name, fn)}\n" + (f"\nArgs:{args}\n" if args else "")
                       + "\nReturns:\n    The result as JSON.")
@@ -144,7 +156,7 @@ def environment_class(served: ServedTasks, tools: list[dict[str, Any]], name: st
                       max_steps: int) -> type[GymforgeTRLEnvironment]:
     """A class whose public methods are ``tools`` (``respond`` is the base's)."""
     methods = {t["function"]["name"]: tool_method(t) for t in tools if t["function"]["name"] != RESPOND}
-    reserved = sorted(set(methods) & {"reset", "get_reward", "respond"})
+    reserved = sorted(set(methods) & {"reset", "get_reward", "respond", "episode", "info"})  # the base's names
     if reserved:
         raise ValueError(f"environment {name}: tools {reserved} collide with the adapter's own methods")
     return type(_class_name(name), (GymforgeTRLEnvironment,),

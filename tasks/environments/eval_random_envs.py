@@ -31,8 +31,8 @@ from tasks.environments.environments import rejection
 # Word-level synonyms for identifiers and text, each a word a person would use; a word without one that the spec
 # does not say already keeps its own name (a made-up suffix would reach the user's words: "due var date alt").
 SYNONYMS: dict[str, tuple[str, ...]] = {
-    "accept": ("agree", "take"), "account": ("profile", "subscription"), "active": ("enabled", "live"),
-    "add": ("attach", "append"), "address": ("location", "residence"), "adjuster": ("assessor", "examiner"),
+    "accept": ("agree", "take"), "active": ("enabled", "live"),
+    "add": ("attach", "append"), "adjuster": ("assessor", "examiner"),
     "agent": ("broker", "representative"), "airport": ("terminal", "port", "station"), "amount": ("sum",),
     "apply": ("use", "redeem"), "appointment": ("visit", "consultation", "session"), "approve": ("authorise", "grant"),
     "archive": ("shelve", "retire"), "assign": ("allocate", "give"), "assignee": ("owner", "handler"),
@@ -41,9 +41,9 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "block": ("freeze", "stop"), "boarding": ("kennel", "lodging"), "booking": ("reservation", "appointment"),
     "branch": ("office", "outlet"), "budget": ("allowance", "funding"), "business": ("premium",),
     "buy": ("purchase", "order"), "buyer": ("purchaser",), "cabin": ("fare_class", "travel_class"),
-    "cancel": ("void", "withdraw", "drop"), "cancelled": ("voided", "withdrawn"), "card": ("bankcard", "plastic"),
+    "cancel": ("void", "withdraw", "drop"), "cancelled": ("voided", "withdrawn"), 
     "catering": ("food", "buffet"), "change": ("switch", "alter"), "charge": ("fee", "cost"),
-    "checkout": ("lend", "loan"), "city": ("town", "municipality"), "claim": ("case", "request"),
+    "city": ("town", "municipality"), "claim": ("case", "request"),
     "class": ("course", "lesson"), "client": ("customer", "patron"), "clinician": ("doctor", "physician"),
     "close": ("finish", "shut"), "closed": ("shut", "finished"), "club": ("gym", "centre"),
     "code": ("reference", "key"), "collect": ("fetch", "retrieve"), "comment": ("remark", "note"),
@@ -58,19 +58,19 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "deposit": ("down_payment", "advance"), "description": ("summary",), "device": ("handset", "unit"),
     "diner": ("patron", "eater"), "dining": ("eating",), "dish": ("meal", "plate"), "dispatch": ("send", "release"),
     "dispute": ("contest", "query"), "driver": ("operator",), "drop": ("remove", "quit"),
-    "drug": ("medicine", "medication"), "due": ("payable",), "economy": ("coach",), "email": ("mail",),
+    "drug": ("medicine", "medication"), "due": ("payable",), "economy": ("coach",), 
     "employee": ("worker", "staffer"), "enable": ("activate", "allow"), "enroll": ("register", "sign_up"),
     "enrollment": ("registration", "signup"), "entry": ("record", "log"), "equipment": ("gear", "kit"),
     "event": ("occasion", "function"), "exam": ("consulting", "treatment"), "exchange": ("swap", "trade"),
     "expires": ("lapses", "ends"), "extend": ("lengthen", "prolong"), "fee": ("surcharge", "levy"),
-    "file": ("submit", "lodge"), "fill": ("dispensing", "supply", "dispensation"), "fine": ("penalty", "levy"), "first": ("given",),
+    "file": ("submit", "lodge"), "fill": ("dispensing", "supply", "dispensation"), "fine": ("penalty", "levy"), 
     "flight": ("sailing", "trip", "route"), "folio": ("tab", "ledger"), "freeze": ("suspend", "lock"),
     "freight": ("cargo", "haulage"), "gift": ("present",), "give": ("hand",), "go": ("switch", "move"),
     "gold": ("platinum",), "guest": ("visitor", "lodger"), "guests": ("attendees", "visitors"),
     "holder": ("bearer",), "hotel": ("inn", "lodge"), "hours": ("time_spent",), "house": ("viewing", "showcase"),
     "instructor": ("teacher", "lecturer"), "insurance": ("coverage", "cover"), "insured": ("covered",),
     "invoice": ("bill", "statement"), "issue": ("release", "grant"), "item": ("line", "entry", "article"),
-    "itinerary": ("trip", "journey"), "kind": ("type", "sort"), "last": ("family",), "leave": ("absence", "holiday"),
+    "itinerary": ("trip", "journey"), "kind": ("type", "sort"), "leave": ("absence", "holiday"),
     "level": ("tier", "grade"), "line": ("connection", "circuit"), "load": ("pack", "stow"),
     "loan": ("credit", "advance"), "location": ("branch", "site"), "log": ("record", "enter"),
     "lost": ("missing", "mislaid"), "make": ("submit", "place"), "manager": ("supervisor",), "mark": ("flag", "set"),
@@ -106,13 +106,13 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "seat": ("place", "position"), "section": ("class", "group"), "segment": ("leg", "hop"), "seller": ("vendor",),
     "send": ("forward",), "service": ("maintenance", "assistance"), "session": ("meeting", "sitting"),
     "set": ("fix", "adjust"), "shipment": ("delivery", "consignment", "parcel"), "shipper": ("sender", "consignor"),
-    "showing": ("viewing", "visit"), "silver": ("bronze",), "slot": ("timeslot", "opening"),
+    "showing": ("viewing", "visit"), "silver": ("bronze",), 
     "space": ("hall", "area"), "sprint": ("iteration", "cycle"), "start": ("begin",), "status": ("state", "stage"),
     "stay": ("visit", "residence"), "stock": ("inventory", "supply"), "store": ("pharmacy", "shop"),
     "student": ("learner", "pupil"), "submit": ("send", "hand_in"), "subtotal": ("net_amount",),
     "suspend": ("pause", "halt"), "tab": ("bill", "check"), "table": ("seating", "spot"), "tariff": ("rate", "plan"),
     "team": ("squad", "group"), "terminate": ("end", "close"), "ticket": ("admission", "voucher"), "tip": ("gratuity",),
-    "toggle": ("switch", "flip"), "top": ("load",), "total": ("overall", "full"), "tour": ("trip", "excursion"),
+    "toggle": ("switch", "flip"), "top": ("load",), "tour": ("trip", "excursion"),
     "tracking": ("transit", "trace"), "trainer": ("coach", "instructor"), "transaction": ("entry", "movement"),
     "transfer": ("move", "shift"), "truck": ("lorry", "van"), "trust": ("approve", "verify"),
     "tuition": ("fees", "schooling"), "txn": ("transaction", "entry"), "type": ("kind", "category"),
@@ -167,7 +167,7 @@ def vocabulary(node: Any) -> set[str]:
 
 
 _RESERVED = set(keyword.kwlist) | {"target"}  # what a spec identifier may not be
-_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "row", "customer"}
+_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "per", "row", "customer"}
 
 
 def _walk(node: Any, r: Renamer, key: str | None = None, enum_values: set[str] | None = None) -> Any:

@@ -280,8 +280,8 @@ def test_environment_tasks_export_as_episodes_to_start(environment_artifact: Pat
     """`--format trl` rows select their TRL environment class and task; verl's and SkyRL's name the task and its
     tools. Before this, an environment task had no prompt and the trl export failed."""
     from datasets import load_dataset
-
     from env_server_fixtures import served_pair
+
     from inference.environments.trl import environment_factories
 
     out = tmp_path / f"{format}.parquet"

@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from env_server_fixtures import env_and_task, running, served_pair
 from openenv.core.env_server import CallToolAction
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
-from env_server_fixtures import env_and_task, running, served_pair
 from envgen.runtime import Environment, domain_for, json_field, outcome_message
 from envgen.taskgen import mutate
 from inference.environments.client import GymforgeEnvClient
@@ -59,7 +59,7 @@ def test_golden_replay_through_openenv_mcp_client_scores_one(url: str, served: A
             served.environment_of(task)["tools"])}
         assert {name: schema for name, schema in tools.items() if name != "respond"} == offered
         assert tools["respond"]["required"] == ["message"]
-        assert all(json.loads(r).get("ok") for r in results if "ok" in json.loads(r))  # the tools' own results
+        assert all("error" not in json.loads(r) for r in results)  # each tool's own JSON result, no refusal
         assert (end.reward, end.done) == (1.0, True)
         assert state.step_count == len(golden_actions(task)) + 1
 
@@ -67,12 +67,11 @@ def test_golden_replay_through_openenv_mcp_client_scores_one(url: str, served: A
 def test_the_episode_fields_reach_the_gymforge_client(url: str, served: Any) -> None:
     task = next(iter(served.tasks.values()))
 
-    async def run() -> tuple[Any, Any]:
+    async def run() -> Any:
         async with GymforgeEnvClient(base_url=url) as env:
-            start = await env.reset(task_id=task["task_id"], episode_id="ep-1")
-            return start, None
+            return await env.reset(task_id=task["task_id"], episode_id="ep-1")
 
-    start, _ = asyncio.run(run())
+    start = asyncio.run(run())
     assert start.observation.episode_id == "ep-1"
     assert [m["role"] for m in start.observation.messages] == ["system", "user"]
     assert start.observation.messages[1]["content"] == task["description"]
@@ -142,7 +141,7 @@ def step(name: str, arguments: Any) -> str:
 
 
 def test_bad_input_gets_an_error_naming_it_and_serving_goes_on(url: str, served: Any) -> None:
-    env, task = env_and_task("airline")
+    _, task = env_and_task("airline")
     write = golden_actions(task)[-1]
     key = next(iter(write["arguments"]))
     reset = json.dumps({"type": "reset", "data": {"task_id": task["task_id"]}})
@@ -264,3 +263,29 @@ def test_a_session_reset_onto_another_task_offers_that_tasks_tools(url: str, ser
         return {s["function"]["name"] for s in json_field(served.environment_of(task)["tools"])} | {"respond"}
 
     assert (before, after, reward) == (names(first), names(second), 1.0)
+
+
+def test_the_openenv_manifest_names_an_app_serving_the_artifact(tmp_path: Any, monkeypatch: Any) -> None:
+    import importlib
+    import sys
+    from pathlib import Path
+
+    import yaml
+    from env_server_fixtures import publish_pair
+    from fastapi.testclient import TestClient
+
+    from inference.environments import server
+
+    manifest = yaml.safe_load((Path(server.__file__).parent / "openenv.yaml").read_text())
+    assert (manifest["spec_version"], manifest["runtime"], manifest["port"]) == (1, "fastapi", 8000)
+    module, attribute = manifest["app"].split(":")
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.delenv("GYMFORGE_ENV_ARTIFACT", raising=False)
+    with pytest.raises(RuntimeError, match="set GYMFORGE_ENV_ARTIFACT"):
+        importlib.import_module(module)
+    key = publish_pair(tmp_path)
+    monkeypatch.setenv("GYMFORGE_ENV_ARTIFACT", key)
+    monkeypatch.setenv("GYMFORGE_DATA", str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with TestClient(getattr(importlib.import_module(module), attribute)) as client:
+        assert client.get("/health").json()["artifact"] == f"test_double_environments/{key}"

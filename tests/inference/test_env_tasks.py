@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from env_server_fixtures import env_and_task
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from env_server_fixtures import env_and_task
 from inference.environments.tasks import ServedTasks, TaskNotServed
 
 
@@ -32,6 +32,7 @@ def test_a_task_id_at_a_noise_level_is_its_twin() -> None:
     assert served.describe()["noise_levels"] == {"0": 1, "1": 1, "3": 1}
 
 
+@settings(deadline=None)  # the first example builds the fixture environment (about a second under load)
 @given(st.integers(min_value=0, max_value=2**31), st.sampled_from([None, 0, 1, 3]))
 def test_a_seed_draws_the_same_task_at_the_asked_level(seed: int, level: int | None) -> None:
     served = served_with_twins()

@@ -11,16 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from env_server_fixtures import env_and_task, served_pair
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.utils import get_json_schema
 
-from env_server_fixtures import env_and_task, served_pair
 from envgen.noise.environment import NoisyEnvironment
 from envgen.runtime import outcome_message, replay
 from inference.environments.exports import environment_rows
 from inference.environments.tasks import ServedTasks, golden_actions
-from inference.environments.trl import environment_factories, environment_name, task_tools, tool_method
+from inference.environments.trl import (
+    environment_factories,
+    environment_name,
+    python_name,
+    task_tools,
+    tool_method,
+)
 
 
 def tools_of(cls: type) -> list[Any]:
@@ -47,25 +53,36 @@ def test_each_method_renders_its_tool_schema_as_trl_reads_it() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True).filter(
-    lambda n: n not in ("self", "arguments")),
+@given(st.dictionaries(st.one_of(st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True),
+                                 st.sampled_from(["from", "class", "self", "return", "first-name"])),
     st.one_of(st.sampled_from([{"type": t} for t in ("string", "integer", "number", "boolean", "array", "object")]),
               st.lists(st.text("abc", min_size=1, max_size=3), min_size=1, max_size=4, unique=True).map(
-                  lambda values: {"type": "string", "enum": values})), max_size=5),
+                  lambda values: {"type": "string", "enum": values})), max_size=5).filter(
+    lambda properties: len({python_name(p) for p in properties}) == len(properties)),  # no two spelled alike
     st.data())
 def test_a_generated_method_keeps_every_parameter(properties: dict[str, Any], data: st.DataObject) -> None:
     required = data.draw(st.lists(st.sampled_from(sorted(properties)), unique=True) if properties else st.just([]))
     method = tool_method({"function": {"name": "do_it", "description": "Do it.", "parameters": {
         "type": "object", "properties": properties, "required": required}}})
     schema = get_json_schema(method)["function"]["parameters"]
-    assert set(schema["properties"]) == set(properties)
-    assert sorted(schema.get("required", [])) == sorted(required)
+    assert set(schema["properties"]) == {python_name(p) for p in properties}
+    assert sorted(schema.get("required", [])) == sorted(python_name(p) for p in required)
     hints = typing.get_type_hints(method)
-    for name, spec in properties.items():
+    for original, spec in properties.items():
+        name = python_name(original)
         got = schema["properties"][name]
         assert set(got.get("enum", [])) == set(spec.get("enum", []))  # an optional enum's order is transformers'
         assert (got["type"] if isinstance(got["type"], str) else got["type"][0]) == spec["type"]
-        assert (type(None) in typing.get_args(hints[name])) == (name not in required)
+        assert (type(None) in typing.get_args(hints[name])) == (original not in required)
+
+    class Recorder:  # test double for an environment instance: records the call the method makes
+        def _call(self, tool: str, arguments: dict[str, Any]) -> str:
+            self.called = (tool, arguments)
+            return "{}"
+
+    recorder = Recorder()
+    method(recorder, **{python_name(p): 1 for p in required})
+    assert recorder.called == ("do_it", dict.fromkeys(required, 1))  # the schema's own names reach the runtime
 
 
 def test_golden_replays_through_the_adapter_score_as_in_process() -> None:

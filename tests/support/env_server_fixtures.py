@@ -60,3 +60,36 @@ def running(app: Any, ws_max_size: int = 1 << 20) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@lru_cache(maxsize=1)
+def pair_stage() -> Any:
+    """The test-double stage ``test_double_environments`` (declared once per process: a stage name is unique)."""
+    import polars as pl
+
+    from data_contracts.stage import Contract, Params, stage
+
+    class NoParams(Params):
+        pass
+
+    rows = Contract(columns={"env_id": pl.String}, min_rows=1)
+
+    @stage(name="test_double_environments", version="1", params=NoParams,
+           outputs={"environments": rows, "tasks": rows})
+    def environments(inputs: Any, params: NoParams, partition: str) -> dict[str, Any]:
+        """Test double: two environments and their tasks, as the environments stage publishes them."""
+        served = served_pair()
+        return {"environments": pl.DataFrame(list(served.environments.values())),
+                "tasks": pl.DataFrame(list(served.tasks.values()))}
+
+    return environments
+
+
+def publish_pair(root: Any) -> str:
+    """Publish :func:`served_pair`'s environments and tasks as an artifact of ``test_double_environments`` in the
+    data root ``root``; its key."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
+    from data_contracts.runner import execute_stage
+
+    return execute_stage(open_store(root), Catalog(root), pair_stage(), {}, {}, "default").key
