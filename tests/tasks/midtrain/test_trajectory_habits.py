@@ -27,7 +27,7 @@ from envgen.trajectory_checks import (
     unidentified_write,
     unstated_outcome,
 )
-from envgen.trajectory_standard import uninformative_result
+from envgen.trajectory_standard import invented_alternative, uninformative_result
 from tasks.midtrain.midtrain_decompose import decompose
 from tasks.midtrain.midtrain_reason import WHY, _why_not, alternatives
 from tasks.midtrain.midtrain_text import HowToError, parse_howto, render_howto, trajectory
@@ -222,6 +222,9 @@ def test_rejected_alternatives_have_reasons_true_of_them(index: int, seed: int) 
         return
     for note in new.notes.values():
         assert "data, and this step needs" not in note
+    played = play(new, random.Random(seed), 3)
+    row = {**_row(new, played.messages), "tools": json.dumps(played.tools)}
+    assert invented_alternative(row) is None  # offered tools, rows seen earlier, true ownership claims
     for call in ep.calls:
         tool = domain.tools[call["name"]]
         same = tool.entity.replace("_", " ")
@@ -257,6 +260,9 @@ def test_simulated_results_keep_what_the_user_gave(seed: int, index: int) -> Non
             for p, value in arguments.items():  # the record a call finds holds what the call was given
                 assert all(row.get(p, value) == value for row in rows), (p, value, rows)
         assert messages[2]["tool_calls"][0]["function"]["name"] == identify.name  # who, before anything changes
+        if record_domain is not None:  # the customer is identified from the record the lookup returned
+            key = domain.spec.customer_entity.key
+            assert results[0][key] and all(a.get(key, results[0][key]) == results[0][key] for a in calls[1:])
         assert uninformative_result({"verifier": "schema", "messages": json.dumps(messages)}) is None
 
 
