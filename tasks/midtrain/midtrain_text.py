@@ -120,7 +120,7 @@ def _user_param(domain: CompiledDomain, p: ToolParam, read: bool) -> bool:
         return False  # a key: found with the tools
     entity, field = p.sem.split(".", 1)
     spec = domain.spec.entity(entity).field(field)
-    return spec is not None and not getattr(spec, "internal", False) and (spec.unique or not read)
+    return spec is not None and not spec.internal and (spec.unique or not read)
 
 
 def found_with_tools(domain: CompiledDomain, chain: list[str]) -> list[str] | None:

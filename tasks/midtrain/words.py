@@ -285,7 +285,7 @@ def _fields(domain: CompiledDomain, entity: str, record: Mapping[str, Any], name
 def _reported(domain: CompiledDomain, entity: str, record: Mapping[str, Any]) -> list[str]:
     """What a person is told of a new record: its amounts, counts, dates and states (not its links)."""
     spec = domain.spec.entity(entity)
-    return [f.name for f in spec.fields if record.get(f.name) is not None and not getattr(f, "internal", False)
+    return [f.name for f in spec.fields if record.get(f.name) is not None and not f.internal
             and f.type in ("money", "int", "float", "date", "datetime", "enum", "bool")]
 
 
