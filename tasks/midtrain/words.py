@@ -197,7 +197,7 @@ def purpose(tool: Tool) -> str:
     """The tool's description up to its first clause, lower-cased, without the fee it names ("add full coverage
     to a rental", not "... for 60.00": a figure the agent states is one the database holds): what the call does."""
     text = tool.description.split(". ")[0].split("; ")[0].rstrip(".")
-    text = re.sub(r"\s+(?:for|of|at)\s+\d+(?:\.\d+)?\b", "", text)
+    text = re.sub(r"\s+(?:for|of|at)\s+(?:an?\s+)?\d+(?:\.\d+)?(?:\s+(?:fee|charge|each))?\b", "", text)
     return text[0].lower() + text[1:]
 
 
