@@ -266,7 +266,8 @@ def question(labels: Sequence[str], rng: random.Random) -> str:
 # --- the final message ----------------------------------------------------------------------------------------
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as the agent says it: a flag in words (yes, no), an amount with two decimals."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     return render_value(value)
@@ -278,7 +279,7 @@ def _fields(domain: CompiledDomain, entity: str, record: Mapping[str, Any], name
     for name in names:
         field = spec.field(name)
         said = field.label if field is not None and field.label else label(name)
-        parts.append(f"{said} {_shown(record[name])}")
+        parts.append(f"{said} {shown(record[name])}")
     return ", ".join(parts)
 
 

@@ -311,3 +311,24 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(yaml.safe_dump({**two, "name": "unknown", "customer": "ghost"}, sort_keys=False))
     assert any("unknown entity 'ghost'" in p for p in check_spec(unknown, 0).problems)
+
+
+def test_an_augmented_refusal_still_refuses() -> None:
+    """Before: a plan or reasons added to a refusal row played it again as a task and closed with "Nothing needed
+    to change." instead of the refusal."""
+    from tasks.midtrain.midtrain_plan import plan
+    from tasks.midtrain.synth import episode_of, refusal_episode
+
+    for seed in range(40):
+        try:
+            refusal = refusal_episode(_airline(seed), random.Random(seed))
+            break
+        except Unusable:
+            continue
+    played = play(refusal, random.Random(0), 3)
+    row = {**_row(refusal, played.messages), "env_db": refusal.env["db"]}
+    again = episode_of(row)
+    assert again.refusal == played.messages[-1]["content"] == refusal.refusal
+    for augmented in (plan(again, random.Random(1))[0], alternatives(again, random.Random(1), 2)[0]):
+        final = play(augmented, random.Random(1), 3).messages[-1]["content"]
+        assert final == refusal.refusal and "Nothing needed to change" not in final
