@@ -119,16 +119,15 @@ def key_entity(tool: Tool, param: str) -> str | None:
 
 @dataclass
 class Known:
-    """What the task has given the agent so far: the acting customer (identified once), and the rows whose keys an
-    earlier call returned (``keys``: as a row's key or a relation column; ``rows``: as a whole row)."""
+    """What the task has given the agent so far: the acting customer (identified once), and (entity, key) of every
+    row an earlier call singled out or linked to (a returned row's key and its relation columns)."""
 
     customer: str | None = None
     identified: bool = False
     keys: set[tuple[str, Any]] = field(default_factory=set)
-    rows: set[tuple[str, Any]] = field(default_factory=set)
 
     def copy(self) -> Known:
-        return Known(self.customer, self.identified, set(self.keys), set(self.rows))
+        return Known(self.customer, self.identified, set(self.keys))
 
 
 @dataclass
@@ -473,7 +472,6 @@ class Grounder:
         out = known.copy()
         for entity, row in returned:
             e = self.ents[entity]
-            out.rows.add((entity, row[e.key]))
             out.keys.add((entity, row[e.key]))
             out.keys |= {(r.to, row[r.field]) for r in e.relations if row.get(r.field) is not None}
         return out

@@ -180,6 +180,27 @@ def identified_customers(domain: CompiledDomain, name: str, content: Any) -> set
     return {str(rows[0][customer.key])} if len(rows) == 1 else set()
 
 
+def _identified(domain: CompiledDomain, conn: Connection, entry: Mapping[str, Any]) -> set[str]:
+    """The customers a logged read identified. A response the task's tool noise altered (a renamed field, a
+    drifted case) is read again on the database: the noise is the verifier's to see through (DESIGN.md section 7),
+    and the same read with the same arguments returns whom the agent found."""
+    name = str(entry.get("name"))
+    found = identified_customers(domain, name, entry.get("content"))
+    customer = domain.spec.customer_entity
+    tool = domain.tools.get(name)
+    if customer is None or tool is None or tool.entity != customer.name or tool.kind not in IDENTIFYING_KINDS or (
+            found and all(_get(domain, conn, customer.name, k) is not None for k in found)):
+        return found
+    from envgen.tools import Executor, ToolError  # noqa: PLC0415 - envgen.tools checks writes with this module
+
+    try:
+        content = Executor(domain).read(conn, tool, tool.args_model.model_validate(_arguments(entry.get("arguments")))
+                                        .model_dump())
+    except (ToolError, ValueError):
+        return set()
+    return identified_customers(domain, name, content)
+
+
 def _arguments(raw: Any) -> dict[str, Any]:
     try:
         parsed = json.loads(raw) if isinstance(raw, str) else raw
@@ -198,7 +219,7 @@ def customer_policy_problem(domain: CompiledDomain, conn: Connection, tool_log: 
             continue
         name = str(entry.get("name"))
         if not entry.get("wrote"):
-            identified |= identified_customers(domain, name, entry.get("content"))
+            identified |= _identified(domain, conn, entry)
             continue
         if not identified:
             return f"{name} wrote before the customer was identified"

@@ -1,8 +1,12 @@
 """Task generation from the full chain, and the verification that keeps a task.
 
 LongCat-Flash-Thinking-2601 section 3.1.1 (Task Generation): a task is a description, a user profile and a rubric,
-generated from the environment's full tool chain only ("without any deliberate task design"). The rubric is the
-expected canonical database diff plus required outputs; it is kept only when (DESIGN.md section 7)
+generated from the environment's full tool chain only ("without any deliberate task design"). The user is the
+customer the chains act for (``envgen.construct.Grounder``), named as that customer, asking for customer actions in
+their intents' words and stating only what a person knows (``fact_sentence``); with ``question_prob`` they also ask
+about the outcome. The rubric is the expected canonical database diff plus required outputs (amounts the writes
+adjusted or created, and the answer to the question), and the acting customer, so the reward's ``policy`` fails a
+write before identification or on another customer's record; it is kept only when (DESIGN.md section 7)
 
 - every golden argument is derivable from the task text, the profile or an earlier tool output,
 - the golden trajectory replays through the runtime with reward 1, and

@@ -20,9 +20,9 @@ from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
 from envgen.runtime import domain_for, json_field
 from envgen.seeding import engine_from_bytes
-from envgen.taskgen import render_value
-from envgen.tools import Executor, call_tool
+from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import needless_reads, value_texts
+from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.synth import Episode, Unusable, call_results, said_before
 
@@ -175,8 +175,9 @@ class DecomposeParams(EpisodeParams):
 
 # 4: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
-@stage(name=STAGE, version="4", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
-       outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
+# 5: the trajectory standard; finals rendered from what the writes did; the user's and agent's words varied
+@stage(name=STAGE, version="5", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
+       outputs={"trajectories": trajectory_contract([TRANSFORM], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,
                        partition: str) -> dict[str, pl.DataFrame]:
     """Tool decomposition of every verified environment trajectory: hidden values looked up with another tool."""

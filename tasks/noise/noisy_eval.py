@@ -18,8 +18,9 @@ class NoiseEvalParams(NoiseParams):
     levels: tuple[int, ...] = Field((4,), description="Levels of the evaluation twins (default: the hardest).")
 
 
-# 2: a twin that states an internal key is rejected; the contract checks the twins' words
-@stage(name="noisy_eval", version="2", params=NoiseEvalParams, inputs=("eval_random_envs",),
+# 2: a twin that states an internal key is rejected; the contract checks the twins' words; 3: the policy sees
+# through tool noise on the identifying read (twins the robust agent solved are kept)
+@stage(name="noisy_eval", version="3", params=NoiseEvalParams, inputs=("eval_random_envs",),
        outputs={"tasks": twins_contract(NOISY_EVAL_TASK), REJECTED: NOISE_REJECTED.contract()})
 def noisy_eval(inputs: Mapping[str, Artifact], params: NoiseEvalParams, partition: str) -> dict[str, pl.DataFrame]:
     """Noisy evaluation twins of the unseen random environments' tasks (the -Noise benchmarks of Table 1)."""

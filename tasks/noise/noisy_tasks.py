@@ -15,8 +15,9 @@ from data_contracts.stage import REJECTED, Artifact, FrameArtifact, StageError, 
 from tasks.noise.twins import NoiseParams, build_twins, twins_contract
 
 
-# 2: a twin that states an internal key is rejected; the contract checks the twins' words
-@stage(name="noisy_tasks", version="2", params=NoiseParams, inputs=("environments",),
+# 2: a twin that states an internal key is rejected; the contract checks the twins' words; 3: the policy sees
+# through tool noise on the identifying read (twins the robust agent solved are kept)
+@stage(name="noisy_tasks", version="3", params=NoiseParams, inputs=("environments",),
        outputs={"tasks": twins_contract(NOISY_TASK), REJECTED: NOISE_REJECTED.contract()})
 def noisy_tasks(inputs: Mapping[str, Artifact], params: NoiseParams, partition: str) -> dict[str, pl.DataFrame]:
     """Noisy training twins of every environment task at each curriculum level, verified solvable by execution."""

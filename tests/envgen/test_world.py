@@ -268,3 +268,28 @@ def test_a_question_has_its_answer_among_the_required_outputs(name: str) -> None
         # an answer left unsaid fails the rubric
         assert replay(runtime, task, final_message="Done.").components["required_outputs"] == 0.0
         runtime.close()
+
+
+def test_a_noisy_identification_still_identifies_whom_the_read_returned() -> None:
+    """Tool noise renames or re-cases the customer's key in the response the agent sees; the policy reads the same
+    lookup again on the database instead of failing the robust agent (11 of 96 noisy twins were rejected so)."""
+    from envgen.customers import customer_policy_problem
+
+    env, task = built("hotel")
+    domain = compiled("hotel")
+    runtime = Environment(env)
+    assert replay(runtime, task).reward == 1.0
+    log = [dict(e) for e in runtime.tool_log]
+    lookup = log[0]
+    assert lookup["name"] == "lookup_guest_by_email"
+    with runtime._engine.connect() as conn:
+        assert customer_policy_problem(domain, conn, log) is None
+        renamed = {("guestId" if k == "guest_id" else k): v for k, v in lookup["content"].items()}
+        recased = {**lookup["content"], "guest_id": lookup["content"]["guest_id"].lower()}
+        for noisy in (renamed, recased):
+            assert customer_policy_problem(domain, conn, [{**lookup, "content": noisy}, *log[1:]]) is None
+        # a lookup of another guest identifies that guest, whatever the response shows
+        other = next(r for r in database_rows(domain, conn)["guest"] if r["guest_id"] != lookup["content"]["guest_id"])
+        swapped = {**lookup, "arguments": json.dumps({"email": other["email"]}), "content": renamed}
+        assert "not of the identified customer" in customer_policy_problem(domain, conn, [swapped, *log[1:]])
+    runtime.close()
