@@ -44,12 +44,13 @@ start = time.perf_counter()
 out = stage.run(inputs, params, "default")
 summary = dict(zip(out["summary"]["name"], out["summary"]["value"]))
 scores = out["scores"]
+research = scores.filter(pl.col("source") == "research")["id"]
 print(json.dumps({
     "seconds": time.perf_counter() - start,
     "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     "candidates": scores.height, "candidate_tokens": int(scores["tokens"].sum()),
-    "research_kept": scores.filter(pl.col("id").str.contains("research") & pl.col("score").is_not_null()).height,
-    "research_in": scores.filter(pl.col("source") == "research").height,
+    "research_kept": scores.filter(pl.col("parent_id").is_in(research.implode()) & pl.col("score").is_not_null()).height,
+    "research_in": research.len(),
     "coverage": {k: round(v, 3) for k, v in summary.items() if k.startswith("coverage")},
 }))
 """

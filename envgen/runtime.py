@@ -111,12 +111,16 @@ class ProfileUserSimulator:
     def first_message(self) -> str:
         return self.description
 
+    def say(self, fact: dict[str, Any]) -> str:
+        """How the user states one fact of their profile."""
+        return f"My {fact['label']} is {fact['value']}."
+
     def reply(self, assistant_text: str, final_write_done: bool) -> tuple[str, bool]:
         text = assistant_text.lower()
         if final_write_done and "?" not in text:  # the outcome told, naming fields ("cabin business"), asks nothing
             return "Thank you, that is all I needed.", True
         answers = [
-            f"My {f['label']} is {f['value']}."
+            self.say(f)
             for f in self.facts
             if _phrase_in(f["label"].lower(), text) or _phrase_in(f["name"].replace("_", " "), text)
             or _phrase_in(f["name"], text)

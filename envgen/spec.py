@@ -32,7 +32,8 @@ Shape of a spec (every key is documented by the ``description`` of the pydantic 
 
 Rows in conditions and effects are named ``target`` (the action's target row) or the name of a ``ref`` parameter
 of the action (the row that parameter points at). Operands are exactly one of ``value`` (a literal), ``param``
-(an action parameter), ``ref`` (``row.field``) or ``now`` (the database's now, plus ``days``).
+(an action parameter), ``ref`` (``row.field``) or ``now`` (the database's now, plus ``days``); ``per`` multiplies a
+number by an int parameter (a total of ``{ref: room_type_id.nightly_rate, per: nights}``).
 
 ``load_spec`` collects every problem of a file (structural and cross-reference) before failing, each with the
 file, line and field, and returns a frozen, strict model.
@@ -202,6 +203,8 @@ class Operand(_Strict):
     ref: str | None = Field(default=None, description="'row.field': a field of the target or of a ref param row.")
     now: bool = Field(default=False, description="The database's now (date or datetime as the field needs).")
     days: int = Field(default=0, description="Offset in days added to `now`.")
+    per: str | None = Field(default=None, description="An integer action parameter the value is multiplied by: "
+                            "a nightly rate per night booked, so a total is never one unit's price.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Operand:
@@ -571,6 +574,8 @@ def check_operand(
     """``skip``: rows whose entity failed to parse (already reported), so no cascade of 'unknown row' errors."""
     if o.param is not None and o.param not in params:
         p.add([*path, "param"], f"unknown parameter {o.param!r}; parameters: {sorted(params)}")
+    if o.per is not None and (o.per not in params or params[o.per].type != "int"):
+        p.add([*path, "per"], f"per {o.per!r} must name an int parameter; parameters: {sorted(params)}")
     if o.ref is not None:
         row, field = o.ref.split(".")
         if row in skip:

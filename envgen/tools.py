@@ -73,6 +73,10 @@ class ActionContext:
         return f.type if f is not None else "key"
 
     def value(self, o: Operand, kind: str) -> Any:
+        value = self._plain(o, kind)
+        return value * self.params[o.per] if o.per is not None and value is not None else value
+
+    def _plain(self, o: Operand, kind: str) -> Any:
         if o.param is not None:
             return self.params[o.param]
         if o.ref is not None:

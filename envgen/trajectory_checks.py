@@ -26,7 +26,7 @@ from envgen.customers import customer_policy_problem, owner_of, written_rows
 from envgen.rewards import extract_boxed, score_two_way
 from envgen.runtime import Environment, domain_for, json_field
 from envgen.seeding import engine_from_bytes
-from envgen.taskgen import render_value
+from envgen.tools import render_value
 
 EXECUTION = "execution"
 SCHEMA = "schema"
@@ -252,7 +252,7 @@ def episode_steps(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], li
 # --- habits a trajectory teaches (checks of the trajectory contract) ---------------------------------------------
 
 
-def _execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Message], dict[str, Any]] | None:
+def execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Message], dict[str, Any]] | None:
     if row.get("verifier") != EXECUTION or row.get("env_db") is None:
         return None
     vi = json_field(row.get("verify_input")) or {}
@@ -293,7 +293,7 @@ def _with_db(row: Mapping[str, Any], fn: Any) -> Any:
 
 def other_customer_write(row: Mapping[str, Any]) -> str | None:
     """A write naming a record another customer than the task's acting one owns (one owner per write set)."""
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain, messages, vi = parts
@@ -312,14 +312,15 @@ def other_customer_write(row: Mapping[str, Any]) -> str | None:
 
 
 def unidentified_write(row: Mapping[str, Any]) -> str | None:
-    """A write before the acting customer was identified with the tools, or on a record not theirs."""
-    parts = _execution_parts(row)
+    """A write before the acting customer was identified with the tools, or on a record not theirs (in a domain
+    with a customer entity, whether or not the task names its acting customer)."""
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain, messages, vi = parts
-    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
-    if customer is None:
+    if domain.spec.customer_entity is None:
         return None
+    customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
     log = _tool_log(domain, messages, customer)
     return _with_db(row, lambda conn: customer_policy_problem(domain, conn, log)) if any(e["wrote"] for e in log) \
         else None
@@ -327,7 +328,7 @@ def unidentified_write(row: Mapping[str, Any]) -> str | None:
 
 def needless_read(row: Mapping[str, Any]) -> str | None:
     """A read without a reason (``needless_reads``): it looks up what the user stated or a result returned."""
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain, messages, _ = parts
@@ -341,8 +342,10 @@ def _written_values(domain: CompiledDomain, tool: Any, content: Mapping[str, Any
     action = domain.spec.action(tool.action)
     row = content.get(action.target) or {}
     fields = [e.field for e in action.effects if e.kind in ("set", "adjust") and e.row == "target"]
+    # a flag is told in words ("paperless yes") as well as JSON ("true")
+    words = [("yes" if row[f] else "no") for f in fields if isinstance(row.get(f), bool)]
     values = [v for f in fields for v in _flat_strings(row.get(f))]
-    return values + _flat_strings(content.get("created") or {})
+    return values + words + _flat_strings(content.get("created") or {})
 
 
 def unstated_outcome(row: Mapping[str, Any]) -> str | None:
@@ -355,7 +358,7 @@ def unstated_outcome(row: Mapping[str, Any]) -> str | None:
         values = _flat_strings(json.loads(str(last["content"]))) if last is not None else []
         values = [v for v in values if len(v) > 2]
         return None if not values or any(v in final for v in values) else "the final message states no result"
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain = parts[0]

@@ -27,7 +27,7 @@ from typing import Any
 
 from envgen.noise.instruction import LEXICON, leaves, mentions, surfaces
 from envgen.noise.tools import CONTINUATION_ARGS, DATE_FORMATS, parse_content
-from envgen.taskgen import render_value
+from envgen.tools import render_value
 
 Message = dict[str, Any]
 RETRYABLE = frozenset({"timeout", "server_error", "infrastructure"})

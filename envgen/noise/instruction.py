@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envgen.noise.records import Transform
+from envgen.wording import FUNCTION_WORDS, SENTENCE_END
 
 LEXICON: dict[str, tuple[str, ...]] = {
     # canonical term -> synonyms a user may use instead. Shared with the robust reference agent, standing in for
@@ -94,12 +95,18 @@ _PARAPHRASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"\bPlease\b", ("Kindly", "Could you please")),
     (r"\bplease\b", ("kindly",)),
     (r"\bCan you\b", ("Could you", "Would you")),
-    (r"\bmy\b", ("my own",)),
     (r"\bas well\b", ("too",)),
     (r"\bthen\b", ("after that",)),
 )
-_OPENERS = ("Hi there. ", "Hello! ", "Good day. ")
+_OPENERS = ("Hi there.", "Hello!", "Good day.")
 _CLOSERS = (" Thanks a lot.", " Thank you!", " Appreciate the help.")
+GREETING = re.compile(r"^(hi|hello|hey|good (morning|afternoon|day|evening))\b", re.IGNORECASE)
+_THANKS = re.compile(r"^(thanks|thank you|appreciate|cheers)\b", re.IGNORECASE)
+_DETERMINERS = frozenset({"a", "an", "the", "this", "that", "these", "those", "my", "your", "our", "their", "his",
+                          "her", "its"})
+_PREPOSITIONS = frozenset({"to", "for", "at", "on", "with", "from", "by", "into", "onto", "under", "of"})
+_VAGUE = frozenset({"one", "account", "file", "usual"})  # the words of a vague phrase that name nothing
+_STATEMENT = re.compile(r"^(?:My|The) (?P<label>[^.!?]+?) (?:I mean )?is (?P<value>.+?)[.!]?$")
 
 
 @dataclass(frozen=True)
@@ -194,22 +201,142 @@ def find_details(
     return sorted(details.values(), key=lambda d: (d.step, d.arg))
 
 
-def _replace(text: str, surface: str, replacement: str) -> str:
-    return _word_re(surface).sub(lambda _: replacement, text)
-
-
 def _tidy(text: str) -> str:
     text = re.sub(r"\s+([.,;:!?])", r"\1", text)
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
-def _drop_sentence(text: str, surface: str, others: Sequence[str]) -> str:
-    """``text`` without the detail: its sentence when that is a short statement of it alone ("My email is x."),
-    else just the value (a sentence that also states ``others`` stays)."""
-    sentences = re.split(r"(?<=[.!?])\s+", text)
-    kept = [s for s in sentences if not (mentions(s, surface) and len(s.split()) <= 12
-                                         and not any(mentions(s, o) for o in others))]
-    return _tidy(" ".join(kept) if len(kept) < len(sentences) else _replace(text, surface, ""))
+def _sentences(text: str) -> list[str]:
+    return [x for x in SENTENCE_END.split(text) if x]
+
+
+def greetings(text: str) -> int:
+    """How many sentences in a row open the text with a greeting ("Hello! Hi there." opens with two)."""
+    count = 0
+    for sentence in _sentences(text):
+        if not GREETING.match(sentence):
+            break
+        count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a detail sits in the text, and the span a rewrite replaces: ``statement`` is the value of a sentence
+    stating it alone ("My email is x."; the span is the value, ``sentence`` the whole sentence), ``noun`` the value
+    after the words naming it ("dish D12": the span covers both, ``noun`` is those words), ``phrase`` the value in a
+    noun-phrase position after a verb or preposition ("change the meal to kosher")."""
+
+    kind: str
+    start: int
+    end: int
+    noun: str
+    sentence: tuple[int, int] = (0, 0)
+
+
+def _words_before(text: str, end: int, n: int) -> list[str]:
+    return re.findall(r"[\w'-]+", text[:end])[-n:] if n else []
+
+
+def _nouns(words: str) -> list[list[str]]:
+    """The words naming a detail, and without a trailing name/number/code ("dish name" is also "dish")."""
+    names = words.split()
+    bare = names[:-1] if len(names) > 1 and names[-1] in ("name", "number", "code", "id") else None
+    return [names, bare] if bare else [names]
+
+
+def place(text: str, detail: Detail) -> Place | None:
+    """The one place ``detail`` is stated and what kind of slot it fills; None when it is stated more than once
+    or inside a noun phrase ("a basic_economy seat"), where no rewrite of it alone stays grammatical."""
+    found = list(_word_re(detail.surface).finditer(text))
+    if len(found) != 1:
+        return None
+    start, end = found[0].span()
+    offset = 0
+    for sentence in _sentences(text):
+        at = text.index(sentence, offset)
+        offset = at + len(sentence)
+        if at <= start < offset:
+            stated = _STATEMENT.match(sentence)
+            if stated and stated["value"] == detail.surface:
+                return Place("statement", start, end, stated["label"], (at, offset))
+            break
+    after = re.match(r"\s*([\w'-]+)", text[end:])
+    if after and after.group(1).lower() not in FUNCTION_WORDS:
+        return None  # the value modifies what follows ("a basic_economy seat")
+    for names in _nouns(detail.words):
+        for n in range(len(names), 0, -1):
+            if [w.lower() for w in _words_before(text, start, n)] == names[-n:]:
+                head = re.search(rf"(?:\b(?:{'|'.join(_DETERMINERS)})\s+)?[\w'-]+(?:\s+[\w'-]+){{{n - 1}}}\s*$",
+                                 text[:start], re.IGNORECASE)
+                return Place("noun", head.start(), end, " ".join(names[-n:]))
+    before = _words_before(text, start, 1)
+    if not before or before[0].lower() in _DETERMINERS:
+        return None
+    return Place("phrase", start, end, detail.words)
+
+
+def insertion_problem(text: str, phrase: str, nouns: set[str] = frozenset()) -> str | None:
+    """What is ungrammatical around an inserted ``phrase``: a determiner before it ("a the cabin on my account"),
+    the noun it names just before it ("add dish the dish on my account"), a word of the noun phrase it interrupts
+    after it ("... on my account seat"), or a sentence saying the thing is itself ("My invoice is the invoice on
+    my account"). ``nouns`` are more words naming the detail (its argument's words)."""
+    own = {w for w in re.findall(r"[a-z']+", phrase.lower()) if w not in FUNCTION_WORDS} | nouns
+    for m in re.finditer(re.escape(phrase), text):
+        before = _words_before(text, m.start(), 1)
+        word = before[0].lower() if before else ""
+        if word in _DETERMINERS:
+            return f"a determiner before the inserted phrase: {word!r} {phrase!r}"
+        if word in own:
+            return f"the noun repeats around the inserted phrase: {word!r} {phrase!r}"
+        after = re.match(r"\s*([A-Za-z][\w'-]*)", text[m.end():])
+        if after and after.group(1).lower() not in FUNCTION_WORDS:
+            return f"the inserted phrase runs into {after.group(1)!r}"
+        sentence = next((x for x in _sentences(text) if phrase in x), "")
+        stated = _STATEMENT.match(sentence)
+        named = {w for w in re.findall(r"[a-z']+", phrase.lower()) if w not in FUNCTION_WORDS} - _VAGUE
+        if stated and set(re.findall(r"[a-z']+", stated["label"].lower())) & named:
+            return f"the sentence says the {stated['label']} is itself: {sentence!r}"
+    return None
+
+
+def wording_problem(description: str, transforms: Sequence[Mapping[str, Any]]) -> str | None:
+    """What a careful reader objects to in a noisy task's text: two greetings, a text that lost its request (only
+    greetings and thanks left), or an ungrammatical insertion of one of its ``transforms`` (records, as stored)."""
+    if all(GREETING.match(x) or _THANKS.match(x) for x in _sentences(description)):
+        return f"the request is gone: {description!r}"
+    if greetings(description) > 1:
+        return f"two greetings: {' '.join(_sentences(description)[:2])!r}"
+    return next(iter(insertion_problems(description, transforms)), None)
+
+
+def insertion_problems(description: str, transforms: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ungrammatical insertions of ``transforms`` (records, as stored) in a noisy task's text, one per
+    transform that inserted a vague phrase."""
+    out = []
+    for t in transforms:
+        phrase = (t.get("changed") or {}).get("replaced_with")
+        if phrase:
+            nouns = set(re.sub(r"_(id|ids|key)$", "", str(t["changed"].get("argument", ""))).split("_")) - {""}
+            if (problem := insertion_problem(description, phrase, nouns)) is not None:
+                out.append(f"{t['kind']}: {problem}")
+    return out
+
+
+def _rewrite(draft: Draft, where: Place, replacement: str) -> None:
+    text = draft.description
+    draft.description = _tidy(text[:where.start] + replacement + text[where.end:])
+
+
+def _vague(where: Place, statement: str, other: str) -> str:
+    """The vague words for a place: ``statement`` fills a statement's value, ``other`` (with ``{noun}``) a noun
+    or phrase place."""
+    return statement if where.kind == "statement" else other.format(noun=where.noun)
+
+
+def _preposition_before(draft: Draft, where: Place) -> bool:
+    before = _words_before(draft.description, where.start, 1)
+    return bool(before) and before[0].lower() in _PREPOSITIONS
 
 
 def _match_case(source: str, word: str) -> str:
@@ -226,8 +353,10 @@ def paraphrase(draft: Draft, rng: random.Random, intensity: int) -> Transform | 
     candidates = [(p, reps) for p, reps in _PARAPHRASES if re.search(p, text)]
     for pattern, reps in rng.sample(candidates, min(len(candidates), 1 + intensity)):
         text = re.sub(pattern, rng.choice(reps), text, count=1)
-    text = rng.choice(_OPENERS) + text + rng.choice(_CLOSERS)
-    draft.description = _tidy(text)
+    # One greeting: a text that opens with one has it replaced, not doubled.
+    rest = _sentences(text)[greetings(text):]
+    opener = rng.choice([o for o in _OPENERS if not text.startswith(o)])
+    draft.description = _tidy(" ".join([opener, *rest]) + rng.choice(_CLOSERS))
     return Transform(
         family="instruction", kind="paraphrase", changed={"before": before, "after": draft.description},
         recovery="none", hint="Only the wording changed; every stated value is still in the text.", bites=False,
@@ -260,22 +389,27 @@ def terminology(draft: Draft, rng: random.Random, intensity: int) -> Transform |
     )
 
 
-def _remove_detail(draft: Draft, rng: random.Random, pick: Callable[[Detail], bool]) -> Detail | None:
-    pool = [d for d in draft.free_details() if pick(d)]
+def _remove_detail(draft: Draft, rng: random.Random, pick: Callable[[Detail, Place], bool]
+                   ) -> tuple[Detail, Place] | None:
+    """A free detail that ``pick`` accepts in the slot it fills (a detail with no rewritable place is never
+    picked), marked consumed."""
+    pool = [(d, where) for d in draft.free_details() if (where := place(draft.description, d)) is not None
+            and pick(d, where)]
     if not pool:
         return None
-    detail = rng.choice(pool)
+    detail, where = rng.choice(pool)
     draft.consumed.add(detail.surface)
-    return detail
+    return detail, where
 
 
 def ambiguity(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
-    detail = _remove_detail(draft, rng, lambda d: d.profile_path is not None)
-    if detail is None:
-        return "no stated detail is also held in the user profile"
-    vague = f"the {detail.words} on my account"
+    picked = _remove_detail(draft, rng, lambda d, _: d.profile_path is not None)
+    if picked is None:
+        return "no stated detail held in the user profile sits where a vague phrase can replace it"
+    detail, where = picked
+    vague = _vague(where, "the one on my account", "the {noun} on my account")
     before = draft.description
-    draft.description = _tidy(_replace(before, detail.surface, vague))
+    _rewrite(draft, where, vague)
     return Transform(
         family="instruction", kind="ambiguity",
         changed={"removed": detail.surface, "replaced_with": vague, "argument": detail.arg,
@@ -286,12 +420,18 @@ def ambiguity(draft: Draft, rng: random.Random, intensity: int) -> Transform | s
 
 
 def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
-    detail = _remove_detail(draft, rng, lambda d: True)
-    if detail is None:
-        return "no stated detail left to omit"
+    picked = _remove_detail(draft, rng, lambda d, where: where.kind != "phrase" or _preposition_before(draft, where))
+    if picked is None:
+        return "no stated detail can be left out with the sentence still whole"
+    detail, where = picked
     before = draft.description
-    others = [d.surface for d in draft.details if d.surface != detail.surface]
-    draft.description = _drop_sentence(before, detail.surface, others)
+    if where.kind == "statement":  # the sentence stated the detail alone: it goes
+        _rewrite(draft, Place(where.kind, *where.sentence, where.noun), "")
+    elif where.kind == "noun":  # "to flight FL1" -> "to a flight"
+        _rewrite(draft, where, f"{'an' if where.noun[:1] in 'aeiou' else 'a'} {where.noun}")
+    else:  # "set my limit to 1615.29." -> "set my limit."
+        head = re.search(r"[\w'-]+\s*$", before[:where.start])
+        _rewrite(draft, Place(where.kind, head.start(), where.end, where.noun), "")
     path = detail.profile_path
     if path is None:
         # Keep the omitted detail where the user simulator answers from it (the solvability constraint); the
@@ -311,13 +451,16 @@ def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Tran
 def implicit_assumption(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
     """The user takes a detail for granted ("my usual ..."). Recovered by looking it up when an earlier golden
     call returns it, else by asking the user to confirm it (it is in their profile)."""
-    detail = _remove_detail(draft, rng, lambda d: d.lookup is not None)
-    detail = detail or _remove_detail(draft, rng, lambda d: d.profile_path is not None)
-    if detail is None:
-        return "no stated detail is returned by an earlier golden call or held in the user profile"
-    implied = f"my usual {detail.words}" if detail.lookup is None else f"the {detail.words} you have on file"
+    picked = _remove_detail(draft, rng, lambda d, _: d.lookup is not None)
+    picked = picked or _remove_detail(draft, rng, lambda d, _: d.profile_path is not None)
+    if picked is None:
+        return ("no stated detail returned by an earlier golden call or held in the user profile sits where an "
+                "assumed phrase can replace it")
+    detail, where = picked
+    implied = (_vague(where, "the usual one", "my usual {noun}") if detail.lookup is None
+               else _vague(where, "the one you have on file", "the {noun} you have on file"))
     before = draft.description
-    draft.description = _tidy(_replace(before, detail.surface, implied))
+    _rewrite(draft, where, implied)
     changed = {"removed": detail.surface, "replaced_with": implied, "argument": detail.arg,
                "before": before, "after": draft.description}
     if detail.lookup is not None:

@@ -167,7 +167,7 @@ def vocabulary(node: Any) -> set[str]:
 
 
 _RESERVED = set(keyword.kwlist) | {"target"}  # what a spec identifier may not be
-_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "row", "customer"}
+_IDENT_KEYS = {"name", "key", "plural", "field", "to", "target", "ref", "entity", "param", "per", "row", "customer"}
 
 
 def _walk(node: Any, r: Renamer, key: str | None = None, enum_values: set[str] | None = None) -> Any:

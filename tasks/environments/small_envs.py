@@ -1,11 +1,15 @@
-"""Stage `small_envs`: each verified environment as a small environment (its task's tools plus a few distractors,
-compact schemas; ``envgen/small.py``) whose whole golden trajectory fits a short context, measured with the tokenizer.
+"""Stage `small_envs`: a customer task on each verified environment, the environment cut to that task's tools
+plus a few distractors with compact schemas (``envgen/small.py``), and the task's trajectory played by the reference
+agent of the mid-training routes (``tasks.midtrain.synth``), kept when it fits a short context, measured with the
+tokenizer.
 
 The tiny model has 4,096 positions and a full environment prompt is about 13K tokens, so the tiny profile's agent
-loops (SFT data, RL, evaluation) use these rows. Each kept task's golden trajectory, replayed in the small
-environment (reward 1 by execution), is published as a ``trajectory`` with its token count: the measurement that
-decides the fit, and conversations a cold-start SFT can train on. Tasks whose trajectory does not fit go to
-``rejected`` with their length.
+loops (SFT data, RL, evaluation) use these rows. Each environment gets a task for one acting customer (chains
+sampled from its own tools, the four mutated trajectories checked to score 0, as an RL task needs), played as every
+trajectory route plays: the customer identified first, each call explained, the outcome stated from what the writes
+returned. The trajectory re-verifies by execution and holds to the trajectory standard
+(``envgen.trajectory_standard``); conversations a cold-start SFT trains on. An environment without such a task, or
+whose trajectory does not fit, goes to ``rejected`` with the reason (its length, for a misfit).
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from pydantic import Field
 from data_contracts.schemas import ENVIRONMENT, ENVIRONMENT_REJECTED, TASK, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, Params, rng_for, stage
 from envgen.checks import WORLD_CHECKS, golden_fails
-from envgen.runtime import Environment, replay
 from envgen.small import small_environment
+from envgen.taskgen import TaskSettings
+from envgen.trajectory_checks import EXECUTION, verify_execution
+from envgen.trajectory_standard import VARIED_SENTENCES, habit_problem, standard_contract
 
 STAGE = "small_envs"
-VERIFIER = "execution"  # the midtrain verifiers' name: the row replays through the runtime on env_db to reward 1
 
 
 class SmallEnvsParams(Params):
@@ -32,77 +37,80 @@ class SmallEnvsParams(Params):
     tool_schemas: Literal["compact", "full"] = Field(
         "compact", description="compact: names, parameter types or enums, required (no descriptions); full: as built")
     max_tokens: int = Field(
-        3584, gt=0, description="the golden trajectory, chat-templated with its tools, must fit this many tokens "
+        3584, gt=0, description="the trajectory, chat-templated with its tools, must fit this many tokens "
         "(the tiny model has 4,096 positions; the rest is room for an agent's own turns)")
-    seed: int = Field(0, description="distractor choice; environment i uses rng_for(seed, stage, partition, i)")
+    max_chains: int = Field(1, ge=1, le=6, description="most chains (sub-goals) per task (one: the trajectory fits "
+                            "the tiny model's window with room for the agent's own turns)")
+    max_reads: int = Field(2, ge=1, le=8, description="most read tools before each chain's write")
+    task_attempts: int = Field(4, ge=1, le=32, description="tasks sampled per environment before it is rejected")
+    seed: int = Field(0, description="task and distractor choice; environment i uses rng_for(seed, stage, partition, i)")
 
 
-def golden_trajectory(env: dict[str, Any], task: dict[str, Any], tokenizer: Any, max_tokens: int) -> dict[str, Any]:
-    """The task's golden trajectory in ``env`` as a ``trajectory`` row (assistant turns trained, ``verify_input``
-    and ``env_db`` so it re-verifies on its own); raises ValueError when it does not replay to reward 1."""
-    runtime = Environment(env)
-    try:
-        score = replay(runtime, task)
-        tools = runtime.schemas
-    finally:
-        runtime.close()
-    if score.reward != 1.0:
-        raise ValueError(f"golden trajectory scored {score.reward} ({score.components})")
-    messages = [dict(m) for m in score.messages]
-    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
-    return {
-        "id": f"{task['task_id']}#golden", "source": "golden_replay", "env_id": env["env_id"],
-        "task_id": task["task_id"], "seed_id": None, "domain": env["domain"],
-        "messages": json.dumps(messages), "tools": json.dumps(tools),
-        "train": [m["role"] == "assistant" for m in messages], "verified": True, "verifier": VERIFIER,
-        "parent_id": None, "transform": None, "transform_settings": None,
-        "tokens": len(tokenizer.encode(text, add_special_tokens=False)),
-        "verify_input": json.dumps({"env": {k: v for k, v in env.items() if k != "db"}, "task": task,
-                                    "limits": {"max_tokens": max_tokens}}),
-        "env_db": bytes(env["db"]),
-    }
+def played_trajectory(env: dict[str, Any], params: SmallEnvsParams, rng: Any, tokenizer: Any
+                      ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(small environment, its task, the played trajectory row) for a customer task on ``env`` whose trajectory
+    verifies, keeps the standard's habits and fits ``max_tokens``; raises Unusable (from ``tasks.midtrain.synth``)
+    when none of ``task_attempts`` samples does."""
+    from tasks.midtrain.routes import make_row
+    from tasks.midtrain.synth import Episode, Unusable, play, sample_task
+
+    reasons = []
+    for attempt in range(params.task_attempts):
+        try:
+            episode = sample_task(env, rng, params.max_chains, params.max_reads, TaskSettings(), f"s{attempt}",
+                                  mutations=True)
+            small = small_environment({**episode.env, "task_json": json.dumps(episode.task)}, episode.task,
+                                      params.distractors, rng, compact=params.tool_schemas == "compact")
+            played = play(Episode(small, episode.task, episode.calls), rng, distractors=-1)
+        except Unusable as exc:
+            reasons.append(str(exc))
+            continue
+        tools = json.loads(small["tools"])
+        text = tokenizer.apply_chat_template(played.messages, tools=tools, tokenize=False)
+        messages = played.messages
+        verify_input = {"env": {k: v for k, v in small.items() if k != "db"}, "task": episode.task,
+                        "limits": {"max_tokens": params.max_tokens}}
+        row = make_row(id=f"{episode.task['task_id']}#played", source="small_envs", messages=messages, tools=tools,
+                       verifier=EXECUTION, verify_input=verify_input,
+                       tokens=len(tokenizer.encode(text, add_special_tokens=False)), domain=env["domain"],
+                       env_id=small["env_id"], task_id=episode.task["task_id"], env_db=bytes(small["db"]))
+        problem = verify_execution(messages, verify_input, bytes(small["db"])) or habit_problem(row)
+        if problem is None and row["tokens"] > params.max_tokens:
+            problem = f"trajectory of {row['tokens']} tokens exceeds max_tokens={params.max_tokens}"
+        if problem is None:
+            return small, episode.task, row
+        reasons.append(problem)
+    raise Unusable(f"no task of {params.task_attempts} verifies and fits: {reasons[-1]}")
 
 
-def _train_flags_off_assistant(frame: pl.DataFrame) -> list[bool]:
-    """Rows whose train flags do not line up with their messages or mark a non-assistant message."""
-    bad = []
-    for messages, flags in zip(frame["messages"], frame["train"], strict=True):
-        roles = [m["role"] for m in json.loads(messages)]
-        bad.append(len(roles) != len(flags) or any(f and r != "assistant" for r, f in zip(roles, flags, strict=True)))
-    return bad
-
-
-TRAIN_FLAGS = Check("train_flags_on_assistant_turns", _train_flags_off_assistant,
-                    description="one train flag per message, true only on assistant messages")
-
-
-# 2: tool results are rendered compactly (envgen.runtime.render_result)
-@stage(name=STAGE, version="2", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
+# 3: a customer task per environment, played by the reference agent of the mid-training routes, held to the
+# trajectory standard
+# 4: a purpose names no fee
+@stage(name=STAGE, version="4", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
        outputs={
            "environments": ENVIRONMENT.contract(checks=(
                Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),
                *WORLD_CHECKS)),
            "tasks": TASK.contract(),
-           "trajectories": TRAJECTORY.contract(checks=(TRAIN_FLAGS,)),
+           "trajectories": standard_contract([STAGE], checks=(VARIED_SENTENCES,)),
            REJECTED: ENVIRONMENT_REJECTED.contract(),
        })
 def small_envs(inputs: Mapping[str, Artifact], params: SmallEnvsParams, partition: str) -> dict[str, pl.DataFrame]:
-    """Small environments (task tools plus distractors, compact schemas) whose golden trajectory fits max_tokens."""
+    """Small environments (task tools plus distractors, compact schemas) with a customer task whose played
+    trajectory fits max_tokens."""
     from inference.tokenizer import tokenizer_from_row
+    from tasks.midtrain.synth import Unusable
 
     tokenizer = tokenizer_from_row(inputs["tokenizer"].read("tokenizer").row(0, named=True))
-    tasks = {row["env_id"]: row for row in inputs["environments"].read("tasks").iter_rows(named=True)}
     envs, kept_tasks, trajectories, rejected = [], [], [], []
     environments = inputs["environments"].read("environments").sort("env_id")
     for i, env in enumerate(environments.iter_rows(named=True)):
-        task = tasks[env["env_id"]]
-        small = small_environment(env, task, params.distractors, rng_for(params.seed, STAGE, partition, i),
-                                  compact=params.tool_schemas == "compact")
-        trajectory = golden_trajectory(small, task, tokenizer, params.max_tokens)
-        if trajectory["tokens"] > params.max_tokens:
-            rejected.append({"env_id": env["env_id"], "domain": env["domain"], "stage_step": "fit",
-                             "reason": f"golden trajectory of {trajectory['tokens']} tokens exceeds "
-                                       f"max_tokens={params.max_tokens}"})
+        try:
+            small, task, trajectory = played_trajectory(env, params, rng_for(params.seed, STAGE, partition, i),
+                                                        tokenizer)
+        except Unusable as exc:
+            rejected.append({"env_id": env["env_id"], "domain": env["domain"],
+                             "stage_step": "fit" if "exceeds max_tokens" in str(exc) else "task", "reason": str(exc)})
             continue
         envs.append(small)
         kept_tasks.append(task)

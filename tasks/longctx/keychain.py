@@ -481,9 +481,10 @@ def select_items(kept: pl.DataFrame, params: KeyChainParams) -> pl.DataFrame:
             if len(chosen) < n and answered[answer] < answer_cap(n):
                 chosen.append((row, answer))
                 answered[answer] += 1
+        taken = {row for row, _ in chosen}
         rows += [row for row, _ in chosen]
         kinds += [kind] * len(chosen)
-        waiting = [item for item in waiting if item not in chosen]
+        waiting = [item for item in waiting if item[0] not in taken]
     return ordered[rows].with_columns(pl.Series("kind", kinds, dtype=pl.String))
 
 

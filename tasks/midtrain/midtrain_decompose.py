@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -20,9 +21,9 @@ from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
 from envgen.runtime import domain_for, json_field
 from envgen.seeding import engine_from_bytes
-from envgen.taskgen import render_value
-from envgen.tools import Executor, call_tool
+from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import needless_reads, value_texts
+from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.synth import Episode, Unusable, call_results, said_before
 
@@ -129,7 +130,7 @@ def decompose(ep: Episode, rng: random.Random, max_hidden: int) -> tuple[Episode
     if not hidden:
         raise Unusable("decompose: no value the user gives can be looked up in the environment instead")
     actions = json.dumps(calls)
-    return Episode(ep.env, {**task, "golden_actions": actions}, calls), hidden
+    return replace(ep, task={**task, "golden_actions": actions}, calls=calls), hidden
 
 
 def _hiding(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], calls: list[dict[str, Any]],
@@ -175,8 +176,10 @@ class DecomposeParams(EpisodeParams):
 
 # 4: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
-@stage(name=STAGE, version="4", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
-       outputs={"trajectories": trajectory_contract([TRANSFORM]), REJECTED: ITEM_REJECTED.contract()})
+# 5: the trajectory standard; finals rendered from what the writes did; the user's and agent's words varied
+# 6: a refusal row stays a refusal
+@stage(name=STAGE, version="6", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
+       outputs={"trajectories": trajectory_contract([TRANSFORM], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,
                        partition: str) -> dict[str, pl.DataFrame]:
     """Tool decomposition of every verified environment trajectory: hidden values looked up with another tool."""

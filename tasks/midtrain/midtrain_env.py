@@ -5,8 +5,9 @@ For item i an environment of the `environments` artifact (domains taken in turn)
 its own dependency graph (1..max_chains chains of 1..max_reads reads), grounded on a copy of its database, with the
 request and profile reverse-synthesized so every argument is derivable; the reference agent plays it through the
 runtime with the profile-grounded user, reasoning before each call. ``variants_per_task`` conversations are played
-per task: the first as synthesized, the others with another choice of what the user states up front (the rest is
-asked for) and, with ``retry_prob``, a mistyped first call that fails and is recovered (a masked turn). With
+per task (one by default: more base tasks at a given count), each with its own choice of what the user states up
+front (the rest is asked for) and, with ``retry_prob``, a mistyped first call that fails and is recovered (a masked
+turn). With
 ``refusal_share`` a task also gets a refusal: its customer asks to change another customer's record, and the agent
 identifies them, checks the record and refuses. A teacher may write the texts; every kept conversation re-verifies
 by execution.
@@ -29,6 +30,7 @@ from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
+from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.routes import (
     EVAL_ENV_PREFIX,
     EpisodeParams,
@@ -52,8 +54,11 @@ STAGE = "midtrain_env"
 
 class MidtrainEnvParams(EpisodeParams, TaskSettings):
     n_tasks: int = Field(64, ge=0, description="tasks synthesized (each played variants_per_task times)")
-    variants_per_task: int = Field(2, ge=1, le=16, description="conversations played per task: the first as "
-                                   "synthesized, the others with another request and an optional failed try")
+    variants_per_task: int = Field(1, ge=1, le=16, description="conversations played per task, each with its own "
+                                   "choice of what the user states up front and an optional failed try (more base "
+                                   "tasks teach more than more variants of one)")
+    task_attempts: int = Field(4, ge=1, le=32, description="samples per task (on the next environment each time) "
+                               "before it is rejected")
     max_chains: int = Field(2, ge=1, le=6, description="most chains (sub-goals) per task")
     max_reads: int = Field(3, ge=1, le=8, description="most read tools before each chain's write (its depth)")
     stated_share: float = Field(0.5, ge=0.0, le=1.0, description="in a variant, the chance each fact the user may "
@@ -106,26 +111,30 @@ def _unrunnable(env: dict[str, Any]) -> str | None:
 
 
 def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> tuple[list, list[dict[str, str]]]:
-    """The episodes to play: (id, episode, row fields) per variant, and the tasks that could not be synthesized."""
+    """The episodes to play: (id, episode, row fields) per conversation, and the tasks that could not be
+    synthesized. Task i is sampled on environment i (then the next ones) up to ``task_attempts`` times, so a task
+    that cannot be synthesized on one environment costs no base task; each of its conversations draws what the user
+    states up front and, with ``retry_prob``, a failed try."""
     items, rejected = [], []
     for i in range(params.n_tasks if envs else 0):
-        env = envs[i % len(envs)]
         rng = rng_for(params.seed, STAGE, partition, i)
         task_id = f"{STAGE}:{partition}:{i:06d}"
-        try:
-            episode = sample_task(env, rng, params.max_chains, params.max_reads, params, f"m{i}",
-                                  params.check_mutations)
-        except Unusable as exc:
-            rejected.append({"id": task_id, "reason": f"not_verified: {exc}"})
+        reasons = []
+        for attempt in range(params.task_attempts):
+            try:
+                episode = sample_task(envs[(i + attempt) % len(envs)], rng, params.max_chains, params.max_reads,
+                                      params, f"m{i}", params.check_mutations)
+                break
+            except Unusable as exc:
+                reasons.append(str(exc))
+        else:
+            rejected.append({"id": task_id, "reason": f"not_verified: {reasons[-1]}"})
             continue
         retries = retry_candidates(domain_for(episode.env), episode.calls)
         for v in range(params.variants_per_task):
-            if v == 0:
-                variant = episode
-            else:
-                retry = frozenset(rng.sample(retries, 1)) if retries and rng.random() < params.retry_prob else frozenset()
-                variant = Episode(episode.env, restate(episode.task, rng, params.stated_share), episode.calls,
-                                  retries=retry)
+            retry = frozenset(rng.sample(retries, 1)) if retries and rng.random() < params.retry_prob else frozenset()
+            variant = Episode(episode.env, restate(episode.task, rng, params.stated_share), episode.calls,
+                              retries=retry)
             settings = {"variant": v, "calls": len(episode.calls), "retries": sorted(variant.retries)}
             items.append((f"{task_id}/{v}", variant, {"rng": rng, "transform_settings": settings}))
         if rng.random() < params.refusal_share:
@@ -141,8 +150,10 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
 
 # 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
-@stage(name=STAGE, version="2", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
-       outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
+# 3: the trajectory standard; finals rendered from what the writes did; the user's and agent's words varied
+# 4: a purpose names no fee (a refusal states only amounts the database holds)
+@stage(name=STAGE, version="4", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
+       outputs={"trajectories": trajectory_contract([STAGE], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:
     """Verified environment-grounded trajectories: sampled chains, reverse-synthesized requests, played and kept
     only when the final database state passes the rubric."""

@@ -38,7 +38,9 @@ from envgen.compiler import CompiledDomain, ToolParam, compiled_domains
 from envgen.construct import sample_chain
 from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.runtime import render_result
+from envgen.tools import render_value
 from envgen.trajectory_checks import SCHEMA, verify_schema
+from envgen.trajectory_standard import VARIED_SENTENCES, habit_problem
 from tasks.midtrain.routes import (
     TrajectoryParams,
     make_row,
@@ -48,6 +50,7 @@ from tasks.midtrain.routes import (
     trajectory_contract,
 )
 from tasks.midtrain.synth import identifying_tool
+from tasks.midtrain.words import CHANGED, CREATED, fact_sentence, fill, shown
 from tasks.tokenizer import keyword_or_dir
 
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
@@ -102,6 +105,46 @@ def steps_with_a_reason(domain: CompiledDomain, chain: list[str], keep_first: bo
         if not idle:
             return chain
         chain.pop(idle[0] - 1)
+
+
+READ_KINDS = ("get", "lookup", "find", "list_by", "parent_of")
+
+
+def _user_param(domain: CompiledDomain, p: ToolParam, read: bool) -> bool:
+    """Whether a person can give ``p``: a value (an email, a date, an amount, a choice), never a key, nor a field
+    only staff know; a read's argument must single out the person's own record (an email, a code they hold), not
+    search everyone's (a status)."""
+    if p.sem is None:
+        return not read
+    if "." not in p.sem:
+        return False  # a key: found with the tools
+    entity, field = p.sem.split(".", 1)
+    spec = domain.spec.entity(entity).field(field)
+    return spec is not None and not spec.internal and (spec.unique or not read)
+
+
+def found_with_tools(domain: CompiledDomain, chain: list[str]) -> list[str] | None:
+    """``chain`` with a read inserted before each step whose key parameter no earlier step returns (the reservation
+    id comes from listing the identified user's reservations, never from the user); None when some key cannot be
+    found from what earlier steps return and what a person can give."""
+    out: list[str] = []
+    for name in chain:
+        for p in domain.tools[name].params:
+            if not p.required or p.sem is None or "." in p.sem or any(p.sem in domain.tools[t].outputs for t in out):
+                continue
+            supplied = {s for t in out for s in domain.tools[t].outputs}
+            finder = next((t for t in sorted(domain.tools) if t not in out and t != name
+                           and domain.tools[t].kind in READ_KINDS and p.sem in domain.tools[t].outputs
+                           and all(q.sem in supplied or _user_param(domain, q, read=True)
+                                   for q in domain.tools[t].params if q.required)), None)
+            if finder is None:
+                return None
+            out.append(finder)
+        out.append(name)
+    if any(not _user_param(domain, p, not domain.tools[name].is_write) for k, name in enumerate(out, start=1)
+           for p in domain.tools[name].params if p.required and _supplier(domain, out, k, p.sem) is None):
+        return None
+    return out
 
 
 def render_howto(domain: CompiledDomain, chain: list[str], goal: str) -> str:
@@ -235,12 +278,188 @@ def _value(schema: dict[str, Any], name: str, rng: random.Random) -> Any:
     return f"{name[:3].upper()}{rng.randrange(10**5, 10**6)}"
 
 
-def trajectory(howto: HowTo, rng: random.Random) -> list[dict[str, Any]]:
+_VERB = re.compile(r"^(get|lookup|find|list|search|read|fetch|show|check|count)_")
+
+
+def noun(tool: str) -> str:
+    """The record a tool's name is about: 'lookup_user_by_email' -> 'user', 'list_passengers_by_x' -> 'passenger'."""
+    name = _VERB.sub("", tool).split("_by_")[0].split("_for_")[0]
+    return name[:-1] if name.endswith("s") and not name.endswith("ss") else name
+
+
+_KEY = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
+
+
+class Records:
+    """The simulated results of one procedure's calls, consistent along it: a record read before comes back the
+    same, a write changes only what it sets (and says so), and a customer's records point at the customer a lookup
+    identified. With a domain, records are its entities' rows with every field drawn as seeding draws it, and a
+    write applies its action's set and adjust effects; without one (a text's own tools), a record is its id, the
+    call's arguments, the fields later steps take and a status, and the last step completes it."""
+
+    def __init__(self, domain: CompiledDomain | None, rng: random.Random) -> None:
+        self.domain, self.rng = domain, rng
+        self.rows: dict[tuple[str, Any], dict[str, Any]] = {}
+        self.customer: str | None = None
+        self.given: dict[str, Any] = {}  # what the user states: a record holding one of these holds the same value
+
+    def call(self, howto: HowTo, k: int, args: dict[str, Any], wanted: set[str]) -> tuple[dict[str, Any], list[str]]:
+        """(the result of step ``k`` called with ``args``, the fields it changed); the result holds ``wanted``."""
+        if self.domain is None:
+            return self._text_call(howto, k, args, wanted)
+        tool = self.domain.tools[howto.steps[k].tool]
+        entity = self.domain.spec.entity(tool.entity)
+        given = {p: v for p, v in args.items() if p in entity.column_names}
+        row = self._row(entity.name, {entity.key: args[entity.key]} if tool.is_write else given)
+        row.update({p: self.given[p] for p in wanted if p in self.given and p in row})
+        customer = self.domain.spec.customer_entity
+        if customer is not None and entity.name == customer.name:
+            self.customer = row[entity.key]
+        if not tool.is_write:
+            return ({"results": [row], "truncated": False} if tool.kind == "list_by" else row), []
+        action = self.domain.spec.action(tool.action)
+        changed = self._apply(action, row, args)
+        result = {"ok": True, entity.name: row}
+        if created := self._created(action, row, args):
+            result["created"] = created
+        return result, changed
+
+    def user_value(self, howto: HowTo, k: int, param: str, schema: dict[str, Any]) -> Any:
+        """A value the user gives for ``param`` of step ``k``: drawn as seeding draws its field (a phone number,
+        a date), else from its schema."""
+        from envgen.construct import seeded_faker
+        from envgen.seeding import field_value
+
+        tool = self.domain.tools.get(howto.steps[k].tool) if self.domain is not None else None
+        sem = next((p.sem for p in tool.params if p.name == param), None) if tool is not None else None
+        if sem is not None and "." in sem:
+            entity, name = sem.split(".", 1)
+            field = self.domain.spec.entity(entity).field(name)
+            if field is not None:
+                return field_value(field, self.domain.spec, seeded_faker(self.domain.spec.locale, self.rng), self.rng)
+        return _value(schema, param, self.rng)
+
+    def take(self, record: dict[str, Any], param: str) -> Any:
+        """The value of ``param`` a later step takes from ``record``: its column of that name, else (a domain's
+        row) the relation column pointing at the entity ``param`` keys (``branch_id`` from ``pickup_branch_id``)."""
+        if param in record or self.domain is None:
+            return record.get(param)
+        for entity in self.domain.spec.entities:
+            if entity.key == param:
+                return next((record[r.field] for e in self.domain.spec.entities for r in e.relations
+                             if r.to == entity.name and r.field in record), None)
+        return None
+
+    def _row(self, entity: str, given: dict[str, Any]) -> dict[str, Any]:
+        """The row of ``entity`` matching ``given`` seen before, else a new one holding ``given``."""
+        from envgen.construct import seeded_faker
+        from envgen.seeding import field_value
+
+        for (name, _), row in self.rows.items():
+            if name == entity and given and all(row.get(p) == v for p, v in given.items()):
+                return row
+        spec = self.domain.spec
+        ent = spec.entity(entity)
+        customer = spec.customer_entity
+        fake = seeded_faker(spec.locale, self.rng)
+        row = {ent.key: ent.id_prefix + "".join(self.rng.choices(_KEY, k=6))}
+        for r in ent.relations:
+            mine = customer is not None and r.to == customer.name and self.customer is not None
+            row[r.field] = self.customer if mine else spec.entity(r.to).id_prefix + "".join(self.rng.choices(_KEY, k=6))
+        row |= {f.name: field_value(f, spec, fake, self.rng) for f in ent.fields} | given
+        self.rows[(entity, row[ent.key])] = row
+        return row
+
+    def _apply(self, action: Any, row: dict[str, Any], args: dict[str, Any]) -> list[str]:
+        from envgen.tools import fmt_time
+
+        changed = []
+        for effect in action.effects:
+            if effect.kind == "create" or effect.row != "target" or effect.field not in row:
+                continue
+            to = effect.to
+            value = to.value if to.value is not None else args.get(to.param) if to.param else None
+            if to.now:
+                kind = self.domain.spec.entity(action.target).field(effect.field)
+                value = fmt_time(self.domain.spec.now, kind.type if kind is not None else "datetime")
+            if value is None:
+                continue
+            if effect.kind == "adjust" and isinstance(row[effect.field], int | float):
+                value = round(row[effect.field] + effect.scale * value, 2)
+            row[effect.field] = value
+            changed.append(effect.field)
+        return list(dict.fromkeys(changed))
+
+    def _created(self, action: Any, target: dict[str, Any], args: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The records a write's create effects add: their set values, the rest drawn as seeding draws them."""
+        from envgen.tools import fmt_time
+
+        out = {}
+        for effect in action.effects:
+            if effect.kind != "create":
+                continue
+            row = self._row(effect.entity, {})
+            for column, to in effect.values.items():
+                if to.param is not None:
+                    row[column] = args.get(to.param)
+                elif to.ref is not None and to.ref.startswith("target."):
+                    row[column] = target.get(to.ref.split(".", 1)[1])
+                elif to.now:
+                    row[column] = fmt_time(self.domain.spec.now, "datetime")
+                elif to.value is not None:
+                    row[column] = to.value
+            out[effect.entity] = row
+        return out
+
+    def _text_call(self, howto: HowTo, k: int, args: dict[str, Any],
+                   wanted: set[str]) -> tuple[dict[str, Any], list[str]]:
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in howto.tools}
+        last = k == len(howto.steps) - 1
+        ids = [p for p in args if p.endswith("_id")]
+        # the last step acts on the record its first id names (a reservation), a read returns its own noun's
+        key = ids[0] if last and ids else f"{noun(howto.steps[k].tool)}_id"
+        name = key.removesuffix("_id")
+        match = {key: args[key]} if last and ids else args
+        row = next((r for (n, _), r in self.rows.items() if n == name and all(r.get(p) == v for p, v in match.items())),
+                   None)
+        if row is None:
+            row = {key: args.get(key, _value({"type": "string"}, key, self.rng)), **args,
+                   "status": self.rng.choice(("active", "confirmed", "open", "pending"))}
+            self.rows[(name, row[key])] = row
+        later = {p: schemas[s.tool]["properties"][p] for s in howto.steps[k + 1:] for p in s.sources if p in wanted}
+        row.update({p: self.given.get(p, _value(schema, p, self.rng)) for p, schema in later.items() if p not in row})
+        if not last:
+            return row, []
+        row.update({p: v for p, v in args.items() if p != key})
+        row["status"] = "completed"  # the procedure's last step does its goal
+        return {"ok": True, name: row}, ["status"]
+
+
+STEP = ("Step {n}: {tool}, with {args}.", "Now {tool}, with {args}.", "I call {tool} with {args}.",
+        "Next, {tool} needs {args}.", "With {args} in hand, I call {tool}.", "The procedure continues: {tool} on {args}.",
+        "For step {n} I pass {args} to {tool}.", "{tool} comes next; it takes {args}.")
+BARE_STEP = ("Step {n}: {tool}.", "Now {tool}.", "I call {tool} now.")
+WHENCE = {"user": ("from you", "as you gave it", "which you told me", "from your message"),
+          "step": ("from step {k}", "that step {k} returned", "from the {tool} result", "returned by {tool}")}
+DONE = ("Done: I have completed the steps to {goal}.", "I finished the procedure to {goal}.",
+        "That completes the procedure to {goal}.", "The steps to {goal} went through.")
+
+
+def _fields(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's record: the row, a list's one row, a write's ``{"ok": true, entity: row}`` row."""
+    if isinstance(result.get("results"), list):
+        return result["results"][0]
+    inner = [v for v in result.values() if isinstance(v, dict)]
+    return inner[0] if inner else result
+
+
+def trajectory(howto: HowTo, rng: random.Random, domain: CompiledDomain | None = None) -> list[dict[str, Any]]:
     """The multi-turn conversation of a procedure: the user asks for the goal and gives the values only they
-    know; the agent calls each step's tool, taking values from earlier (simulated) results, and closes with what
-    the last step did. A simulated result keeps what its call was given (a record looked up by the id the user
-    stated comes back with that id), so no value changes along the way."""
+    know; the agent calls each step's tool, taking values from earlier results, and closes with what the last
+    step changed. Each result is a record (``Records``: what the call returns, holding the fields later steps
+    take), never an echo of the call's arguments."""
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in howto.tools}
+    records = Records(domain, rng)
     user: dict[str, Any] = {}
     wanted: list[set[str]] = [set() for _ in howto.steps]  # what later steps take from each step's result
     for k, step in enumerate(howto.steps):
@@ -249,35 +468,48 @@ def trajectory(howto: HowTo, rng: random.Random) -> list[dict[str, Any]]:
             if param not in props:
                 raise HowToError(f"step {k + 1}: {step.tool} has no parameter {param}")
             if kind == "user":
-                user.setdefault(param, _value(props[param], param, rng))
+                user.setdefault(param, records.user_value(howto, k, param, props[param]))
             else:
                 wanted[src - 1].add(param)
-    produced: list[dict[str, Any]] = [{} for _ in howto.steps]
-    calls: list[dict[str, Any]] = []
-    for k, step in enumerate(howto.steps):
-        props = schemas[step.tool].get("properties", {})
-        args = {p: (user[p] if kind == "user" else produced[src - 1][p]) for p, (kind, src) in step.sources.items()}
-        for param in sorted(wanted[k]):
-            later = next(schemas[s.tool]["properties"][param] for s in howto.steps[k + 1:] if param in s.sources)
-            produced[k][param] = args.get(param, user.get(param, _value(props.get(param, later), param, rng)))
-        calls.append(args)
-    stated = " ".join(f"My {p.replace('_', ' ')} is {v}." for p, v in user.items())
+    records.given = user
+    stated = " ".join(fact_sentence(p.replace("_", " "), render_value(v), rng) for p, v in user.items())
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You complete tasks with the tools you are given." +
          ("\nPolicies:\n" + "\n".join(f"- {p}" for p in howto.policies) if howto.policies else "")},
         {"role": "user", "content": f"Please help me {howto.goal}. {stated}".strip()},
     ]
-    for k, (step, args) in enumerate(zip(howto.steps, calls, strict=True)):
-        whence = "; ".join(f"{p} from {'you' if kind == 'user' else f'step {src}'}"
-                           for p, (kind, src) in step.sources.items()) or "no arguments"
+    produced: list[dict[str, Any]] = []
+    changed: list[str] = []
+    for k, step in enumerate(howto.steps):
+        args = {p: (user[p] if kind == "user" else records.take(_fields(produced[src - 1]), p))
+                for p, (kind, src) in step.sources.items()}
+        result, changed = records.call(howto, k, args, wanted[k])
+        missing = sorted(p for p in wanted[k] if records.take(_fields(result), p) is None)
+        if missing:
+            raise HowToError(f"step {k + 1}: {step.tool} returns no {', '.join(missing)}, which a later step takes")
+        produced.append(result)
+        given = [f"the {p.replace('_', ' ')} {render_value(args[p])} ("
+                 + fill(rng.choice(WHENCE[kind]), k=str(src), tool=howto.steps[src - 1].tool if src else "") + ")"
+                 for p, (kind, src) in step.sources.items()]
         call = {"id": f"call_{k}", "type": "function", "function": {"name": step.tool, "arguments": json.dumps(args)}}
-        messages.append({"role": "assistant", "content": f"Step {k + 1}: {step.tool} ({whence}).",
-                         "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": call["id"],
-                         "content": render_result({"ok": True, **args, **produced[k]})})
-    last = ", ".join(f"{p.replace('_', ' ')} {v}" for p, v in calls[-1].items())
-    messages.append({"role": "assistant", "content": f"Done: I have completed the steps to {howto.goal}; "
-                     f"{howto.steps[-1].tool} succeeded" + (f" for {last}." if last else ".")})
+        listed = ", ".join(given[:-1]) + (f" and {given[-1]}" if len(given) > 1 else given[-1] if given else "")
+        text = fill(rng.choice(STEP if given else BARE_STEP), n=str(k + 1), tool=step.tool, args=listed)
+        messages.append({"role": "assistant", "content": text, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": render_result(result)})
+    last = _fields(produced[-1])
+    key = next(iter(last))
+    done = fill(rng.choice(DONE), goal=howto.goal)
+    if changed:
+        fields = ", ".join(f"{f.replace('_', ' ')} {shown(last[f])}" for f in changed)
+        done += " " + fill(rng.choice(CHANGED), entity=key.removesuffix("_id").replace("_", " "),
+                           key=render_value(last[key]), fields=fields)
+    for entity, record in (produced[-1].get("created") or {}).items():
+        new_key = next(iter(record))
+        fields = ", ".join(f"{f.replace('_', ' ')} {shown(v)}" for f, v in record.items()
+                           if f != new_key and not f.endswith("_id") and v is not None)
+        done += " " + fill(rng.choice(CREATED), entity=entity.replace("_", " "), key=render_value(record[new_key]),
+                           fields=fields)
+    messages.append({"role": "assistant", "content": done})
     return messages
 
 
@@ -289,6 +521,8 @@ class MidtrainTextParams(TrajectoryParams):
                         "directory of .txt/.md procedural texts")
     texts_per_domain: int = Field(4, ge=0, description="how-to texts rendered per domain (corpus: specs)")
     max_reads: int = Field(3, ge=1, le=8, description="most read steps before the write of a rendered procedure")
+    chain_attempts: int = Field(8, ge=1, le=64, description="chains sampled per rendered text until one starts from "
+                                "what a person knows (every key found with the tools)")
 
     @field_validator("corpus")
     @classmethod
@@ -299,28 +533,35 @@ class MidtrainTextParams(TrajectoryParams):
         return super().local_inputs() + ([] if self.corpus == "specs" else [self.corpus])
 
 
-def spec_texts(inputs: Mapping[str, Artifact], params: MidtrainTextParams, partition: str) -> list[tuple[str, str, str]]:
-    """(id, domain, text) of the rendered how-to corpus."""
+def spec_texts(inputs: Mapping[str, Artifact], params: MidtrainTextParams,
+               partition: str) -> list[tuple[str, str, str, CompiledDomain]]:
+    """(id, domain, text, compiled domain) of the rendered how-to corpus: per text, chains sampled until one
+    starts from what a person knows (``found_with_tools``), up to ``chain_attempts``."""
     domains = compiled_domains(inputs["domain_graphs"].read("domains"))
     out = []
     for name in sorted(set(domains) - set(params.heldout)):
         domain = domains[name]
+        identify = identifying_tool(domain, set(domain.tools))
         for i in range(params.texts_per_domain):
             rng = rng_for(params.seed, STAGE, f"{partition}/{name}", i)
-            chain = sample_chain(domain, rng, set(domain.tools), params.max_reads)
-            identify = identifying_tool(domain, set(domain.tools))
-            if chain and identify is not None and identify.name not in chain:
-                chain = [identify.name, *chain]  # the customer is identified before anything changes
-            if chain:
-                chain = steps_with_a_reason(domain, chain, keep_first=identify is not None)
-                goal = domain.tools[chain[-1]].description.split(". ")[0].rstrip(".").lower()
-                out.append((f"{STAGE}:{name}:{i:05d}", name, render_howto(domain, chain, goal)))
+            for _ in range(params.chain_attempts):
+                chain = sample_chain(domain, rng, set(domain.tools), params.max_reads)
+                if chain and identify is not None and identify.name not in chain:
+                    chain = [identify.name, *chain]  # the customer is identified before anything changes
+                chain = found_with_tools(domain, chain) if chain else None
+                if chain:
+                    chain = steps_with_a_reason(domain, chain, keep_first=identify is not None)
+                    goal = domain.tools[chain[-1]].description.split(". ")[0].rstrip(".").lower()
+                    out.append((f"{STAGE}:{name}:{i:05d}", name, render_howto(domain, chain, goal), domain))
+                    break
     return out
 
 
 # 2: the customer identified first; simulated results keep the values calls were given; the outcome stated
-@stage(name=STAGE, version="2", params=MidtrainTextParams, inputs=("domain_graphs", "tokenizer"),
-       outputs={"trajectories": trajectory_contract([STAGE]), REJECTED: ITEM_REJECTED.contract()})
+# 3: results are records (never an echo); every key found with the tools; the trajectory standard; varied words
+# 4: a write creates its records and the final reports them; flags in words
+@stage(name=STAGE, version="4", params=MidtrainTextParams, inputs=("domain_graphs", "tokenizer"),
+       outputs={"trajectories": trajectory_contract([STAGE], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, partition: str) -> dict[str, pl.DataFrame]:
     """Procedural texts -> tool schemas and call lists -> schema-conformant multi-turn trajectories."""
     if params.corpus == "specs":
@@ -330,11 +571,12 @@ def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, pa
         if not files:
             raise StageError(f"midtrain_text: corpus directory {params.corpus} holds no "
                              f"{'/'.join(TEXT_SUFFIXES)} files")
-        texts = [(f"{STAGE}:{path.stem}", "text", path.read_text(encoding="utf-8", errors="replace")) for path in files]
+        texts = [(f"{STAGE}:{path.stem}", "text", path.read_text(encoding="utf-8", errors="replace"), None)
+                 for path in files]
     count, teacher = token_counter(params, inputs), open_teacher(params)
     rows, rejected = [], []
     try:
-        for i, (item_id, domain, text) in enumerate(texts):
+        for i, (item_id, domain, text, compiled) in enumerate(texts):
             try:
                 try:
                     howto = parse_howto(text)
@@ -342,7 +584,7 @@ def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, pa
                     if teacher.engine is None:
                         raise
                     howto = howto_from_json(teacher.ask(EXTRACTION_PROMPT + text[:12000]))
-                messages = trajectory(howto, rng_for(params.seed, STAGE, partition, i))
+                messages = trajectory(howto, rng_for(params.seed, STAGE, partition, i), compiled)
             except HowToError as exc:
                 rejected.append({"id": item_id, "reason": f"no_procedure: {exc}"})
                 continue
@@ -355,9 +597,14 @@ def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, pa
             if reason:
                 rejected.append({"id": item_id, "reason": reason})
                 continue
-            rows.append(make_row(id=item_id, source=STAGE, messages=messages, tools=howto.tools, verifier=SCHEMA,
-                                 verify_input={"limits": params.limits(), "teacher": teacher.name,
-                                               "goal": howto.goal}, tokens=tokens, domain=domain, seed_id=item_id))
+            row = make_row(id=item_id, source=STAGE, messages=messages, tools=howto.tools, verifier=SCHEMA,
+                           verify_input={"limits": params.limits(), "teacher": teacher.name, "goal": howto.goal},
+                           tokens=tokens, domain=domain, seed_id=item_id)
+            # a procedure that has the user state an internal key (a text's "your order_id") is set aside
+            if (problem := habit_problem(row)) is not None:
+                rejected.append({"id": item_id, "reason": problem})
+                continue
+            rows.append(row)
     finally:
         teacher.close()
     return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected)}

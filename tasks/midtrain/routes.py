@@ -2,11 +2,10 @@
 contract every output of the `trajectory` record obeys, token counting with the project tokenizer, and how a
 trajectory row is put together.
 
-The contract re-checks each row on its own (``envgen.trajectory_checks``): it re-verifies by its verifier (an
-execution replay, schema conformance, or the two-way answer with reasoning completeness), trained turns hold valid
-tool-call JSON matching the offered schemas, masks sit only on assistant turns and cover every message, no row comes
-from an evaluation environment or a held-out domain, tokens are within the window the row was held to, and lineage
-is consistent (a transform has its parent, an original has neither).
+The contract is the trajectory standard every trajectory stage holds to (``envgen.trajectory_standard``: each row
+re-verifies by its verifier, acts for one identified customer, grounds its arguments, reads nothing it knows, states
+a true outcome, ...), plus what only the routes know: no row comes from an evaluation environment or a held-out
+domain, and tokens are within the window the row was held to.
 """
 
 from __future__ import annotations
@@ -19,21 +18,12 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import TRAJECTORY, between, in_set
+from data_contracts.schemas import TRAJECTORY
 from data_contracts.stage import Artifact, Check, Params
-from envgen.checks import contradicting_owners
 from envgen.runtime import json_field
 from envgen.small import DISTRACTORS
-from envgen.trajectory_checks import (
-    VERIFIERS,
-    calls_invalid,
-    needless_read,
-    other_customer_write,
-    turn_mask,
-    unidentified_write,
-    unstated_outcome,
-    verify_row,
-)
+from envgen.trajectory_checks import turn_mask
+from envgen.trajectory_standard import habit_problem, standard_contract
 
 EVAL_ENV_PREFIX = "rct-"
 """Environment ids of Random Complex Tasks (``eval_random_envs``): never trained on."""
@@ -119,73 +109,23 @@ def too_long(tokens: int, params: TrajectoryParams) -> str | None:
 # --- the contract -------------------------------------------------------------------------------------------
 
 
-def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    return list(frame.iter_rows(named=True))
-
-
-def _not_reverified(frame: pl.DataFrame) -> list[bool]:
-    return [verify_row(row) is not None for row in _rows(frame)]
-
-
-def _bad_calls(frame: pl.DataFrame) -> list[bool]:
-    return [calls_invalid(json_field(r["messages"]), json_field(r["tools"]), r["train"]) is not None
-            for r in _rows(frame)]
-
-
-def _bad_mask(frame: pl.DataFrame) -> list[bool]:
-    bad = []
-    for r in _rows(frame):
-        roles = [m.get("role") for m in json_field(r["messages"])]
-        flags = list(r["train"] or [])
-        bad.append(len(flags) != len(roles) or any(f and role != "assistant" for f, role in zip(flags, roles))
-                   or not any(flags))
-    return bad
-
-
 def _not_allowed(frame: pl.DataFrame) -> list[bool]:
     bad = []
-    for r in _rows(frame):
+    for r in frame.iter_rows(named=True):
         limits = (json_field(r["verify_input"]) or {}).get("limits") or {}
         bad.append(str(r["env_id"] or "").startswith(EVAL_ENV_PREFIX) or not limits
                    or r["domain"] in limits.get("heldout", ()) or r["tokens"] > limits.get("max_tokens", 0))
     return bad
 
 
-def _lineage(frame: pl.DataFrame) -> list[bool]:
-    return [(r["parent_id"] is None) != (r["transform"] is None) or r["parent_id"] == r["id"] for r in _rows(frame)]
-
-
-def _habit(problem: Any) -> Any:
-    return lambda frame: [problem(row) is not None for row in _rows(frame)]
-
-
-TRAJECTORY_CHECKS = (
-    Check("reverifies", _not_reverified, description="every row re-verifies by its verifier (execution replays it)"),
-    Check("tool_calls_valid", _bad_calls, description="trained turns' tool calls are JSON matching the schemas"),
-    Check("masks_on_assistant_turns", _bad_mask,
-          description="one train flag per message, true only on assistant turns, at least one trained turn"),
-    Check("within_limits", _not_allowed,
-          description="no evaluation environment or held-out domain; tokens within the row's window"),
-    Check("lineage_consistent", _lineage, description="a transform names its parent; an original has neither"),
-    Check("one_owner_per_record", contradicting_owners,
-          description="every relation path from a record of env_db to the customer entity reaches one customer"),
-    Check("one_customer", _habit(other_customer_write),
-          description="every write names records of the task's one acting customer (or shared ones)"),
-    Check("identified_before_write", _habit(unidentified_write),
-          description="the acting customer is identified with the tools before the first write"),
-    Check("no_needless_read", _habit(needless_read),
-          description="no read looks up what the user stated or an earlier result returned"),
-    Check("outcome_stated", _habit(unstated_outcome),
-          description="the final message states a value the writes (or the last step) returned"),
-)
+WITHIN_LIMITS = Check("within_limits", _not_allowed,
+                      description="no evaluation environment or held-out domain; tokens within the row's window")
 
 
 def trajectory_contract(sources: Sequence[str], min_rows: int = 0, checks: Sequence[Check] = ()) -> Any:
-    """The contract of every trajectory output; ``checks`` are a route's own, run after the shared ones."""
-    return TRAJECTORY.contract(
-        expectations=(in_set("source", list(sources)), in_set("verifier", list(VERIFIERS)),
-                      in_set("verified", [True]), between("tokens", min_value=1)),
-        checks=(*TRAJECTORY_CHECKS, *checks), min_rows=min_rows)
+    """The contract of every route's output: the trajectory standard (``envgen.trajectory_standard``), the
+    route's window and held-out domains, then ``checks`` (a route's own)."""
+    return standard_contract(sources, min_rows, (WITHIN_LIMITS, *checks))
 
 
 # --- environment episodes -> rows ----------------------------------------------------------------------------
@@ -227,10 +167,11 @@ def episode_rows(items: Sequence[tuple[str, Any, dict[str, Any]]], params: Episo
             id=item_id, source=source, messages=messages, tools=p.tools, verifier=EXECUTION,
             verify_input=verify_input, tokens=tokens, domain=episode.env["domain"], env_id=episode.env["env_id"],
             task_id=episode.task["task_id"], env_db=bytes(episode.env["db"]), **fields)
-        # A restated variant can state up front what a read was played to find (measured: 6 of 3,811 rows at
-        # n_tasks 3000); the contract would quarantine the whole output for it, so the row is set aside here.
-        if (problem := needless_read(row)) is not None:
-            rejected.append({"id": item_id, "reason": f"needless_read: {problem}"})
+        # A row that breaks a habit of the standard (a restated variant can state up front what a read was played
+        # to find: 6 of 3,811 rows at n_tasks 3000) would have the contract quarantine the whole output; it is set
+        # aside here with the check it fails.
+        if (problem := habit_problem(row)) is not None:
+            rejected.append({"id": item_id, "reason": problem})
             continue
         rows.append(row)
     return rows, rejected

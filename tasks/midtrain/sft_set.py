@@ -251,8 +251,10 @@ def _admit(row: dict[str, Any], params: SFTSetParams, count: Any) -> tuple[dict[
         return row, None
     if row["verifier"] != EXECUTION and not str(row["verifier"]).startswith(RESEARCH):
         return None, f"too_long: {row['tokens']} tokens > {params.max_tokens}"
-    # fewer whole results until it fits, then the earliest steps folded into the request, one more at a time
-    n_steps = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
+    # fewer whole results until it fits, then the earliest steps folded into the request, one more at a time (a
+    # research call's only: an environment trajectory replays its calls to verify, so a folded one never does)
+    n_steps = 0 if row["verifier"] == EXECUTION else sum(
+        1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
     for keep, folded in [*((k, 0) for k in range(params.compress_keep_last, -1, -1)),
                          *((0, n) for n in range(1, n_steps))]:
         short, summarized = compress_steps(messages, keep)
@@ -375,12 +377,16 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
     count = token_counter(params, inputs)
     status: dict[str, str] = {}
     rejected, pool = [], []
-    for row in _candidates(inputs).iter_rows(named=True):
-        admitted, reason = _admit(row, params, count)
+    candidates = _candidates(inputs)
+    databases = candidates.select(pl.col("id").alias(DB_OF), "env_db")
+    for row, db in zip(candidates.drop("env_db").iter_rows(named=True), candidates["env_db"], strict=True):
+        admitted, reason = _admit({**row, "env_db": db}, params, count)
+        row[DB_OF] = row["id"]
         if admitted is None:
             rejected.append({**row, "reason": reason})
             status[row["id"]] = reason.split(":")[0]
             continue
+        admitted = {**{k: v for k, v in admitted.items() if k != "env_db"}, DB_OF: row["id"]}
         if admitted["id"] != row["id"]:  # the compressed child replaces its too-long parent
             rejected.append({**row, "reason": f"too_long: replaced by {admitted['id']}"})
             status[row["id"]] = "too_long"
@@ -457,8 +463,23 @@ def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str
                                                              f"{trained_tokens} tokens"},
         {"name": "uniform_nll", "value": float(np.log(vocab)), "note": f"ln V of the reference's {vocab} tokens: a "
                                                                        "reference above it scores worse than guessing"}]
-    return {"trajectories": TRAJECTORY.frame(selected), REJECTED: TRAJECTORY_REJECTED.frame(rejected),
+    return {"trajectories": _framed(TRAJECTORY, selected, databases),
+            REJECTED: _framed(TRAJECTORY_REJECTED, rejected, databases),
             "scores": SELECTION_SCORE.frame(score_rows), "summary": SELECTION_SUMMARY.frame(summary)}
+
+
+DB_OF = "_database_of"
+"""The candidate whose environment database a row carries (a compressed child its parent's): rows travel without
+their databases, joined back onto the outputs (at the small profile the databases are 2.3 GB, and a copy of them
+in every row's dict brought the stage to 9.7 GB)."""
+
+
+def _framed(record: Any, rows: list[dict[str, Any]], databases: pl.DataFrame) -> pl.DataFrame:
+    frame = record.frame(rows)
+    if frame.is_empty():
+        return frame
+    return (frame.drop("env_db").with_columns(pl.Series(DB_OF, [r[DB_OF] for r in rows], dtype=pl.String))
+            .join(databases, on=DB_OF, how="left", maintain_order="left").select(frame.columns))
 
 
 def _nearest(vectors: np.ndarray, chosen: list[int]) -> np.ndarray:

@@ -25,14 +25,18 @@ from envgen.construct import (
     Grounder,
     _try_ground,
     sample_chain,
+    spoken_intent,
 )
-from envgen.customers import owner_of, owner_path, written_rows
+from envgen.customers import owner_of, owner_path
 from envgen.runtime import Environment, domain_for, json_field, render_result, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.small import task_tools
-from envgen.taskgen import OPENERS, TaskSettings, make_task, render_value
-from envgen.tools import Executor, call_tool
+from envgen.spec import name_field
+from envgen.taskgen import OPENERS, TaskSettings, make_task
+from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import Slot, needless_reads, tool_failed, value_texts
+from envgen.trajectory_standard import untrue_world
+from tasks.midtrain import words
 
 ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
 """What the runtime needs of an environment record beside its database (``verify_input.env``)."""
@@ -50,6 +54,7 @@ class Episode:
     plan: str | None = None
     retries: frozenset[int] = frozenset()
     refusal: str | None = None  # the closing message of a request the agent must refuse (no write happens)
+    offered: tuple[str, ...] = ()  # the tools the row offers, when an augmentation chose them (its notes name them)
 
 
 @dataclass
@@ -112,7 +117,10 @@ def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, ma
     if task is None:
         raise Unusable(f"task: {reason}")
     task = without_needless_reads(domain, env, task)
-    return Episode(env, task, json.loads(task["golden_actions"]))
+    calls = json.loads(task["golden_actions"])
+    if (problem := untrue_world(domain, db, calls)) is not None:
+        raise Unusable(problem)
+    return Episode(env, task, calls)
 
 
 def call_results(domain: CompiledDomain, db: bytes, calls: list[dict[str, Any]]) -> list[str]:
@@ -155,16 +163,13 @@ def without_needless_reads(domain: CompiledDomain, env: dict[str, Any], task: di
             "user_profile": json.dumps({**profile, "facts": facts})}
 
 
-_REFUSE = ("{what} {key} is not on your account, so I cannot {purpose}. Only its holder can ask for that.",
-           "I checked {what} {key}: it belongs to another customer, so I will not {purpose} for you.",
-           "{what} {key} is registered to someone else; I can only change your own records, so I cannot {purpose}.")
-
-
 def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
     """The episode's customer asks to change a record of another customer (the first write's target, swapped for
-    a row of the same entity another customer owns): the reference agent identifies them, reads that record, sees
-    whose it is and refuses; nothing is written, and the rubric expects the database unchanged. Raises Unusable
-    when the environment has no such row or no tool to read it."""
+    a row of the same entity another customer owns), naming it as a person does (a confirmation code, a flight
+    number: ``envgen.spec.name_field``, never its key): the reference agent identifies them, looks that record up
+    by its name, sees whose it is and refuses; nothing is written, and the rubric expects the database unchanged.
+    Raises Unusable when the record has no name a person knows, no tool finds it by that name, or no other
+    customer owns one."""
     domain = domain_for(ep.env)
     customer = json_field(ep.task["rubric"]).get("customer")
     write = next((c for c in ep.calls if domain.tools[c["name"]].is_write), None)
@@ -172,41 +177,44 @@ def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
         raise Unusable("refusal: the episode has no identified customer and write")
     action = domain.spec.action(domain.tools[write["name"]].action)
     target = domain.spec.entity(action.target)
-    getter = next((n for n in sorted(ep.env["tool_names"]) if domain.tools[n].kind == "get"
-                   and domain.tools[n].entity == target.name), None)
-    if getter is None or owner_path(domain, target.name) in (None, ()):
-        raise Unusable(f"refusal: no tool reads a {target.name} another customer owns")
+    name = name_field(target)
+    finder = next((n for n in sorted(ep.env["tool_names"]) if domain.tools[n].kind == "lookup"
+                   and domain.tools[n].entity == target.name and name is not None
+                   and domain.tools[n].column == name.name), None)
+    if finder is None or owner_path(domain, target.name) in (None, ()):
+        raise Unusable(f"refusal: no tool finds a {target.name} by a name a person knows")
     engine = engine_from_bytes(bytes(ep.env["db"]))
     try:
         with engine.connect() as conn:
-            others = [r[target.key] for r in Executor(domain).fetch(conn, target.name, "", None, None)
-                      if owner_of(domain, conn, target.name, r[target.key]) not in (None, customer)]
+            others = [r for r in Executor(domain).fetch(conn, target.name, "", None, None)
+                      if r.get(name.name) is not None
+                      and owner_of(domain, conn, target.name, r[target.key]) not in (None, customer)]
+            other = rng.choice(others) if others else None
+            intent = spoken_intent(domain, conn, action, {**write["arguments"], target.key: other[target.key]}) \
+                if other is not None else ""
     finally:
         engine.dispose()
-    if not others:
+    if other is None:
         raise Unusable(f"refusal: every {target.name} belongs to the customer")
-    other = rng.choice(others)
-    what = (target.label or target.name.replace("_", " "))
+    said = render_value(other[name.name])
+    what = target.label or target.name.replace("_", " ")
     identify = ep.calls[0]
     facts = [f for f in json_field(ep.task["user_profile"])["facts"]
              if f["value"] in {render_value(v) for v in identify["arguments"].values()}]
-    label = target.label or f"{target.name.replace('_', ' ')} id"
-    intent = action.intent.format(**{**write["arguments"], target.key: other})
+    label = name.label or name.name.replace("_", " ")
     stated = " ".join(f"My {f['label']} is {f['value']}." for f in facts)
-    description = f"{rng.choice(OPENERS)} I would like to {intent}. {stated} The {label} is {other}."
-    profile = {**json_field(ep.task["user_profile"]), "facts": [*facts, {"name": target.key, "label": label,
-                                                                          "value": render_value(other)}]}
-    calls = [identify, {"name": getter, "arguments": {target.key: other}}]
-    purpose = _purpose(domain.tools[write["name"]])
-    refusal = rng.choice(_REFUSE).format(what=what[0].upper() + what[1:], key=other, purpose=purpose)
+    description = f"{rng.choice(OPENERS)} I would like to {intent}. {stated} The {label} is {said}."
+    profile = {**json_field(ep.task["user_profile"]), "facts": [*facts, {"name": name.name, "label": label,
+                                                                          "value": said}]}
+    calls = [identify, {"name": finder, "arguments": {name.name: other[name.name]}}]
+    refused = words.refusal(what, said, domain.tools[write["name"]], rng)
     rubric = {**json_field(ep.task["rubric"]), "required_outputs": []}
     task = {**ep.task, "task_id": f"{ep.task['task_id']}-refusal", "description": description,
             "user_profile": json.dumps(profile), "golden_actions": json.dumps(calls), "rubric": json.dumps(rubric)}
     unchanged = replay(Environment(ep.env), {**task, "rubric": json.dumps({**rubric, "expected_diff": None})},
-                       calls, refusal).info["diff"]
+                       calls, refused).info["diff"]
     task["rubric"] = json.dumps({**rubric, "expected_diff": json.loads(json.dumps(unchanged, default=str))})
-    note = f"Before anything changes I check whose {what} {other} is."
-    return Episode(ep.env, task, calls, notes={1: note}, refusal=refusal)
+    return Episode(ep.env, task, calls, notes={1: words.whose(what, said, rng)}, refusal=refused)
 
 
 def restate(task: dict[str, Any], rng: random.Random, share: float) -> dict[str, Any]:
@@ -232,119 +240,18 @@ def retry_candidates(domain: CompiledDomain, calls: list[dict[str, Any]]) -> lis
 
 
 def episode_of(row: dict[str, Any]) -> Episode:
-    """The episode of a verified trajectory row (its environment, task and successful calls), for augmentation."""
+    """The episode of a verified trajectory row (its environment, task and successful calls), for augmentation; a
+    row without a write is a refusal, and its closing message stays the refusal."""
     vi = json_field(row["verify_input"])
     messages = json_field(row["messages"])
     results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
     calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
              for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
              if not tool_failed(results.get(c.get("id"), {}))]
-    return Episode({**vi["env"], "db": bytes(row["env_db"])}, dict(vi["task"]), calls)
-
-
-# --- the reference agent's words ----------------------------------------------------------------------------
-# Several phrasings per move, drawn by the row's seed, so the data teaches the reason and not one sentence.
-
-_IDENTIFY = ("First I confirm who you are by your {label}.", "I identify your account first, by your {label}.",
-             "Before anything changes I look you up by your {label}.")
-_FEED = ("This gives the {what} for {nxt}.", "{nxt} needs the {what} this returns.",
-         "I need the {what} for the next step.")
-_CHECK = ("I check the {entity} before changing it: its status, and that it is yours.",
-          "First a look at the {entity} as it stands, and whose it is.")
-_LOOK = ("I read the {entity} before going on.", "A look at the {entity} first.")
-_WRITE = ("Everything is in place, so I {purpose}.", "Now I can {purpose}.", "Next I {purpose}.")
-_SOURCES = {"request": ("from your message", "as you wrote", "which you gave"),
-            "user": ("as you told me", "from your answer"),
-            "tool": ("from the {tool} result", "returned by {tool}", "as {tool} showed")}
-_DONE = ("All done.", "That is taken care of.", "Your request is complete.", "Done.")
-
-
-def _label(param: str) -> str:
-    return param.replace("_", " ")
-
-
-def _purpose(tool: Tool) -> str:
-    """The tool's description up to its first clause, lower-cased: what the call does."""
-    text = tool.description.split(". ")[0].split("; ")[0].rstrip(".")
-    return text[0].lower() + text[1:]
-
-
-def _source(value: Any, messages: list[dict[str, Any]], request: str, rng: random.Random) -> str:
-    """Where a value was first seen, in words: the request, a user reply, or a tool result (named)."""
-    texts = value_texts(value)
-    if any(t in request for t in texts):
-        return rng.choice(_SOURCES["request"])
-    for m in messages[2:]:
-        if any(t in str(m.get("content") or "") for t in texts):
-            if m["role"] == "user":
-                return rng.choice(_SOURCES["user"])
-            if m["role"] == "tool":
-                return rng.choice(_SOURCES["tool"]).format(tool=m.get("name") or "an earlier")
-    return "from our conversation"
-
-
-def reasoning(domain: CompiledDomain, calls: list[dict[str, Any]], k: int, messages: list[dict[str, Any]],
-              request: str, rng: random.Random) -> str:
-    """Why call ``k`` now and where each argument comes from, written from the graph: identifying the customer,
-    what the next call needs of its result (an edge of the dependency graph), a check of the record a later write
-    changes, or the write itself; then each argument's source. Phrasings are drawn by ``rng``."""
-    call = calls[k]
-    tool = domain.tools[call["name"]]
-    entity = tool.entity.replace("_", " ")
-    nxt = calls[k + 1]["name"] if k + 1 < len(calls) else None
-    customer = domain.spec.customer_entity
-    written = {(e, render_value(v)) for c in calls[k + 1:] if domain.tools[c["name"]].is_write
-               for e, v in written_rows(domain, c["name"], c["arguments"])[:1]}
-    key = domain.spec.entity(tool.entity).key
-    if tool.is_write:
-        why = rng.choice(_WRITE).format(purpose=_purpose(tool))
-    elif customer is not None and tool.entity == customer.name and k == 0:
-        why = rng.choice(_IDENTIFY).format(label=_label(next(iter(call["arguments"]), "details")))
-    elif nxt is not None and domain.graph.has_edge(tool.name, nxt):
-        types = sorted(domain.graph.edges[tool.name, nxt]["types"])
-        what = " and ".join(t.split(".")[-1].replace("_", " ") for t in types)
-        why = rng.choice(_FEED).format(what=what, nxt=nxt)
-    elif (tool.entity, render_value(call["arguments"].get(key))) in written:
-        why = rng.choice(_CHECK).format(entity=entity)
-    else:
-        why = rng.choice(_LOOK).format(entity=entity)
-    args = "; ".join(f"{_label(p)} {render_value(v)} {_source(v, messages, request, rng)}"
-                     for p, v in call["arguments"].items())
-    return f"{why} {args[0].upper() + args[1:]}." if args else why
-
-
-def _written(domain: CompiledDomain, name: str, content: dict[str, Any]) -> str:
-    """What one write did, with the values it returned: the fields its effects set or adjusted on the target, and
-    the records it created with their money fields."""
-    action = domain.spec.action(domain.tools[name].action)
-    target = domain.spec.entity(action.target)
-    row = content.get(action.target) or {}
-    fields = list(dict.fromkeys(e.field for e in action.effects if e.kind in ("set", "adjust") and e.row == "target"))
-    changed = ", ".join(f"{f.replace('_', ' ')} {json.dumps(row[f]) if isinstance(row[f], bool) else render_value(row[f])}"
-                        for f in fields if row.get(f) is not None)
-    parts = [f"{target.name.replace('_', ' ')} {row.get(target.key, '')} now has {changed}".replace("  ", " ")
-             if changed else f"{target.name.replace('_', ' ')} {row.get(target.key, '')} is updated"]
-    for entity, created in (content.get("created") or {}).items():
-        spec = domain.spec.entity(entity)
-        money = ", ".join(f"{f.name.replace('_', ' ')} {render_value(created[f.name])}" for f in spec.fields
-                          if f.type == "money" and created.get(f.name) is not None)
-        parts.append(f"new {entity.replace('_', ' ')} {created.get(spec.key, '')}" + (f" with {money}" if money else ""))
-    return "; ".join(parts)
-
-
-def final_text(domain: CompiledDomain, messages: list[dict[str, Any]], rng: random.Random) -> str:
-    """The closing message: what each write did, stated with the values its result returned."""
-    results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
-    done = []
-    for m in messages:
-        for call in m.get("tool_calls") or [] if m["role"] == "assistant" else []:
-            result = results.get(call["id"], {})
-            name = call["function"]["name"]
-            if domain.tools[name].is_write and not tool_failed(result):
-                done.append(_written(domain, name, json.loads(result["content"])))
-    if not done:
-        return f"{rng.choice(_DONE)} Nothing needed to change."
-    return f"{rng.choice(_DONE)} " + ". ".join(d[0].upper() + d[1:] for d in done) + "."
+    env = {**vi["env"], "db": bytes(row["env_db"])}
+    domain = domain_for(env)
+    refused = None if any(domain.tools[c["name"]].is_write for c in calls) else str(messages[-1]["content"])
+    return Episode(env, dict(vi["task"]), calls, refusal=refused)
 
 
 def _teacher_prompt(kind: str, default: str, context: str, keep: tuple[str, ...]) -> str:
@@ -381,7 +288,7 @@ def play(ep: Episode, rng: random.Random, distractors: int = 4) -> Played:
 
 def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random.Random,
           distractors: int) -> Played:
-    obs = runtime.reset(ep.task)
+    obs = runtime.reset(ep.task, words.SpeakingUser(ep.task, rng))
     messages = [dict(m) for m in obs.messages]
     request = str(messages[1]["content"])
     facts = json_field(ep.task["user_profile"])["facts"]
@@ -397,7 +304,7 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
         out, reward, done, _ = runtime.step(message)
         names = [c["function"]["name"] for c in message.get("tool_calls") or []]
         for m, name in zip(out.messages, names, strict=False):
-            m.setdefault("name", name)  # only for _source's wording; stripped below
+            m.setdefault("name", name)  # only for words.source; stripped below
         messages.extend(dict(m) for m in out.messages)
         return out.messages
 
@@ -409,27 +316,26 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
             wanted = [f for f in facts if any(f["value"] in value_texts(v) for v in missing)]
             if len(wanted) < len(set(map(render_value, missing))):
                 raise Unusable(f"{call['name']}: an argument is neither stated, known to the user nor looked up")
-            labels = " and ".join(f"your {f['label']}" for f in wanted)
             lead = f"{ep.plan}\n\n" if ep.plan and n_calls == 0 and len(messages) == 2 else ""
-            question = f"{lead}To continue I need {labels}. Could you tell me?"
+            question = lead + words.question([f["label"] for f in wanted], rng)
             slots.append(Slot(len(messages), "question", _teacher_prompt(
                 "question", question, "a support agent asks the customer", tuple(f["label"] for f in wanted)),
                 question, tuple(f["label"] for f in wanted)))
             [reply] = step({"role": "assistant", "content": question})
             values = tuple(f["value"] for f in wanted)
             if reply["role"] != "user" or not all(v in reply["content"] for v in values):
-                raise Unusable(f"the user did not give {labels}")
+                raise Unusable(f"the user did not give their {' and '.join(f['label'] for f in wanted)}")
             slots.append(Slot(len(messages) - 1, "reply", _teacher_prompt(
                 "reply", reply["content"], "the customer answers the agent", values), reply["content"], values))
+        tried, mistyped = words.retry_texts(call["name"], rng)
         if k in ep.retries and (wrong := _mistyped(call["arguments"])) is not None:
-            text = f"Let me run {call['name']}."
-            [result] = step(_call_message(n_calls, text, call["name"], wrong))
+            [result] = step(_call_message(n_calls, tried, call["name"], wrong))
             n_calls += 1
             if not tool_failed(result):
                 raise Unusable("the mistyped retry did not fail")
-        text = reasoning(domain, ep.calls, k, messages, request, rng)
+        text = words.reasoning(domain, ep.calls, k, messages, request, rng)
         if k in ep.retries:
-            text = f"That call failed: I mistyped a value. {text}"
+            text = f"{mistyped} {text}"
         if k in ep.notes:
             text = f"{ep.notes[k]}\n{text}"
         if ep.plan and n_calls == 0 and len(messages) == 2:
@@ -440,7 +346,7 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
         n_calls += 1
         if tool_failed(result):
             raise Unusable(f"{call['name']} failed: {result['content'][:200]}")
-    final = ep.refusal or final_text(domain, messages, rng)
+    final = ep.refusal or words.final_text(domain, bytes(ep.env["db"]), ep.calls, rng)
     outputs = tuple(str(v) for v in json_field(ep.task["rubric"])["required_outputs"])
     slots.append(Slot(len(messages), "final", _teacher_prompt(
         "final message", final, "a support agent reports the outcome", outputs), final, outputs))
@@ -449,4 +355,6 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random
         raise Unusable(f"the played episode scores {reward} ({'ended' if done else 'not ended'})")
     for m in messages:
         m.pop("name", None)
-    return Played(messages, slots, task_tools(ep.env, [c["name"] for c in ep.calls], distractors, rng))
+    tools = (task_tools(ep.env, ep.offered, 0, rng) if ep.offered
+             else task_tools(ep.env, [c["name"] for c in ep.calls], distractors, rng))
+    return Played(messages, slots, tools)

@@ -29,6 +29,7 @@ from data_contracts.objectstore import local_home
 from data_contracts.roots import data_root
 from data_contracts.schemas import RESEARCH_CALL, RESEARCH_RUN, TRAJECTORY, TRAJECTORY_REJECTED, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
+from envgen.trajectory_standard import habit_problem, standard_contract
 from inference.engine import Engine
 from inference.research.harness import ResearchRun, run_id_for, run_research
 from inference.research.knowledge import KnowledgeGraph, WorldFacts
@@ -79,8 +80,10 @@ def _assistant_only(frame: pl.DataFrame) -> list[bool]:
             for train, messages in zip(frame["train"].to_list(), frame["messages"].to_list(), strict=True)]
 
 
-TRAJECTORIES = TRAJECTORY.contract(expectations=(in_set("source", ["research"]),), checks=(
+TRAJECTORIES = standard_contract(["research"], checks=(
     Check("assistant_only", _assistant_only, description="only assistant messages are trained on"),))
+"""The trajectory standard every trajectory stage holds to (``envgen.trajectory_standard``), and the harness's
+training turns."""
 
 
 def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str, object]:
@@ -98,7 +101,8 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
 
 # 2: names checked in citations; 3: compact tool results; 4: citations checked fact by fact, against the world's
 # facts too; 5: a citation after the period checked with its sentence, comparisons name each figure's attribute
-@stage(name=STAGE, version="5", inputs=("research_tasks", "search_index", "world", "tokenizer"),
+# 6: held to the trajectory standard (a call breaking a habit goes to rejected)
+@stage(name=STAGE, version="6", inputs=("research_tasks", "search_index", "world", "tokenizer"),
        params=ResearchTrajectoryParams,
        outputs={"trajectories": TRAJECTORIES, "runs": RESEARCH_RUN.contract(expectations=(
            in_set("status", ["complete", "partial", "failed"]),)), "calls": RESEARCH_CALL.contract(),
@@ -137,7 +141,11 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
                                    engine_ref=engine_ref, citation_judge=judge, citation_facts=facts)
                 topic = json.loads(task["profile"]).get("topic")
                 good, bad, call_rows = export(run, index, topic, count)
-                kept += good
+                # a role call that breaks a habit of the standard (a repeated read, an id no result gave) is set
+                # aside rather than have the contract quarantine every run's output for it
+                for row in good:
+                    problem = habit_problem(row)
+                    (rejected if problem else kept).append({**row, "reason": problem} if problem else row)
                 rejected += bad
                 calls += call_rows
                 runs.append(run_row(run, Rubric.model_validate_json(task["rubric"]), judge))

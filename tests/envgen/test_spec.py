@@ -58,6 +58,7 @@ def test_every_problem_is_listed_with_its_line() -> None:
         (("actions", 0, "intent"), "shut {lid}", "placeholder"),
         (("actions", 0, "preconditions", 0, "value"), "ajar", "not a value"),
         (("entities", 0, "fields", 0, "faker"), "no_such_provider", "unknown Faker provider"),
+        (("actions", 0, "preconditions", 0, "per"), "lid", "must name an int parameter"),
     ],
 )
 def test_single_problem_is_named(path: tuple, value: object, needle: str) -> None:

@@ -109,6 +109,21 @@ def test_filter_caps_the_commonest_answer():
     assert out["rejected"]["reason"].to_list() == [ANSWER_OVER_CAP] * 7
 
 
+def test_the_filter_keeps_no_answer_over_its_share_without_a_cap():
+    """A reference that guesses gets the common answers right, so what it keeps can be one answer: the kept seeds
+    hold each answer to 5% of them (at least 2) whatever ``max_per_answer`` says, and pass the answer_share check."""
+    from tasks.longctx.qa_seeds import ANSWER_SHARE
+
+    answers = ["Niue"] * 12 + [f"Answer {i}" for i in range(48)]
+    seeds = vault_seeds(60).with_columns(pl.Series("answer", answers))
+    params = QAFilterParams(k=K)
+    out = filter_qa(seeds, engine_for(seeds, [4] * 60, params), params)
+    kept = out["seeds"]
+    assert kept.filter(pl.col("answer") == "Niue").height == 2 and kept.height == 50
+    assert not any(ANSWER_SHARE.fn(kept))
+    assert out["rejected"]["reason"].to_list() == [ANSWER_OVER_CAP] * 10
+
+
 @pytest.mark.parametrize("window", [(3, 2), (-1, 4), (0, K + 1)])
 def test_bad_window_is_a_clear_error(window):
     with pytest.raises(ValueError, match="window"):

