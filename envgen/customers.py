@@ -191,7 +191,7 @@ def _identified(domain: CompiledDomain, conn: Connection, entry: Mapping[str, An
     if customer is None or tool is None or tool.entity != customer.name or tool.kind not in IDENTIFYING_KINDS or (
             found and all(_get(domain, conn, customer.name, k) is not None for k in found)):
         return found
-    from envgen.tools import Executor, ToolError  # noqa: PLC0415 - envgen.tools checks writes with this module
+    from envgen.tools import Executor, ToolError
 
     try:
         content = Executor(domain).read(conn, tool, tool.args_model.model_validate(_arguments(entry.get("arguments")))
