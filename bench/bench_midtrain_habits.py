@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import random
-import re
 import tempfile
 from collections import Counter
 from datetime import date
@@ -94,20 +93,16 @@ def trajectory_defects(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def noise_defects(tasks: list[dict[str, Any]]) -> dict[str, Any]:
-    from envgen.noise.instruction import greetings, insertion_problem, wording_problem
+    from envgen.noise.instruction import greetings, insertion_problems, wording_problem
 
-    inserted, bad = 0, 0
-    for t in tasks:
-        for tr in json.loads(t["noise"])["transforms"]:
-            phrase = tr["changed"].get("replaced_with")
-            if phrase:
-                inserted += 1
-                nouns = set(re.sub(r"_(id|ids|key)$", "", str(tr["changed"].get("argument", ""))).split("_")) - {""}
-                bad += insertion_problem(t["description"], phrase, nouns) is not None
-    return {"tasks": len(tasks), "vague insertions": inserted, "ungrammatical insertions": bad,
+    records = [json.loads(t["noise"])["transforms"] for t in tasks]
+    return {"tasks": len(tasks),
+            "vague insertions": sum("replaced_with" in tr["changed"] for r in records for tr in r),
+            "ungrammatical insertions": sum(len(insertion_problems(t["description"], r))
+                                            for t, r in zip(tasks, records, strict=True)),
             "open with two greetings": sum(greetings(t["description"]) > 1 for t in tasks),
-            "tasks with any wording problem": sum(
-                wording_problem(t["description"], json.loads(t["noise"])["transforms"]) is not None for t in tasks)}
+            "tasks with any wording problem": sum(wording_problem(t["description"], r) is not None
+                                                  for t, r in zip(tasks, records, strict=True))}
 
 
 def _read_root(root: str) -> dict[str, Any]:

@@ -34,11 +34,11 @@ trainer's own batches).
     .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
         [--heldout-from midtrain_env eval_random_envs small_envs] [--set learning_rate=3e-3] [--init 256:4]
     .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--field bf16] [--no-record]
-    .venv/bin/python -m bench.bench_sft scoring [--heldout-from midtrain_env] [--batch-sizes 1 8] [--max-tokens 128]
+    .venv/bin/python -m bench.bench_sft scoring [--heldout-from midtrain_env] [--max-tokens 128]
 
-``scoring``: the teacher-forced held-out scoring of the base at each ``--batch-sizes`` (prompts decoded together,
-sorted by length), one after the other in one process: turns per second and how many turns score the same as at
-the first batch size (left padding changes numerics, not what greedy decoding should pick).
+``scoring``: the teacher-forced held-out scoring of the base decoded two ways, one after the other in one process:
+every prompt prefilled whole and decoded to ``--max-tokens`` (as before), and the engine's kept prefix with decoding
+stopped at the first call's end (now): turns per second, the figures, and how many turns score the same.
 """
 
 from __future__ import annotations
@@ -405,6 +405,7 @@ def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argpars
     from inference.checkpoint import save_model
     from inference.engine_factory import load_engine
     from inference.metrics import bootstrap_ci
+    from training.adapters import merged_copy
     from training.async_rl.config import RLConfig
     from training.async_rl.controllers import score_tasks
 
@@ -413,7 +414,7 @@ def play_sets(model: Any, tokenizer: Any, sets: Sequence[HeldOut], args: argpars
         return {}
     scratch = Path(tempfile.mkdtemp(prefix="bench-sft-play-"))
     try:
-        save_model(model, tokenizer, scratch, {"method": "sft"})
+        save_model(merged_copy(model), tokenizer, scratch, {"method": "sft"})
         engine = load_engine(f"hf:{scratch}")
         config = RLConfig(concurrency=args.concurrency, seed=0,
                           sampling={"max_tokens": args.max_tokens, "max_turns": args.max_turns})
@@ -435,6 +436,7 @@ def curve(args: argparse.Namespace) -> None:
     from transformers import TrainerCallback
 
     from inference.checkpoint import save_model
+    from training.adapters import merge_adapter
     from training.sft import load_base, make_trainer
 
     base_dir, params, tasks, frame = resolve(args)
@@ -503,7 +505,8 @@ def curve(args: argparse.Namespace) -> None:
             trainer.train()
             trained_tokens[size] = trainer.state.num_input_tokens_seen
             if args.keep and size == sizes[-1]:
-                save_model(trainer.model, tokenizer, Path(args.keep), {"method": "sft", "bench": "curve"})
+                save_model(merge_adapter(trainer.model), tokenizer, Path(args.keep),
+                           {"method": "sft", "bench": "curve"})
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     record_curve(args, params, arm, rows, rejected, sets, results, trained_tokens, time.perf_counter() - started)
@@ -629,6 +632,7 @@ def padding_waste(trainer: Any) -> tuple[float, int]:
 
 
 def throughput(args: argparse.Namespace) -> None:
+    from training.adapters import LoraSettings
     from training.sft import load_base, make_trainer
 
     base_dir, params, _, frame = resolve(args)
@@ -637,7 +641,10 @@ def throughput(args: argparse.Namespace) -> None:
     lengths = sorted(len(r["input_ids"]) for r in rows)
     results = {}
     for value in (False, True):
-        arm = params.model_copy(update={args.field: value, "max_steps": args.steps, "save_steps": 10 * args.steps})
+        setting = (params.lora or LoraSettings()) if args.field == "lora" and value else value
+        if args.field == "lora" and not value:
+            setting = None
+        arm = params.model_copy(update={args.field: setting, "max_steps": args.steps, "save_steps": 10 * args.steps})
         scratch = Path(tempfile.mkdtemp(prefix="bench-sft-tp-"))
         try:
             trainer = make_trainer(load_base(base_dir)[0], tokenizer, rows, [], [], arm, scratch, progress=False)
@@ -665,6 +672,13 @@ def throughput(args: argparse.Namespace) -> None:
     report(lines, record=not args.no_record)
 
 
+DECODING = {"one at a time, whole prompts, to max tokens": {"prefix_cache": False, "first_call": False,
+                                                             "batch_size": 1},
+            "batches of 8, prompts apart on the kept prefix, to the first call's end": {}}
+"""The held-out decoding before and after: one turn at a time, each prompt prefilled whole and decoded to the token
+limit, against the default now (training/sft_eval.py ``greedy_texts``)."""
+
+
 def scoring(args: argparse.Namespace) -> None:
     from training.sft import load_base
     from training.sft_eval import score_turns
@@ -673,23 +687,26 @@ def scoring(args: argparse.Namespace) -> None:
     model, tokenizer = load_base(base_dir)[:2]
     turns = [turn for held in held_out_sets(args, tasks) for turn in held.turns]
     results = {}
-    for size in args.batch_sizes:
+    for name, decoding in DECODING.items():
         started = time.perf_counter()
-        scores = score_turns(model, tokenizer, turns, max_new_tokens=args.max_tokens, batch_size=size)
-        results[size] = (time.perf_counter() - started, scores)
-        print(f"  batch {size}: {len(turns) / results[size][0]:.2f} turns/s", flush=True)
-    first = results[args.batch_sizes[0]][1]
-    lines = ["", (f"## Held-out tool-call scoring in batches (bench_sft.py scoring, {time.strftime('%Y-%m-%d')}, "
-                 f"{machine()})"), "",
+        scores = score_turns(model, tokenizer, turns, max_new_tokens=args.max_tokens, **decoding)
+        results[name] = (time.perf_counter() - started, scores)
+        print(f"  {name}: {len(turns) / results[name][0]:.3f} turns/s", flush=True)
+    (before, (first_wall, first)), (after, (last_wall, last)) = results.items()
+    lines = ["", (f"## Held-out tool-call scoring: kept prefix and first call against whole prompts (bench_sft.py "
+                  f"scoring, {time.strftime('%Y-%m-%d')}, {machine()})"), "",
              (f"`python -m bench.bench_sft scoring {' '.join(args.argv)}`: base `{args.base}`, {len(turns)} held-out "
-             f"turns of {', '.join(args.heldout_from)}, greedy, up to {args.max_tokens} tokens each."), "",
-             "| batch size | wall s | turns/s | turns scored as at the first size |", "|---|---|---|---|"]
-    for size, (wall, scores) in results.items():
-        lines.append(f"| {size} | {wall:.1f} | {len(turns) / wall:.2f} | "
-                     f"{sum(a == b for a, b in zip(scores, first, strict=True))} of {len(turns)} |")
-    sizes = args.batch_sizes
-    lines += ["", (f"Batch {sizes[-1]} / batch {sizes[0]} turns per second: "
-                  f"**{results[sizes[0]][0] / results[sizes[-1]][0]:.2f}x**."), ""]
+              f"turns of {', '.join(args.heldout_from)} ({len({t.trajectory for t in turns})} trajectories), greedy, "
+              f"up to {args.max_tokens} tokens each, the two paths one after the other in one process."), "",
+             "| decoding | wall s | turns/s | parsable | valid | exact |", "|---|---|---|---|---|---|"]
+    for name, (wall, scores) in results.items():
+        rates = [sum(s[f] for s in scores) / len(scores) for f in ("tool_call_format", "tool_call_valid",
+                                                                   "tool_call_exact")]
+        lines.append(f"| {name} | {wall:.1f} | {len(turns) / wall:.3f} | " + " | ".join(f"{r:.3f}" for r in rates)
+                     + " |")
+    same = sum(a == b for a, b in zip(first, last, strict=True))
+    lines += ["", (f"{after} / {before}, turns per second: **{first_wall / last_wall:.2f}x**; {same} of "
+                   f"{len(turns)} turns score the same."), ""]
     report(lines, record=not args.no_record)
 
 
@@ -711,7 +728,6 @@ def main() -> None:
         learn.add_argument("--max-turns", type=int, default=4)
         learn.add_argument("--concurrency", type=int, default=16)
     curves, scored = sub.choices["curve"], sub.choices["scoring"]
-    scored.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     scored.add_argument("--max-tokens", type=int, default=128, help="tokens per turn")
     curves.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="training-set sizes")
     curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
@@ -738,8 +754,9 @@ def main() -> None:
                         "directory (a transformers directory: --base takes it)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
-    sub.choices["throughput"].add_argument("--field", default="packing", choices=["packing", "bf16"],
-                                           help="the sft config switch the two arms differ in")
+    sub.choices["throughput"].add_argument("--field", default="packing", choices=["packing", "bf16", "lora"],
+                                           help="the sft config switch the two arms differ in (lora: every weight "
+                                           "trained against the profile's adapters, or the default ones)")
     args = parser.parse_args()
     args.argv = sys.argv[2:]
     from inference.cpu import tune_allocator

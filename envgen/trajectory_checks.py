@@ -252,7 +252,7 @@ def episode_steps(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], li
 # --- habits a trajectory teaches (checks of the trajectory contract) ---------------------------------------------
 
 
-def _execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Message], dict[str, Any]] | None:
+def execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Message], dict[str, Any]] | None:
     if row.get("verifier") != EXECUTION or row.get("env_db") is None:
         return None
     vi = json_field(row.get("verify_input")) or {}
@@ -293,7 +293,7 @@ def _with_db(row: Mapping[str, Any], fn: Any) -> Any:
 
 def other_customer_write(row: Mapping[str, Any]) -> str | None:
     """A write naming a record another customer than the task's acting one owns (one owner per write set)."""
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain, messages, vi = parts
@@ -314,7 +314,7 @@ def other_customer_write(row: Mapping[str, Any]) -> str | None:
 def unidentified_write(row: Mapping[str, Any]) -> str | None:
     """A write before the acting customer was identified with the tools, or on a record not theirs (in a domain
     with a customer entity, whether or not the task names its acting customer)."""
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain, messages, vi = parts
@@ -328,7 +328,7 @@ def unidentified_write(row: Mapping[str, Any]) -> str | None:
 
 def needless_read(row: Mapping[str, Any]) -> str | None:
     """A read without a reason (``needless_reads``): it looks up what the user stated or a result returned."""
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain, messages, _ = parts
@@ -358,7 +358,7 @@ def unstated_outcome(row: Mapping[str, Any]) -> str | None:
         values = _flat_strings(json.loads(str(last["content"]))) if last is not None else []
         values = [v for v in values if len(v) > 2]
         return None if not values or any(v in final for v in values) else "the final message states no result"
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain = parts[0]

@@ -11,14 +11,14 @@ Beyond re-verification (``envgen.trajectory_checks``), a trajectory
 - never has the user state, or the agent ask for, an internal key: people know emails, names, dates, amounts and
   the codes they were given (``customer_facing``), and the agent finds every other key with the tools;
 - ends with a final message that is true of the database: no record is said to have changed that did not, every
-  figure is one a tool returned, no total is one unit's price for several units, and no write acts on an event
+  amount is one the database holds, no total is one unit's price for several units, and no write acts on an event
   dated before the database's now;
 - has tool results that inform (a record, never an echo of the call's arguments or a bare ``ok``);
 - compares only alternatives the conversation offers (tools it was offered, ids it has seen), each rejected for a
   reason true of it;
 
-and each stage's output is varied: its ten most common sentence frames cover at most ``MAX_FRAME_SHARE`` of its
-assistant sentences.
+and the stages one reference agent writes (``small_envs``, the mid-training routes) are varied: their ten most common
+sentence frames cover at most ``MAX_FRAME_SHARE`` of their assistant sentences (``VARIED_SENTENCES``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from envgen.checks import contradicting_owners
 from envgen.compiler import CompiledDomain
 from envgen.runtime import json_field
 from envgen.seeding import engine_from_bytes
-from envgen.spec import DomainSpec
+from envgen.spec import DomainSpec, customer_facing
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import (
     EXECUTION,
@@ -48,9 +48,9 @@ from envgen.trajectory_checks import (
     SCHEMA,
     SUMMARY_TAG,
     Message,
-    _execution_parts,
     call_arguments,
     calls_invalid,
+    execution_parts,
     needless_read,
     other_customer_write,
     tool_failed,
@@ -146,54 +146,33 @@ def stated_nothing(row: Mapping[str, Any]) -> str | None:
 # --- what a person knows ------------------------------------------------------------------------------------
 
 
-def customer_facing(spec: DomainSpec, entity: str, column: str) -> bool:
-    """Whether a customer knows the values of ``entity.column``: a field the spec marks customer-facing, and
-    every field that is neither the entity's key nor a relation (a name, an email, a flight number). Keys and
-    relations are internal unless marked (a reservation code may be both a key and what the customer holds)."""
-    ent = spec.entity(entity)
-    field = ent.field(column)
-    marked = getattr(field, "customer_facing", None) if field is not None else None
-    if marked is not None:
-        return bool(marked)
-    return column != ent.key and ent.relation(column) is None
-
-
 @lru_cache(maxsize=64)
 def _internal_keys(spec_json: str, db: bytes) -> frozenset[str]:
     from envgen.compiler import compile_domain
 
     domain = compile_domain(DomainSpec.model_validate_json(spec_json))
     engine = engine_from_bytes(db)
-    keys: set[str] = set()
     try:
         with engine.connect() as conn:
-            for ent in domain.spec.entities:
-                if not customer_facing(domain.spec, ent.name, ent.key):
-                    table = domain.tables[ent.name]
-                    keys |= {str(k) for (k,) in conn.execute(select(table.c[ent.key])) if k is not None}
+            return frozenset(str(k) for ent in domain.spec.entities
+                             for (k,) in conn.execute(select(domain.tables[ent.name].c[ent.key])) if k is not None)
     finally:
         engine.dispose()
-    return frozenset(keys)
 
 
 def internal_keys(domain: CompiledDomain, db: bytes) -> frozenset[str]:
-    """Every internal key value of the database: the keys of entities whose key is not customer-facing."""
+    """Every key of the database (each entity's key values: never what a customer knows)."""
     return _internal_keys(domain.spec.model_dump_json(), bytes(db))
 
 
 def internal_key_labels(spec: DomainSpec) -> set[str]:
-    """How a conversation names an internal key: each such entity's label, "<entity> id", its key field's label
-    and the labels of relations to it."""
+    """How a conversation names a key: each entity's label, "<entity> id", its key's name and the labels of
+    relations to it."""
     labels: set[str] = set()
     for ent in spec.entities:
-        if customer_facing(spec, ent.name, ent.key):
-            continue
-        name = ent.name.replace("_", " ")
-        labels |= {f"{name} id", ent.key.replace("_", " ")}
+        labels |= {f"{ent.name.replace('_', ' ')} id", ent.key.replace("_", " ")}
         if ent.label:
             labels.add(ent.label)
-        if (key := ent.field(ent.key)) is not None and key.label:
-            labels.add(key.label)
         labels |= {r.label for other in spec.entities for r in other.relations if r.to == ent.name and r.label}
     return {label.lower() for label in labels}
 
@@ -212,7 +191,7 @@ def internal_key_told(row: Mapping[str, Any]) -> str | None:
     row the keys are the database's; for a procedure (no database) they are the id arguments' values."""
     messages = json_field(row["messages"])
     users = [(i, str(m.get("content") or "")) for i, m in enumerate(messages) if m.get("role") == "user"]
-    if row.get("verifier") == EXECUTION and (parts := _execution_parts(row)) is not None:
+    if row.get("verifier") == EXECUTION and (parts := execution_parts(row)) is not None:
         domain = parts[0]
         keys = internal_keys(domain, bytes(row["env_db"]))
         labels = internal_key_labels(domain.spec)
@@ -297,7 +276,7 @@ def unit_price_totals(spec: DomainSpec) -> dict[tuple[str, str], tuple[str, str]
             if effect.kind != "create":
                 continue
             for field, operand in effect.values.items():
-                if "total" not in field or operand.ref is None or getattr(operand, "per", None) is not None:
+                if "total" not in field or operand.ref is None or operand.per is not None:
                     continue
                 # the copied price is per unit of a counted field: nightly_rate and nights, session_rate and sessions
                 price = operand.ref.split(".")[-1]
@@ -311,7 +290,7 @@ def untrue_final(row: Mapping[str, Any]) -> str | None:
     """The final message of an environment row says what is not so: a record it names as changed did not change
     (its clause names no record the write created), an amount it states is one neither a tool returned nor the
     database holds in a row the writes named, or a total it reports is one unit's price for several units."""
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     domain, messages, _ = parts
@@ -394,7 +373,7 @@ def past_event_write_of(domain: CompiledDomain, writes: Sequence[Mapping[str, An
 
 
 def past_event_write(row: Mapping[str, Any]) -> str | None:
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return None
     return past_event_write_of(parts[0], replayed_writes(parts[0], bytes(row["env_db"]), _executed_calls(parts[1])))
@@ -455,7 +434,7 @@ class Candidate:
 
 def rejected_candidates(row: Mapping[str, Any]) -> list[Candidate]:
     """Every rejected candidate of an environment row's assistant messages."""
-    parts = _execution_parts(row)
+    parts = execution_parts(row)
     if parts is None:
         return []
     domain, messages, _ = parts
@@ -489,7 +468,7 @@ def invented_alternative(row: Mapping[str, Any]) -> str | None:
         return None
     from envgen.customers import owner_of
 
-    domain, _, vi = _execution_parts(row)
+    domain, _, vi = execution_parts(row)
     customer = (json_field(vi["task"]["rubric"]) or {}).get("customer")
     engine = engine_from_bytes(bytes(row["env_db"]))
     try:

@@ -79,13 +79,18 @@ def model_card_of(artifact: Any) -> dict[str, Any]:
 _ARTIFACT_KEY = re.compile(r"^[0-9a-f]{20}$")  # data_contracts.store.ArtifactStore.artifact_key
 
 
+def looks_like_key(name: str) -> bool:
+    """Whether ``name`` is written as an artifact key."""
+    return bool(_ARTIFACT_KEY.match(name))
+
+
 def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
     """The checkpoint directory ``target`` names: the key of a published model artifact in the catalog of the
     data root (``data_dir``, else ``$GYMFORGE_DATA``, else ``./data``), or else a local path, returned as is (its
     loader says what is wrong with it). A ValueError names a key the catalog does not hold as a model."""
     path = Path(target).expanduser()
     key = str(target)
-    if path.is_dir() or not _ARTIFACT_KEY.match(key):
+    if path.is_dir() or not looks_like_key(key):
         return path
     from data_contracts.catalog import Catalog
     from data_contracts.roots import data_root, open_store

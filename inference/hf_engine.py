@@ -205,24 +205,27 @@ class HFEngine:
     def _generate_batch(self, rows: Sequence[Row], progress: Progress | None) -> list[RowOutput]:
         import torch
 
-        size, width = len(rows), max(len(r.prompt_ids) for r in rows)
-        ids = torch.full((size, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((size, width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
-            mask[i, width - len(row.prompt_ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        size = len(rows)
+        cache, fed = None, None  # fed: the ids a one-row cache holds, kept for the next prompt's prefix
+        if self.prefix_cache and all(len(r.prompt_ids) > 1 for r in rows):
+            cache, ids, mask, positions = self._prefill_apart(rows)
+            fed = list(rows[0].prompt_ids) if size == 1 else None
+        else:
+            width = max(len(r.prompt_ids) for r in rows)
+            ids = torch.full((size, width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((size, width), dtype=torch.long)
+            for i, row in enumerate(rows):
+                ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
+                mask[i, width - len(row.prompt_ids) :] = 1
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            self._prefix = None
         temperature = torch.tensor([r.sampling.temperature for r in rows], device=self.device)
         top_p = torch.tensor([r.sampling.top_p for r in rows], device=self.device)
         generators = [None if r.sampling.temperature == 0 else self._generator(r) for r in rows]
         top_k = max(r.top_logprobs for r in rows)
         samples = [RowOutput(policy_version=self.policy_version) for _ in rows]
         running = list(range(size))
-        cache, fed = None, list(rows[0].prompt_ids)  # fed: the ids the cache holds once the prompt is in
-        if size == 1 and self.prefix_cache and self._prefix is not None and self._prefix[1].is_croppable:
-            cache, ids, positions = self._reuse(rows[0].prompt_ids, ids)
-        self._prefix = None
         with torch.inference_mode():
             for _ in range(max(r.sampling.max_tokens for r in rows)):
                 out = self.model(
@@ -259,27 +262,64 @@ class HFEngine:
                 if not running:
                     break
                 ids = chosen[:, None]
-                fed.append(int(chosen[0]))
+                if fed is not None:
+                    fed.append(int(chosen[0]))
                 mask = torch.cat([mask, mask.new_ones((size, 1))], dim=-1)
                 positions = positions[:, -1:] + 1
-        if size == 1 and self.prefix_cache:
+        if fed is not None:  # one row decoded in its own cache: that cache serves the next prompt's prefix
             self._prefix = (fed, cache)
         return samples
 
-    def _reuse(self, prompt: list[int], ids: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """The kept cache cut to its common prefix with ``prompt``, and the ids and positions still to prefill (at
-        least the prompt's last token, whose logits start the decode)."""
+    def _prefill_apart(self, rows: Sequence[Row]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each prompt but its last token prefilled on its own (no padding: the attention's fast path), reusing the
+        kept cache's common prefix, then the caches left-padded into one for decoding the rows together: the cache,
+        and the ids, attention mask and positions of the first decode step (each row's last prompt token)."""
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        kept: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        cache = None
+        for row in rows:
+            cache = self._prefill_alone(row.prompt_ids[:-1])
+            kept.append([(layer.keys, layer.values) for layer in cache.layers])  # before the next row crops it
+        lengths = [len(r.prompt_ids) - 1 for r in rows]
+        width = max(lengths)
+        ids = torch.tensor([[r.prompt_ids[-1]] for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - n) + [1] * (n + 1) for n in lengths], device=self.device)
+        positions = torch.tensor([[n] for n in lengths], device=self.device)
+        if len(rows) == 1:
+            return cache, ids, mask, positions
+        padded = [tuple(torch.cat([torch.nn.functional.pad(layers[i][k], (0, 0, width - n, 0))
+                                   for layers, n in zip(kept, lengths, strict=True)]) for k in (0, 1))
+                  for i in range(len(kept[0]))]
+        return DynamicCache(ddp_cache_data=padded, config=self.model.config), ids, mask, positions
+
+    def _prefill_alone(self, prompt: list[int]) -> Any:
+        """A cache holding ``prompt``: the kept one cut to their common prefix and extended by the rest (the kept
+        cache becomes this one)."""
         import torch
 
-        kept, cache = self._prefix  # type: ignore[misc]
-        common = 0
-        for a, b in zip(kept, prompt[:-1]):
-            if a != b:
-                break
-            common += 1
-        cache.crop(common - len(kept))  # a negative count: the tokens to drop from the end
-        positions = torch.arange(common, len(prompt), device=self.device)[None, :]
-        return cache, ids[:, common:], positions
+        common, cache = 0, None
+        if self._prefix is not None and self._prefix[1].is_croppable:
+            kept, cache = self._prefix
+            for a, b in zip(kept, prompt):
+                if a != b:
+                    break
+                common += 1
+            common = min(common, len(prompt) - 1)  # at least one token to run: the cache is filled by a forward
+            cache.crop(common - len(kept))  # a negative count: the tokens to drop from the end
+        if cache is None:
+            from transformers.cache_utils import DynamicCache
+
+            cache = DynamicCache(config=self.model.config)
+        rest = torch.tensor([prompt[common:]], device=self.device)
+        with torch.inference_mode():
+            self.model(input_ids=rest, attention_mask=torch.ones((1, len(prompt)), dtype=torch.long,
+                                                                  device=self.device),
+                       position_ids=torch.arange(common, len(prompt), device=self.device)[None, :], cache=cache,
+                       use_cache=True, logits_to_keep=1)
+        self._prefix = (list(prompt), cache)
+        return cache
 
     def _check_finished(self, row: Row, sample: RowOutput) -> None:
         """Set the finish reason and final text when the row hit a stop token, a stop string or max_tokens."""

@@ -70,6 +70,16 @@ def merge_adapter(model: Any, adapter_dir: Path | None = None) -> Any:
     return model.merge_and_unload()
 
 
+def merged_copy(model: Any) -> Any:
+    """A plain transformers copy of an adapter-wrapped model with its adapters merged, leaving ``model`` training;
+    any other model as it is."""
+    import copy
+
+    from peft import PeftModel
+
+    return copy.deepcopy(model).merge_and_unload() if isinstance(model, PeftModel) else model
+
+
 def merged_state_dict(model: Any) -> dict[str, Any]:
     """The state dict of the plain model ``model`` stands for, adapters merged (base weight + scale * B A), under the
     plain model's names; ``model`` itself is left as it is (a trainer keeps training it). Any other model gives its

@@ -111,6 +111,8 @@ class SFTParams(Params):
                                                            "the first step and at the end only)")
     eval_tool_calls: int = Field(32, ge=0, description="held-out tool-calling turns scored for validity per "
                                                        "evaluation (greedy decoding)")
+    eval_max_tokens: int = Field(160, gt=0, description="tokens a held-out turn may write before its call is "
+                                 "scored (decoding stops at the first call's end)")
     report_to: list[str] = Field(default_factory=list, exclude=True, description="where TRL also reports the "
                                  "training figures, as TRL's report_to (tensorboard, wandb, mlflow...; the flow puts "
                                  "TensorBoard's files under <data root>/tensorboard/sft/<key>); none by default")
@@ -281,6 +283,7 @@ def _trainer_class() -> type:
         a function of (seed, epoch), so a resumed run trains exactly the batches an uninterrupted one does."""
 
         eval_turns: Sequence[CallTurn] = ()
+        eval_max_tokens = 160  # SFTParams.eval_max_tokens
         first_scores: list[dict[str, bool]] | None = None  # each held-out turn at the first evaluation
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
@@ -293,7 +296,8 @@ def _trainer_class() -> type:
         def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
             metrics = super().evaluate(*args, **kwargs)
             if self.eval_turns:
-                scores = score_turns(self.model, self.processing_class, self.eval_turns)
+                scores = score_turns(self.model, self.processing_class, self.eval_turns,
+                                     max_new_tokens=self.eval_max_tokens)
                 figures = {f"eval_{k}": v for k, v in mean_figures(scores).items()}
                 if self.first_scores is None:
                     self.first_scores = scores
@@ -384,6 +388,7 @@ def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: 
         if isinstance(callback, TensorBoardCallback) and params.logging_dir:  # transformers 5 has no logging_dir arg
             callback.logging_dir = params.logging_dir
     trainer.eval_turns = tuple(eval_turns)
+    trainer.eval_max_tokens = params.eval_max_tokens
     return trainer
 
 

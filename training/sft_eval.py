@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FIGURES = ("tool_call_format", "tool_call_valid", "tool_call_exact")
+BATCH = 8  # held-out turns decoded together (each prompt prefilled apart): bench_sft scoring
 
 
 @dataclass(frozen=True)
@@ -76,22 +77,23 @@ def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
 
 
 def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_tokens: int = 160,
-                batch_size: int = 1, **decoding: bool) -> list[dict[str, bool]]:
+                batch_size: int = BATCH, **decoding: bool) -> list[dict[str, bool]]:
     """The figures of each turn, from its greedy continuation (``greedy_texts``, with its ``decoding`` options)."""
     texts = greedy_texts(model, tokenizer, turns, max_new_tokens, batch_size, **decoding)
     return [score_call(text, turn) for text, turn in zip(texts, turns, strict=True)]
 
 
 def greedy_texts(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_tokens: int,
-                 batch_size: int = 1, first_call: bool = True, prefix_cache: bool = True) -> list[str]:
+                 batch_size: int = BATCH, first_call: bool = True, prefix_cache: bool = True) -> list[str]:
     """What the model writes at each turn: greedy decoding with the in-process engine's loop on the live model ("" where
     the prompt fills the context), up to the end of its first call when ``first_call`` (the figures score that one).
-    ``first_call`` and ``prefix_cache`` off decode as before both existed (bench_sft scoring measures them).
 
-    One prompt at a time, in the given order, is the CPU default: the turns of one conversation share their prefix,
-    which the engine's kept cache prefills once, while a batch of other prompts, left-padded, takes the masked
-    attention path (bench/RESULTS.md, bench_sft scoring). ``batch_size`` > 1 decodes prompts of similar length
-    together, for GPUs."""
+    Turns go in their given order, ``batch_size`` at a time: the engine prefills each prompt apart, reusing the
+    cache of the one before up to their common prefix (the turns of one conversation prefill only what each adds),
+    and decodes the batch together, reading the weights once per step for all of its rows (decoding is bound by
+    memory on a CPU). ``prefix_cache`` off pads the batch's prompts and prefills them together, and with
+    ``first_call`` off and a batch of one decodes as before both existed (bench_sft scoring measures them).
+    """
     from inference.engine import SamplingParams
     from inference.engine_support import render_prompt
     from inference.hf_engine import HFEngine, Row
@@ -103,8 +105,7 @@ def greedy_texts(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_
         prompts = [render_prompt(tokenizer, list(turn.messages), list(turn.tools)) for turn in turns]
         rows = {i: Row(prompt, SamplingParams(temperature=0.0, max_tokens=min(max_new_tokens, room), stop=stop))
                 for i, prompt in enumerate(prompts) if (room := engine.max_positions - len(prompt)) > 0}
-        order = sorted(rows, key=lambda i: len(prompts[i])) if batch_size > 1 else list(rows)
-        samples = dict(zip(order, engine.generate_rows([rows[i] for i in order]), strict=True))
+        samples = dict(zip(rows, engine.generate_rows(list(rows.values())), strict=True))
     finally:
         model.train(was_training)
     return [_with_stop(samples[i], engine.stop_ids) if i in samples else "" for i in range(len(turns))]

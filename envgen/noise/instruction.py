@@ -307,13 +307,20 @@ def wording_problem(description: str, transforms: Sequence[Mapping[str, Any]]) -
         return f"the request is gone: {description!r}"
     if greetings(description) > 1:
         return f"two greetings: {' '.join(_sentences(description)[:2])!r}"
+    return next(iter(insertion_problems(description, transforms)), None)
+
+
+def insertion_problems(description: str, transforms: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ungrammatical insertions of ``transforms`` (records, as stored) in a noisy task's text, one per
+    transform that inserted a vague phrase."""
+    out = []
     for t in transforms:
         phrase = (t.get("changed") or {}).get("replaced_with")
         if phrase:
             nouns = set(re.sub(r"_(id|ids|key)$", "", str(t["changed"].get("argument", ""))).split("_")) - {""}
             if (problem := insertion_problem(description, phrase, nouns)) is not None:
-                return f"{t['kind']}: {problem}"
-    return None
+                out.append(f"{t['kind']}: {problem}")
+    return out
 
 
 def _rewrite(draft: Draft, where: Place, replacement: str) -> None:

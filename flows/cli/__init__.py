@@ -239,12 +239,18 @@ def demo(
     profile: Annotated[str, typer.Option(help="tiny | small | default | full, or a path to a profile YAML.")] = "tiny",
     partition: Annotated[str, typer.Option(help="Partition to materialize.")] = "default",
     keep_ui: Annotated[bool, typer.Option("--keep-ui", help="Keep the Prefect server up until Ctrl-C.")] = False,
+    base: Annotated[str | None, typer.Option(help="A pretrained base to fine-tune with adapters after the data "
+                                                  "stages: a .gguf file, a transformers directory or a model "
+                                                  "artifact key (make demo passes SmolLM2-135M-Instruct); without "
+                                                  "it, the tiny policy the pipeline trains.")] = None,
 ) -> None:
-    """Run every registered stage's DAG on a profile, then cold-start SFT of the tiny policy on its cold-start
-    set (the `train-sft` flow); print the UI URL and a summary."""
+    """Run every registered stage's DAG on a profile, then cold-start SFT (the `train-sft` flow) of the base, or of
+    the tiny policy, on the small environments' golden trajectories; print the UI URL and a summary."""
     with _clean_errors():
+        if base is not None:
+            train.check_base(base)  # before the data stages run
         _refresh_with_progress(None, profile, partition, force=False, keep_ui=keep_ui,
-                               then=lambda rt, summary: train.demo_sft(rt, summary, profile, partition))
+                               then=lambda rt, summary: train.demo_sft(rt, summary, profile, partition, base))
 
 
 @app.command()

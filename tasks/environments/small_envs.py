@@ -85,7 +85,8 @@ def played_trajectory(env: dict[str, Any], params: SmallEnvsParams, rng: Any, to
 
 # 3: a customer task per environment, played by the reference agent of the mid-training routes, held to the
 # trajectory standard
-@stage(name=STAGE, version="3", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
+# 4: a purpose names no fee
+@stage(name=STAGE, version="4", inputs=("environments", "tokenizer"), params=SmallEnvsParams,
        outputs={
            "environments": ENVIRONMENT.contract(checks=(
                Check("golden_replays", golden_fails, description="the golden trajectory replays with reward 1"),

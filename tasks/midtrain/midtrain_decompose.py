@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -129,7 +130,7 @@ def decompose(ep: Episode, rng: random.Random, max_hidden: int) -> tuple[Episode
     if not hidden:
         raise Unusable("decompose: no value the user gives can be looked up in the environment instead")
     actions = json.dumps(calls)
-    return Episode(ep.env, {**task, "golden_actions": actions}, calls), hidden
+    return replace(ep, task={**task, "golden_actions": actions}, calls=calls), hidden
 
 
 def _hiding(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], calls: list[dict[str, Any]],
@@ -176,7 +177,8 @@ class DecomposeParams(EpisodeParams):
 # 4: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
 # 5: the trajectory standard; finals rendered from what the writes did; the user's and agent's words varied
-@stage(name=STAGE, version="5", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
+# 6: a refusal row stays a refusal
+@stage(name=STAGE, version="6", params=DecomposeParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_decompose(inputs: Mapping[str, Artifact], params: DecomposeParams,
                        partition: str) -> dict[str, pl.DataFrame]:

@@ -151,7 +151,8 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
 # 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
 # 3: the trajectory standard; finals rendered from what the writes did; the user's and agent's words varied
-@stage(name=STAGE, version="3", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
+# 4: a purpose names no fee (a refusal states only amounts the database holds)
+@stage(name=STAGE, version="4", params=MidtrainEnvParams, inputs=("environments", "tokenizer"),
        outputs={"trajectories": trajectory_contract([STAGE], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_env(inputs: Mapping[str, Artifact], params: MidtrainEnvParams, partition: str) -> dict[str, pl.DataFrame]:
     """Verified environment-grounded trajectories: sampled chains, reverse-synthesized requests, played and kept

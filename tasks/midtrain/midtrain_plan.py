@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 
 import polars as pl
 
@@ -23,8 +24,8 @@ TRANSFORM = "plan"
 
 
 HEADERS = ("Plan:", "Here is my plan.", "The steps I will take:", "How I will go about it:", "My plan, step by step:")
-GOAL = ("{n}. {What}: {steps}{after}.", "{n}. To {what}, I call {steps}{after}.", "{n}. {Steps}{after}, so I can {what}.",
-        "{n}. For the goal to {what}: {steps}{after}.")
+GOAL = ("{n}. {What}: {steps}{after}.", "{n}. To {what}, I call {steps}{after}.",
+        "{n}. First {steps}{after}, so I can {what}.", "{n}. For the goal to {what}: {steps}{after}.")
 AFTER = (" (uses what step {deps} finds)", ", with what step {deps} returns", " (building on step {deps})")
 THEN = (", then ", " and then ", ", after that ")
 FIRST = ("First step: {tool}.", "I begin with {tool}.", "Starting with {tool}.", "So {tool} comes first.",
@@ -52,7 +53,7 @@ def plan(ep: Episode, rng: random.Random) -> tuple[Episode, list[str]]:
         what = domain.tools[write["name"]].description.split(". ")[0].rstrip(".").lower() if write else "check records"
         lines.append(fill(rng.choice(GOAL), n=str(i + 1), what=what, steps=steps, after=after))
     text = "\n".join([rng.choice(HEADERS), *lines, fill(rng.choice(FIRST), tool=ep.calls[0]["name"])])
-    return Episode(ep.env, ep.task, ep.calls, plan=text), lines
+    return replace(ep, plan=text), lines
 
 
 class PlanParams(EpisodeParams):
@@ -62,7 +63,8 @@ class PlanParams(EpisodeParams):
 # 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
 # 3: the trajectory standard; plans and every move in varied words
-@stage(name=STAGE, version="3", params=PlanParams, inputs=("midtrain_env", "tokenizer"),
+# 4: a refusal row stays a refusal; a plan line never capitalizes a tool name
+@stage(name=STAGE, version="4", params=PlanParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_plan(inputs: Mapping[str, Artifact], params: PlanParams, partition: str) -> dict[str, pl.DataFrame]:
     """A plan of sub-goals before the first action of each verified environment trajectory."""

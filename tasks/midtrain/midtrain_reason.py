@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -158,7 +159,7 @@ def alternatives(ep: Episode, rng: random.Random, per_step: int,
         recorded.append({"call": k, "kinds": [kind for kind, _ in chosen]})
     if not notes:
         raise Unusable("reason: no step has an alternative to compare")
-    return Episode(ep.env, ep.task, ep.calls, notes=notes, offered=offered), recorded
+    return replace(ep, notes=notes, offered=offered), recorded
 
 
 class ReasonParams(EpisodeParams):
@@ -168,7 +169,8 @@ class ReasonParams(EpisodeParams):
 # 2: compact tool schemas and results; one acting customer per task, identified first; no read without a
 # reason; reasons, alternatives and the outcome stated in words that are true
 # 3: candidates from the conversation (offered tools, rows seen earlier); the trajectory standard; varied words
-@stage(name=STAGE, version="3", params=ReasonParams, inputs=("midtrain_env", "tokenizer"),
+# 4: a refusal row stays a refusal
+@stage(name=STAGE, version="4", params=ReasonParams, inputs=("midtrain_env", "tokenizer"),
        outputs={"trajectories": trajectory_contract([TRANSFORM], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_reason(inputs: Mapping[str, Artifact], params: ReasonParams, partition: str) -> dict[str, pl.DataFrame]:
     """Alternative candidates compared before every executed action of each verified environment trajectory."""

@@ -50,7 +50,7 @@ from tasks.midtrain.routes import (
     trajectory_contract,
 )
 from tasks.midtrain.synth import identifying_tool
-from tasks.midtrain.words import CHANGED, CREATED, fact_sentence, fill
+from tasks.midtrain.words import CHANGED, CREATED, fact_sentence, fill, shown
 from tasks.tokenizer import keyword_or_dir
 
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
@@ -120,7 +120,7 @@ def _user_param(domain: CompiledDomain, p: ToolParam, read: bool) -> bool:
         return False  # a key: found with the tools
     entity, field = p.sem.split(".", 1)
     spec = domain.spec.entity(entity).field(field)
-    return spec is not None and not getattr(spec, "internal", False) and (spec.unique or not read)
+    return spec is not None and not spec.internal and (spec.unique or not read)
 
 
 def found_with_tools(domain: CompiledDomain, chain: list[str]) -> list[str] | None:
@@ -500,12 +500,12 @@ def trajectory(howto: HowTo, rng: random.Random, domain: CompiledDomain | None =
     key = next(iter(last))
     done = fill(rng.choice(DONE), goal=howto.goal)
     if changed:
-        fields = ", ".join(f"{f.replace('_', ' ')} {render_value(last[f])}" for f in changed)
+        fields = ", ".join(f"{f.replace('_', ' ')} {shown(last[f])}" for f in changed)
         done += " " + fill(rng.choice(CHANGED), entity=key.removesuffix("_id").replace("_", " "),
                            key=render_value(last[key]), fields=fields)
     for entity, record in (produced[-1].get("created") or {}).items():
         new_key = next(iter(record))
-        fields = ", ".join(f"{f.replace('_', ' ')} {render_value(v)}" for f, v in record.items()
+        fields = ", ".join(f"{f.replace('_', ' ')} {shown(v)}" for f, v in record.items()
                            if f != new_key and not f.endswith("_id") and v is not None)
         done += " " + fill(rng.choice(CREATED), entity=entity.replace("_", " "), key=render_value(record[new_key]),
                            fields=fields)
@@ -559,7 +559,8 @@ def spec_texts(inputs: Mapping[str, Artifact], params: MidtrainTextParams,
 
 # 2: the customer identified first; simulated results keep the values calls were given; the outcome stated
 # 3: results are records (never an echo); every key found with the tools; the trajectory standard; varied words
-@stage(name=STAGE, version="3", params=MidtrainTextParams, inputs=("domain_graphs", "tokenizer"),
+# 4: a write creates its records and the final reports them; flags in words
+@stage(name=STAGE, version="4", params=MidtrainTextParams, inputs=("domain_graphs", "tokenizer"),
        outputs={"trajectories": trajectory_contract([STAGE], checks=(VARIED_SENTENCES,)), REJECTED: ITEM_REJECTED.contract()})
 def midtrain_text(inputs: Mapping[str, Artifact], params: MidtrainTextParams, partition: str) -> dict[str, pl.DataFrame]:
     """Procedural texts -> tool schemas and call lists -> schema-conformant multi-turn trajectories."""

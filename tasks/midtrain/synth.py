@@ -240,14 +240,18 @@ def retry_candidates(domain: CompiledDomain, calls: list[dict[str, Any]]) -> lis
 
 
 def episode_of(row: dict[str, Any]) -> Episode:
-    """The episode of a verified trajectory row (its environment, task and successful calls), for augmentation."""
+    """The episode of a verified trajectory row (its environment, task and successful calls), for augmentation; a
+    row without a write is a refusal, and its closing message stays the refusal."""
     vi = json_field(row["verify_input"])
     messages = json_field(row["messages"])
     results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
     calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
              for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
              if not tool_failed(results.get(c.get("id"), {}))]
-    return Episode({**vi["env"], "db": bytes(row["env_db"])}, dict(vi["task"]), calls)
+    env = {**vi["env"], "db": bytes(row["env_db"])}
+    domain = domain_for(env)
+    refused = None if any(domain.tools[c["name"]].is_write for c in calls) else str(messages[-1]["content"])
+    return Episode(env, dict(vi["task"]), calls, refusal=refused)
 
 
 def _teacher_prompt(kind: str, default: str, context: str, keep: tuple[str, ...]) -> str:

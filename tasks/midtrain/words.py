@@ -197,7 +197,7 @@ def purpose(tool: Tool) -> str:
     """The tool's description up to its first clause, lower-cased, without the fee it names ("add full coverage
     to a rental", not "... for 60.00": a figure the agent states is one the database holds): what the call does."""
     text = tool.description.split(". ")[0].split("; ")[0].rstrip(".")
-    text = re.sub(r"\s+(?:for|of|at)\s+\d+(?:\.\d+)?\b", "", text)
+    text = re.sub(r"\s+(?:for|of|at)\s+(?:an?\s+)?\d+(?:\.\d+)?(?:\s+(?:fee|charge|each))?\b", "", text)
     return text[0].lower() + text[1:]
 
 
@@ -266,7 +266,8 @@ def question(labels: Sequence[str], rng: random.Random) -> str:
 # --- the final message ----------------------------------------------------------------------------------------
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as the agent says it: a flag in words (yes, no), an amount with two decimals."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     return render_value(value)
@@ -278,14 +279,14 @@ def _fields(domain: CompiledDomain, entity: str, record: Mapping[str, Any], name
     for name in names:
         field = spec.field(name)
         said = field.label if field is not None and field.label else label(name)
-        parts.append(f"{said} {_shown(record[name])}")
+        parts.append(f"{said} {shown(record[name])}")
     return ", ".join(parts)
 
 
 def _reported(domain: CompiledDomain, entity: str, record: Mapping[str, Any]) -> list[str]:
     """What a person is told of a new record: its amounts, counts, dates and states (not its links)."""
     spec = domain.spec.entity(entity)
-    return [f.name for f in spec.fields if record.get(f.name) is not None and not getattr(f, "internal", False)
+    return [f.name for f in spec.fields if record.get(f.name) is not None and not f.internal
             and f.type in ("money", "int", "float", "date", "datetime", "enum", "bool")]
 
 

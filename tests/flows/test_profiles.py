@@ -25,7 +25,7 @@ def test_a_profile_extends_another_section_by_section() -> None:
     tiny, small = load_profile("tiny"), load_profile("small")
     assert small["world"] == tiny["world"]  # what small does not name comes from tiny
     assert small["environments"] == {**tiny["environments"], "envs_per_domain": 12}  # a field, not the section
-    assert small["sft"]["learning_rate"] != tiny["sft"]["learning_rate"] and small["sft"]["use_cpu"]
+    assert small["sft"]["max_length"] != tiny["sft"]["max_length"] and small["sft"]["use_cpu"]
 
 
 def test_a_profile_that_extends_itself_is_named(tmp_path: Path) -> None:

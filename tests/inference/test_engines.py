@@ -53,8 +53,10 @@ def test_a_batch_of_prompts_of_different_lengths_decodes_as_each_alone(hf) -> No
 
     prompts = [[{"role": "user", "content": "alpha " * n + "?"}] for n in (1, 9, 4, 17)]
     alone = [hf.generate([req(p, temperature=0)])[0][0].token_ids for p in prompts]
-    batched = HFEngine(hf.model, hf.tokenizer, max_batch_size=4).generate([req(p, temperature=0) for p in prompts])
-    assert [c[0].token_ids for c in batched] == alone  # left padding changes no greedy token
+    for prefix_cache in (False, True):  # padded prompts prefilled together, or each prompt apart and decoded together
+        engine = HFEngine(hf.model, hf.tokenizer, max_batch_size=4, prefix_cache=prefix_cache)
+        batched = engine.generate([req(p, temperature=0) for p in prompts])
+        assert [c[0].token_ids for c in batched] == alone  # left padding changes no greedy token
 
 
 def test_seeded_samples_repeat_and_differ_per_sample(hf) -> None:
@@ -184,7 +186,7 @@ def test_decoding_computes_the_last_position_logits_only(hf) -> None:
         hf.generate([req(temperature=0, max_tokens=3), req(messages=[{"role": "user", "content": "a"}], max_tokens=3)])
     finally:
         hook.remove()
-    assert widths == [1, 1, 1]
+    assert widths == [1, 1, 1, 1, 1]  # each prompt prefilled apart, then three decode steps of the two together
 
 
 def test_a_growing_conversation_prefills_only_what_is_new_and_decodes_as_afresh(hf) -> None:
@@ -213,7 +215,7 @@ def test_a_growing_conversation_prefills_only_what_is_new_and_decodes_as_afresh(
         [[alone]] = fresh.generate([req(turn, temperature=0, max_tokens=5)])
         assert completion.token_ids == alone.token_ids
         assert completion.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
-    assert outputs[0][1] == outputs[0][2]  # nothing kept yet: the whole first prompt
+    assert outputs[0][1] == outputs[0][2] - 1  # nothing kept yet: the whole first prompt but the token decoding starts at
     for (_, _, previous), (_, prefilled, prompt) in itertools.pairwise(outputs):
         assert prefilled <= prompt - previous  # the later ones: only the messages added since
 

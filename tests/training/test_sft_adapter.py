@@ -55,9 +55,11 @@ def test_the_published_model_is_the_base_plus_its_merged_adapter(base, tmp_path)
 
     out = tmp_path / "model"
     out.mkdir()
-    params = SFTParams(**FAST, max_steps=3, model_name_or_path=str(base), eval_fraction=0.0,
-                       lora=TOP_LAYER, output_dir=str(tmp_path / "trainer"))
-    sft.run({"trajectories": trajectory_artifact(trajectories(6))}, params, "p0", out)
+    params = SFTParams(**{**FAST, "eval_tool_calls": 3}, max_steps=3, model_name_or_path=str(base),
+                       eval_fraction=0.3, lora=TOP_LAYER, output_dir=str(tmp_path / "trainer"))
+    frames = sft.run({"trajectories": trajectory_artifact(trajectories(10))}, params, "p0", out)
+    evaluated = set(frames["metrics"].filter(frames["metrics"]["split"] == "eval")["name"])
+    assert {"tool_call_valid", "tool_call_valid_change_low", "tool_call_valid_change_high"} <= evaluated
     merged = AutoModelForCausalLM.from_pretrained(str(out)).state_dict()
     original = AutoModelForCausalLM.from_pretrained(str(base)).state_dict()
     adapter = load_file(str(out / ADAPTER / "adapter_model.safetensors"))

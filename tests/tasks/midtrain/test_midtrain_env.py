@@ -75,3 +75,25 @@ def test_a_corrupt_bundle_is_one_error_naming_it(tmp_path: Path, kind: str) -> N
     assert str(broken) in message and says in message and "\n" not in message
     with pytest.raises(StageError, match="holds no environment bundle"):
         bundle_environments(tmp_path)  # not a directory of bundles
+
+
+def test_each_task_is_one_base_task_and_a_failed_sample_costs_none(monkeypatch) -> None:
+    """Before: 86 environment-route rows of a demo root came from 10 base tasks (12 tasks played twice, 2 lost).
+    Now a task is played once by default and sampled again on the next environment when a sample fails."""
+    import tasks.midtrain.midtrain_env as stage
+    from tasks.midtrain.synth import Unusable
+
+    real, calls = stage.sample_task, []
+
+    def flaky(env, rng, *args, **kwargs):  # every other first sample fails, as on an environment without a lookup
+        calls.append(env["env_id"])
+        if len(calls) % 2:
+            raise Unusable("no tool to identify the customer")
+        return real(env, rng, *args, **kwargs)
+
+    monkeypatch.setattr(stage, "sample_task", flaky)
+    params = midtrain_env.parse_params({"n_tasks": 6, "refusal_share": 0.0})
+    items, rejected = stage.plan_items(environments(), params, "t")
+    assert rejected == [] and len(items) == 6
+    assert len({episode.task["task_id"] for _, episode, _ in items}) == 6
+    assert len(calls) == 12 and calls[0] != calls[1]  # the second sample is on the next environment

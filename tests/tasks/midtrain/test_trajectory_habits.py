@@ -27,7 +27,7 @@ from envgen.trajectory_checks import (
     unidentified_write,
     unstated_outcome,
 )
-from envgen.trajectory_standard import uninformative_result
+from envgen.trajectory_standard import invented_alternative, uninformative_result
 from tasks.midtrain.midtrain_decompose import decompose
 from tasks.midtrain.midtrain_reason import WHY, _why_not, alternatives
 from tasks.midtrain.midtrain_text import HowToError, parse_howto, render_howto, trajectory
@@ -222,6 +222,9 @@ def test_rejected_alternatives_have_reasons_true_of_them(index: int, seed: int) 
         return
     for note in new.notes.values():
         assert "data, and this step needs" not in note
+    played = play(new, random.Random(seed), 3)
+    row = {**_row(new, played.messages), "tools": json.dumps(played.tools)}
+    assert invented_alternative(row) is None  # offered tools, rows seen earlier, true ownership claims
     for call in ep.calls:
         tool = domain.tools[call["name"]]
         same = tool.entity.replace("_", " ")
@@ -257,6 +260,9 @@ def test_simulated_results_keep_what_the_user_gave(seed: int, index: int) -> Non
             for p, value in arguments.items():  # the record a call finds holds what the call was given
                 assert all(row.get(p, value) == value for row in rows), (p, value, rows)
         assert messages[2]["tool_calls"][0]["function"]["name"] == identify.name  # who, before anything changes
+        if record_domain is not None:  # the customer is identified from the record the lookup returned
+            key = domain.spec.customer_entity.key
+            assert results[0][key] and all(a.get(key, results[0][key]) == results[0][key] for a in calls[1:])
         assert uninformative_result({"verifier": "schema", "messages": json.dumps(messages)}) is None
 
 
@@ -305,3 +311,24 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(yaml.safe_dump({**two, "name": "unknown", "customer": "ghost"}, sort_keys=False))
     assert any("unknown entity 'ghost'" in p for p in check_spec(unknown, 0).problems)
+
+
+def test_an_augmented_refusal_still_refuses() -> None:
+    """Before: a plan or reasons added to a refusal row played it again as a task and closed with "Nothing needed
+    to change." instead of the refusal."""
+    from tasks.midtrain.midtrain_plan import plan
+    from tasks.midtrain.synth import episode_of, refusal_episode
+
+    for seed in range(40):
+        try:
+            refusal = refusal_episode(_airline(seed), random.Random(seed))
+            break
+        except Unusable:
+            continue
+    played = play(refusal, random.Random(0), 3)
+    row = {**_row(refusal, played.messages), "env_db": refusal.env["db"]}
+    again = episode_of(row)
+    assert again.refusal == played.messages[-1]["content"] == refusal.refusal
+    for augmented in (plan(again, random.Random(1))[0], alternatives(again, random.Random(1), 2)[0]):
+        final = play(augmented, random.Random(1), 3).messages[-1]["content"]
+        assert final == refusal.refusal and "Nothing needed to change" not in final

@@ -19,6 +19,7 @@ from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import EXECUTION, SCHEMA
 from envgen.trajectory_standard import (
     VARIED_SENTENCES,
+    habit_problem,
     internal_key_told,
     internal_keys,
     invented_alternative,
@@ -248,8 +249,8 @@ def test_an_output_of_one_template_is_refused_as_a_whole_a_varied_one_passes() -
 
 
 def test_the_reference_agent_varies_its_sentences() -> None:
-    """Played on the fixture environments, the ten most common frames of the agent's sentences stay within 30%
-    (24 episodes: about 250 sentences)."""
+    """Played on the fixture environments, every row keeps every habit and the ten most common frames of the
+    agent's sentences stay within 30% (24 episodes: about 250 sentences)."""
     texts, users = [], []
     for i in range(24):
         env = environments()[i % len(environments())]
@@ -257,7 +258,9 @@ def test_the_reference_agent_varies_its_sentences() -> None:
             ep = sample_task(env, random.Random(i), 2, 3, TaskSettings(), f"v{i}")
         except Unusable:
             continue
-        messages = play(ep, random.Random(i), 3).messages
+        played = play(ep, random.Random(i), 3)
+        messages = played.messages
+        assert habit_problem(_row(ep, messages, played.tools)) is None  # no internal key said or asked, ...
         texts += [m["content"] for m in messages if m["role"] == "assistant" and m["content"]]
         users += [s for m in messages if m["role"] == "user" for s in sentences(m["content"])]
     share, total, _ = frame_share(texts)
