@@ -71,23 +71,25 @@ def generate_rows(spec: DomainSpec, seed: int) -> Rows:
     owner: dict[tuple[str, str], str | None] = {}  # (entity, key) -> the customer owning it
     by_owner: dict[str, dict[str | None, list[str]]] = {}  # entity -> owner -> keys, in generation order
 
-    def choose_parent(r: RelationSpec, row_owner: str | None) -> str | None:
-        """A parent for relation ``r`` owned by ``row_owner`` (or by nobody), any parent when unowned; None while
-        ``r.to`` is not generated yet (an optional relation to a later entity: the pass below draws it)."""
+    def choose_parent(r: RelationSpec, row_owner: str | None, carries: bool) -> str | None:
+        """A parent for relation ``r``: of ``row_owner`` (or of nobody) when ``r`` carries ownership and the row
+        has an owner, else any; None while ``r.to`` is not generated yet (an optional relation to a later entity:
+        the pass below draws it)."""
         if r.to not in keys:
             return None
         options = keys[r.to]
-        if row_owner is not None and r in carrying:
+        if row_owner is not None and carries:
             options = by_owner[r.to].get(row_owner, []) + by_owner[r.to].get(None, [])
         return rng.choice(options) if options else None
 
     for e in entity_order(spec):
         carrying = carriers(spec, e.name)
         ready = [r for r in carrying if keys.get(r.to)]
-        # Customers who own a row of every parent the required carrying relations need.
-        candidates = sorted(set.intersection(*(set(by_owner[r.to]) for r in ready if r.required))
-                            - {None}) if any(r.required for r in ready) else sorted(
-            {o for r in ready for o in by_owner[r.to]} - {None})
+        # The owners a row may have: customers owning a row of every parent its required carrying relations need
+        # (of any parent, when all are optional).
+        required = [r for r in ready if r.required]
+        pools = [set(by_owner[r.to]) - {None} for r in required or ready]
+        candidates = sorted((set.intersection if required else set.union)(*pools)) if pools else []
         used: dict[str, set[Any]] = {f.name: set() for f in e.fields if f.unique}
         table, seen_keys = [], set()
         by_owner[e.name] = {}
@@ -100,7 +102,7 @@ def generate_rows(spec: DomainSpec, seed: int) -> Rows:
             row_owner = key if customer is not None and e.name == customer.name else (
                 rng.choice(candidates) if candidates else None)
             for r in e.relations:
-                row[r.field] = choose_parent(r, row_owner)
+                row[r.field] = choose_parent(r, row_owner, r in carrying)
             if row_owner is None:  # no carrying parent was drawn for an owner: the parents drawn decide it
                 row_owner = next((owner[(r.to, row[r.field])] for r in carrying if row[r.field] is not None
                                   and owner[(r.to, row[r.field])] is not None), None)
@@ -126,7 +128,7 @@ def generate_rows(spec: DomainSpec, seed: int) -> Rows:
             if not r.required:
                 for row in rows[e.name]:
                     if row[r.field] is None and keys[r.to] and rng.random() < 0.8:
-                        row[r.field] = choose_parent(r, owner[(e.name, row[e.key])])
+                        row[r.field] = choose_parent(r, owner[(e.name, row[e.key])], r in carrying)
     return rows
 
 

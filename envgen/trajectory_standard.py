@@ -40,7 +40,7 @@ from envgen.checks import contradicting_owners
 from envgen.compiler import CompiledDomain
 from envgen.runtime import json_field
 from envgen.seeding import engine_from_bytes
-from envgen.spec import DomainSpec
+from envgen.spec import DomainSpec, customer_facing
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import (
     EXECUTION,
@@ -144,14 +144,6 @@ def stated_nothing(row: Mapping[str, Any]) -> str | None:
 
 
 # --- what a person knows ------------------------------------------------------------------------------------
-
-
-def customer_facing(spec: DomainSpec, entity: str, column: str) -> bool:
-    """Whether a customer knows the values of ``entity.column``: a field the spec does not mark ``internal`` (a
-    name, an email, a flight number, a code they were given). Keys and relations are internal: the agent finds
-    them with the tools."""
-    field = spec.entity(entity).field(column)
-    return field is not None and not field.internal
 
 
 @lru_cache(maxsize=64)
