@@ -191,14 +191,11 @@ def _identified(domain: CompiledDomain, conn: Connection, entry: Mapping[str, An
     if customer is None or tool is None or tool.entity != customer.name or tool.kind not in IDENTIFYING_KINDS or (
             found and all(_get(domain, conn, customer.name, k) is not None for k in found)):
         return found
-    from envgen.tools import Executor, ToolError
-
-    try:
-        content = Executor(domain).read(conn, tool, tool.args_model.model_validate(_arguments(entry.get("arguments")))
-                                        .model_dump())
-    except (ToolError, ValueError):
-        return set()
-    return identified_customers(domain, name, content)
+    column = customer.key if tool.kind == "get" else tool.column
+    value = _arguments(entry.get("arguments")).get(column)
+    t = domain.tables[customer.name]
+    rows = conn.execute(select(t.c[customer.key]).where(t.c[column] == value).limit(2)).all() if value else []
+    return {str(rows[0][0])} if len(rows) == 1 else set()
 
 
 def _arguments(raw: Any) -> dict[str, Any]:

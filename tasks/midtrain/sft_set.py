@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -336,7 +336,7 @@ def reference_scores(texts: Sequence[str], spans: Sequence[list[tuple[int, int]]
     return scores, means, total / count if count else float("nan"), count, vocab
 
 
-def _bigram_stream(texts: Sequence[str], ids: Sequence[str], tok: Any) -> Any:
+def _bigram_stream(texts: Sequence[str], ids: Sequence[str], tok: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The cross-fitted bigram's log-probabilities and token offsets, text by text: the candidates split in two by
     a hash of their id, each half scored by a bigram fitted on the other (each text tokenized once to fit and once
     to score, so no token list outlives its text)."""

@@ -222,9 +222,10 @@ def test_episodes_under_every_strategy_and_context():
     assert by[("self_consistency", 2)]["score"] == by[("best_of_k", 2)]["score"] == 1.0
     assert by[("heavy_thinking", 2)]["score"] == 1.0 and by[("heavy_thinking", 2)]["tokens"] > by[("sample", 2)]["tokens"]
     assert by[("context:none", 2)]["score"] == 1.0
-    # Reset after every turn: the history loses the call, so the policy repeats it until the turn limit.
+    # Reset after every turn: the history loses the call, so the policy repeats it until the turn limit (12 turns
+    # against the golden's 4 calls and answer).
     discard, none = by[("context:discard", 2)], by[("context:none", 2)]
-    assert json.loads(discard["stop_reasons"]) == {"max_turns": 2} and discard["tokens"] > 5 * none["tokens"]
+    assert json.loads(discard["stop_reasons"]) == {"max_turns": 2} and discard["tokens"] > 3 * none["tokens"]
     assert json.loads(by[("sample", 2)]["stop_reasons"]) == {"done": 2}
 
 
