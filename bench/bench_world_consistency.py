@@ -119,8 +119,8 @@ def ownership(root: Path) -> list[str]:
                     multi[stage] += 1
                     bad[stage] += len(found) > 1
                     kinds[stage][f"{domain.name}.{entity}"] += len(found) > 1
-    lines = ["| artifact | databases | records with 2+ paths to the customer | of them reaching 2+ customers | "
-             "any record reaching 2+ customers | most contradicted |", "|---|---|---|---|---|---|"]
+    lines = [("| artifact | databases | records with 2+ paths to the customer | of them reaching 2+ customers | "
+             "any record reaching 2+ customers | most contradicted |"), "|---|---|---|---|---|---|"]
     for stage in dbs:
         top = ", ".join(f"{k} {v}" for k, v in kinds[stage].most_common(3) if v) or "-"
         lines.append(f"| {stage} | {dbs[stage]} | {multi[stage]} | {bad[stage]} | {anywhere[stage]} | {top} |")
@@ -203,8 +203,8 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(args.data_dir)
     people_lines, samples = people(root)
-    lines = [f"\n## The world holding together: {args.label or root} ({date.today().isoformat()}, "
-             f"{platform.machine()}, {platform.python_version()})", "",
+    lines = [(f"\n## The world holding together: {args.label or root} ({date.today().isoformat()}, "
+             f"{platform.machine()}, {platform.python_version()})"), "",
              f"`python -m bench.bench_world_consistency --data-dir {root}`", "", "Ownership:", "",
              *ownership(root), "", "Tasks, profiles and what users say:", "", *people_lines, "",
              "Base tasks per trajectory route:", "", *base_tasks(root), "", "Sampled environment tasks:", ""]

@@ -383,8 +383,8 @@ TASK = Record("task", "A task of an environment with its user profile and its ru
     system_prompt=(pl.String, "agent instructions and policy texts"),
     description=(pl.String, "the user's first message: what they ask, in what a person knows (no internal keys)"),
     user_profile=(JSON, "{persona, facts: [{name, label, value}]}: what the user knows and tells when asked"),
-    rubric=(JSON, "{expected_diff, required_outputs, tables, components, customer}: customer is the key of the "
-                  "customer the task acts for, whose records alone its writes may change"),
+    rubric=(JSON, ("{expected_diff, required_outputs, tables, components, customer}: customer is the key of the "
+                  "customer the task acts for, whose records alone its writes may change")),
     golden_actions=(JSON, "[{name, arguments}] in order"),
     difficulty=(JSON, "difficulty features"),
     noise=(JSON, "{level, transforms}; level 0 for a clean task"),
