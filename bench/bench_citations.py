@@ -32,7 +32,7 @@ FALSE_CLASSES = ("swapped figures", "inverted relation", "wrong relation", "nega
 
 def claims(kg: Any, docs: dict[str, str], n: int, seed: int) -> list[tuple[str, bool, str]]:
     """(text with its citation, true?, class) for ``n`` claims of every class."""
-    from inference.research.text import sentences
+    from tasks.research.harness.text import sentences
 
     rng = random.Random(seed)
     orgs = [o for o in kg.of_type("organization") if kg.attributes(o)["employees"] != kg.attributes(o)["budget"]]
@@ -83,7 +83,7 @@ def claims(kg: Any, docs: dict[str, str], n: int, seed: int) -> list[tuple[str, 
 
 
 def measure(items: list[tuple[str, bool, str]], index: Any, facts: Any) -> dict[str, Any]:
-    from inference.research.citations import check_citations
+    from tasks.research.harness.citations import check_citations
 
     by_class: dict[str, list[bool]] = defaultdict(list)
     tp = fp = fn = 0
@@ -107,9 +107,9 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
-    from envgen.search import SearchIndex, load_corpus
-    from inference.research.knowledge import KnowledgeGraph, WorldFacts
     from tasks.longctx.world import world
+    from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
+    from tasks.research.search import SearchIndex, load_corpus
 
     frames = world.run({}, world.parse_params({"n_entities": args.entities, "n_questions": 0}), "bench")
     kg = KnowledgeGraph.from_frames(frames["entities"], frames["relations"])

@@ -189,8 +189,8 @@ def main() -> None:
         ("catalog SQL written outside the catalog", "catalog_sql"),
         ("records declared in data_contracts/", "ground_floor_records"),
     ]
-    lines = [f"\n## The house's shape ({datetime.date.today()}, `python -m bench.bench_house --before "
-             f"{args.before} --after {args.after}`)\n",
+    lines = [(f"\n## The house's shape ({datetime.date.today()}, `python -m bench.bench_house --before "
+             f"{args.before} --after {args.after}`)\n"),
              "Read from git objects, nothing run: the figures are exact.\n",
              f"| figure | before ({revs['before']}) | after ({revs['after']}) |", "| --- | ---: | ---: |"]
     for label, field in rows:

@@ -29,8 +29,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from data_contracts.stage import FrameArtifact
-    from envgen.search import SearchIndex, load_corpus
     from tasks.longctx.world import world
+    from tasks.research.search import SearchIndex, load_corpus
     from tasks.research.search_qa import DIFFICULTY, search_qa
 
     frames = world.run({}, world.parse_params({"n_entities": args.entities, "n_questions": 0}), "bench")

@@ -34,8 +34,8 @@ from bench import report
 
 
 def world(entities: int, directory: Path) -> tuple[dict[str, pl.DataFrame], Path, float]:
-    from envgen.search import SearchIndex, load_corpus
     from tasks.longctx.world import world as world_stage
+    from tasks.research.search import SearchIndex, load_corpus
 
     frames = world_stage.run({}, world_stage.parse_params({"n_entities": entities, "n_questions": 0}), "bench")
     start = time.perf_counter()
@@ -44,8 +44,8 @@ def world(entities: int, directory: Path) -> tuple[dict[str, pl.DataFrame], Path
 
 
 def plan_specs(teacher: Any, index_dir: Path, queries: list[str]) -> list[Any]:
-    from inference.research.harness import run_research
-    from inference.research.spec import ResearchSpec
+    from tasks.research.harness.run import run_research
+    from tasks.research.harness.spec import ResearchSpec
 
     specs = []
     for q in queries:
@@ -56,9 +56,9 @@ def plan_specs(teacher: Any, index_dir: Path, queries: list[str]) -> list[Any]:
 
 def dispatch_all(teacher: Any, engine_ref: Any, index_dir: Path, specs: list[Any], executor: Executor) -> float:
     """Seconds to research every section of every spec on ``executor`` (fresh in-memory journals)."""
-    from inference.research.researchers import dispatch
-    from inference.research.roles import open_index
-    from inference.research.session import HarnessConfig, Journal, Session
+    from tasks.research.harness.researchers import dispatch
+    from tasks.research.harness.roles import open_index
+    from tasks.research.harness.session import HarnessConfig, Journal, Session
 
     start = time.perf_counter()
     for i, (q, spec) in enumerate(specs):
@@ -120,9 +120,9 @@ def shuffled_support(report_text: str, index_dir: Path, seed: int) -> float:
     report cites (the wrong source)."""
     import random
 
-    from inference.research.citations import check_citations
-    from inference.research.roles import open_index
-    from inference.research.text import CITATION
+    from tasks.research.harness.citations import check_citations
+    from tasks.research.harness.roles import open_index
+    from tasks.research.harness.text import CITATION
 
     cited = sorted(set(CITATION.findall(report_text)))
     if len(cited) < 2:
@@ -154,10 +154,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from data_contracts.stage import FrameArtifact
-    from inference.research.harness import run_research
-    from inference.research.knowledge import KnowledgeGraph
-    from inference.research.reference import ReferenceTeacher
-    from inference.research.rubric import Rubric, grade
+    from tasks.research.harness.knowledge import KnowledgeGraph
+    from tasks.research.harness.reference import ReferenceTeacher
+    from tasks.research.harness.rubric import Rubric, grade
+    from tasks.research.harness.run import run_research
     from tasks.research.research_tasks import research_tasks
     from tasks.research.search_qa import search_qa
 

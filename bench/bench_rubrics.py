@@ -31,14 +31,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from data_contracts.stage import FrameArtifact
-    from envgen.search import SearchIndex, load_corpus
-    from inference.research.harness import run_research
-    from inference.research.knowledge import KnowledgeGraph
-    from inference.research.reference import ReferenceTeacher
-    from inference.research.rubric import Rubric, grade_lexical
-    from inference.research.text import sentences
     from tasks.longctx.world import world
+    from tasks.research.harness.knowledge import KnowledgeGraph
+    from tasks.research.harness.reference import ReferenceTeacher
+    from tasks.research.harness.rubric import Rubric, grade_lexical
+    from tasks.research.harness.run import run_research
+    from tasks.research.harness.text import sentences
     from tasks.research.research_tasks import research_tasks
+    from tasks.research.search import SearchIndex, load_corpus
 
     frames = world.run({}, world.parse_params({"n_entities": args.entities, "n_questions": 0}), "bench")
     teacher = ReferenceTeacher(KnowledgeGraph.from_frames(frames["entities"], frames["relations"]))
@@ -84,7 +84,7 @@ def main() -> None:
 
 
 def _claim(relation: str, subject: str, obj: str) -> str:
-    from inference.research.reference import _SAY
+    from tasks.research.harness.reference import _SAY
 
     return _SAY[relation][0].format(s=subject, o=obj) if relation in _SAY else f"{subject} {relation} {obj}"
 

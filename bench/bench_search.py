@@ -102,7 +102,7 @@ def build(engine: str, corpus_path: str, out: str, limit: int | None = None) -> 
     elif engine == "bm25s":
         import bm25s
 
-        from envgen.search.index import _ANALYSIS, BM25
+        from tasks.research.search.index import _ANALYSIS, BM25
 
         tokens = bm25s.tokenize([f"{t}\n{x}" for t, x in zip(frame["title"], frame["text"], strict=True)],
                                 return_ids=True, **_ANALYSIS)
@@ -110,7 +110,7 @@ def build(engine: str, corpus_path: str, out: str, limit: int | None = None) -> 
         retriever.index(tokens, show_progress=False)
         retriever.save(out, show_progress=False)
     else:
-        from envgen.search import SearchIndex, load_corpus
+        from tasks.research.search import SearchIndex, load_corpus
 
         SearchIndex.build(load_corpus(frame), out)
     return {"build_s": time.perf_counter() - start, "corpus_rss_mb": before,
@@ -122,8 +122,8 @@ def query(engine: str, out: str, questions_path: str, corpus_path: str) -> dict[
     import bm25s
     import polars as pl
 
-    from envgen.search import SearchIndex
-    from envgen.search.index import analyze
+    from tasks.research.search import SearchIndex
+    from tasks.research.search.index import analyze
 
     if engine == "tantivy":
         import tantivy  # noqa: F401  (imported before the memory baseline, like the others)

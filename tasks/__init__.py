@@ -7,7 +7,8 @@ after it inside its branch, with the procedure only it uses beside it:
 - ``longctx``: the synthetic world, QA seeds and their difficulty filter, KeyChain, needles, math and the RL mixture;
 - ``midtrain``: mid-training and cold-start trajectories (environment-grounded and its augmentations, text-driven,
   long-context, the reading curriculum) and the cold-start selection ``sft_set``;
-- ``research``: the search index, search QA and research tasks and trajectories.
+- ``research``: the search index, search QA and research tasks and trajectories, with the local search environment
+  and the deep-research harness they are made with.
 
 Shared by several branches, at the top: ``tokenizer`` (the stage every token count uses) and ``difficulty`` (the
 keep decision and figure of both difficulty filters).

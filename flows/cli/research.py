@@ -86,8 +86,8 @@ def run(
     from pydantic import ValidationError
 
     from data_contracts.stage import StageError
-    from inference.research.harness import run_id_for
-    from inference.research.session import HarnessConfig
+    from tasks.research.harness.run import run_id_for
+    from tasks.research.harness.session import HarnessConfig
 
     check_teacher(teacher)
     if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
@@ -125,7 +125,7 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
     from data_contracts.progress import RunProgress
     from flows.dag import materialize
     from flows.runtime import Runtime
-    from inference.research.harness import run_research
+    from tasks.research.harness.run import run_research
     from tasks.research.research_trajectories import teacher_engine
 
     with Runtime() as rt:
@@ -134,7 +134,7 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
         citation_judge = teacher_engine(judge, None)[0] if judge else None
         facts = None
         if artifacts["search_index"].manifest["params"].get("corpus") == "world":
-            from inference.research.knowledge import KnowledgeGraph, WorldFacts
+            from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
 
             world = artifacts["world"]
             facts = WorldFacts(KnowledgeGraph.from_frames(world.read("entities"), world.read("relations")))
@@ -257,7 +257,7 @@ def check(
     from rich.table import Table
 
     from flows.terminal import print_table, stdout_console
-    from inference.research.citations import check_citations
+    from tasks.research.harness.citations import check_citations
 
     if not report.is_file():
         raise typer.BadParameter(f"{report}: no such file", param_hint="REPORT")
@@ -306,7 +306,7 @@ def _open_index(index: str | None) -> tuple[Any, Any]:
     from data_contracts.catalog import Catalog
     from data_contracts.roots import data_root, open_store
     from data_contracts.stage import StageError
-    from envgen.search import SearchIndex
+    from tasks.research.search import SearchIndex
 
     if index is not None and Path(index).is_dir():
         try:
@@ -335,7 +335,7 @@ def _open_index(index: str | None) -> tuple[Any, Any]:
         else None
     if world is None:
         return opened, None
-    from inference.research.knowledge import KnowledgeGraph, WorldFacts
+    from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
 
     return opened, WorldFacts(KnowledgeGraph.from_frames(world.read("entities"), world.read("relations")))
 

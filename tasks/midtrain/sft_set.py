@@ -64,7 +64,7 @@ def _kept(obj: Any, later: str) -> Any:
     """The fields of a result whose value a later turn uses (nested lists and objects pruned alike); of a text a
     later turn does not repeat whole (a document a researcher read), the sentences whose every figure it uses."""
     if isinstance(obj, str) and obj not in later and len(obj.split()) >= PROSE_WORDS:
-        from inference.research.text import sentences
+        from tasks.research.harness.text import sentences
 
         used = [s for s in sentences(obj) if (figures := _FIGURE.findall(s)) and all(f in later for f in figures)]
         return " ".join(used) or None

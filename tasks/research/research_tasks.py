@@ -8,7 +8,7 @@ temporal scope) and one of two routes over the world's documents:
 - article: one construction document (the topic entity's article) from which the rubric is made, then excluded
   from search, so the task tests what other sources establish.
 
-Rubrics are in ResearchRubrics form (inference/research/rubric.py): factual criteria with their supporting
+Rubrics are in ResearchRubrics form (tasks/research/harness/rubric.py): factual criteria with their supporting
 evidence (some compound: two facts in one criterion), analytical criteria (a warranted relation between facts),
 implicit requirements (the linked entities a full answer covers), negative conditions (a plausible wrong claim).
 Construction evidence and rubric stay out of the query.
@@ -37,11 +37,11 @@ from pydantic import Field
 from data_contracts.schemas import RESEARCH_TASK, RESEARCH_TASK_REJECTED, in_set
 from data_contracts.stage import REJECTED, Artifact, Params, rng_for, stage
 from envgen.rewards import normalize
-from envgen.search import SearchIndex
-from inference.research.evidence import Support, search_support
-from inference.research.knowledge import Fact, KnowledgeGraph, facts, labels
-from inference.research.rubric import Criterion, Evidence, Rubric
-from inference.research.text import has_phrase, sentences, tokens
+from tasks.research.harness.evidence import Support, search_support
+from tasks.research.harness.knowledge import Fact, KnowledgeGraph, facts, labels
+from tasks.research.harness.rubric import Criterion, Evidence, Rubric
+from tasks.research.harness.text import has_phrase, sentences, tokens
+from tasks.research.search import SearchIndex
 
 STAGE = "research_tasks"
 Route = Literal["brief", "article"]

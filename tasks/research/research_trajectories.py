@@ -1,7 +1,7 @@
 """Stage `research_trajectories`: teacher executions of the research harness on the research tasks
 (LongCat-DeepResearch, section 3.2), recorded append-only and resumably, filtered, exported as trajectories.
 
-Each task's run is journaled as it goes (inference/research/session.py) under ``journal_dir``, one file per run
+Each task's run is journaled as it goes (tasks/research/harness/session.py) under ``journal_dir``, one file per run
 (named by the run id: task, query, teacher and harness settings), so a stage killed mid-run (a teacher server
 gone at task 37) resumes on its next run where it stopped, reusing every recorded role call. Each finished run is
 scored (rubric grading: the task's rubric, a judge engine or the lexical fallback; citation support rate) and
@@ -31,14 +31,14 @@ from data_contracts.schemas import RESEARCH_CALL, RESEARCH_RUN, TRAJECTORY, TRAJ
 from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
 from envgen.trajectory_standard import habit_problem, standard_contract
 from inference.engine import Engine
-from inference.research.harness import ResearchRun, run_id_for, run_research
-from inference.research.knowledge import KnowledgeGraph, WorldFacts
-from inference.research.reference import ReferenceTeacher
-from inference.research.roles import open_index
-from inference.research.rubric import Rubric, grade
-from inference.research.session import HarnessConfig
-from inference.research.trajectories import export
 from tasks.midtrain.routes import token_counter
+from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
+from tasks.research.harness.reference import ReferenceTeacher
+from tasks.research.harness.roles import open_index
+from tasks.research.harness.rubric import Rubric, grade
+from tasks.research.harness.run import ResearchRun, run_id_for, run_research
+from tasks.research.harness.session import HarnessConfig
+from tasks.research.harness.trajectories import export
 
 STAGE = "research_trajectories"
 from inference.engine_spec import REFERENCE

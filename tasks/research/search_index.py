@@ -1,8 +1,8 @@
 """Stage `search_index`: the local search engine's index as a directory artifact, built once per corpus.
 
 The corpus is the ``world`` documents (default), a local directory or file of text/Markdown/JSONL, or a
-HotpotQA/2Wiki/MuSiQue file's paragraphs (``hotpotqa:PATH``); envgen/search/corpus.py reads them and
-envgen/search/index.py builds the bm25s index (kept over tantivy for its byte-identical builds, bench_search).
+HotpotQA/2Wiki/MuSiQue file's paragraphs (``hotpotqa:PATH``); tasks/research/search/corpus.py reads them and
+tasks/research/search/index.py builds the bm25s index (kept over tantivy for its byte-identical builds, bench_search).
 The artifact key covers the corpus: the ``world`` artifact's key, or the content of the local files, so one
 corpus gives one index, published atomically like any artifact and opened by every stage and worker that searches
 (``SearchIndex.open(artifact.directory)``, memory-mapped). The ``world`` input is read only for the world corpus.
@@ -18,8 +18,8 @@ from pydantic import Field
 
 from data_contracts.schemas import SEARCH_INDEX
 from data_contracts.stage import Artifact, DirectoryCheck, DirectoryContract, Params, stage
-from envgen.search import SearchIndex, load_corpus
-from envgen.search.corpus import QA_FORMATS
+from tasks.research.search import SearchIndex, load_corpus
+from tasks.research.search.corpus import QA_FORMATS
 
 INDEX_DIRECTORY = "index"
 WORLD = "world"

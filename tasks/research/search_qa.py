@@ -17,7 +17,7 @@
 
 Retries are bounded (``max_attempts`` syntheses, ``max_constraints`` attributes); every state and transition is
 recorded per item (``fsm``); difficulty is graded by the answer agent's accuracy. The answer agent defaults to the
-offline reference search agent (inference/search_agent.py, named so); ``answer_engine`` takes any engine spec.
+offline reference search agent (tasks/research/search/agent.py, named so); ``answer_engine`` takes any engine spec.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from pydantic import Field, model_validator
 from data_contracts.schemas import SEARCH_QA, SEARCH_QA_REJECTED, between, in_set
 from data_contracts.stage import REJECTED, Artifact, Params, rng_for, seed_for, stage
 from envgen.rewards import normalize, score_two_way
-from envgen.search import SearchEnvironment, SearchIndex
 from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
 from inference.engine import Engine
 from inference.engine_spec import REFERENCE
-from inference.research.evidence import search_support
-from inference.research.knowledge import IN_PHRASES, OUT_PHRASES, Fact, KnowledgeGraph, facts
 from tasks.longctx.world.graph import bucket
+from tasks.research.harness.evidence import search_support
+from tasks.research.harness.knowledge import IN_PHRASES, OUT_PHRASES, Fact, KnowledgeGraph, facts
+from tasks.research.search import SearchEnvironment, SearchIndex
 
 STAGE = "search_qa"
 NOUNS = {"person": "person", "organization": "organisation", "city": "city", "work": "work", "event": "event",
@@ -275,7 +275,7 @@ def _boxed(messages: list[dict[str, Any]]) -> str | None:
 
 def answer_engine(spec: str) -> Engine:
     if spec == REFERENCE:
-        from inference.search_agent import ReferenceSearchAgent
+        from tasks.research.search.agent import ReferenceSearchAgent
 
         return ReferenceSearchAgent()
     from inference.engine_factory import load_engine

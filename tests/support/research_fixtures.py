@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 
-from envgen.search import SearchIndex, load_corpus
 from inference.engine import Completion, Request
-from inference.research.knowledge import KnowledgeGraph
-from inference.research.prompts import parse_inputs, role_of
-from inference.research.reference import ReferenceTeacher
+from tasks.research.harness.knowledge import KnowledgeGraph
+from tasks.research.harness.prompts import parse_inputs, role_of
+from tasks.research.harness.reference import ReferenceTeacher
+from tasks.research.search import SearchIndex, load_corpus
 
 WORLD = {"n_entities": 200, "n_questions": 0, "seed": 3}
 

@@ -14,8 +14,7 @@ from research_fixtures import index_dir, small_world
 from data_contracts.gate import validate
 from data_contracts.stage import FrameArtifact
 from envgen.rewards import normalize
-from envgen.search import SearchIndex, load_corpus
-from inference.research.rubric import Criterion, Evidence, Rubric
+from tasks.research.harness.rubric import Criterion, Evidence, Rubric
 from tasks.research.research_tasks import (
     ResearchTaskParams,
     answer_leakage,
@@ -27,6 +26,7 @@ from tasks.research.research_tasks import (
     task_problems,
     temporal_scope,
 )
+from tasks.research.search import SearchIndex, load_corpus
 
 DOCS = [
     {"id": "article", "title": "Zorvex Labs", "text": "Zorvex Labs was founded by Mira Talven in 1931. It is "

@@ -13,7 +13,7 @@ from research_fixtures import index_dir, small_world
 
 from data_contracts.gate import validate
 from data_contracts.stage import FrameArtifact
-from inference.research.reference import ReferenceTeacher
+from tasks.research.harness.reference import ReferenceTeacher
 from tasks.research.research_tasks import research_tasks
 from tasks.research.research_trajectories import research_trajectories
 

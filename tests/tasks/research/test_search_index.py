@@ -13,8 +13,8 @@ from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore
-from envgen.search import SearchIndex
 from tasks.longctx.world import world
+from tasks.research.search import SearchIndex
 from tasks.research.search_index import search_index
 
 WORLD = {"n_entities": 80, "n_questions": 0}

@@ -13,7 +13,7 @@ from research_fixtures import index_dir, small_world
 
 from data_contracts.gate import validate
 from data_contracts.stage import FrameArtifact
-from inference.search_agent import clauses
+from tasks.research.search.agent import clauses
 from tasks.research.search_qa import difficulty, search_qa
 
 

@@ -24,9 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envgen.search.claims import Gazetteer, Triple, extract
 from inference.engine import Engine, Request, SamplingParams
-from inference.research.text import has_phrase, sentences, strip_citations, tokens
+from tasks.research.harness.text import has_phrase, sentences, strip_citations, tokens
+from tasks.research.search.claims import Gazetteer, Triple, extract
 
 Category = Literal["factual", "analytical", "implicit", "negative"]
 Verdict = Literal["satisfied", "partially", "not"]

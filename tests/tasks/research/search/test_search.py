@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from paths import QA_FIXTURES, ROOT
 
 from data_contracts.readers import InputFileError
-from envgen.search import CorpusError, SearchConfig, SearchEnvironment, SearchIndex, load_corpus
-from envgen.search.environment import MAX_K, TOOL_SCHEMAS
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Request
 from inference.testing import ScriptedEngine, ScriptedReply
+from tasks.research.search import CorpusError, SearchConfig, SearchEnvironment, SearchIndex, load_corpus
+from tasks.research.search.environment import MAX_K, TOOL_SCHEMAS
 
 RECORDS = [
     {"id": "zorvex", "title": "Zorvex Labs",
@@ -166,7 +166,7 @@ def test_duplicate_ids_and_bad_qa_records(tmp_path: Path) -> None:
 
 
 def test_index_is_deterministic_across_processes(corpus_dir: Path, index: SearchIndex, tmp_path: Path) -> None:
-    code = ("import sys; from envgen.search import SearchIndex, load_corpus; "
+    code = ("import sys; from tasks.research.search import SearchIndex, load_corpus; "
             "SearchIndex.build(load_corpus(sys.argv[1]), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # set iteration order differs from this process
     subprocess.run([sys.executable, "-c", code, str(corpus_dir), str(tmp_path / "again")], cwd=ROOT, env=env,

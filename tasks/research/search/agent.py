@@ -1,5 +1,5 @@
 """The reference search agent: an offline, deterministic-given-its-seed policy for question answering in the
-search environment (``envgen.search.SearchEnvironment``), named so. It stands in for a model as the answer agent
+search environment (``tasks.research.search.SearchEnvironment``), named so. It stands in for a model as the answer agent
 of agent-based QA synthesis where none can be had; any Engine (``openai:URL#MODEL``, ``hf:DIR``) is the real one.
 
 It reads the question's clauses ("Which person matches all of these: a chemist; born in 1861; employed by X?"),
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inference.engine import Completion, Request
-from inference.research.text import terms
+from tasks.research.harness.text import terms
 
 MAX_OPEN = 5
 _QUESTION = re.compile(r"^Which\s+\w+\s+matches all of these:\s*(.*?)\??$", re.IGNORECASE | re.DOTALL)

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from envgen.search.claims import Claim, Gazetteer, Quantity, Triple, extract
-from envgen.search.corpus import Document
-from envgen.search.index import analyze
+from tasks.research.search.claims import Claim, Gazetteer, Quantity, Triple, extract
+from tasks.research.search.corpus import Document
+from tasks.research.search.index import analyze
 
 SupportVerdict = Literal["supported", "unsupported"]
 _SENTENCE = re.compile(r"(?<![A-Z]\.)(?<=[.!?])\s+|\n+")

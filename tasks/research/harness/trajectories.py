@@ -15,15 +15,15 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envgen.search import TOOL_SCHEMAS, SearchIndex
 from envgen.trajectory_checks import RESEARCH
-from inference.research.editors import parse_directives
-from inference.research.harness import ResearchRun
-from inference.research.planning import parse_issues
-from inference.research.prompts import ROLES
-from inference.research.researchers import section_problems
-from inference.research.roles import RoleResult
-from inference.research.spec import parse_spec
+from tasks.research.harness.editors import parse_directives
+from tasks.research.harness.planning import parse_issues
+from tasks.research.harness.prompts import ROLES
+from tasks.research.harness.researchers import section_problems
+from tasks.research.harness.roles import RoleResult
+from tasks.research.harness.run import ResearchRun
+from tasks.research.harness.spec import parse_spec
+from tasks.research.search import TOOL_SCHEMAS, SearchIndex
 
 SOURCE = "research"
 VERIFIER = RESEARCH

@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import Field
 
 from data_contracts.stage import Params, StageError
-from envgen.search import SearchIndex
 from inference.engine import Engine
-from inference.research.roles import RoleCall, RoleConfig, RoleResult, run_roles
+from tasks.research.harness.roles import RoleCall, RoleConfig, RoleResult, run_roles
+from tasks.research.search import SearchIndex
 
 HARNESS = "gymforge-research/2"  # 2: Researchers compose from facts, editors by fact
 """The harness's name and version, recorded with every run."""

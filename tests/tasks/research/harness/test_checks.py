@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 from research_fixtures import index_dir, small_world
 
 from inference.engine import Completion
-from inference.research.citations import check_citations
-from inference.research.prompts import ROLES
-from inference.research.roles import RoleResult, open_index
-from inference.research.rubric import Criterion, Rubric, grade, grade_lexical, score
-from inference.research.session import Journal, JournalMismatch
-from inference.research.text import sentences, terms
-from inference.research.trajectories import call_problems, closure_problems, identity_problems
+from tasks.research.harness.citations import check_citations
+from tasks.research.harness.prompts import ROLES
+from tasks.research.harness.roles import RoleResult, open_index
+from tasks.research.harness.rubric import Criterion, Rubric, grade, grade_lexical, score
+from tasks.research.harness.session import Journal, JournalMismatch
+from tasks.research.harness.text import sentences, terms
+from tasks.research.harness.trajectories import call_problems, closure_problems, identity_problems
 
 
 def docs() -> list[tuple[str, str, str]]:

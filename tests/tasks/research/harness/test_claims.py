@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from research_fixtures import index_dir, kg
 
-from envgen.search.claims import Gazetteer, extract, quantities
-from inference.research.citations import check_citations
-from inference.research.knowledge import KnowledgeGraph, WorldFacts
-from inference.research.roles import open_index
+from tasks.research.harness.citations import check_citations
+from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
+from tasks.research.harness.roles import open_index
+from tasks.research.search.claims import Gazetteer, extract, quantities
 
 
 @lru_cache(maxsize=1)

@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict
 
-from envgen.search.corpus import Corpus, Document
+from tasks.research.search.corpus import Corpus, Document
 
 ENGINE = "bm25s"
 FORMAT = 1

@@ -3,7 +3,7 @@
 Citations that point to nothing or to the wrong source are the most reported defect of the open deep-research
 harnesses (DESIGN.md section 7: gpt-researcher #1276, #1572; storm #168). A citation here is checked to exist (a
 doc id of the index, not one of the task's excluded documents) and to support its sentence fact by fact
-(envgen/search/support.py): the cited documents must state each relation of the sentence in its direction, each
+(tasks/research/search/support.py): the cited documents must state each relation of the sentence in its direction, each
 number bound to the same attribute, every entity it names, and no negation they lack; a sentence without a
 relation or number is judged by its predicate words. Against the world corpus the claim is also held against the
 knowledge graph (``facts``). A judge engine, when given, decides support for the citations that pass the lexical
@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
-from envgen.search.claims import Gazetteer
-from envgen.search.index import SearchIndex
-from envgen.search.support import Facts, SupportChecker
 from inference.engine import Engine, Request, SamplingParams
-from inference.research.text import cited_ids, sentences, strip_citations
+from tasks.research.harness.text import cited_ids, sentences, strip_citations
+from tasks.research.search.claims import Gazetteer
+from tasks.research.search.index import SearchIndex
+from tasks.research.search.support import Facts, SupportChecker
 
 Verdict = Literal["supported", "unsupported", "missing", "excluded"]
 
@@ -82,7 +82,7 @@ class CitationReport:
 @lru_cache(maxsize=8)
 def _gazetteer(directory: str, fingerprint: str, extra: tuple[str, ...]) -> Gazetteer:
     """The index's titles (and the facts' names) as entity names: built once per index."""
-    from envgen.search.index import SearchIndex
+    from tasks.research.search.index import SearchIndex
 
     index = SearchIndex.open(directory)
     return Gazetteer.of([*index.titles(), *extra])
@@ -98,7 +98,7 @@ def checker(index: SearchIndex, facts: Facts | None = None, threshold: float = 0
 def check_citations(text: str, index: SearchIndex, *, excluded: Collection[str] = (), threshold: float = 0.6,
                     window: int = 3, judge: Engine | None = None, section: str | None = None,
                     facts: Facts | None = None) -> CitationReport:
-    """Check every citation of ``text``; sentences are split as :func:`inference.research.text.sentences` does
+    """Check every citation of ``text``; sentences are split as :func:`tasks.research.harness.text.sentences` does
     (a citation after a sentence's period belongs to that sentence). A sentence citing several documents is checked
     against them together; each must contribute. A citation with no sentence is never supported."""
     support = checker(index, facts, threshold, window)

@@ -19,15 +19,15 @@ from research_fixtures import (
     text_completion,
 )
 
-from inference.research.editors import assemble
-from inference.research.harness import ResearchRun, run_research
-from inference.research.prompts import parse_inputs
-from inference.research.reference import split_draft
-from inference.research.researchers import SectionOutcome
-from inference.research.roles import open_index
-from inference.research.session import HarnessConfig
-from inference.research.spec import ResearchSpec
-from inference.research.trajectories import export
+from tasks.research.harness.editors import assemble
+from tasks.research.harness.prompts import parse_inputs
+from tasks.research.harness.reference import split_draft
+from tasks.research.harness.researchers import SectionOutcome
+from tasks.research.harness.roles import open_index
+from tasks.research.harness.run import ResearchRun, run_research
+from tasks.research.harness.session import HarnessConfig
+from tasks.research.harness.spec import ResearchSpec
+from tasks.research.harness.trajectories import export
 
 CONFIG = HarnessConfig()
 
@@ -204,8 +204,8 @@ def test_the_journal_resumes_an_interrupted_run(tmp_path: Path, baseline) -> Non
 def test_sections_synthesize_the_facts_they_read_and_every_tool_turn_says_why(baseline) -> None:
     from research_fixtures import small_world
 
-    from inference.research.text import sentences as split
-    from inference.research.text import strip_citations
+    from tasks.research.harness.text import sentences as split
+    from tasks.research.harness.text import strip_citations
 
     run, _ = baseline
     corpus = {s.rstrip(".") for text in small_world()["documents"]["text"] for s in split(text)}
@@ -223,7 +223,7 @@ def test_sections_synthesize_the_facts_they_read_and_every_tool_turn_says_why(ba
 
 def test_local_editors_name_what_the_owning_section_covers(baseline) -> None:
     run, _ = baseline
-    from inference.research.text import sentences
+    from tasks.research.harness.text import sentences
 
     pointers = [s for s in sentences(run.report) if s.startswith("Section S")]
     assert pointers and all(" covers the " in p for p in pointers)

@@ -17,15 +17,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from envgen.search.support import Facts
 from inference.engine import Engine
-from inference.research.citations import check_citations
-from inference.research.editors import assemble, edit
-from inference.research.planning import plan
-from inference.research.researchers import dispatch
-from inference.research.roles import RoleResult, open_index
-from inference.research.session import HARNESS, HarnessConfig, Journal, Progress, ResearchStop, Session
-from inference.research.spec import SpecError
+from tasks.research.harness.citations import check_citations
+from tasks.research.harness.editors import assemble, edit
+from tasks.research.harness.planning import plan
+from tasks.research.harness.researchers import dispatch
+from tasks.research.harness.roles import RoleResult, open_index
+from tasks.research.harness.session import HARNESS, HarnessConfig, Journal, Progress, ResearchStop, Session
+from tasks.research.harness.spec import SpecError
+from tasks.research.search.support import Facts
 
 RunStatus = Literal["complete", "partial", "failed"]
 

@@ -20,11 +20,11 @@ from pydantic import Field
 
 from data_contracts.stage import Params
 from envgen.runtime import EpisodeScore, Observation, ToolEnvironment
-from envgen.search import TOOL_SCHEMAS, SearchEnvironment, SearchIndex
 from envgen.tools import ToolResult
 from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
 from inference.engine import Engine
-from inference.research.prompts import ROLES
+from tasks.research.harness.prompts import ROLES
+from tasks.research.search import TOOL_SCHEMAS, SearchEnvironment, SearchIndex
 
 Status = Literal["complete", "failed"]
 

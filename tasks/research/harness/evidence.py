@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from envgen.search import SearchIndex
-from inference.research.rubric import Evidence
-from inference.research.text import has_phrase, sentences, tokens
+from tasks.research.harness.rubric import Evidence
+from tasks.research.harness.text import has_phrase, sentences, tokens
+from tasks.research.search import SearchIndex
 
 Support = Literal["complete", "partial", "missing"]
 

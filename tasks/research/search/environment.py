@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from data_contracts.stage import Params
 from envgen.rewards import extract_boxed, score_two_way
 from envgen.runtime import EpisodeScore, Observation, ToolEnvironment, json_field
-from envgen.search.corpus import Document, Section
-from envgen.search.index import SearchIndex, clip
 from envgen.tools import ToolError, ToolResult, parse_arguments
+from tasks.research.search.corpus import Document, Section
+from tasks.research.search.index import SearchIndex, clip
 
 MAX_K = 20
 MAX_QUERY_CHARS = 500

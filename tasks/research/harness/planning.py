@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.research import prompts
-from inference.research.roles import RoleCall, RoleResult
-from inference.research.session import ResearchStop, Session
-from inference.research.spec import Problem, ResearchSpec, SpecError, extract_json, resolve
+from tasks.research.harness import prompts
+from tasks.research.harness.roles import RoleCall, RoleResult
+from tasks.research.harness.session import ResearchStop, Session
+from tasks.research.harness.spec import Problem, ResearchSpec, SpecError, extract_json, resolve
 
 
 @dataclass

@@ -12,7 +12,7 @@ import networkx as nx
 import polars as pl
 
 from envgen.rewards import normalize
-from envgen.search.claims import SYMMETRIC, Claim
+from tasks.research.search.claims import SYMMETRIC, Claim
 
 # How the reference teacher speaks of the world's relations: (the object seen from the subject, the subjects
 # seen from the object). A relation missing here is spoken of by its name.
@@ -224,7 +224,7 @@ def _attribute_text(attribute: str, value: object) -> str:
     return str(value) if attribute == "founded" else fmt_value(value)  # a year has no thousands separator
 
 
-# --- claims checked against the graph (envgen.search.support.Facts) -------------------------------------------
+# --- claims checked against the graph (tasks.research.search.support.Facts) -------------------------------------------
 
 _CATEGORY_CLAIM = re.compile(r"\b(?:is|was|as) (?:an?|the) ([a-z]+)\b")
 

@@ -21,13 +21,13 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_complete
 from dataclasses import dataclass
 from functools import lru_cache
 
-from envgen.search import SearchIndex
 from inference.engine import Engine
-from inference.research import prompts
-from inference.research.citations import check_citations
-from inference.research.roles import RoleCall, RoleConfig, RoleResult, open_index, run_role
-from inference.research.session import Session
-from inference.research.spec import ResearchSpec
+from tasks.research.harness import prompts
+from tasks.research.harness.citations import check_citations
+from tasks.research.harness.roles import RoleCall, RoleConfig, RoleResult, open_index, run_role
+from tasks.research.harness.session import Session
+from tasks.research.harness.spec import ResearchSpec
+from tasks.research.search import SearchIndex
 
 _HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}\s", re.MULTILINE)
 

@@ -14,7 +14,7 @@ probability 0 (the policy is deterministic).
 - The Critic reads the query entities' documents and flags entities they name that no section covers.
 - The Reviser adds each flagged entity, question and lead to the section the Critic names.
 - Researchers search and read (each tool turn says why), then compose their section from the facts the passages
-  state (relations with their direction, figures with their attribute: envgen/search/claims.py reads them), only
+  state (relations with their direction, figures with their attribute: tasks/research/search/claims.py reads them), only
   those about their required entities: each entity's facts in one sentence, the entities a relation links to it
   listed and counted, and between required entities the analysis a reader wants: the difference of two figures
   or years, and the ordering of three or more, every figure cited to the document that states it. A collection
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from envgen.rewards import normalize
-from envgen.search.claims import Gazetteer, Triple, extract
 from inference.engine import Completion, Request
-from inference.research.knowledge import KnowledgeGraph, fmt_value, labels
-from inference.research.prompts import PERSPECTIVES, parse_inputs, role_of
-from inference.research.spec import extract_json
-from inference.research.text import has_phrase, sentences, strip_citations, tokens
+from tasks.research.harness.knowledge import KnowledgeGraph, fmt_value, labels
+from tasks.research.harness.prompts import PERSPECTIVES, parse_inputs, role_of
+from tasks.research.harness.spec import extract_json
+from tasks.research.harness.text import has_phrase, sentences, strip_citations, tokens
+from tasks.research.search.claims import Gazetteer, Triple, extract
 
 MAX_READS = 5
 SENTENCES_PER_SECTION = 10

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from envgen.rewards import normalize
-from envgen.search.index import analyze
+from tasks.research.search.index import analyze
 
 CITATION = re.compile(r"\s*\[cite:\s*([^\]]+?)\s*\]")
 # A sentence ends at . ! ? followed by space, except after a single capital (an initial: "Maria S. Huff").

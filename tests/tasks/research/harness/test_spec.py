@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference.research.spec import (
+from tasks.research.harness.spec import (
     PROBLEM_KINDS,
     ResearchSpec,
     SpecError,

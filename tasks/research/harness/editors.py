@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.research import prompts
-from inference.research.researchers import SectionOutcome, section_problems
-from inference.research.session import Session
-from inference.research.spec import ResearchSpec, extract_json
-from inference.research.text import CITATION
+from tasks.research.harness import prompts
+from tasks.research.harness.researchers import SectionOutcome, section_problems
+from tasks.research.harness.session import Session
+from tasks.research.harness.spec import ResearchSpec, extract_json
+from tasks.research.harness.text import CITATION
 
 ACTIONS = ("cross_reference", "resolve_conflict", "revise")
 
