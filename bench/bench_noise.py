@@ -26,10 +26,10 @@ import polars as pl
 from data_contracts.stage import REJECTED, FrameArtifact
 from envgen.compiler import compiled
 from envgen.noise.environment import NoisyEnvironment
-from envgen.noise.solvability import summary_frame
 from envgen.runtime import Environment, replay
 from envgen.taskgen import build_verified
 from tasks.noise.noisy_tasks import noisy_tasks
+from tasks.noise.solvability import summary_frame
 from tasks.noise.twins import NoiseParams
 
 

@@ -20,8 +20,8 @@ def _pass_counts(artifact: Artifact, path: Path) -> None:
 
 
 def _noise_success(artifact: Artifact, path: Path) -> None:
-    from envgen.noise.plot import plot_noise_success
-    from envgen.noise.solvability import summary_frame
+    from tasks.noise.plot import plot_noise_success
+    from tasks.noise.solvability import summary_frame
 
     plot_noise_success(summary_frame(artifact.read("tasks"), artifact.read("rejected")), path)
 

@@ -1,7 +1,9 @@
-"""Environmental noise for robust agentic RL (LongCat-Flash-Thinking-2601, section 3.3.3).
+"""Environmental noise for robust agentic RL (LongCat-Flash-Thinking-2601, section 3.3.3), as every room that runs
+an environment sees it.
 
 Instruction noise (``instruction``) rewrites a task's text and records how each change can be recovered; tool
-noise (``tools``) wraps the runtime's tool execution with a seeded fault schedule stored in the task record;
-``solvability`` re-verifies every noisy task by execution with scripted reference agents (``agents``); and
-``curriculum`` holds the noise levels and the controller that promotes them on the robustness gap.
+noise (``tools``) wraps the runtime's tool execution with a seeded fault schedule stored in the task record
+(``records``), and ``environment`` is the runtime with that schedule applied; ``curriculum`` holds the noise levels
+and the controller that promotes them on the robustness gap. Building verified noisy twins (the solvability check
+and its scripted reference agents) is the noise branch's own: ``tasks/noise/``.
 """

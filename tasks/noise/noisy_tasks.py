@@ -34,8 +34,8 @@ def twin_bundles(envs: Path, out: Path, params: NoiseParams) -> tuple[pl.DataFra
     from data_contracts.files import atomic_dir
     from data_contracts.gate import validate
     from envgen.bundle import TASK_JSON_FIELDS, read_bundles, write_task_variant
-    from envgen.noise.plot import plot_noise_success
-    from envgen.noise.solvability import summary_frame
+    from tasks.noise.plot import plot_noise_success
+    from tasks.noise.solvability import summary_frame
 
     kept_all, rejected_all = [], []
     with atomic_dir(out) as tmp:

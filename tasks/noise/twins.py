@@ -20,9 +20,9 @@ from data_contracts.stage import Check, Contract, Params, seed_for
 from envgen.checks import database_keys, key_pattern, keys_said, user_texts
 from envgen.noise.curriculum import noise_level
 from envgen.noise.environment import NoisyEnvironment
-from envgen.noise.solvability import noisy_twins
 from envgen.runtime import domain_for
 from envgen.spec import domain_paths, load_domain
+from tasks.noise.solvability import noisy_twins
 
 
 class NoiseParams(Params):

@@ -163,7 +163,7 @@ def test_aliases_normalize_back(name: str, style: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.dates(min_value=date(1000, 1, 1)), st.sampled_from(["us", "long", "compact"]))
 def test_date_drift_parses_back(day, style: str) -> None:
-    from envgen.noise.agents import canonicalize
+    from tasks.noise.agents import canonicalize
 
     drifted = drift(day.isoformat(), style)
     assert drifted != day.isoformat()
@@ -173,7 +173,7 @@ def test_date_drift_parses_back(day, style: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.decimals(min_value=0, max_value=10**6, places=2).map(float))
 def test_currency_drift_parses_back(amount: float) -> None:
-    from envgen.noise.agents import canonicalize
+    from tasks.noise.agents import canonicalize
 
     assert canonicalize(drift(amount, "currency"), like=amount) == amount
 
@@ -185,7 +185,7 @@ ROWS = st.lists(st.fixed_dictionaries({"id": st.from_regex(r"R[A-Z0-9]{5}", full
 @settings(max_examples=150, deadline=None)
 @given(rows=ROWS, size=st.integers(1, 11), kind=st.sampled_from(["pagination", "truncation"]))
 def test_partial_responses_reassemble_to_the_original(rows: list, size: int, kind: str) -> None:
-    from envgen.noise.agents import _continuation, _merge, token_arg
+    from tasks.noise.agents import _continuation, _merge, token_arg
 
     original = {"results": rows, "truncated": False} if kind == "pagination" else {
         **{f"f{i}": r["id"] for i, r in enumerate(rows)}}

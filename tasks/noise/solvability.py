@@ -3,7 +3,7 @@
 LongCat-Flash-Thinking-2601, section 3.3.3: noise must make a task harder, never impossible ("we ensure that the
 injected imperfections do not invalidate task solvability"), and robustness is the gap "between perfect and
 imperfect environments on the same task". So every noisy task here is the twin of a clean task, carries the full
-record of its transforms, and is kept only if :class:`~envgen.noise.agents.RobustReferenceAgent` solves it in the
+record of its transforms, and is kept only if :class:`~tasks.noise.agents.RobustReferenceAgent` solves it in the
 real environment (:class:`~envgen.noise.environment.NoisyEnvironment`); the naive reference agent runs on both
 twins so the success drop of each transform is measured.
 """
@@ -19,14 +19,14 @@ from typing import Any
 
 import polars as pl
 
-from envgen.noise.agents import NaiveReferenceAgent, ReferenceAgent, RobustReferenceAgent
 from envgen.noise.curriculum import NoiseLevel
 from envgen.noise.environment import NoisyEnvironment, scored_for_agent
 from envgen.noise.instruction import INSTRUCTION_TRANSFORMS, Draft, find_details
-from envgen.noise.plot import ALL
 from envgen.noise.records import NoiseRecord, Skipped, Transform
 from envgen.noise.tools import draw_tool_fault, parse_content
 from envgen.runtime import json_field, replay
+from tasks.noise.agents import NaiveReferenceAgent, ReferenceAgent, RobustReferenceAgent
+from tasks.noise.plot import ALL
 
 
 def noisy_task_id(task_id: str, level: int) -> str:

@@ -15,13 +15,13 @@ from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
 from envgen.noise.curriculum import INSTRUCTION_KINDS, TOOL_KINDS, noise_level
 from envgen.noise.environment import NoisyEnvironment, scored_for_agent
-from envgen.noise.plot import plot_noise_success
 from envgen.noise.records import NoiseRecord, Transform
-from envgen.noise.solvability import make_noisy_task, noisy_twins, summary_frame, survey, verify, writes_of
 from envgen.taskgen import TaskSettings, environment_record, make_task
 from envgen.tools import ToolResult
 from tasks.noise.noisy_eval import NoiseEvalParams, noisy_eval
 from tasks.noise.noisy_tasks import noisy_tasks
+from tasks.noise.plot import plot_noise_success
+from tasks.noise.solvability import make_noisy_task, noisy_twins, summary_frame, survey, verify, writes_of
 from tasks.noise.twins import NoiseParams
 
 SEEDS = range(8)

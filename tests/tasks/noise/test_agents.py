@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envgen.noise.agents import NaiveReferenceAgent, Observations, RobustReferenceAgent
 from envgen.noise.tools import alias, drift
+from tasks.noise.agents import NaiveReferenceAgent, Observations, RobustReferenceAgent
 
 
 @pytest.mark.parametrize(
