@@ -88,7 +88,7 @@ def probe_reference(reference: str) -> None:
     endpoint, one without prompt log-probabilities or a directory that is no checkpoint is one error."""
     if reference in ("tiny", "bigram"):
         return
-    from inference.perplexity import probe
+    from tasks.midtrain.perplexity import probe
 
     try:
         probe(reference)

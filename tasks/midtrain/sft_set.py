@@ -300,7 +300,7 @@ def quotas(routes: list[str], k: int, proportions: Mapping[str, float]) -> dict[
 
 
 def open_scorer(params: SFTSetParams, inputs: Mapping[str, Artifact]) -> Any:
-    from inference.perplexity import load_scorer
+    from tasks.midtrain.perplexity import load_scorer
 
     return load_scorer(f"hf:{inputs['tiny_policy'].directory}" if params.reference == "tiny" else params.reference)
 
@@ -312,7 +312,7 @@ def reference_scores(texts: Sequence[str], spans: Sequence[list[tuple[int, int]]
     mean NLL per trained token, the trained tokens counted and the reference's vocabulary size. Each candidate's
     log-probabilities are reduced to its scores as they arrive and dropped: memory follows the candidates, never
     every token of the pool (at the small profile's 38M tokens, holding them killed an 11 GB Dask worker)."""
-    from inference.perplexity import mean_perplexity, sliding_window_score
+    from tasks.midtrain.perplexity import mean_perplexity, sliding_window_score
 
     scores, means = np.empty(len(texts)), np.empty(len(texts))
     total, count = 0.0, 0
@@ -340,7 +340,7 @@ def _bigram_stream(texts: Sequence[str], ids: Sequence[str], tok: Any) -> Iterat
     """The cross-fitted bigram's log-probabilities and token offsets, text by text: the candidates split in two by
     a hash of their id, each half scored by a bigram fitted on the other (each text tokenized once to fit and once
     to score, so no token list outlives its text)."""
-    from inference.perplexity import BigramReference
+    from tasks.midtrain.perplexity import BigramReference
 
     fold = [int(hashlib.sha256(i.encode()).hexdigest(), 16) % 2 for i in ids]
     models = {f: BigramReference(len(tok)).fit(tok(t, add_special_tokens=False)["input_ids"]
@@ -372,7 +372,7 @@ SCORES_CONTRACT = SELECTION_SCORE.contract(
 def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str) -> dict[str, pl.DataFrame]:
     """The cold-start SFT set: masked, re-verified, deduplicated, mixed across routes and selected by sliding-window
     perplexity K-Center-Greedy (or at random, as its baseline)."""
-    from inference.embeddings import embed
+    from tasks.midtrain.embeddings import embed
 
     count = token_counter(params, inputs)
     status: dict[str, str] = {}

@@ -20,9 +20,9 @@ from midtrain_fixtures import env_trajectories, environments
 from data_contracts.gate import validate
 from data_contracts.schemas import TRAJECTORY
 from data_contracts.stage import FrameArtifact
-from inference.perplexity import OpenAIScorer, sliding_window_score, window_perplexities
 from inference.teacher import Teacher, TeacherError
 from inference.testing import ScriptedEngine
+from tasks.midtrain.perplexity import OpenAIScorer, sliding_window_score, window_perplexities
 
 
 def test_window_perplexity_is_the_max_of_window_means() -> None:
@@ -197,7 +197,7 @@ def _tokenizes_with_masks(path, selected: pl.DataFrame, tmp_path) -> None:
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 10_000))
 def test_a_cross_fitted_bigram_beats_uniform_guessing_on_text_of_the_same_source(seed: int) -> None:
-    from inference.perplexity import BigramReference
+    from tasks.midtrain.perplexity import BigramReference
 
     rng = np.random.default_rng(seed)
     vocab = 50
@@ -255,7 +255,7 @@ def test_centred_embeddings_spread_the_distances_of_close_vectors() -> None:
 
 
 def test_the_hf_scorer_gives_each_scored_token_its_offset() -> None:
-    from inference.perplexity import HFScorer
+    from tasks.midtrain.perplexity import HFScorer
 
     scorer = HFScorer(tiny_checkpoint())
     scorer.max_positions = 16  # chunked, as a long conversation is
@@ -275,7 +275,7 @@ def test_scores_are_streamed_so_memory_follows_the_candidates_not_their_tokens(m
     import functools
     import tracemalloc
 
-    from inference.perplexity import BigramReference
+    from tasks.midtrain.perplexity import BigramReference
 
     monkeypatch.setattr(BigramReference, "fit", functools.partialmethod(BigramReference.fit, buffer=4096))
     from tasks.midtrain.sft_set import SFTSetParams, reference_scores
@@ -302,7 +302,7 @@ def test_scores_are_streamed_so_memory_follows_the_candidates_not_their_tokens(m
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 30), max_size=40), max_size=12), st.integers(1, 64))
 def test_the_bigram_fitted_in_buffered_pieces_equals_one_fit(sequences: list[list[int]], buffer: int) -> None:
-    from inference.perplexity import BigramReference
+    from tasks.midtrain.perplexity import BigramReference
 
     whole, pieces = BigramReference(31).fit(sequences, buffer=1 << 30), BigramReference(31).fit(sequences, buffer)
     assert np.array_equal(whole.pairs, pieces.pairs) and np.allclose(whole.pair_counts, pieces.pair_counts)
