@@ -10,6 +10,7 @@ after it inside its branch, with the procedure only it uses beside it:
 - ``research``: the search index, search QA and research tasks and trajectories, with the local search environment
   and the deep-research harness they are made with.
 
-Shared by several branches, at the top: ``tokenizer`` (the stage every token count uses) and ``difficulty`` (the
-keep decision and figure of both difficulty filters).
+Shared by several branches, at the top: ``tokenizer`` (the stage every token count uses), ``difficulty`` (the
+keep decision and figure of both difficulty filters) and ``readers`` (the streamed readers of the local files users
+point stages at).
 """

@@ -16,7 +16,7 @@ model_app = typer.Typer(no_args_is_help=True, help="Models: the embedded tiny po
 
 def corpus_files(paths: list[Path]) -> list[Path]:
     """Files named directly, plus every .txt/.md file under named directories (sorted, so training is stable)."""
-    from data_contracts.readers import TEXT_SUFFIXES, text_files
+    from tasks.readers import TEXT_SUFFIXES, text_files
 
     files: list[Path] = []
     for path in paths:

@@ -21,10 +21,10 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from data_contracts.readers import InputFileError, all_rejected, iter_jsonl
 from data_contracts.schemas import ITEM_REJECTED, MATH_PROBLEM, in_set, min_length
 from data_contracts.stage import REJECTED, Params, seed_for, stage
 from envgen.rewards import extract_boxed, parse_number
+from tasks.readers import InputFileError, all_rejected, iter_jsonl
 
 STAGE = "math_seeds"
 LETTERS = "ABCD"

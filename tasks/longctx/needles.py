@@ -18,7 +18,6 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.readers import TEXT_SUFFIXES, text_files
 from data_contracts.schemas import ITEM_REJECTED, NEEDLE, at_most, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from inference.tokenizer import identity
@@ -32,6 +31,7 @@ from tasks.longctx.token_budget import (
     chat_frame,
     insert_cost,
 )
+from tasks.readers import TEXT_SUFFIXES, text_files
 from tasks.tokenizer import LengthParams, keyword_or_dir, resolve_tokenizer
 
 STAGE = "needles"

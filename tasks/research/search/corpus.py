@@ -27,9 +27,10 @@ from typing import Any
 
 import polars as pl
 
-# The project's streaming readers. envgen sits below tasks: this import moves if they move to data_contracts.
-from data_contracts.readers import TEXT_SUFFIXES, InputFileError, iter_json_array, iter_jsonl
 from data_contracts.stage import StageError
+
+# The project's streaming readers. envgen sits below tasks: this import moves if they move to data_contracts.
+from tasks.readers import TEXT_SUFFIXES, InputFileError, iter_json_array, iter_jsonl
 
 QA_FORMATS = ("hotpotqa", "2wiki", "musique")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from paths import QA_FIXTURES
 
 from data_contracts.gate import validate
-from data_contracts.readers import InputFileError
 from envgen.rewards import REWARDS
 from tasks.longctx.math_seeds import LETTERS, load_math_jsonl, math_seeds
+from tasks.readers import InputFileError
 
 FIXTURES = QA_FIXTURES
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from paths import QA_FIXTURES
 
 from data_contracts.gate import validate
-from data_contracts.readers import InputFileError, iter_json_array
 from data_contracts.schemas import QA_SEED
 from data_contracts.stage import FrameArtifact, StageError
 from tasks.longctx.qa_seeds import (
@@ -22,6 +21,7 @@ from tasks.longctx.qa_seeds import (
     qa_seeds,
     seed_contract,
 )
+from tasks.readers import InputFileError, iter_json_array
 
 FIXTURES = QA_FIXTURES
 FILES = {"hotpotqa": "hotpotqa.json", "2wiki": "2wiki.json", "musique": "musique.jsonl"}
@@ -203,7 +203,8 @@ def test_world_to_qa_seeds_through_the_store(tmp_path: Path) -> None:
 blank = st.text(alphabet=" \t\r\n", max_size=12)
 
 
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=20)
+# no deadline: each example writes a file and runs the stage on it (667 ms once on a loaded machine)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=20, deadline=None)
 @given(kind=st.sampled_from(sorted(FILES)), space=blank, as_list=st.booleans())
 def test_an_empty_file_is_an_error_naming_it(kind: str, space: str, as_list: bool, tmp_path: Path) -> None:
     """No records at all (nothing, blank lines, an empty JSON list) is never a 0-seed artifact."""

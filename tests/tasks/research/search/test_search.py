@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paths import QA_FIXTURES, ROOT
 
-from data_contracts.readers import InputFileError
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Request
 from inference.testing import ScriptedEngine, ScriptedReply
+from tasks.readers import InputFileError
 from tasks.research.search import CorpusError, SearchConfig, SearchEnvironment, SearchIndex, load_corpus
 from tasks.research.search.environment import MAX_K, TOOL_SCHEMAS
 
