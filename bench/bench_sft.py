@@ -59,7 +59,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (RESUL
 
 from bench import report
 from bench.bench_rl import heldout, machine
-from data_contracts.plotting import save_figure
+from inference.plotting import save_figure
 
 # --- inputs ------------------------------------------------------------------------------------------------------
 

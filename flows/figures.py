@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from data_contracts.plotting import save_figure
 from data_contracts.stage import Artifact
 from data_contracts.store import ArtifactStore
+from inference.plotting import save_figure
 
 
 def _pass_counts(artifact: Artifact, path: Path) -> None:

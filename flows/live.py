@@ -1,4 +1,4 @@
-"""A flow run's progress in the Prefect UI, while it runs: every line a run reports (``data_contracts.progress``)
+"""A flow run's progress in the Prefect UI, while it runs: every line a run reports (``inference.progress``)
 becomes a log line of the flow run (its Logs tab), and each kind of run (sft, rl, evaluate...) keeps two artifacts
 updated in place: a progress artifact (percent done; its description the latest figures and ETA) and a table
 artifact of every reported line's figures (``<kind>-live-metrics``), so the curve can be read before the run ends.
@@ -22,7 +22,7 @@ from uuid import UUID
 
 from prefect import get_run_logger
 
-from data_contracts.progress import ProgressEvent, format_duration, format_figure, listening
+from inference.progress import ProgressEvent, format_duration, format_figure, listening
 
 MAX_ROWS = 500  # rows a live table keeps (the newest): the whole curve lives in the artifact's outputs
 

@@ -24,7 +24,6 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.catalog import Catalog
-from data_contracts.plotting import save_figure
 from data_contracts.roots import data_root, open_store, published
 from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
@@ -33,6 +32,7 @@ from flows.failures import fails_cleanly
 from flows.figures import figure_markdown
 from flows.live import live_progress
 from flows.profiles import parse, stage_params
+from inference.plotting import save_figure
 from inference.tokenizer import load as load_tokenizer
 from training.async_rl.sources import load_tasks
 from training.rl import rl as rl_stage

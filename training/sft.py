@@ -39,12 +39,12 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.progress import RunProgress
 from data_contracts.schemas import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
+from inference.progress import RunProgress
 from training.adapters import ADAPTER, LoraSettings, adapter_card, merge_adapter
 from training.sft_data import (
     AUTO,
@@ -326,7 +326,7 @@ def _callbacks(progress: bool) -> list[Any]:
                 (Path(args.output_dir) / f"checkpoint-{state.global_step}" / COMPLETE).touch()
 
     class Report(TrainerCallback):
-        """Step, loss, tokens/s and ETA (data_contracts/progress.py): a live bar on a terminal, a line per logging
+        """Step, loss, tokens/s and ETA (inference/progress.py): a live bar on a terminal, a line per logging
         step (and per evaluation) for the log and the Prefect UI."""
 
         def __init__(self) -> None:

@@ -38,7 +38,7 @@ def check_teacher(spec: str, option: str = "--teacher") -> str:
 
 
 class RoleProgress:
-    """The harness's role calls as one progress display (data_contracts/progress.py): calls finished, running and
+    """The harness's role calls as one progress display (inference/progress.py): calls finished, running and
     failed, the last one named; a log line per finished call."""
 
     def __init__(self, progress: Any) -> None:
@@ -122,9 +122,9 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
                  overrides: dict[str, Any] | None, exclude: list[str], judge: str | None) -> Any:
     from distributed import Client
 
-    from data_contracts.progress import RunProgress
     from flows.dag import materialize
     from flows.runtime import Runtime
+    from inference.progress import RunProgress
     from tasks.research.harness.run import run_research
     from tasks.research.research_trajectories import teacher_engine
 

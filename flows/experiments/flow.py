@@ -13,7 +13,6 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from data_contracts.progress import RunProgress
 from data_contracts.roots import data_root
 from flows.experiments import report
 from flows.experiments.config import Experiment
@@ -23,6 +22,7 @@ from flows.experiments.executor import PipelineExecutor
 from flows.failures import fails_cleanly
 from flows.figures import figure_markdown
 from flows.live import live_progress
+from inference.progress import RunProgress
 
 
 @task(task_run_name="{arm}/seed {seed}", cache_policy=NO_CACHE)  # the artifact store is the cache

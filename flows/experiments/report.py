@@ -7,10 +7,10 @@ from pathlib import Path
 
 import polars as pl
 
-from data_contracts.plotting import save_figure
 from flows.experiments.core import Result
 from flows.experiments.stats import Comparison
 from inference.metrics import Estimate
+from inference.plotting import save_figure
 
 CURVE_LABELS = {"reward": ("trained samples", "training reward (mean of the step's batch)"),
                 "loss": ("step", "training loss")}

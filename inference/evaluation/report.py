@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from data_contracts.plotting import save_figure
 from inference.evaluation.summary import SAMPLE, length_bucket, summarize
 from inference.metrics import bootstrap_ci
+from inference.plotting import save_figure
 
 STRATEGY_STYLE = {"single": ("#222222", "o"), "self_consistency": ("#4477aa", "s"),
                   "best_of_k": ("#aaaaaa", "^"), "heavy_thinking": ("#ee6677", "D")}

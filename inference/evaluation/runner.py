@@ -455,7 +455,7 @@ def run_items(engine: Engine, items: Sequence[EvalItem], ctx: Context, *, summar
              checkpoint: Checkpoint | None = None, progress: bool = False) -> Outcome:
     """Every item's rows (resuming from ``checkpoint``); items the engine could not serve are left in
     ``infra_errors`` (item -> error), never scored."""
-    from data_contracts.progress import RunProgress
+    from inference.progress import RunProgress
 
     cfg = ctx.config
     summarizer = engine if summary_engine is None else summary_engine

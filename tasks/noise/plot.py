@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from data_contracts.plotting import save_figure
+from inference.plotting import save_figure
 
 SUMMARY_COLUMNS = ("transform", "level", "robust_success", "naive_success", "tasks")
 ALL = "all"

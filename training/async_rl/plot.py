@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from data_contracts.plotting import save_figure
+from inference.plotting import save_figure
 
 
 def plot_runs(runs: Mapping[str, tuple[pl.DataFrame, pl.DataFrame]], path: Path, title: str = "") -> Path:

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from data_contracts.progress import RunProgress, format_duration, format_figure, listening
+from inference.progress import RunProgress, format_duration, format_figure, listening
 
 
 def test_a_line_holds_the_step_its_figures_and_the_eta(monkeypatch) -> None:
     clock = iter([100.0, 110.0, 110.0, 130.0, 130.0])
-    monkeypatch.setattr("data_contracts.progress.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("inference.progress.time.monotonic", lambda: next(clock))
     events = []
     with listening(events.append):
         progress = RunProgress("sft", 60, completed=20, bar=False)  # resumed at step 20: its ETA counts new steps
