@@ -163,6 +163,7 @@ class Grounder:
         self.ex = Executor(domain)
         self.ents = self.ex.ents
         self.reserved: set[tuple[str, str]] = set()
+        self.hinted: set[str] = set()  # "entity.field" of every list hint given: another chain names its row otherwise
         self.now = domain.spec.now
         self.allowed = set(domain.tools) if allowed is None else set(allowed)
         self.known = Known()
@@ -616,14 +617,22 @@ class Grounder:
         unique among them, so the chain stays uniquely solvable (otherwise the golden row would be a guess)."""
         if len(shown) == 1:
             return None
-        fields = [f for f in e.fields if not f.internal and row.get(f.name) is not None
-                  and f.type in ("string", "money", "date", "datetime", "int", "float")]
+        fields = [f for f in e.fields if not f.internal and row.get(f.name) is not None and f.type in _HINT_TIERS]
         self.rng.shuffle(fields)
+        # What a person tells their records apart by: a date or the record's own code first, an amount next, a
+        # count ("the one whose days added after booking is 27") last.
+        named = name_field(e)
+        fields.sort(key=lambda f: (f"{e.name}.{f.name}" in self.hinted,
+                                   0 if named is not None and f.name == named.name else _HINT_TIERS[f.type]))
         for f in fields:
             if sum(r[f.name] == row[f.name] for r in shown) == 1:
+                self.hinted.add(f"{e.name}.{f.name}")
                 label = f"{f.label or f.name.replace('_', ' ')} of the {e.name.replace('_', ' ')}"
                 return Fact(f"{e.name}.{f.name}", label, row[f.name], "task")
         raise GroundingFailed(f"no field tells the wanted {e.name} apart")
+
+
+_HINT_TIERS = {"date": 0, "datetime": 0, "money": 1, "string": 2, "float": 3, "int": 3}
 
 
 def seeded_faker(locale: str, rng: random.Random):

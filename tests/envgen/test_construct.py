@@ -27,7 +27,7 @@ from envgen.construct import (
     tables_of,
 )
 from envgen.runtime import Environment, replay
-from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine
+from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine, seeded_memory_engine
 from envgen.spec import domain_paths, parse_spec
 from envgen.taskgen import (
     MUTATIONS,
@@ -286,3 +286,21 @@ def test_grounding_never_picks_a_write_that_changes_nothing() -> None:
             assert g.rows("employee", "employee_id", args["employee_id"])[0]["level"] != args["level"]
             grounded += 1
         assert grounded >= 6
+
+
+@given(st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_a_list_hint_names_a_date_or_code_before_a_count(seed: int) -> None:
+    """A person tells their rentals apart by the confirmation number or the pickup time, not by "the one whose days
+    added after booking is 27"; a count is the hint only when nothing else differs."""
+    d = compiled("car_rental")
+    rental = d.spec.entity("rental")
+    base = {"rental_id": "RNT1", "confirmation": "CR0000001", "status": "active", "pickup_at": "2026-08-07T22:30:00",
+            "extra_days": 27, "total": 100.0, "coverage": "none"}
+    other = {**base, "rental_id": "RNT2", "confirmation": "CR0000002", "pickup_at": "2026-08-09T10:00:00",
+             "extra_days": 3, "total": 250.0}
+    with seeded_memory_engine(d, 0).connect() as conn:
+        g = Grounder(d, conn, random.Random(seed))
+        assert g._hint(rental, base, [base, other]).name in ("rental.confirmation", "rental.pickup_at")
+        only_count = {**base, "rental_id": "RNT3", "extra_days": 3}
+        assert g._hint(rental, base, [base, only_count]).name == "rental.extra_days"
