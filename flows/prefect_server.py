@@ -60,7 +60,7 @@ def prefect_env(root: Path | str) -> dict[str, str]:
     return {
         "PREFECT_HOME": str(local_home(root) / "prefect"),
         # Telemetry lookups fail offline and contend for SQLite; the client's own is off too, and with it the
-        # usage-data notice it prints on a terminal (analytics are off, as the README says).
+        # usage-data notice it prints on a terminal (analytics are off, as docs/run-the-pipeline.md says).
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
         "GYMFORGE_DATA": str(root),

@@ -1,4 +1,4 @@
-"""The data stages of the DAG, one package per branch (README "The pipeline"); a stage lives in the module named
+"""The data stages of the DAG, one package per branch (docs/concepts/house.md); a stage lives in the module named
 after it inside its branch, with the procedure only it uses beside it:
 
 - ``environments``: domain graphs, executable environments and their tasks, the unseen Random Complex Tasks, the

@@ -18,8 +18,9 @@ from inference.cpu import tune_allocator
 tune_allocator()
 # Per-file download/load bars of transformers interleave across workers; the stage tables say what ran.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-# Analytics are off (README): the server is started with them off, and this says it to Prefect's client too, which
-# otherwise prints a usage-data notice on a terminal; runs of deployments inherit it from `gymforge worker`.
+# Analytics are off (docs/run-the-pipeline.md): the server is started with them off, and this says it to Prefect's
+# client too, which otherwise prints a usage-data notice on a terminal; runs of deployments inherit it from
+# `gymforge worker`.
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
 import contextlib

@@ -1,6 +1,6 @@
-"""Deployments run by workers, as a data engineer runs them: with Prefect's own commands (the README's deploy steps,
-word for word) and with `gymforge deploy` / `gymforge worker`, whose backfill runs share the worker's one Dask
-cluster. Either way both runs complete and the catalog holds their artifacts."""
+"""Deployments run by workers, as a data engineer runs them: with Prefect's own commands (the deploy steps of
+docs/scale-out.md, word for word) and with `gymforge deploy` / `gymforge worker`, whose backfill runs share the
+worker's one Dask cluster. Either way both runs complete and the catalog holds their artifacts."""
 
 from __future__ import annotations
 
@@ -132,9 +132,9 @@ def _data_refresh_schedule_active(env: dict[str, str]) -> bool:
 
 
 def test_prefect_deploy_and_prefect_worker_run_the_backfill(tmp_path: Path) -> None:
-    """The README's steps: the data root's server (`gymforge ui --detach`), the `cpu` and `gpu` process pools,
-    `prefect deploy --all`, `prefect worker start --pool cpu` on a machine whose environment names the data root and the Dask
-    scheduler, then `gymforge backfill` without --serve."""
+    """The steps of docs/scale-out.md: the data root's server (`gymforge ui --detach`), the `cpu` and `gpu` process
+    pools, `prefect deploy --all`, `prefect worker start --pool cpu` on a machine whose environment names the data
+    root and the Dask scheduler, then `gymforge backfill` without --serve."""
     project = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
     env["GYMFORGE_DATA"] = str(tmp_path / "data")

@@ -172,7 +172,7 @@ def test_a_dead_endpoint_fails_train_rl_within_seconds_with_one_line(tmp_path):
 
 
 def test_train_rl_against_a_gymforge_serve_endpoint_loads_every_version(tmp_path):
-    """The README's scale path on a CPU: `gymforge serve` holds the base model, `train rl --engine openai:...`
+    """The server path of docs/train-rl.md on a CPU: `gymforge serve` holds the base model, `train rl --engine openai:...`
     trains three versions, and the server reports loading each version a batch was generated with."""
     import httpx
 
