@@ -32,7 +32,7 @@ EXECUTION = "execution"
 SCHEMA = "schema"
 ANSWER = "two_way+completeness"
 RESEARCH = "research harness filters: role identity, tool-call/response closure, artifact validity"
-"""The deep-research harness's filters (tasks/research/harness/trajectories.py); a row's verifier names its role after
+"""The deep-research harness's filters (inference/research/trajectories.py); a row's verifier names its role after
 it. They need the search index, so a consumer re-verifies such a row by its trained tool calls against its
 schemas."""
 VERIFIERS = (EXECUTION, SCHEMA, ANSWER, RESEARCH)
