@@ -7,3 +7,5 @@ noise (``tools``) wraps the runtime's tool execution with a seeded fault schedul
 and the controller that promotes them on the robustness gap. Building verified noisy twins (the solvability check
 and its scripted reference agents) is the noise branch's own: ``tasks/noise/``.
 """
+
+from envgen.noise import instruction, tools  # noqa: F401 - every kind of noise is declared before a record is read

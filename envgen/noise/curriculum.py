@@ -19,25 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-INSTRUCTION_KINDS: tuple[str, ...] = (
-    "paraphrase",
-    "terminology",
-    "ambiguity",
-    "implicit_assumption",
-    "underspecification",
-)
-"""Instruction transforms, from mildest to hardest; a level unlocks a prefix of this order."""
-
-TOOL_KINDS: tuple[str, ...] = (
-    "latency",
-    "transient_failure",
-    "missing_field",
-    "pagination",
-    "format_drift",
-    "renamed_field",
-    "truncation",
-)
-"""Tool-noise kinds, from mildest to hardest; a level unlocks a prefix of this order."""
+from envgen.noise.instruction import INSTRUCTION_TRANSFORMS
+from envgen.noise.tools import TOOL_FAULTS
 
 DEFAULT_MAX_LEVEL = 4
 
@@ -84,8 +67,8 @@ def noise_level(level: int, max_level: int = DEFAULT_MAX_LEVEL) -> NoiseLevel:
     frac = level / max_level
     return NoiseLevel(
         level=level,
-        instruction_kinds=_prefix(INSTRUCTION_KINDS, level, max_level),
-        tool_kinds=_prefix(TOOL_KINDS, level, max_level),
+        instruction_kinds=_prefix(tuple(INSTRUCTION_TRANSFORMS), level, max_level),
+        tool_kinds=_prefix(tuple(TOOL_FAULTS), level, max_level),
         n_instruction=1 + _round(frac - 0.25),
         n_tool=1 + _round(frac * 2 - 0.5),
         max_failures=1 + _round(frac),

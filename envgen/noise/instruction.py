@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envgen.noise.records import Transform
+from envgen.noise.records import DECLARED, Transform, declare
 from envgen.wording import FUNCTION_WORDS, SENTENCE_END
 
 LEXICON: dict[str, tuple[str, ...]] = {
@@ -346,7 +346,18 @@ def _match_case(source: str, word: str) -> str:
 TransformFn = Callable[[Draft, random.Random, int], Transform | str]
 """(draft, rng, intensity) -> the applied Transform, or a reason it does not apply to this task."""
 
+INSTRUCTION_TRANSFORMS: Mapping[str, TransformFn] = DECLARED["instruction"]
+"""Every instruction transform by kind, in curriculum order (mildest first): a level unlocks a prefix."""
 
+
+def instruction_transform(fn: TransformFn) -> TransformFn:
+    """Declare ``fn`` as the instruction transform named after it (a duplicate raises); declaration order is
+    curriculum order."""
+    declare("instruction", fn.__name__, fn)
+    return fn
+
+
+@instruction_transform
 def paraphrase(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
     before = draft.description
     text = before
@@ -363,6 +374,7 @@ def paraphrase(draft: Draft, rng: random.Random, intensity: int) -> Transform | 
     )
 
 
+@instruction_transform
 def terminology(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
     values = {str(d.value).lower() for d in draft.details}
     found = [term for term in LEXICON if mentions(draft.description, term)]
@@ -402,6 +414,7 @@ def _remove_detail(draft: Draft, rng: random.Random, pick: Callable[[Detail, Pla
     return detail, where
 
 
+@instruction_transform
 def ambiguity(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
     picked = _remove_detail(draft, rng, lambda d, _: d.profile_path is not None)
     if picked is None:
@@ -419,35 +432,7 @@ def ambiguity(draft: Draft, rng: random.Random, intensity: int) -> Transform | s
     )
 
 
-def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
-    picked = _remove_detail(draft, rng, lambda d, where: where.kind != "phrase" or _preposition_before(draft, where))
-    if picked is None:
-        return "no stated detail can be left out with the sentence still whole"
-    detail, where = picked
-    before = draft.description
-    if where.kind == "statement":  # the sentence stated the detail alone: it goes
-        _rewrite(draft, Place(where.kind, *where.sentence, where.noun), "")
-    elif where.kind == "noun":  # "to flight FL1" -> "to a flight"
-        _rewrite(draft, where, f"{'an' if where.noun[:1] in 'aeiou' else 'a'} {where.noun}")
-    else:  # "set my limit to 1615.29." -> "set my limit."
-        head = re.search(r"[\w'-]+\s*$", before[:where.start])
-        _rewrite(draft, Place(where.kind, head.start(), where.end, where.noun), "")
-    path = detail.profile_path
-    if path is None:
-        # Keep the omitted detail where the user simulator answers from it (the solvability constraint); the
-        # profile is the runtime's {"persona", "facts": [{"name", "label", "value"}]}.
-        facts = draft.user_profile.setdefault("facts", [])
-        facts.append({"name": detail.arg, "label": detail.arg.replace("_", " "), "value": detail.value})
-        path = f"facts.{len(facts) - 1}.value"
-    return Transform(
-        family="instruction", kind="underspecification",
-        changed={"removed": detail.surface, "argument": detail.arg, "profile_path": path,
-                 "added_to_profile": detail.profile_path is None, "before": before, "after": draft.description},
-        recovery="ask_user",
-        hint=f"The request omits the {detail.words}; ask the user for it ({path} of their profile).",
-    )
-
-
+@instruction_transform
 def implicit_assumption(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
     """The user takes a detail for granted ("my usual ..."). Recovered by looking it up when an earlier golden
     call returns it, else by asking the user to confirm it (it is in their profile)."""
@@ -478,10 +463,31 @@ def implicit_assumption(draft: Draft, rng: random.Random, intensity: int) -> Tra
     )
 
 
-INSTRUCTION_TRANSFORMS: dict[str, TransformFn] = {
-    "paraphrase": paraphrase,
-    "terminology": terminology,
-    "ambiguity": ambiguity,
-    "implicit_assumption": implicit_assumption,
-    "underspecification": underspecification,
-}
+@instruction_transform
+def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Transform | str:
+    picked = _remove_detail(draft, rng, lambda d, where: where.kind != "phrase" or _preposition_before(draft, where))
+    if picked is None:
+        return "no stated detail can be left out with the sentence still whole"
+    detail, where = picked
+    before = draft.description
+    if where.kind == "statement":  # the sentence stated the detail alone: it goes
+        _rewrite(draft, Place(where.kind, *where.sentence, where.noun), "")
+    elif where.kind == "noun":  # "to flight FL1" -> "to a flight"
+        _rewrite(draft, where, f"{'an' if where.noun[:1] in 'aeiou' else 'a'} {where.noun}")
+    else:  # "set my limit to 1615.29." -> "set my limit."
+        head = re.search(r"[\w'-]+\s*$", before[:where.start])
+        _rewrite(draft, Place(where.kind, head.start(), where.end, where.noun), "")
+    path = detail.profile_path
+    if path is None:
+        # Keep the omitted detail where the user simulator answers from it (the solvability constraint); the
+        # profile is the runtime's {"persona", "facts": [{"name", "label", "value"}]}.
+        facts = draft.user_profile.setdefault("facts", [])
+        facts.append({"name": detail.arg, "label": detail.arg.replace("_", " "), "value": detail.value})
+        path = f"facts.{len(facts) - 1}.value"
+    return Transform(
+        family="instruction", kind="underspecification",
+        changed={"removed": detail.surface, "argument": detail.arg, "profile_path": path,
+                 "added_to_profile": detail.profile_path is None, "before": before, "after": draft.description},
+        recovery="ask_user",
+        hint=f"The request omits the {detail.words}; ask the user for it ({path} of their profile).",
+    )

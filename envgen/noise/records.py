@@ -13,9 +13,20 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from data_contracts.content import canonical_json
-from envgen.noise.curriculum import INSTRUCTION_KINDS, TOOL_KINDS
 
 Family = Literal["instruction", "tool"]
+
+DECLARED: dict[Family, dict[str, Any]] = {"instruction": {}, "tool": {}}
+"""Every kind of noise by family, in curriculum order (mildest first), each declared once beside its code: the
+instruction transforms in ``instruction.py``, the tool faults in ``tools.py`` (the package imports both, so every
+kind is known before a record is read)."""
+
+
+def declare(family: Family, kind: str, declared: Any) -> None:
+    """Declare a kind of noise of ``family``; a kind declared twice is an error, not a silent overwrite."""
+    if kind in DECLARED[family]:
+        raise ValueError(f"{family} noise kind {kind!r} is declared twice")
+    DECLARED[family][kind] = declared
 
 Recovery = Literal[
     "none",  # nothing to recover: the information is intact, only its surface changed
@@ -36,7 +47,7 @@ class Transform(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     family: Family = Field(description="instruction: the task text or profile changed; tool: tool responses change.")
-    kind: str = Field(description="The transform, one of INSTRUCTION_KINDS or TOOL_KINDS.")
+    kind: str = Field(description="The transform: a kind declared for its family (DECLARED).")
     changed: dict[str, Any] = Field(description="What changed: before/after text, field, tool, format, page size.")
     recovery: Recovery = Field(description="The action that recovers the original information.")
     hint: str = Field(description="How an agent recovers it, in one sentence.")
@@ -50,7 +61,7 @@ class Transform(BaseModel):
     )
 
     def model_post_init(self, _: Any) -> None:
-        allowed = INSTRUCTION_KINDS if self.family == "instruction" else TOOL_KINDS
+        allowed = DECLARED[self.family]
         if self.kind not in allowed:
             raise ValueError(f"{self.family} transform kind {self.kind!r} is not one of {list(allowed)}")
         if (self.family == "tool") != (self.tool is not None):

@@ -4,24 +4,14 @@ LongCat-Flash-Thinking-2601, section 3.3.3: tool noise simulates "execution fail
 partial results from external tools" (API timeouts, malformed responses, missing fields, stochastic failures).
 Every fault here is recoverable by construction, and the schedule is a list of
 :class:`~envgen.noise.records.Transform` stored in the task's ``noise`` record, so the verifier knows exactly
-what was injected:
+what was injected.
 
-==================  ===========================================================  =========================
-kind                what the agent sees                                          recovery
-==================  ===========================================================  =========================
-latency             the normal result; a simulated latency is recorded           none (nothing to do)
-transient_failure   ``{"error": {"type": "timeout"|"server_error", ...}}`` for   retry the same call
-                    the first ``failures`` attempts, without executing the call
-missing_field       the first response lacks a field                             call again
-pagination          a first page of a list and ``next_page_token``               pass ``page_token``
-truncation          a record cut in two with ``continuation_token``              pass ``continuation_token``
-renamed_field       a field under another spelling (camelCase, UPPER, ...)        resolve the alias
-format_drift        a date, amount or word in another format                     normalize the format
-==================  ===========================================================  =========================
-
-Faults are keyed by tool and arguments (continuation arguments excluded) and count attempts per key, so a
-retry, a re-query and a page request all see a consistent, deterministic response whatever else the agent calls
-in between. Latency is simulated: recorded in the events, never slept.
+A kind of fault is one class below, declared with :func:`tool_fault` in curriculum order (mildest first): how it is
+drawn on a golden step whose clean output fits it, what it does to a call (an error instead of the call, a changed
+response, a response in parts, a simulated latency) and the recovery that undoes it, one the robust reference agent
+performs. Faults are keyed by tool and arguments (continuation arguments excluded) and count attempts per key, so a
+retry, a re-query and a page request all see a consistent, deterministic response whatever else the agent calls in
+between. Latency is simulated: recorded in the events, never slept.
 """
 
 from __future__ import annotations
@@ -34,11 +24,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from data_contracts.content import canonical_json
 from envgen.noise.instruction import leaves
-from envgen.noise.records import Transform
+from envgen.noise.records import DECLARED, Recovery, Transform, declare
 
 PAGE_TOKEN = "page_token"
 CONTINUATION_TOKEN = "continuation_token"
@@ -121,6 +111,17 @@ def drift_styles(value: Any) -> list[str]:
 
 
 @dataclass
+class Call:
+    """One call going through the noise layer: its key (tool and arguments), which attempt of that key it is, the
+    events it records and the session it belongs to."""
+
+    key: str
+    attempt: int
+    events: list[dict[str, Any]]
+    noise: ToolNoise
+
+
+@dataclass
 class ToolNoise:
     """Applies the tool faults of one task around a tool executor; one instance per episode.
 
@@ -161,18 +162,13 @@ class ToolNoise:
         attempt = self.attempts.get(key, 0)
         self.attempts[key] = attempt + 1
         faults = [f for f in self.faults if f.matches(name, arguments)]
-        latency = sum(int(f.changed["latency_ms"]) for f in faults if f.kind == "latency")
+        latency = sum(TOOL_FAULTS[f.kind].latency_ms(f) for f in faults)
         if latency:
             events.append({"kind": "latency", "tool": name, "latency_ms": latency})
         for fault in faults:
-            if fault.kind == "transient_failure" and attempt < int(fault.changed["failures"]):
+            if (error := TOOL_FAULTS[fault.kind].refusal(fault, attempt)) is not None:
                 events.append({"kind": fault.kind, "tool": name, "attempt": attempt})
-                error = fault.changed["error"]
-                message = "upstream timed out" if error == "timeout" else "internal server error (503)"
-                return ToolResponse(
-                    {"error": {"type": error, "message": f"{message}; the request was not applied", "retryable": True}},
-                    events, latency,
-                )
+                return ToolResponse({"error": error}, events, latency)
         try:
             result = execute(name, arguments)
         except Exception as exc:  # noqa: BLE001 - any failure of the real tool is infrastructure, labelled so
@@ -180,40 +176,23 @@ class ToolNoise:
                 {"error": {"type": "infrastructure", "message": f"{type(exc).__name__}: {exc}", "retryable": True}},
                 [*events, {"kind": "infrastructure", "tool": name, "error": repr(exc)}], latency, repr(exc),
             )
+        call = Call(key, attempt, events, self)
         for fault in faults:
-            result = self._apply(fault, result, attempt, events, key)
+            result = TOOL_FAULTS[fault.kind].respond(fault, result, call)
         return ToolResponse(result, events, latency)
 
-    def _apply(self, fault: Transform, result: Any, attempt: int, events: list[dict[str, Any]], key: str) -> Any:
-        changed = fault.changed
-        if fault.kind in _FIELD_EDITS and (fault.kind != "missing_field" or attempt == 0):
-            result = copy.deepcopy(result)
-            where = _container(result, changed["path"])
-            if where is None:
-                return result
-            try:
-                _FIELD_EDITS[fault.kind](where[0], where[1], changed)
-            except (KeyError, IndexError, TypeError):  # the response lacks the field (an error, another row)
-                return result
-            events.append({"kind": fault.kind, "tool": fault.tool, "path": changed["path"]})
-        elif fault.kind in ("pagination", "truncation"):
-            parts = _parts(fault, result)
-            if parts is not None:
-                self._pending[f"{key}#{fault.kind}"] = parts
-                events.append({"kind": fault.kind, "tool": fault.tool, "parts": len(parts)})
-                return self._part(fault, key, 0)
-        return result
+    def in_parts(self, fault: Transform, key: str, parts: list[Any]) -> dict[str, Any]:
+        """Keep the parts of a partial response and answer with the first."""
+        self._pending[f"{key}#{fault.kind}"] = parts
+        return self._part(fault, key, 0)
 
     def _part(self, fault: Transform, key: str, index: int) -> dict[str, Any]:
         parts = self._pending[f"{key}#{fault.kind}"]
-        token_arg = fault.changed["token_arg"]
-        body = dict(parts[index]) if fault.kind == "pagination" else {"data": parts[index]}
+        token = None
         if index + 1 < len(parts):
             token = hashlib.blake2b(f"{key}#{fault.kind}#{index + 1}".encode(), digest_size=6).hexdigest()
             self._tokens[token] = (fault, key, index + 1)
-            body[f"next_{token_arg}" if fault.kind == "pagination" else token_arg] = token
-            body["truncated"] = True
-        return body
+        return TOOL_FAULTS[fault.kind].part(fault, parts[index], token)
 
     def _continue(self, name: str, token: str, events: list[dict[str, Any]]) -> ToolResponse:
         fault, key, index = self._tokens.get(token, (None, "", 0))
@@ -224,20 +203,304 @@ class ToolNoise:
         return ToolResponse(self._part(fault, key, index), events)
 
 
-def _rename(node: Any, key: Any, changed: Mapping[str, Any]) -> None:
-    node[changed["renamed_to"]] = node.pop(key)
+# ----------------------------------------------------------------------------------------------------------------
+# the kinds of fault
 
 
-def _redrift(node: Any, key: Any, changed: Mapping[str, Any]) -> None:
-    node[key] = drift(node[key], changed["style"])
+@dataclass(frozen=True)
+class Site:
+    """A golden step a fault may be drawn on: its call, its clean output, the values of that output a later golden
+    step needs, and the task's intensity and write tools."""
+
+    action: Mapping[str, Any]
+    output: Any
+    needed: set[Any]
+    max_failures: int
+    writes: frozenset[str]
+
+    @classmethod
+    def of(cls, step: int, golden: Sequence[Mapping[str, Any]], outputs: Sequence[Any], max_failures: int,
+           writes: frozenset[str]) -> Site:
+        out = outputs[step]
+        later = golden[step + 1:]
+        needed = {v for _, v in leaves(out) if any(v in a.get("arguments", {}).values() for a in later)}
+        return cls(golden[step], out, needed, max_failures, writes)
 
 
-# In-place edits of the field at a fault's path: (container, key, fault.changed) -> None; raise when it is absent.
-_FIELD_EDITS: dict[str, Callable[[Any, Any, Mapping[str, Any]], None]] = {
-    "missing_field": lambda node, key, _: node.pop(key),
-    "renamed_field": _rename,
-    "format_drift": _redrift,
-}
+class ToolFault:
+    """A kind of tool noise. Subclasses name their ``kind`` and ``recovery``, say how a fault is drawn on a golden
+    step (``draw``) and what it does to a call: an error in place of the call (``refusal``), a changed response
+    (``respond``), a simulated latency (``latency_ms``)."""
+
+    kind: ClassVar[str]
+    recovery: ClassVar[Recovery]
+    withholds: ClassVar[bool] = False
+    """Whether the fault withholds the step's response from a first call: two such faults never share a step."""
+
+    def draw(self, site: Site, rng: random.Random) -> Transform | None:
+        """The fault on this golden step, or None when its clean output does not fit it."""
+        raise NotImplementedError
+
+    def transform(self, site: Site, changed: dict[str, Any], hint: str, bites: bool = True, *,
+                  every_call: bool = False) -> Transform:
+        """The record of this fault on ``site``'s call (on every call of its tool with ``every_call``)."""
+        return Transform(family="tool", kind=self.kind, tool=site.action["name"],
+                         arguments=None if every_call else dict(site.action.get("arguments", {})),
+                         changed=changed, recovery=self.recovery, hint=hint, bites=bites)
+
+    def latency_ms(self, fault: Transform) -> int:
+        return 0
+
+    def refusal(self, fault: Transform, attempt: int) -> dict[str, Any] | None:
+        """The error answered instead of running the call's ``attempt`` (0 for the first), or None to run it."""
+        return None
+
+    def respond(self, fault: Transform, result: Any, call: Call) -> Any:
+        """The response after the real tool ran."""
+        return result
+
+    def part(self, fault: Transform, part: Any, token: str | None) -> dict[str, Any]:
+        """One part of a partial response, with the token of the next part (None for the last)."""
+        raise NotImplementedError
+
+
+TOOL_FAULTS: Mapping[str, ToolFault] = DECLARED["tool"]
+"""Every kind of tool fault, in curriculum order (mildest first): a level unlocks a prefix."""
+
+
+def tool_fault(cls: type[ToolFault]) -> type[ToolFault]:
+    """Declare a kind of tool fault (a duplicate kind raises); declaration order is curriculum order."""
+    declare("tool", cls.kind, cls())
+    return cls
+
+
+@tool_fault
+class Latency(ToolFault):
+    """The normal result, slowly: a simulated latency is recorded. Nothing to recover."""
+
+    kind = "latency"
+    recovery = "none"
+
+    def draw(self, site: Site, rng: random.Random) -> Transform | None:
+        return self.transform(site, {"latency_ms": rng.choice([800, 2500, 6000, 15000])},
+                              "The response is slow but complete; wait for it.", bites=False)
+
+    def latency_ms(self, fault: Transform) -> int:
+        return int(fault.changed["latency_ms"])
+
+
+@tool_fault
+class TransientFailure(ToolFault):
+    """``{"error": {"type": "timeout"|"server_error", ...}}`` for the first ``failures`` attempts, without running
+    the call. Recovered by retrying the same call."""
+
+    kind = "transient_failure"
+    recovery = "retry"
+    withholds = True
+
+    def draw(self, site: Site, rng: random.Random) -> Transform | None:
+        failures = rng.randint(1, site.max_failures)
+        error = rng.choice(["timeout", "server_error"])
+        # At higher intensity the whole tool is flaky: every call, whatever its arguments, fails its first
+        # attempts, so a policy cannot dodge the fault by reaching the data another way.
+        flaky = site.max_failures > 1 and rng.random() < 0.5
+        where = f"every call of {site.action['name']}" if flaky else "this call"
+        return self.transform(site, {"failures": failures, "error": error, "tool_wide": flaky},
+                              f"The first {failures} attempt(s) of {where} fail with a retryable {error}; call again.",
+                              bites=site.action["name"] in site.writes or bool(site.needed), every_call=flaky)
+
+    def refusal(self, fault: Transform, attempt: int) -> dict[str, Any] | None:
+        if attempt >= int(fault.changed["failures"]):
+            return None
+        error = fault.changed["error"]
+        message = "upstream timed out" if error == "timeout" else "internal server error (503)"
+        return {"type": error, "message": f"{message}; the request was not applied", "retryable": True}
+
+
+class FieldFault(ToolFault):
+    """A fault on one field of the response, at the path it was drawn on: ``edit`` changes the field in place
+    (raising when the response lacks it: an error, another row)."""
+
+    first_attempt_only: ClassVar[bool] = False
+
+    def fields(self, site: Site) -> list[tuple[str, Any]]:
+        """The (path, value) of every field of the clean output this fault may change."""
+        return [(p, v) for p, v in leaves(site.output) if p and not isinstance(v, bool) and v is not None]
+
+    def draw(self, site: Site, rng: random.Random) -> Transform | None:
+        fields = self.fields(site)
+        if not fields:
+            return None
+        biting = [pv for pv in fields if pv[1] in site.needed]
+        path, value = rng.choice(biting or fields)
+        return self.on_field(site, rng, path, value, bool(biting))
+
+    def on_field(self, site: Site, rng: random.Random, path: str, value: Any, bites: bool) -> Transform:
+        raise NotImplementedError
+
+    def edit(self, node: Any, key: Any, changed: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def respond(self, fault: Transform, result: Any, call: Call) -> Any:
+        if self.first_attempt_only and call.attempt > 0:
+            return result
+        result = copy.deepcopy(result)
+        where = _container(result, fault.changed["path"])
+        if where is None:
+            return result
+        try:
+            self.edit(where[0], where[1], fault.changed)
+        except (KeyError, IndexError, TypeError):  # the response lacks the field (an error, another row)
+            return result
+        call.events.append({"kind": fault.kind, "tool": fault.tool, "path": fault.changed["path"]})
+        return result
+
+
+@tool_fault
+class MissingField(FieldFault):
+    """The first response lacks a field. Recovered by calling again (never drawn on a write: a repeated write
+    would apply twice)."""
+
+    kind = "missing_field"
+    recovery = "requery"
+    withholds = True
+    first_attempt_only = True
+
+    def fields(self, site: Site) -> list[tuple[str, Any]]:
+        return [] if site.action["name"] in site.writes else super().fields(site)
+
+    def on_field(self, site: Site, rng: random.Random, path: str, value: Any, bites: bool) -> Transform:
+        return self.transform(site, {"path": path},
+                              f"The first response omits '{path}'; call again for the complete record.", bites)
+
+    def edit(self, node: Any, key: Any, changed: Mapping[str, Any]) -> None:
+        node.pop(key)
+
+
+class PartialResponse(ToolFault):
+    """A response in parts, each but the last with a token the agent passes back (``token_arg``) for the next.
+    Recovered by following the tokens until none is returned."""
+
+    recovery = "follow_continuation"
+    withholds = True
+    token_arg: ClassVar[str]
+
+    def split(self, result: Any, size: int) -> list[Any] | None:
+        """The parts of ``result`` (``size`` is the fault's part size), None when it cannot be split."""
+        raise NotImplementedError
+
+    def part_size(self, site: Site, rng: random.Random) -> int | None:
+        """The size of a part of ``site``'s clean output, None when the output cannot be split."""
+        raise NotImplementedError
+
+    def draw(self, site: Site, rng: random.Random) -> Transform | None:
+        size = self.part_size(site, rng)
+        if size is None:
+            return None
+        first = {v for _, v in leaves((self.split(site.output, size) or [site.output])[0])}
+        return self.transform(site, {"part_size": size, "token_arg": self.token_arg},
+                              f"The response comes in parts; call again with {self.token_arg} until no token is "
+                              "returned.", bites=not site.needed <= first)
+
+    def respond(self, fault: Transform, result: Any, call: Call) -> Any:
+        parts = self.split(result, int(fault.changed["part_size"]))
+        if parts is None:
+            return result
+        call.events.append({"kind": fault.kind, "tool": fault.tool, "parts": len(parts)})
+        return call.noise.in_parts(fault, call.key, parts)
+
+
+@tool_fault
+class Pagination(PartialResponse):
+    """A first page of a list with ``next_page_token``; the agent passes ``page_token`` for the next page."""
+
+    kind = "pagination"
+    token_arg = PAGE_TOKEN
+
+    def part_size(self, site: Site, rng: random.Random) -> int | None:
+        key = _list_key(site.output)
+        return None if key is None else rng.randint(1, len(site.output[key]) - 1)
+
+    def split(self, result: Any, size: int) -> list[Any] | None:
+        """Pages of the response's list, the rest of the record repeated on each page."""
+        key = _list_key(result)
+        if key is None or len(result[key]) <= size:
+            return None
+        items = result[key]
+        return [{**result, key: items[i : i + size]} for i in range(0, len(items), size)]
+
+    def part(self, fault: Transform, part: Any, token: str | None) -> dict[str, Any]:
+        body = dict(part)
+        if token is not None:
+            body |= {f"next_{fault.changed['token_arg']}": token, "truncated": True}
+        return body
+
+
+@tool_fault
+class FormatDrift(FieldFault):
+    """A date, amount or word of the response in another format. Recovered by parsing it back to the canonical
+    format."""
+
+    kind = "format_drift"
+    recovery = "normalize_format"
+
+    def fields(self, site: Site) -> list[tuple[str, Any]]:
+        return [(p, v) for p, v in super().fields(site) if drift_styles(v)]
+
+    def on_field(self, site: Site, rng: random.Random, path: str, value: Any, bites: bool) -> Transform:
+        after = drift(value, style := rng.choice(drift_styles(value)))
+        return self.transform(site, {"path": path, "style": style, "before": value, "after": after},
+                              f"'{path}' is written as {after!r}; parse it back to the canonical {value!r}.", bites)
+
+    def edit(self, node: Any, key: Any, changed: Mapping[str, Any]) -> None:
+        node[key] = drift(node[key], changed["style"])
+
+
+@tool_fault
+class RenamedField(FieldFault):
+    """A field of the response under another spelling (camelCase, UPPER, ...). Recovered by resolving the
+    alias."""
+
+    kind = "renamed_field"
+    recovery = "resolve_alias"
+
+    def fields(self, site: Site) -> list[tuple[str, Any]]:
+        return [(p, v) for p, v in super().fields(site) if not str(_split_path(p)[-1]).isdigit()]
+
+    def on_field(self, site: Site, rng: random.Random, path: str, value: Any, bites: bool) -> Transform:
+        name = str(_split_path(path)[-1])
+        renamed = alias(name, rng.choice([s for s in ALIAS_STYLES if alias(name, s) != name]))
+        return self.transform(site, {"path": path, "renamed_to": renamed},
+                              f"'{renamed}' is the field '{name}' spelled differently.", bites)
+
+    def edit(self, node: Any, key: Any, changed: Mapping[str, Any]) -> None:
+        node[changed["renamed_to"]] = node.pop(key)
+
+
+@tool_fault
+class Truncation(PartialResponse):
+    """A record cut in two halves with ``continuation_token``; the agent passes it back for the rest."""
+
+    kind = "truncation"
+    token_arg = CONTINUATION_TOKEN
+
+    def part_size(self, site: Site, rng: random.Random) -> int | None:
+        out = site.output
+        fits = isinstance(out, dict) and len(out) >= 2 and _list_key(out) is None
+        return len(out) // 2 if fits else None
+
+    def split(self, result: Any, size: int) -> list[Any] | None:
+        """The record's keys in two halves."""
+        if not isinstance(result, dict) or len(result) < 2:
+            return None
+        keys = list(result)
+        return [{k: result[k] for k in keys[:size]}, {k: result[k] for k in keys[size:]}]
+
+    def part(self, fault: Transform, part: Any, token: str | None) -> dict[str, Any]:
+        body = {"data": part}
+        if token is not None:
+            body |= {fault.changed["token_arg"]: token, "truncated": True}
+        return body
 
 
 def _list_key(result: Any) -> str | None:
@@ -247,28 +510,8 @@ def _list_key(result: Any) -> str | None:
     return None
 
 
-def _parts(fault: Transform, result: Any) -> list[Any] | None:
-    """Split a result for a partial response: pages of its list (the rest of the record repeated on each page),
-    or a record's keys in two halves."""
-    size = int(fault.changed["part_size"])
-    if fault.kind == "pagination":
-        key = _list_key(result)
-        if key is None or len(result[key]) <= size:
-            return None
-        items = result[key]
-        return [{**result, key: items[i : i + size]} for i in range(0, len(items), size)]
-    if not isinstance(result, dict) or len(result) < 2:
-        return None
-    keys = list(result)
-    return [{k: result[k] for k in keys[:size]}, {k: result[k] for k in keys[size:]}]
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # drawing a schedule from a clean replay
-
-
-def _used_later(golden: Sequence[Mapping[str, Any]], step: int, value: Any) -> bool:
-    return any(value in a.get("arguments", {}).values() for a in golden[step + 1 :])
 
 
 def draw_tool_fault(
@@ -287,80 +530,17 @@ def draw_tool_fault(
     response; ``writes`` names write tools, whose responses are never withheld for a re-query (a repeated write
     would apply twice).
     """
+    declared = TOOL_FAULTS[kind]
     steps = [i for i in range(len(golden)) if ("call", i) not in taken]
     rng.shuffle(steps)
     candidates = [(step, fault) for step in steps
-                  if (fault := _fault_at(kind, step, golden, outputs, rng, max_failures, writes)) is not None]
+                  if (fault := declared.draw(Site.of(step, golden, outputs, max_failures, writes), rng)) is not None]
     if not candidates:
         return f"no golden step returns a response {kind} applies to"
     step, fault = next(((s, f) for s, f in candidates if f.bites), candidates[0])
-    if kind in _WITHHOLDING:
+    if declared.withholds:
         taken.add(("call", step))
     return fault
-
-
-_WITHHOLDING = frozenset({"transient_failure", "pagination", "truncation", "missing_field"})
-
-
-def _fault_at(kind: str, step: int, golden: Sequence[Mapping[str, Any]], outputs: Sequence[Any],
-              rng: random.Random, max_failures: int, writes: frozenset[str]) -> Transform | None:
-    """The fault of ``kind`` on golden step ``step``, or None when its response does not fit it."""
-    action, out = golden[step], outputs[step]
-    base = {"family": "tool", "kind": kind, "tool": action["name"], "arguments": dict(action.get("arguments", {}))}
-    needed = {v for _, v in leaves(out) if _used_later(golden, step, v)}
-    if kind == "latency":
-        return Transform(**base, changed={"latency_ms": rng.choice([800, 2500, 6000, 15000])}, recovery="none",
-                         hint="The response is slow but complete; wait for it.", bites=False)
-    if kind == "transient_failure":
-        failures = rng.randint(1, max_failures)
-        error = rng.choice(["timeout", "server_error"])
-        # At higher intensity the whole tool is flaky: every call, whatever its arguments, fails its first
-        # attempts, so a policy cannot dodge the fault by reaching the data another way.
-        flaky = max_failures > 1 and rng.random() < 0.5
-        where = f"every call of {action['name']}" if flaky else "this call"
-        return Transform(**{**base, "arguments": None if flaky else base["arguments"]},
-                         changed={"failures": failures, "error": error, "tool_wide": flaky}, recovery="retry",
-                         hint=f"The first {failures} attempt(s) of {where} fail with a retryable {error}; call again.",
-                         bites=action["name"] in writes or bool(needed))
-    if kind in ("pagination", "truncation"):
-        if kind == "pagination" and _list_key(out) is None:
-            return None
-        if kind == "truncation" and not (isinstance(out, dict) and len(out) >= 2 and _list_key(out) is None):
-            return None
-        n = len(out[_list_key(out)]) if kind == "pagination" else len(out)
-        token_arg = PAGE_TOKEN if kind == "pagination" else CONTINUATION_TOKEN
-        fault = Transform(
-            **base, changed={"part_size": rng.randint(1, n - 1) if kind == "pagination" else n // 2,
-                             "token_arg": token_arg},
-            recovery="follow_continuation",
-            hint=f"The response comes in parts; call again with {token_arg} until no token is returned.",
-        )
-        first = {v for _, v in leaves((_parts(fault, out) or [out])[0])}
-        return fault.model_copy(update={"bites": not needed <= first})
-    if kind == "missing_field" and action["name"] in writes:
-        return None
-    fields = [(p, v) for p, v in leaves(out) if p and not isinstance(v, bool) and v is not None
-              and not (kind == "renamed_field" and str(_split_path(p)[-1]).isdigit())]
-    if kind == "format_drift":
-        fields = [(p, v) for p, v in fields if drift_styles(v)]
-    if not fields:
-        return None
-    biting = [pv for pv in fields if pv[1] in needed]
-    path, value = rng.choice(biting or fields)
-    name = str(_split_path(path)[-1])
-    if kind == "missing_field":
-        return Transform(**base, changed={"path": path}, recovery="requery", bites=bool(biting),
-                         hint=f"The first response omits '{path}'; call again for the complete record.")
-    if kind == "renamed_field":
-        renamed = alias(name, rng.choice([s for s in ALIAS_STYLES if alias(name, s) != name]))
-        return Transform(**base, changed={"path": path, "renamed_to": renamed}, recovery="resolve_alias",
-                         bites=bool(biting), hint=f"'{renamed}' is the field '{name}' spelled differently.")
-    after = drift(value, style := rng.choice(drift_styles(value)))
-    return Transform(
-        **base, changed={"path": path, "style": style, "before": value, "after": after},
-        recovery="normalize_format", bites=bool(biting),
-        hint=f"'{path}' is written as {after!r}; parse it back to the canonical {value!r}.",
-    )
 
 
 def parse_content(content: Any) -> Any:

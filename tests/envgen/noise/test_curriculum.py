@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envgen.noise.curriculum import (
-    INSTRUCTION_KINDS,
-    TOOL_KINDS,
     CurriculumConfig,
     CurriculumController,
     noise_level,
 )
+from envgen.noise.instruction import INSTRUCTION_TRANSFORMS
+from envgen.noise.tools import TOOL_FAULTS
 
 RATES = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])
 PAIRS = st.lists(st.tuples(RATES, RATES), max_size=120)
@@ -134,4 +134,4 @@ def test_levels_grow_in_diversity_and_intensity(max_level: int) -> None:
         assert set(lower.kinds) <= set(higher.kinds)
         for attr in ("n_instruction", "n_tool", "max_failures"):
             assert getattr(lower, attr) <= getattr(higher, attr)
-    assert set(levels[-1].kinds) == set(INSTRUCTION_KINDS) | set(TOOL_KINDS)
+    assert set(levels[-1].kinds) == set(INSTRUCTION_TRANSFORMS) | set(TOOL_FAULTS)

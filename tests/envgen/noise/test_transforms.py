@@ -10,16 +10,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envgen.noise.curriculum import INSTRUCTION_KINDS, TOOL_KINDS
+from envgen.noise.curriculum import noise_level
 from envgen.noise.instruction import (
     INSTRUCTION_TRANSFORMS,
     SYNONYM_TO_CANONICAL,
     Draft,
     find_details,
+    instruction_transform,
     mentions,
 )
-from envgen.noise.records import NoiseRecord, Transform
-from envgen.noise.tools import CONTINUATION_ARGS, ToolNoise, alias, draw_tool_fault, drift, normalize_key
+from envgen.noise.records import DECLARED, NoiseRecord, Transform
+from envgen.noise.tools import (
+    CONTINUATION_ARGS,
+    TOOL_FAULTS,
+    FieldFault,
+    ToolNoise,
+    alias,
+    draw_tool_fault,
+    drift,
+    normalize_key,
+    tool_fault,
+)
+
+INSTRUCTION_KINDS = tuple(INSTRUCTION_TRANSFORMS)
+TOOL_KINDS = tuple(TOOL_FAULTS)
 
 GOLDEN = [
     {"name": "lookup_user_by_email", "arguments": {"email": "ann@example.com"}},
@@ -238,3 +252,49 @@ def test_tool_wide_flakiness_fails_the_first_attempts_of_every_call() -> None:
                     for _ in range(3)]
         assert [("error" in o) for o in outcomes] == [True, True, False]
     assert noise.call("other_tool", {}, lambda n, a: {"ok": 1}).content == {"ok": 1}
+
+
+def test_a_new_kind_of_fault_is_one_declaration() -> None:
+    """A class declared with ``tool_fault`` is drawn, recorded, applied around the tool and unlocked by the
+    curriculum's hardest level, with nothing else edited."""
+
+    @tool_fault
+    class StaleField(FieldFault):  # a test double: the first response holds a field's old value, null
+        kind = "test_double_stale_field"
+        recovery = "requery"
+        withholds = True
+        first_attempt_only = True
+
+        def on_field(self, site, rng, path, value, bites) -> Transform:
+            return self.transform(site, {"path": path}, f"'{path}' is stale at first; call again.", bites)
+
+        def edit(self, node, key, changed) -> None:
+            node[key] = None
+
+    try:
+        assert noise_level(4).tool_kinds[-1] == StaleField.kind
+        fault = draw_tool_fault(StaleField.kind, GOLDEN, OUTPUTS, random.Random(0), 2, taken := set())
+        assert isinstance(fault, Transform) and fault.recovery == "requery" and taken
+        assert NoiseRecord.model_validate_json(NoiseRecord(level=4, seed=0, clean_task_id="t", transforms=(fault,))
+                                               .to_json()).transforms == (fault,)
+        step = next(i for i, a in enumerate(GOLDEN) if a["name"] == fault.tool)
+        noise = ToolNoise([fault])
+        first, second = (noise.call(fault.tool, fault.arguments, lambda n, a: copy.deepcopy(OUTPUTS[step]))
+                         for _ in range(2))
+        path = fault.changed["path"].split(".")
+        node = first.content
+        for part in path[:-1]:
+            node = node[int(part)] if part.isdigit() else node[part]
+        assert node[path[-1]] is None and second.content == OUTPUTS[step]
+        with pytest.raises(ValueError, match="declared twice"):
+            tool_fault(StaleField)
+    finally:
+        del DECLARED["tool"][StaleField.kind]
+    with pytest.raises(ValueError, match="is not one of"):
+        Transform(family="tool", kind=StaleField.kind, tool="t", changed={}, recovery="requery", hint="h")
+
+
+def test_an_instruction_transform_is_declared_once() -> None:
+    with pytest.raises(ValueError, match="instruction noise kind 'paraphrase' is declared twice"):
+        instruction_transform(INSTRUCTION_TRANSFORMS["paraphrase"])
+    assert tuple(INSTRUCTION_TRANSFORMS) == noise_level(4).instruction_kinds

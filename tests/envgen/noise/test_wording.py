@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from envgen.compiler import compiled
 from envgen.construct import ConstructionFailed, ConstructionSettings, build_environment
-from envgen.noise.curriculum import INSTRUCTION_KINDS
 from envgen.noise.instruction import (
     INSTRUCTION_TRANSFORMS,
     Draft,
@@ -30,6 +29,7 @@ from envgen.spec import domain_paths
 from envgen.taskgen import TaskSettings, environment_record, make_task
 
 DOMAINS = tuple(domain_paths())
+INSTRUCTION_KINDS = tuple(INSTRUCTION_TRANSFORMS)
 
 
 @cache

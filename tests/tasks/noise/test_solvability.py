@@ -13,9 +13,11 @@ from data_contracts.gate import validate
 from data_contracts.stage import REJECTED, FrameArtifact
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
-from envgen.noise.curriculum import INSTRUCTION_KINDS, TOOL_KINDS, noise_level
+from envgen.noise.curriculum import noise_level
 from envgen.noise.environment import NoisyEnvironment, scored_for_agent
+from envgen.noise.instruction import INSTRUCTION_TRANSFORMS
 from envgen.noise.records import NoiseRecord, Transform
+from envgen.noise.tools import TOOL_FAULTS
 from envgen.taskgen import TaskSettings, environment_record, make_task
 from envgen.tools import ToolResult
 from tasks.noise.noisy_eval import NoiseEvalParams, noisy_eval
@@ -63,7 +65,7 @@ def test_robust_reference_agent_solves_every_noisy_task(staged) -> None:
 
 def test_every_kind_is_exercised_and_recorded(staged) -> None:
     seen = {k for ks in staged["tasks"]["transforms"] for k in ks}
-    assert seen == set(INSTRUCTION_KINDS) | set(TOOL_KINDS)
+    assert seen == set(INSTRUCTION_TRANSFORMS) | set(TOOL_FAULTS)
     for row in staged["tasks"].iter_rows(named=True):
         record = NoiseRecord.from_json(row["noise"])
         assert record is not None and list(record.kinds) == list(row["transforms"])
