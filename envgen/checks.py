@@ -79,6 +79,13 @@ def keys_said(texts: Sequence[str], keys: set[str] | re.Pattern[str]) -> list[st
     return [w for t in texts for w in re.findall(r"[A-Z0-9]+", t) if w in keys]
 
 
+def enum_codes_said(texts: Sequence[str], spec: DomainSpec) -> list[str]:
+    """The enum values written as codes (``wrong_order``) that ``texts`` say: a person says them in words."""
+    codes = {v for e in spec.entities for f in e.fields for v in f.values if "_" in v}
+    codes |= {v for a in spec.actions for q in a.params for v in q.values if "_" in v}
+    return [w for t in texts for w in re.findall(r"[a-z]+(?:_[a-z]+)+", t) if w in codes]
+
+
 def key_pattern(spec: DomainSpec) -> re.Pattern[str]:
     """The shape of the keys seeding and writes generate (``envgen.seeding``, ``envgen.tools``): an entity's id
     prefix and six letters or digits, or N and five digits."""
@@ -155,8 +162,12 @@ def contradicting_owners(frame: pl.DataFrame) -> list[bool]:
 
 
 def internal_keys_in_user_text(frame: pl.DataFrame) -> list[bool]:
-    return [w is not None and bool(keys_said([*user_texts(w[2]), *w[3]], database_keys(w[0], w[1])))
-            for w in _world_rows(frame)]
+    out = []
+    for w in _world_rows(frame):
+        texts = [*user_texts(w[2]), *w[3]] if w is not None else []
+        out.append(w is not None and bool(keys_said(texts, database_keys(w[0], w[1]))
+                                          or enum_codes_said(texts, w[0].spec)))
+    return out
 
 
 def unpaired_intents(frame: pl.DataFrame) -> list[bool]:
@@ -172,7 +183,8 @@ WORLD_CHECKS = (
           description="every relation path from a seeded record to the customer entity reaches one customer "
                       "(relations the spec declares crossing aside)"),
     Check("users_state_what_people_know", internal_keys_in_user_text,
-          description="no internal key (a generated primary key) in the request, persona or profile facts"),
+          description="no internal key (a generated primary key) nor an enum's code (wrong_order) in the "
+                      "request, persona, profile facts or the user's turns"),
     Check("intent_pairs_with_action", unpaired_intents,
           description="every golden write is a customer action whose intent the request says, in its own words"),
     Check("questions_have_answers", unanswered_questions,

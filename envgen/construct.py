@@ -35,7 +35,7 @@ from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool, sem_type
 from envgen.customers import carriers, database_rows, owned_entities, row_owners, written_rows
 from envgen.seeding import field_value, seeded_memory_engine, sqlite_bytes
 from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows, faker_for, name_field
-from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time, render_value
+from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time, render_value, spoken
 
 PATCH_ROUNDS = 3  # a patched row can break another condition; three rounds settle every shipped domain
 
@@ -141,14 +141,14 @@ class Reveal:
 
 def spoken_intent(domain: CompiledDomain, conn: Connection, action: ActionSpec, args: dict[str, Any]) -> str:
     """The action's intent as the user says it for these arguments: a row parameter by the row's name (a flight
-    number), other values as task records write them, "1 day" for "1 days"."""
-    spoken = {k: render_value(v) for k, v in args.items()}
+    number), an enum by its words ("wrong order"), other values as task records write them, "1 day" for "1 days"."""
+    said = {k: spoken(v) for k, v in args.items()}
     for q in action.params:
         if q.ref is not None and f"{{{q.name}}}" in action.intent:
             row = Executor(domain).get(conn, q.ref, args[q.name])
             field = name_field(domain.spec.entity(q.ref))
-            spoken[q.name] = render_value(row[field.name]) if row is not None and field is not None else spoken[q.name]
-    return re.sub(r"(?<![\d.])1 ([a-z]+)s\b", r"1 \1", action.intent.format(**spoken))
+            said[q.name] = render_value(row[field.name]) if row is not None and field is not None else said[q.name]
+    return re.sub(r"(?<![\d.])1 ([a-z]+)s\b", r"1 \1", action.intent.format(**said))
 
 
 class Grounder:

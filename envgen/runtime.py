@@ -172,9 +172,9 @@ class CallableUserSimulator:
 
 def required_outputs_met(required: list[str], texts: list[str]) -> bool:
     """Each required value appears in what the agent told the user (numbers on token boundaries, 1,234.50 ok)."""
-    said = " ".join(texts).lower().replace(",", "").replace("$", " ")
+    said = " ".join(texts).lower().replace(",", "").replace("$", " ").replace("_", " ")
     for value in required:
-        v = str(value).lower()
+        v = str(value).lower().replace("_", " ")  # an enum value told in words ("checked in") counts
         variants = {v}
         try:
             num = float(v)

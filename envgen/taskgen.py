@@ -45,7 +45,7 @@ from envgen.customers import owned_entities
 from envgen.runtime import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.spec import EntitySpec, FieldSpec
-from envgen.tools import Executor, call_tool, render_value
+from envgen.tools import Executor, call_tool, render_value, spoken
 
 MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
 OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
@@ -165,7 +165,7 @@ def fact_sentence(domain: CompiledDomain, fact: Fact) -> str:
     """How the user states a fact: "My email address is x." for what they know of themselves, and for a fact
     that singles out one row of a list ("entity.field") a sentence about that row: "The order I mean was placed
     at 2026-05-22T03:30:00.", "The booking I mean has 12 nights.", "The amount of the charge I mean is 52.10."."""
-    value = render_value(fact.value)
+    value = spoken(fact.value)
     if "." not in fact.name:
         return f"My {fact.label} is {value}."
     entity, column = fact.name.split(".", 1)
@@ -279,7 +279,7 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
     sentences = [rng.choice(OPENERS), f"I would like to {request}."]
     sentences += [fact_sentence(domain, f) for f in inline
-                  if not (f.source == "task" and render_value(f.value) in request)]
+                  if not (f.source == "task" and spoken(f.value) in request)]
     required = _required_outputs(domain, actions, results)
     question = _question(domain, actions, results, customer, rng) if rng.random() < settings.question_prob else None
     if question is not None:
@@ -293,7 +293,7 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
         "system_prompt": system_prompt(domain, (CUSTOMER_POLICY,) if customer is not None else ()),
         "description": description,
         "user_profile": json.dumps({"persona": _persona(domain, built.db, customer, rng), "facts": [
-            {"name": f.name, "label": f.label, "value": render_value(f.value)} for f in facts]}),
+            {"name": f.name, "label": f.label, "value": spoken(f.value)} for f in facts]}),
         "rubric": json.dumps({"expected_diff": expected, "required_outputs": required,
                               "tables": tables, "components": ["db_state", "required_outputs", "policy"],
                               **({"customer": customer} if customer is not None else {})}),
@@ -334,9 +334,9 @@ def underivable_arguments(task: dict[str, Any], tool_log: list[dict[str, Any]]) 
     missing = []
     for i, a in enumerate(json.loads(task["golden_actions"])):
         for k, v in a["arguments"].items():
-            text = render_value(v)
-            if text not in seen and text not in profile and text not in task["description"]:
-                missing.append(f"{a['name']}.{k}={text}")
+            if all(text not in seen and text not in profile and text not in task["description"]
+                   for text in {render_value(v), spoken(v)}):
+                missing.append(f"{a['name']}.{k}={render_value(v)}")
         if i < len(tool_log):
             _collect(tool_log[i]["content"], seen)
     return missing

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -48,6 +49,16 @@ def fmt_time(t: datetime, kind: str) -> str:
 def render_value(value: Any) -> str:
     """How task records write a value (text, profile facts, required outputs): money-like floats with 2 decimals."""
     return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+_SNAKE_WORDS = re.compile(r"[a-z]+(?:_[a-z]+)+")
+
+
+def spoken(value: Any) -> str:
+    """How a person says a value: an enum's snake_case words as words ("wrong order" for ``wrong_order``), anything
+    else as :func:`render_value` writes it. The agent maps the words back to the value the tool's enum offers."""
+    text = render_value(value)
+    return text.replace("_", " ") if _SNAKE_WORDS.fullmatch(text) else text
 
 
 def _json_row(entity: EntitySpec, row: Any) -> Row:

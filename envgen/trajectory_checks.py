@@ -26,7 +26,7 @@ from envgen.customers import customer_policy_problem, owner_of, written_rows
 from envgen.rewards import extract_boxed, score_two_way
 from envgen.runtime import Environment, domain_for, json_field
 from envgen.seeding import engine_from_bytes
-from envgen.tools import render_value
+from envgen.tools import render_value, spoken
 
 EXECUTION = "execution"
 SCHEMA = "schema"
@@ -164,8 +164,8 @@ def turn_mask(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -
 
 
 def value_texts(value: Any) -> set[str]:
-    """How a value may appear in a conversation: as records render it and as JSON renders it."""
-    return {render_value(value), json.dumps(value) if not isinstance(value, str) else value}
+    """How a value may appear in a conversation: as records render it, as JSON renders it and as a person says it."""
+    return {render_value(value), spoken(value), json.dumps(value) if not isinstance(value, str) else value}
 
 
 def underivable(messages: Sequence[Message], upto: int, args: Mapping[str, Any]) -> list[str]:

@@ -44,7 +44,8 @@ def rejection(env_id: str, domain: str, reason: str) -> dict[str, str]:
 
 # 2: a repeated fact label reads "second reservation number"; two specs declare their customer entity; 3: one owner
 # per record; a task acts for one identified customer, asks customer actions only and states what people know;
-# the world's contract (WORLD_CHECKS); 4: a list's wanted row is named by a date or its code before a count
+# the world's contract (WORLD_CHECKS); 4: a list's wanted row is named by a date or its code before a count, an
+# enum value in words ("wrong order")
 @stage(name="environments", version="4", params=EnvironmentsParams, inputs=("domain_graphs",),
        outputs={"environments": environment_contract(ENVIRONMENT), "tasks": task_contract(TASK),
                 REJECTED: ENVIRONMENT_REJECTED.contract()})

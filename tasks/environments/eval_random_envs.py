@@ -244,7 +244,8 @@ class EvalRandomParams(ConstructionSettings, TaskSettings):
 
 
 # 2: a repeated fact label reads "second reservation number"; 3: a renamed variant names its customer entity;
-# 4: renamed into real words; tasks and contract as `environments` 3; 5: list hints as `environments` 4
+# 4: renamed into real words; tasks and contract as `environments` 3; 5: list hints and enum words as
+# `environments` 4
 @stage(name="eval_random_envs", version="5", params=EvalRandomParams, inputs=("domain_graphs",),
        outputs={"environments": environment_contract(EVAL_ENVIRONMENT), "tasks": task_contract(EVAL_TASK),
                 REJECTED: ENVIRONMENT_REJECTED.contract()})

@@ -18,11 +18,11 @@ from envgen.checks import database_keys, intent_problems, keys_said, ownership_c
 from envgen.compiler import compile_domain, compiled
 from envgen.construct import Grounder, GroundingFailed
 from envgen.customers import carriers, database_rows, ownership_contradictions, row_owners
-from envgen.runtime import Environment, replay
+from envgen.runtime import Environment, replay, required_outputs_met
 from envgen.seeding import engine_from_bytes, generate_rows, seeded_memory_engine
 from envgen.spec import SpecError, domain_paths, load_domain, parse_spec, says
 from envgen.taskgen import build_verified
-from envgen.tools import Executor, call_tool
+from envgen.tools import Executor, call_tool, render_value, spoken
 from tests.support.spec_fixtures import MINIMAL
 
 DOMAINS = sorted(domain_paths())
@@ -217,6 +217,41 @@ def test_users_state_no_internal_key(name: str) -> None:
                 assert str(value) in seen and str(value) not in said
         seen += json.dumps(entry["content"])
     runtime.close()
+
+
+def test_users_say_enum_values_in_words() -> None:
+    """"complain that my order was wrong_order": a person says "wrong order"; the agent still passes the enum's
+    value, and the golden trajectory stays derivable and scores 1."""
+    said_in_words = 0
+    for name, action, param in [("food_delivery", "file_complaint", "reason"), ("retail", "request_return", "reason"),
+                                ("hotel", "request_service", "kind")]:
+        domain = compiled(name)
+        for seed in range(60):
+            env, task, _ = build_verified(domain, f"{name}-{seed}", seed)
+            calls = json.loads(task["golden_actions"]) if task else []
+            call = next((c for c in calls if c["name"] == action), None)
+            if call is None or "_" not in call["arguments"][param]:
+                continue
+            text = " ".join(user_texts(task))
+            assert call["arguments"][param] not in text
+            assert call["arguments"][param].replace("_", " ") in text
+            said_in_words += 1
+            break
+    assert said_in_words >= 2
+
+
+@given(st.from_regex(r"[a-z]{2,8}(_[a-z]{2,8}){1,2}", fullmatch=True))
+def test_spoken_words_and_required_outputs_agree(value: str) -> None:
+    words = spoken(value)
+    assert "_" not in words and words.replace(" ", "_") == value
+    assert required_outputs_met([value], [f"Your status is now {words}."])
+    assert required_outputs_met([value], [f"Your status is now {value}."])
+    assert not required_outputs_met([value], [f"Your status is now {words}x."])
+
+
+@given(st.one_of(st.emails(), st.from_regex(r"[A-Z]{3}[A-Z0-9]{6}", fullmatch=True), st.floats(0, 1e5)))
+def test_spoken_leaves_what_is_not_an_enum_word(value) -> None:
+    assert spoken(value) == render_value(value)
 
 
 def test_a_row_parameter_is_named_as_a_person_names_it() -> None:

@@ -111,7 +111,11 @@ def test_a_user_stating_an_internal_key_or_a_question_without_answer_is_quaranti
     told = {**task, "description": f"{task['description']} My booking id is {key}."}
     asked = {**task, "description": f"{task['description']} What is my balance?",
              "rubric": json.dumps({**json.loads(task["rubric"]), "required_outputs": []})}
-    for changed, check in ((told, "users_state_what_people_know"), (asked, "questions_have_answers")):
+    spec = load_domain(row["domain"])
+    code = next(v for e in spec.entities for f in e.fields for v in f.values if "_" in v)
+    coded = {**task, "description": f"{task['description']} It is {code}."}
+    for changed, check in ((told, "users_state_what_people_know"), (coded, "users_state_what_people_know"),
+                           (asked, "questions_have_answers")):
         bad = envs["environments"].head(1).with_columns(pl.Series("task_json", [json.dumps(changed)]))
         assert check in " ".join(_failed_checks(bad))
 
