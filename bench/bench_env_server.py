@@ -2,7 +2,7 @@
 artifacts, side by side in one run:
 
 - the same golden replays through the server (OpenEnv's MCP tool client over WebSocket) and in process
-  (``envgen.runtime.replay``) give the same reward on every task of every artifact;
+  (``envgen.environment.replay``) give the same reward on every task of every artifact;
 - steps per second and p50/p99 step latency (one step = one MCP tool call or ``respond``, timed at the client) at 1,
   16 and 64 concurrent sessions replaying golden episodes, against the same episodes stepped in process;
 - memory per session: the server's resident memory with 64 open sessions (each reset, holding its database copy)
@@ -35,8 +35,8 @@ import httpx
 import psutil
 from openenv.core.env_server import CallToolAction
 
+from envgen.environment import outcome_message, replay
 from envgen.noise.environment import NoisyEnvironment
-from envgen.runtime import outcome_message, replay
 from inference.environments.client import GymforgeEnvClient
 from inference.environments.episode import Episode
 from inference.environments.tasks import ServedTasks, golden_actions, served_artifact

@@ -149,7 +149,7 @@ def tasks(root: Path) -> Iterator[tuple[str, Any, dict[str, Any], bytes | None]]
 
 def people(root: Path) -> tuple[list[str], list[dict[str, Any]]]:
     from envgen.checks import database_keys, keys_said, unanswered_question
-    from envgen.runtime import json_field
+    from envgen.environment import json_field
     from envgen.spec import domain_paths, load_domain, says
 
     c: dict[str, Counter[str]] = defaultdict(Counter)

@@ -22,7 +22,7 @@ from data_contracts.stage import Check, Contract
 from envgen.compiler import CompiledDomain, CompileError, compile_domain
 from envgen.construct import MIN_DOMAIN_TOOLS, MIN_TOOLS, executability, spoken_intent
 from envgen.customers import database_rows, owned_entities, ownership_contradictions
-from envgen.runtime import Environment, domain_for, json_field, replay
+from envgen.environment import Environment, domain_for, json_field, replay
 from envgen.seeding import engine_from_bytes
 from envgen.spec import DomainSpec, SpecError, load_spec, says
 from envgen.taskgen import MUTATIONS, build_verified, mutate

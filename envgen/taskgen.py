@@ -42,7 +42,7 @@ from envgen.construct import (
 )
 from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.customers import owned_entities
-from envgen.runtime import Environment, replay
+from envgen.environment import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.spec import EntitySpec, FieldSpec
 from envgen.tools import Executor, call_tool, render_value, spoken

@@ -163,7 +163,7 @@ def replay_cmd(
     import random
 
     from envgen.bundle import BundleError, bundle_dirs, read_bundle
-    from envgen.runtime import Environment, domain_for, replay
+    from envgen.environment import Environment, domain_for, replay
     from envgen.taskgen import mutate as make_mutation
 
     if mutate is not None and mutate not in MUTATIONS:

@@ -164,8 +164,8 @@ class GymforgeEnvironment(MCPEnvironment):
     @property
     def state(self) -> State:
         task = self.episode.task
-        runtime = self.episode.runtime
-        return State(episode_id=self.episode_id, step_count=runtime.steps if runtime is not None and task else 0,
+        environment = self.episode.environment
+        return State(episode_id=self.episode_id, step_count=environment.steps if environment is not None and task else 0,
                      task_id=task["task_id"] if task else None, done=self.episode.done,
                      reward=self.episode.last.reward if self.episode.last else None)
 

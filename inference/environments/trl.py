@@ -27,9 +27,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from envgen.environment import domain_for, offered_schemas
 from envgen.noise.records import NoiseRecord
 from envgen.noise.tools import ToolNoise
-from envgen.runtime import domain_for, offered_schemas
 from envgen.small import DISTRACTORS, task_view
 from inference.environments.episode import RESPOND, RESPOND_SCHEMA, Episode
 from inference.environments.tasks import ServedTasks

@@ -19,7 +19,7 @@ from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
-from envgen.runtime import domain_for, json_field
+from envgen.environment import domain_for, json_field
 from envgen.seeding import engine_from_bytes
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import needless_reads, value_texts

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.routes import (

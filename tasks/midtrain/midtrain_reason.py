@@ -18,7 +18,7 @@ from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.compiler import CompiledDomain, Tool
 from envgen.customers import owner_of
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.seeding import engine_from_bytes
 from envgen.small import DISTRACTORS, task_tools
 from envgen.tools import render_value

@@ -40,7 +40,7 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, StageError, rng_for, stage
-from envgen.runtime import json_field
+from envgen.environment import json_field
 from envgen.trajectory_checks import EXECUTION, RESEARCH, SUMMARY_TAG, tool_failed, turn_mask, verify_row
 from inference.plotting import save_figure
 from tasks.midtrain.kcenter import k_center_greedy

@@ -28,7 +28,7 @@ from envgen.construct import (
     spoken_intent,
 )
 from envgen.customers import owner_of, owner_path
-from envgen.runtime import Environment, domain_for, json_field, render_result, replay
+from envgen.environment import Environment, domain_for, json_field, render_result, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.small import task_tools
 from envgen.spec import name_field

@@ -26,7 +26,7 @@ from envgen.construct import (
     growth_probability,
     tables_of,
 )
-from envgen.runtime import Environment, replay
+from envgen.environment import Environment, replay
 from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine, seeded_memory_engine
 from envgen.spec import domain_paths, parse_spec
 from envgen.taskgen import (

@@ -18,7 +18,7 @@ from envgen.checks import database_keys, intent_problems, keys_said, ownership_c
 from envgen.compiler import compile_domain, compiled
 from envgen.construct import Grounder, GroundingFailed
 from envgen.customers import carriers, database_rows, ownership_contradictions, row_owners
-from envgen.runtime import Environment, replay, required_outputs_met
+from envgen.environment import Environment, replay, required_outputs_met
 from envgen.seeding import engine_from_bytes, generate_rows, seeded_memory_engine
 from envgen.spec import SpecError, domain_paths, load_domain, parse_spec, says
 from envgen.taskgen import build_verified

@@ -30,7 +30,7 @@ def airline_env_and_task() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def make_env():
-    from envgen.runtime import Environment
+    from envgen.environment import Environment
 
     return Environment(airline_env_and_task()[0])
 

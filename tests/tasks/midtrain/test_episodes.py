@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, reject, settings
 from hypothesis import strategies as st
 from midtrain_fixtures import environments
 
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import (
     SUMMARY_TAG,

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from midtrain_fixtures import environments
 
-import envgen.runtime
+import envgen.environment
 from envgen.customers import owner_of, written_rows
-from envgen.runtime import Environment, domain_for, replay
+from envgen.environment import Environment, domain_for, replay
 from envgen.seeding import engine_from_bytes
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import (
@@ -126,7 +126,7 @@ def test_the_policy_fails_a_write_on_another_customers_record_and_a_write_before
 def test_a_mutation_of_the_rubric_check_lets_a_cross_customer_write_through(monkeypatch) -> None:
     """The check is what fails the episode: with it disabled, the same cross-customer write scores policy 1."""
     ep, crossed, _ = _airline_crossed()
-    monkeypatch.setattr(envgen.runtime, "customer_policy_problem", lambda *a: None)
+    monkeypatch.setattr(envgen.environment, "customer_policy_problem", lambda *a: None)
     assert replay(Environment(ep.env), ep.task, crossed).components["policy"] == 1.0
 
 

@@ -14,7 +14,7 @@ from midtrain_fixtures import environments
 
 from data_contracts.gate import validate
 from data_contracts.schemas import TRAJECTORY
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import EXECUTION, SCHEMA
 from envgen.trajectory_standard import (
