@@ -1,6 +1,6 @@
 """The deep-research harness of LongCat-DeepResearch (section 3.1), one file per role family.
 
-- ``spec``: ResearchSpec, its validators, repair (renumbering, the planner asked again) and revert;
+- ``research_spec``: ResearchSpec, its validators, repair (renumbering, the planner asked again) and revert;
 - ``prompts``: every role's system prompt and inputs; ``roles``: a role call as an agent over any Engine and the
   search environment (``tasks.research.search``), with its own context;
 - ``planning``: Planning Writers, Planning Judge, Critic, Reviser; ``researchers``: one Researcher per section,

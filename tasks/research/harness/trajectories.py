@@ -19,10 +19,10 @@ from envgen.trajectory_checks import RESEARCH
 from tasks.research.harness.editors import parse_directives
 from tasks.research.harness.planning import parse_issues
 from tasks.research.harness.prompts import ROLES
+from tasks.research.harness.research_spec import parse_research_spec
 from tasks.research.harness.researchers import section_problems
 from tasks.research.harness.roles import RoleResult
 from tasks.research.harness.run import ResearchRun
-from tasks.research.harness.spec import parse_spec
 from tasks.research.search import TOOL_SCHEMAS, SearchIndex
 
 SOURCE = "research"
@@ -64,7 +64,7 @@ def artifact_problems(result: RoleResult, index: SearchIndex, excluded: Sequence
     output = ROLES[result.role].output
     text = result.output or ""
     if output == "spec":
-        return [str(p) for p in parse_spec(text)[1]]
+        return [str(p) for p in parse_research_spec(text)[1]]
     if output == "issues":
         return parse_issues(text)[1]
     if output == "directives":

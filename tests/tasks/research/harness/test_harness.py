@@ -22,11 +22,11 @@ from research_fixtures import (
 from tasks.research.harness.editors import assemble
 from tasks.research.harness.prompts import parse_inputs
 from tasks.research.harness.reference import split_draft
+from tasks.research.harness.research_spec import ResearchSpec
 from tasks.research.harness.researchers import SectionOutcome
 from tasks.research.harness.roles import open_index
 from tasks.research.harness.run import ResearchRun, run_research
 from tasks.research.harness.session import HarnessConfig
-from tasks.research.harness.spec import ResearchSpec
 from tasks.research.harness.trajectories import export
 
 CONFIG = HarnessConfig()
