@@ -22,9 +22,9 @@ from data_contracts.stage import Check, Contract
 from envgen.compiler import CompiledDomain, CompileError, compile_domain
 from envgen.construct import MIN_DOMAIN_TOOLS, MIN_TOOLS, executability, spoken_intent
 from envgen.customers import database_rows, owned_entities, ownership_contradictions
+from envgen.domain_spec import DomainSpec, DomainSpecError, load_spec, says
 from envgen.environment import Environment, domain_for, json_field, replay
 from envgen.seeding import engine_from_bytes
-from envgen.spec import DomainSpec, SpecError, load_spec, says
 from envgen.taskgen import MUTATIONS, build_verified, mutate
 
 
@@ -233,7 +233,7 @@ def check_spec(path: Path, envs: int) -> SpecCheck:
     executed, then ``envs`` environments constructed and verified (golden replay and four mutations)."""
     try:
         domain = compile_domain(load_spec(path))
-    except SpecError as exc:
+    except DomainSpecError as exc:
         return SpecCheck(path.stem, 0, 0.0, 0, list(exc.problems))
     except (CompileError, OSError) as exc:
         return SpecCheck(path.stem, 0, 0.0, 0, [str(exc)])

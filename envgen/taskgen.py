@@ -42,9 +42,9 @@ from envgen.construct import (
 )
 from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.customers import owned_entities
+from envgen.domain_spec import EntitySpec, FieldSpec
 from envgen.environment import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
-from envgen.spec import EntitySpec, FieldSpec
 from envgen.tools import Executor, call_tool, render_value, spoken
 
 MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")

@@ -48,7 +48,7 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
                      data_dir: Path | None, as_json: bool) -> None:
     """Run domain_graphs -> environments through the store, then write one bundle per environment under OUT."""
     from envgen.bundle import write_bundles
-    from envgen.spec import resolve_domains
+    from envgen.domain_spec import resolve_domains
     from flows.dag import materialize
 
     try:
@@ -116,7 +116,7 @@ def generate(
 def list_domains(domains: DomainsOpt = "all", as_json: JsonOpt = False) -> None:
     """Shipped domains with their entity, tool and edge counts and graph density."""
     from envgen.compiler import compiled
-    from envgen.spec import SpecError, resolve_domains
+    from envgen.domain_spec import DomainSpecError, resolve_domains
 
     rows = []
     try:
@@ -125,7 +125,7 @@ def list_domains(domains: DomainsOpt = "all", as_json: JsonOpt = False) -> None:
             rows.append({"domain": name, "entities": len(d.spec.entities), "tools": len(d.tools),
                          "writes": len(d.writes()), "edges": d.graph.number_of_edges(),
                          "density": round(d.density, 4)})
-    except (SpecError, ValueError) as exc:
+    except (DomainSpecError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     _print(rows, f"{len(rows)} domains", as_json)
 

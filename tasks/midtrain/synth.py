@@ -28,10 +28,10 @@ from envgen.construct import (
     spoken_intent,
 )
 from envgen.customers import owner_of, owner_path
+from envgen.domain_spec import name_field
 from envgen.environment import Environment, domain_for, json_field, render_result, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.small import task_tools
-from envgen.spec import name_field
 from envgen.taskgen import OPENERS, TaskSettings, make_task
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import Slot, needless_reads, tool_failed, value_texts
@@ -166,7 +166,7 @@ def without_needless_reads(domain: CompiledDomain, env: dict[str, Any], task: di
 def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
     """The episode's customer asks to change a record of another customer (the first write's target, swapped for
     a row of the same entity another customer owns), naming it as a person does (a confirmation code, a flight
-    number: ``envgen.spec.name_field``, never its key): the reference agent identifies them, looks that record up
+    number: ``envgen.domain_spec.name_field``, never its key): the reference agent identifies them, looks that record up
     by its name, sees whose it is and refuses; nothing is written, and the rubric expects the database unchanged.
     Raises Unusable when the record has no name a person knows, no tool finds it by that name, or no other
     customer owns one."""

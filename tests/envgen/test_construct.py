@@ -26,9 +26,9 @@ from envgen.construct import (
     growth_probability,
     tables_of,
 )
+from envgen.domain_spec import domain_paths, parse_domain_spec
 from envgen.environment import Environment, replay
 from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine, seeded_memory_engine
-from envgen.spec import domain_paths, parse_spec
 from envgen.taskgen import (
     MUTATIONS,
     TaskSettings,
@@ -177,7 +177,7 @@ def office(*extra_actions: dict) -> CompiledDomain:
             *extra_actions,
         ],
     }
-    return compile_domain(parse_spec(yaml.safe_dump(spec)))
+    return compile_domain(parse_domain_spec(yaml.safe_dump(spec)))
 
 
 def _relabel(name: str) -> dict:

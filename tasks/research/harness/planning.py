@@ -3,7 +3,7 @@ Reviser, turning a query into the ResearchSpec that is then held fixed for secti
 
 Writers search and read independently, each from its own perspective, and propose candidate specs; the Judge
 consolidates the valid candidates; each Critic/Reviser cycle searches for missing questions and cases and folds
-them into the plan. Every spec a role returns goes through ``spec.resolve``: repaired (renumbered, or the role
+them into the plan. Every spec a role returns goes through ``research_spec.resolve``: repaired (renumbered, or the role
 asked to fix the named problems), else reverted to the last valid candidate; with no valid candidate at all,
 dispatch stops with every problem named.
 """

@@ -9,7 +9,7 @@ import pytest
 
 from data_contracts.gate import validate
 from data_contracts.stage import REJECTED, FrameArtifact, StageError, get_stage
-from envgen.spec import DomainSpec, load_domain
+from envgen.domain_spec import DomainSpec, load_domain
 from tasks.environments.domain_graphs import DomainGraphsParams, domain_graphs
 from tasks.environments.environments import EnvironmentsParams, environments
 from tasks.environments.eval_random_envs import EvalRandomParams

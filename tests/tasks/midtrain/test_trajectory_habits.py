@@ -296,7 +296,7 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     from spec_fixtures import MINIMAL
 
     from envgen.checks import check_spec
-    from envgen.spec import load_spec
+    from envgen.domain_spec import load_spec
 
     two = {**copy.deepcopy(MINIMAL), "name": "two"}
     two["entities"].append({**copy.deepcopy(two["entities"][0]), "name": "other", "key": "other_id",
