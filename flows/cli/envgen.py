@@ -137,11 +137,11 @@ def check(
 ) -> None:
     """Check specs the way the stages will: parse (every problem listed), compile (enough tools), execute every
     tool, then construct and verify ENVS environments (golden replay, four mutations)."""
-    from envgen.checks import check_spec
+    from envgen.checks import check_domain_spec
 
     rows = []
     for path in specs:
-        result = check_spec(path, envs)
+        result = check_domain_spec(path, envs)
         if result.problems:
             typer.echo(f"{path}: {len(result.problems)} problem(s) in domain spec:\n"
                        + "\n".join(f"  - {problem}" for problem in result.problems), err=True)

@@ -42,9 +42,9 @@ class TrajectoryParams(Params):
     @field_validator("teacher")
     @classmethod
     def _teacher(cls, value: str) -> str:
-        from inference.teacher import check_spec
+        from inference.teacher import check_teacher
 
-        return check_spec(value)
+        return check_teacher(value)
 
     def local_inputs(self) -> list[str]:
         from inference.engine_spec import REFERENCE, EngineSpec

@@ -295,7 +295,7 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     import yaml
     from spec_fixtures import MINIMAL
 
-    from envgen.checks import check_spec
+    from envgen.checks import check_domain_spec
     from envgen.domain_spec import load_spec
 
     two = {**copy.deepcopy(MINIMAL), "name": "two"}
@@ -304,13 +304,13 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(two, sort_keys=False))
     assert load_spec(path).customer_entity is None
-    assert any("no customer entity" in p for p in check_spec(path, 0).problems)
+    assert any("no customer entity" in p for p in check_domain_spec(path, 0).problems)
     declared = tmp_path / "declared.yaml"
     declared.write_text(yaml.safe_dump({**two, "name": "declared", "customer": "other"}, sort_keys=False))
     assert load_spec(declared).customer_entity.name == "other"
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(yaml.safe_dump({**two, "name": "unknown", "customer": "ghost"}, sort_keys=False))
-    assert any("unknown entity 'ghost'" in p for p in check_spec(unknown, 0).problems)
+    assert any("unknown entity 'ghost'" in p for p in check_domain_spec(unknown, 0).problems)
 
 
 def test_an_augmented_refusal_still_refuses() -> None:
