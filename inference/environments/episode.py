@@ -55,7 +55,7 @@ def wire_info(info: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(dict(info), default=str))
 
 
-class Episode:
+class ServedEpisode:
     """Runs the tasks of ``served`` one episode at a time; ``start`` begins one on a fresh database copy."""
 
     def __init__(self, served: ServedTasks, max_steps: int = 40, distractors: int | None = None) -> None:

@@ -41,7 +41,7 @@ from tasks.midtrain.routes import (
 )
 from tasks.midtrain.synth import (
     ENV_FIELDS,
-    Episode,
+    ReferenceEpisode,
     Unusable,
     refusal_episode,
     restate,
@@ -133,7 +133,7 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
         retries = retry_candidates(domain_for(episode.env), episode.calls)
         for v in range(params.variants_per_task):
             retry = frozenset(rng.sample(retries, 1)) if retries and rng.random() < params.retry_prob else frozenset()
-            variant = Episode(episode.env, restate(episode.task, rng, params.stated_share), episode.calls,
+            variant = ReferenceEpisode(episode.env, restate(episode.task, rng, params.stated_share), episode.calls,
                               retries=retry)
             settings = {"variant": v, "calls": len(episode.calls), "retries": sorted(variant.retries)}
             items.append((f"{task_id}/{v}", variant, {"rng": rng, "transform_settings": settings}))

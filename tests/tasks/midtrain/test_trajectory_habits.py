@@ -31,13 +31,13 @@ from envgen.trajectory_standard import invented_alternative, uninformative_resul
 from tasks.midtrain.midtrain_decompose import decompose
 from tasks.midtrain.midtrain_reason import WHY, _why_not, alternatives
 from tasks.midtrain.midtrain_text import HowToError, parse_howto, render_howto, trajectory
-from tasks.midtrain.synth import ENV_FIELDS, Episode, Unusable, play, sample_task
+from tasks.midtrain.synth import ENV_FIELDS, ReferenceEpisode, Unusable, play, sample_task
 from tasks.midtrain.words import fill
 
 SLOW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _episode(index: int, seed: int) -> Episode:
+def _episode(index: int, seed: int) -> ReferenceEpisode:
     envs = environments()
     try:
         return sample_task(envs[index % len(envs)], random.Random(seed), 2, 3, TaskSettings(inline_fact_prob=0.9), "x")
@@ -45,12 +45,12 @@ def _episode(index: int, seed: int) -> Episode:
         reject()
 
 
-def _row(ep: Episode, messages: list[dict]) -> dict:
+def _row(ep: ReferenceEpisode, messages: list[dict]) -> dict:
     return {"verifier": EXECUTION, "messages": json.dumps(messages), "env_db": ep.env["db"],
             "verify_input": json.dumps({"env": {k: ep.env[k] for k in ENV_FIELDS}, "task": ep.task})}
 
 
-def _airline(seed: int = 0) -> Episode:
+def _airline(seed: int = 0) -> ReferenceEpisode:
     for s in range(seed, seed + 40):
         try:
             return sample_task(environments()[0], random.Random(s), 1, 2, TaskSettings(inline_fact_prob=1.0), "x")
@@ -59,7 +59,7 @@ def _airline(seed: int = 0) -> Episode:
     raise AssertionError("no airline episode")
 
 
-def _foreign_row(ep: Episode) -> tuple[list[dict], str]:
+def _foreign_row(ep: ReferenceEpisode) -> tuple[list[dict], str]:
     """The golden calls with the last write retargeted to a row of the same entity another customer owns, chosen
     so the write succeeds (it changes that customer's record), and that row's key."""
     domain = domain_for(ep.env)
@@ -84,7 +84,7 @@ def _foreign_row(ep: Episode) -> tuple[list[dict], str]:
     raise AssertionError("no write on another customer's record succeeds")
 
 
-def _airline_crossed() -> tuple[Episode, list[dict], str]:
+def _airline_crossed() -> tuple[ReferenceEpisode, list[dict], str]:
     for seed in range(40):
         ep = _airline(seed)
         try:
