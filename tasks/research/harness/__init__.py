@@ -8,6 +8,6 @@
 - ``citations``: every citation checked against the corpus; ``rubric``: rubrics and grading; ``evidence``: the
   bounded-search support check the research tasks' gate and QA synthesis share;
 - ``session``: settings and the append-only, resumable journal; ``run``: ``run_research``;
-  ``trajectories``: the filters and the export to the ``trajectory`` record;
+  ``trajectories``: the filters and the rows of the ``trajectory`` record (``trajectory_rows``);
 - ``knowledge`` and ``reference``: the world knowledge graph and the offline reference teacher (named so).
 """

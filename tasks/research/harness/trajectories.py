@@ -1,5 +1,5 @@
 """Research trajectories (LongCat-DeepResearch, section 3.2): every role call of a teacher's run, filtered and
-exported in the project's ``trajectory`` record.
+written as rows of the project's ``trajectory`` record.
 
 A call's trajectory is kept only when it passes three checks (the report's filter): role identity (the first
 message is exactly its role's system prompt, a role without tools made no tool call), tool-call/response closure
@@ -79,7 +79,7 @@ def call_problems(result: RoleResult, index: SearchIndex, excluded: Sequence[str
             or artifact_problems(result, index, excluded))
 
 
-def export(run: ResearchRun, index: SearchIndex, topic: str | None = None,
+def trajectory_rows(run: ResearchRun, index: SearchIndex, topic: str | None = None,
            count: Callable[[Sequence[dict[str, Any]], Sequence[dict[str, Any]]], int] | None = None,
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """(trajectory rows kept, trajectory rows filtered out with their reason, research_call rows) of a run;
