@@ -16,7 +16,7 @@ The curriculum is rows, one per (item, stage), marked by ``curriculum_stage``:
 
 Each row carries the chat ``prompt`` (JSON messages), the ``answer`` (and ``aliases``) and ``reward_fn``, the name
 of its reward in ``envgen.rewards.REWARDS``: what TRL's GRPOTrainer reads (``gymforge export`` writes the prompt as a
-list of messages; ``envgen.rewards.route_by_reward_fn`` scores each row with its reward). ``seed_prompt`` and
+list of messages; ``envgen.rewards.score_by_reward_fn`` scores each row with its reward). ``seed_prompt`` and
 ``question_prompt`` build the prompts, also for an exported artifact that has none.
 """
 

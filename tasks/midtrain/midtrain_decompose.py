@@ -24,8 +24,8 @@ from envgen.seeding import engine_from_bytes
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import needless_reads, value_texts
 from envgen.trajectory_standard import VARIED_SENTENCES
-from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.synth import ReferenceEpisode, Unusable, call_results, said_before
+from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
 
 STAGE = "midtrain_decompose"
 TRANSFORM = "decompose"

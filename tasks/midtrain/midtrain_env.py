@@ -31,14 +31,6 @@ from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.environment import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_standard import VARIED_SENTENCES
-from tasks.midtrain.routes import (
-    EVAL_ENV_PREFIX,
-    EpisodeParams,
-    episode_rows,
-    open_teacher,
-    token_counter,
-    trajectory_contract,
-)
 from tasks.midtrain.synth import (
     ENV_FIELDS,
     ReferenceEpisode,
@@ -47,6 +39,14 @@ from tasks.midtrain.synth import (
     restate,
     retry_candidates,
     sample_task,
+)
+from tasks.midtrain.trajectory_stages import (
+    EVAL_ENV_PREFIX,
+    EpisodeParams,
+    episode_rows,
+    open_teacher,
+    token_counter,
+    trajectory_contract,
 )
 
 STAGE = "midtrain_env"

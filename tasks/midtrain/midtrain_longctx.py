@@ -29,7 +29,13 @@ from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.trajectory_checks import ANSWER, verify_answer
 from inference.agent import prompt_docs, qa_prompt
-from tasks.midtrain.routes import TrajectoryParams, make_row, token_counter, too_long, trajectory_contract
+from tasks.midtrain.trajectory_stages import (
+    TrajectoryParams,
+    make_row,
+    token_counter,
+    too_long,
+    trajectory_contract,
+)
 
 Entity = Mapping[str, Any]
 

@@ -24,8 +24,8 @@ from envgen.small import DISTRACTORS, task_tools
 from envgen.tools import render_value
 from envgen.trajectory_checks import value_texts_in
 from envgen.trajectory_standard import VARIED_SENTENCES
-from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.synth import ReferenceEpisode, Unusable, call_results
+from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.words import fill
 
 STAGE = "midtrain_reason"

@@ -47,7 +47,13 @@ from tasks.longctx.token_budget import (
     length_window,
 )
 from tasks.midtrain.midtrain_longctx import answer_text
-from tasks.midtrain.routes import TrajectoryParams, make_row, token_counter, too_long, trajectory_contract
+from tasks.midtrain.trajectory_stages import (
+    TrajectoryParams,
+    make_row,
+    token_counter,
+    too_long,
+    trajectory_contract,
+)
 from tasks.tokenizer import LengthParams, resolve_tokenizer
 
 STAGE = "reading_curriculum"

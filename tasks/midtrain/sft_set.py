@@ -45,7 +45,12 @@ from envgen.trajectory_checks import EXECUTION, RESEARCH, SUMMARY_TAG, tool_fail
 from inference.engine_spec import engine_or, hf_spec
 from inference.plotting import save_figure
 from tasks.midtrain.kcenter import k_center_greedy
-from tasks.midtrain.routes import EVAL_ENV_PREFIX, TrajectoryParams, token_counter, trajectory_contract
+from tasks.midtrain.trajectory_stages import (
+    EVAL_ENV_PREFIX,
+    TrajectoryParams,
+    token_counter,
+    trajectory_contract,
+)
 
 
 def _later_text(messages: Sequence[dict[str, Any]], start: int) -> str:

@@ -31,7 +31,7 @@ from data_contracts.schemas import RESEARCH_CALL, RESEARCH_RUN, TRAJECTORY, TRAJ
 from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
 from envgen.trajectory_standard import habit_problem, standard_contract
 from inference.engine import Engine
-from tasks.midtrain.routes import token_counter
+from tasks.midtrain.trajectory_stages import token_counter
 from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
 from tasks.research.harness.reference import ReferenceTeacher
 from tasks.research.harness.roles import open_index

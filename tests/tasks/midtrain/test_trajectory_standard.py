@@ -31,8 +31,8 @@ from envgen.trajectory_standard import (
     untrue_world,
 )
 from envgen.wording import MIN_FRAMED_SENTENCES, frame_share, sentence_frame, sentences
-from tasks.midtrain.routes import make_row
 from tasks.midtrain.synth import ENV_FIELDS, ReferenceEpisode, Unusable, play, sample_task
+from tasks.midtrain.trajectory_stages import make_row
 
 
 def _played(index: int = 0) -> tuple[ReferenceEpisode, list[dict], list[dict]]:
