@@ -63,7 +63,6 @@ Authoring checklist (``gymforge envgen check envgen/domains/NEW.yaml`` verifies 
 from __future__ import annotations
 
 import hashlib
-import json
 import keyword
 import re
 from collections.abc import Iterable
@@ -75,6 +74,8 @@ from typing import Any, Literal, NamedTuple
 import networkx as nx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from data_contracts.content import canonical_json
 
 DOMAINS_DIR = Path(__file__).parent / "domains"
 
@@ -359,8 +360,7 @@ class DomainSpec(_Strict):
         """Stable hash of the parsed spec (key order and YAML formatting do not matter; an undeclared customer
         leaves the hash of a spec written before the field existed)."""
         dumped = self.model_dump(mode="json", exclude={"customer"} if self.customer is None else set())
-        canon = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+        return hashlib.sha256(canonical_json(dumped).encode()).hexdigest()[:16]
 
 
 class DomainSpecError(ValueError):
