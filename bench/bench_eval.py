@@ -43,7 +43,7 @@ STRATEGIES = ("single", "self_consistency", "best_of_k", "heavy_thinking")
 def _run(engine: Any, items: Sequence[Any], suite: str, config: Any, strategies: Sequence[str],
          breakdowns: Sequence[str] = ()) -> tuple[pl.DataFrame, pl.DataFrame, float]:
     from data_contracts.schemas import EVAL_ITEM
-    from inference.evaluation.runner import Context, run_items
+    from inference.evaluation.strategies import Context, run_items
     from inference.evaluation.summary import summarize
 
     start = time.perf_counter()
@@ -114,7 +114,7 @@ def simulated(p: float, skill: float, k: int, trials: int = 20_000, seed: int = 
 
 def known(args: argparse.Namespace) -> None:
     from inference.evaluation.items import EvalItem
-    from inference.evaluation.runner import EvalConfig
+    from inference.evaluation.strategies import EvalConfig
     from inference.testing import HeavyTestEngine
 
     def question(i: int) -> str:
@@ -173,7 +173,7 @@ def _tiny_config(overrides: Mapping[str, Any]) -> Any:
 def tiny(args: argparse.Namespace) -> None:
     from inference.cpu import tune_allocator
     from inference.engine_factory import load_engine
-    from inference.evaluation.runner import cap
+    from inference.evaluation.strategies import cap
 
     tune_allocator()
     model = _tiny_policy(args.data_dir)
@@ -207,7 +207,7 @@ def tiny(args: argparse.Namespace) -> None:
 def robustness(args: argparse.Namespace) -> None:
     from inference.cpu import tune_allocator
     from inference.engine_factory import load_engine
-    from inference.evaluation.runner import cap
+    from inference.evaluation.strategies import cap
     from inference.evaluation.suites import get_suite
 
     tune_allocator()

@@ -267,7 +267,7 @@ def random_envs_set(args: argparse.Namespace) -> HeldOut:
 
     from data_contracts.catalog import Catalog
     from data_contracts.roots import data_root, open_store
-    from envgen.runtime import Environment, replay
+    from envgen.environment import Environment, replay
     from flows.train import published
     from training.async_rl.sources import load_tasks
 

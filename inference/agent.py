@@ -27,7 +27,7 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.stage import Params, seed_for
-from envgen.runtime import ToolEnvironment
+from envgen.environment import ToolEnvironment
 from inference import context as ctx
 from inference.engine import Completion, Engine, Message, Request, SamplingParams
 from inference.engine_support import assistant_message

@@ -84,7 +84,7 @@ def looks_like_key(name: str) -> bool:
     return bool(_ARTIFACT_KEY.match(name))
 
 
-def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
+def checkpoint_directory(target: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
     """The checkpoint directory ``target`` names: the key of a published model artifact in the catalog of the
     data root (``data_dir``, else ``$GYMFORGE_DATA``, else ``./data``), or else a local path, returned as is (its
     loader says what is wrong with it). A ValueError names a key the catalog does not hold as a model."""

@@ -4,7 +4,7 @@ Inputs are resolved per run (``Stage.with_inputs``, as the ``sft`` stage does): 
 ``engine`` names one, the model as a model artifact (evaluated in-process with transformers). Any engine spec works
 the same way: ``openai:URL#MODEL`` (a hosted model, ``vllm serve``, ``gymforge serve``), ``hf:DIR``, ``vllm:DIR``.
 Items come from the suite (``inference.evaluation.suites``), tasks through ``training.async_rl.sources.load_tasks``; the
-strategies run over the engine (``inference.evaluation.runner``) and the summary is computed from the rows
+strategies run over the engine (``inference.evaluation.strategies``) and the summary is computed from the rows
 (``inference.evaluation.summary``).
 
 The evaluate flow walks the model's lineage in the catalog and passes the suite items found in its training data
@@ -28,7 +28,7 @@ from data_contracts.stage import Artifact, Check, StageError, stage
 from data_contracts.store import ArtifactStore
 from inference.engine import Engine
 from inference.evaluation.items import EvalItem
-from inference.evaluation.runner import Checkpoint, Context, EvalConfig, cap, run_items
+from inference.evaluation.strategies import Checkpoint, Context, EvalConfig, cap, run_items
 from inference.evaluation.suites import SUITES, SuiteSettings, get_suite
 from inference.evaluation.summary import summarize
 

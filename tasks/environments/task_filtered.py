@@ -11,7 +11,7 @@ from pydantic import Field
 
 from data_contracts.schemas import FILTERED_TASK, FILTERED_TASK_REJECTED
 from data_contracts.stage import Artifact, stage
-from envgen.runtime import Environment
+from envgen.environment import Environment
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Engine
 from inference.rollout import ROLLOUT_CONTRACT, rollouts_frame

@@ -36,7 +36,7 @@ from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.compiler import CompiledDomain, ToolParam, compiled_domains
 from envgen.construct import sample_chain
 from envgen.customers import POLICY as CUSTOMER_POLICY
-from envgen.runtime import render_result
+from envgen.environment import render_result
 from envgen.tools import render_value
 from envgen.trajectory_checks import SCHEMA, verify_schema
 from envgen.trajectory_standard import VARIED_SENTENCES, habit_problem

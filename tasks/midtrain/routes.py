@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import TRAJECTORY
 from data_contracts.stage import Artifact, Check, Params
-from envgen.runtime import json_field
+from envgen.environment import json_field
 from envgen.small import DISTRACTORS
 from envgen.trajectory_checks import turn_mask
 from envgen.trajectory_standard import habit_problem, standard_contract
@@ -42,9 +42,9 @@ class TrajectoryParams(Params):
     @field_validator("teacher")
     @classmethod
     def _teacher(cls, value: str) -> str:
-        from inference.teacher import check_spec
+        from inference.teacher import check_teacher
 
-        return check_spec(value)
+        return check_teacher(value)
 
     def local_inputs(self) -> list[str]:
         from inference.engine_spec import REFERENCE, EngineSpec

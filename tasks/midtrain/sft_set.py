@@ -40,8 +40,9 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, StageError, rng_for, stage
-from envgen.runtime import json_field
+from envgen.environment import json_field
 from envgen.trajectory_checks import EXECUTION, RESEARCH, SUMMARY_TAG, tool_failed, turn_mask, verify_row
+from inference.engine_spec import engine_or, hf_spec
 from inference.plotting import save_figure
 from tasks.midtrain.kcenter import k_center_greedy
 from tasks.midtrain.routes import EVAL_ENV_PREFIX, TrajectoryParams, token_counter, trajectory_contract
@@ -156,17 +157,9 @@ class SFTSetParams(TrajectoryParams):
     @field_validator("reference")
     @classmethod
     def _reference(cls, value: str) -> str:
-        from inference.engine_spec import EngineSpec, EngineSpecError
-
-        if value in ("tiny", "bigram"):
-            return value
-        try:
-            kind = EngineSpec.parse(value).kind
-        except EngineSpecError:
-            kind = None
-        if kind not in ("hf", "openai"):  # a scorer of prompt log-probabilities
-            raise ValueError(f"reference={value!r}: set 'bigram', 'tiny', hf:DIR or openai:URL#MODEL")
-        return value
+        # hf and openai engines score prompt log-probabilities; vllm's does not here
+        return engine_or(value, {"bigram": "fitted on the candidates", "tiny": "the tiny_policy artifact"},
+                         kinds=("hf", "openai"))
 
     @field_validator("proportions")
     @classmethod
@@ -302,7 +295,7 @@ def quotas(routes: list[str], k: int, proportions: Mapping[str, float]) -> dict[
 def open_scorer(params: SFTSetParams, inputs: Mapping[str, Artifact]) -> Any:
     from tasks.midtrain.perplexity import load_scorer
 
-    return load_scorer(f"hf:{inputs['tiny_policy'].directory}" if params.reference == "tiny" else params.reference)
+    return load_scorer(hf_spec(inputs["tiny_policy"].directory) if params.reference == "tiny" else params.reference)
 
 
 def reference_scores(texts: Sequence[str], spans: Sequence[list[tuple[int, int]]], ids: Sequence[str], tok: Any,

@@ -18,10 +18,10 @@ from pydantic import Field, field_validator, model_validator
 from data_contracts.schemas import NOISE_REJECTED, Record, between, in_set, not_null
 from data_contracts.stage import Check, Contract, Params, seed_for
 from envgen.checks import database_keys, key_pattern, keys_said, user_texts
+from envgen.domain_spec import domain_paths, load_domain
+from envgen.environment import domain_for
 from envgen.noise.curriculum import noise_level
 from envgen.noise.environment import NoisyEnvironment
-from envgen.runtime import domain_for
-from envgen.spec import domain_paths, load_domain
 from tasks.noise.solvability import noisy_twins
 
 

@@ -223,7 +223,7 @@ def test_a_corpus_of_empty_files_is_refused(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def domain_graphs() -> pl.DataFrame:
-    from envgen.spec import load_domain
+    from envgen.domain_spec import load_domain
 
     specs = {name: load_domain(name) for name in ("airline", "telecom")}
     return pl.DataFrame({"domain": list(specs), "spec_json": [s.model_dump_json() for s in specs.values()]})

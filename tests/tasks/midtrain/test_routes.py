@@ -80,11 +80,11 @@ def test_a_played_episode_with_a_needless_read_is_set_aside_with_its_reason() ->
 
     from tasks.midtrain.midtrain_env import MidtrainEnvParams
     from tasks.midtrain.routes import episode_rows, open_teacher
-    from tasks.midtrain.synth import Episode, episode_of
+    from tasks.midtrain.synth import ReferenceEpisode, episode_of
 
     # the customer identified by email, then their card blocked: a second identical lookup has no reason
     episode = episode_of(env_trajectories().filter(pl.col("id") == "midtrain_env:t:000003/0").row(0, named=True))
-    second_look = Episode(episode.env, episode.task, [episode.calls[0], *episode.calls])
+    second_look = ReferenceEpisode(episode.env, episode.task, [episode.calls[0], *episode.calls])
     params = MidtrainEnvParams()
     teacher = open_teacher(params)
     try:
