@@ -142,11 +142,10 @@ def _tiny_policy(data_dir: str) -> str:
     from data_contracts.catalog import Catalog
     from data_contracts.roots import open_store
 
-    found = Catalog(data_dir).query("SELECT key FROM artifacts WHERE stage = 'tiny_policy' AND status = 'published' "
-                                    "ORDER BY key")
-    if found.is_empty():
+    found = Catalog(data_dir).entries(stage="tiny_policy", status="published")
+    if not found:
         raise SystemExit(f"no published tiny_policy in {data_dir}: run `gymforge demo` first")
-    return str(open_store(data_dir).get("tiny_policy", found["key"][0]).directory)
+    return str(open_store(data_dir).get("tiny_policy", found[0].key).directory)
 
 
 def _suite_items(data_dir: str, suite: str) -> list[Any]:
@@ -158,11 +157,10 @@ def _suite_items(data_dir: str, suite: str) -> list[Any]:
     store, catalog = open_store(data_dir), Catalog(data_dir)
     inputs = {}
     for name in get_suite(suite).stages:
-        found = catalog.query("SELECT key FROM artifacts WHERE stage = ? AND status = 'published' ORDER BY key",
-                              [name])
-        if found.is_empty():
+        found = catalog.entries(stage=name, status="published")
+        if not found:
             raise SystemExit(f"no published {name} in {data_dir}: run `gymforge refresh --profile tiny` first")
-        inputs[name] = store.get(name, found["key"][0])
+        inputs[name] = store.get(name, found[0].key)
     return suite_items(suite, inputs)
 
 

@@ -116,20 +116,23 @@ def _check_outputs(stage: Stage, frames: Any, contracts: Mapping[str, Contract])
     return out
 
 
-def _check_input_names(stage: Stage, input_keys: Mapping[str, str]) -> None:
-    if set(input_keys) != set(stage.inputs):
+def _check_input_names(stage: Stage, params: Params, input_keys: Mapping[str, str]) -> None:
+    """Keys for every input these params read, and for no stage it does not declare (an unread optional input's
+    key may be given or not)."""
+    needed = set(stage.inputs) - stage.unread(params)
+    if not needed <= set(input_keys) <= set(stage.inputs):
         raise StageError(
-            f"stage {stage.name!r} reads inputs {sorted(stage.inputs)}; got keys for {sorted(input_keys)}"
+            f"stage {stage.name!r} reads inputs {sorted(needed)}; got keys for {sorted(input_keys)}"
         )
 
 
-def _resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
+def _resolve_inputs(store: ArtifactStore, stage: Stage, read_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
     """The published input artifacts; UpstreamMissing names the first one that is not published."""
     inputs = {}
-    for name in stage.inputs:
-        artifact = store.get(name, input_keys[name])
+    for name, key in read_keys.items():
+        artifact = store.get(name, key)
         if artifact is None:
-            raise UpstreamMissing(stage.name, name, input_keys[name], store.quarantined(name, input_keys[name]))
+            raise UpstreamMissing(stage.name, name, key, store.quarantined(name, key))
         inputs[name] = artifact
     return inputs
 
@@ -151,14 +154,14 @@ def execute_stage(
     ``catalog`` None writes manifests only: a Dask worker leaves the catalog to the flow driver, which reconciles
     the rows of what it planned (one DuckDB writer per data root, data_contracts/catalog.py)."""
     params = raw_params if isinstance(raw_params, stage.params) else stage.parse_params(raw_params)  # type: ignore[arg-type]
-    _check_input_names(stage, input_keys)
+    _check_input_names(stage, params, input_keys)
     key = store.artifact_key(stage, params, input_keys, partition)
     # A hit stands even if an input was removed since: the key already pins which inputs made it.
     if not force and (hit := store.get(stage.name, key)) is not None:
         if catalog is not None:
             catalog.record(hit.manifest, "published")  # idempotent; heals a catalog rebuilt without it
         return StageRun.from_artifact(hit, cached=True)
-    inputs = _resolve_inputs(store, stage, input_keys)
+    inputs = _resolve_inputs(store, stage, stage.read_keys(params, input_keys))
     scratch = store.scratch(stage.name, key) if stage.directory is not None else None
     try:
         return _run_gate_publish(store, catalog, stage, params, key, inputs, input_keys, partition, force,

@@ -127,6 +127,7 @@ TOKENIZER_CONTRACT = TOKENIZER.contract(
     name="tokenizer",
     version="3",  # 2: the chat template leaves turns flagged train: false out of the generation mask; 3: domain_text
     inputs=("world", "domain_graphs"),
+    optional_inputs={"domain_graphs": "domain_text"},
     params=TokenizerParams,
     outputs={"tokenizer": TOKENIZER_CONTRACT},
 )

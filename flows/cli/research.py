@@ -314,9 +314,8 @@ def _open_index(index: str | None) -> tuple[Any, Any]:
         except (OSError, ValueError) as exc:
             raise typer.BadParameter(str(exc), param_hint="--index") from None
     catalog = Catalog(data_root())
-    rows = catalog.query("SELECT key FROM artifacts WHERE stage = 'search_index' AND status = 'published'"
-                         + (" AND key = ?" if index is not None else " ORDER BY key"), [index] if index else [])
-    keys = rows["key"].to_list() if not rows.is_empty() else []
+    keys = [entry.key for entry in catalog.entries(stage="search_index", status="published")
+            if index is None or entry.key == index]
     if index is not None and not keys:
         raise typer.BadParameter(f"{index!r}: neither an index directory nor a published search_index key; list "
                                  "them with `gymforge artifacts ls`", param_hint="--index")

@@ -253,3 +253,17 @@ def test_stage_with_domain_text_writes_tool_calls_in_fewer_tokens(world_docs, do
         lengths[domain_text] = len(tok(call)["input_ids"])
         assert tok.decode(tok(call)["input_ids"]) == call
     assert lengths[True] < 0.7 * lengths[False]
+
+
+def test_domain_graphs_enter_the_key_only_with_domain_text():
+    from data_contracts.store import ArtifactStore
+
+    stage = get_stage("tokenizer")
+
+    def key(domain_text: bool, graphs: str) -> str:
+        params = stage.parse_params({"domain_text": domain_text})
+        return ArtifactStore.artifact_key(stage, params, {"world": "w" * 20, "domain_graphs": graphs}, "p0")
+
+    assert key(False, "a" * 20) == key(False, "b" * 20)
+    assert key(True, "a" * 20) != key(True, "b" * 20)
+    assert stage.read_keys(stage.parse_params({}), {"world": "w", "domain_graphs": "g"}) == {"world": "w"}
