@@ -167,6 +167,10 @@ RunFn = Callable[..., dict[str, pl.DataFrame]]
 """``run(inputs, params, partition)``, and for a directory artifact ``run(inputs, params, partition, out_dir)``
 writing its directory into ``out_dir``; returns the Parquet outputs by name."""
 
+FigureFn = Callable[[Artifact, Path], None]
+"""``figure(artifact, path)``: draw a published artifact of the stage as a PNG at ``path`` (flows/figures.py writes
+it under ``<data>/figures`` and shows it in the Prefect UI after each run)."""
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -182,6 +186,7 @@ class Stage:
     directory: DirectoryContract | None = None
     optional_inputs: Mapping[str, str] = field(default_factory=dict)
     """Input -> the boolean param that asks for it: read, and part of the key, only when that param is set."""
+    figure: FigureFn | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -276,15 +281,17 @@ def stage(
     kind: ArtifactKind = "data",
     directory: DirectoryContract | None = None,
     optional_inputs: Mapping[str, str] | None = None,
+    figure: FigureFn | None = None,
 ) -> Callable[[RunFn], Stage]:
     """Declare and register a stage: ``@stage(name=..., ...) def run(inputs, params, partition) -> {...}``.
-    ``optional_inputs={"domain_graphs": "domain_text"}``: that input is read only when the param is set."""
+    ``optional_inputs={"domain_graphs": "domain_text"}``: that input is read only when the param is set;
+    ``figure=draw``: ``draw(artifact, path)`` pictures each published artifact."""
 
     def register(fn: RunFn) -> Stage:
         if name in STAGES:
             raise StageError(f"stage {name!r} is declared twice ({STAGES[name].run.__module__} and {fn.__module__})")
         declared = Stage(name, version, inputs, params, dict(outputs), fn, (fn.__doc__ or "").strip(), resources,
-                         kind, directory, dict(optional_inputs or {}))
+                         kind, directory, dict(optional_inputs or {}), figure)
         STAGES[name] = declared
         return declared
 

@@ -120,7 +120,7 @@ def _report_run(store: ArtifactStore, run: StageRun) -> None:
         key=_artifact_key(run.stage, run.partition),
         description=f"**{run.stage}** `{run.partition}` key `{run.key}`: {run.bytes:,} bytes; {timings}",
     )
-    figure = draw_figure(store, run.stage, run.key)
+    figure = draw_figure(store, stage_named(run.stage), run.key)
     if figure is not None:
         create_markdown_artifact(
             markdown=figure_markdown(figure, f"{run.stage} ({run.partition})"),

@@ -156,6 +156,11 @@ def plot_pass_histogram(histogram: pl.DataFrame, path: str | Path, title: str = 
     return path
 
 
+def pass_count_figure(artifact: Artifact, path: Path) -> None:
+    """The figure of a difficulty filter's artifact: its pass-count histogram."""
+    plot_pass_histogram(artifact.read("histogram"), path)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Engines
 
