@@ -74,6 +74,10 @@ def completion_text(completion: Any) -> str:
     raise TypeError(f"a completion must be a string or chat messages, got {type(completion).__name__}")
 
 
+BOXED_INSTRUCTION = "Put the final answer in \\boxed{}."
+"""Where the answer goes, worded once for every prompt whose reward reads the last ``\\boxed{}``."""
+
+
 def extract_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (nested braces balanced; ``\\fbox{}`` too) or ``\\boxed x``.
 

@@ -33,13 +33,13 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import MIX_SUMMARY, RL_MIX, in_set
 from data_contracts.stage import Artifact, Check, Params, stage
+from envgen.rewards import BOXED_INSTRUCTION
 
 STAGE = "rl_mix"
 CURRICULUM = ("warmup", "stage1", "stage2")
 TABLE_1 = {"keychain": 7500, "qa": 7500, "needle_multikey": 512, "needle_multivalue": 512, "math_hard": 2500,
            "math_easy": 2500}
 QA_REWARD = "two_way"  # LoongRL's two-way substring exact match, hardened (envgen/rewards.py)
-from inference.evaluation.items import BOXED
 
 
 class MixParams(Params):
@@ -95,7 +95,7 @@ def seed_prompt(question: str, docs: str) -> str:
 
 def question_prompt(question: str) -> str:
     """A question asked on its own (math), the answer in ``\\boxed{}``: chat messages as JSON."""
-    return json.dumps([{"role": "user", "content": f"{question}\n{BOXED}"}], ensure_ascii=False)
+    return json.dumps([{"role": "user", "content": f"{question}\n{BOXED_INSTRUCTION}"}], ensure_ascii=False)
 
 
 def keychain_rows(frame: pl.DataFrame, category: str) -> pl.DataFrame:

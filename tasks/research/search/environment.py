@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from data_contracts.stage import Params
 from envgen.environment import EpisodeScore, Observation, ToolEnvironment, json_field
-from envgen.rewards import extract_boxed, score_two_way
+from envgen.rewards import BOXED_INSTRUCTION, extract_boxed, score_two_way
 from envgen.tools import ToolError, ToolResult, parse_arguments
 from tasks.research.search.corpus import Document, Section
 from tasks.research.search.index import SearchIndex, clip
@@ -43,7 +43,7 @@ SYSTEM_PROMPT = (
     "Answer the question using the document collection. Tools: search(query, k) finds documents and shows a "
     "snippet of each; open(doc_id) shows a document's outline; read(doc_id, section) returns one section. A "
     "question may need several documents: follow what one says to the next. When you know the answer, reply "
-    "without a tool call and put the final answer in \\boxed{}."
+    f"without a tool call. {BOXED_INSTRUCTION}"
 )
 
 
