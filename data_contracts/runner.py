@@ -228,9 +228,17 @@ Lookup = Callable[[str], Stage]
 """Finds a stage by name: ``get_stage`` (already registered) or ``flows.registry.stage_named`` (imports its module)."""
 
 
-def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage) -> nx.DiGraph:
+def _reads(declared: Stage, params_by_stage: Mapping[str, Mapping[str, Any]] | None) -> tuple[str, ...]:
+    """The inputs the stage reads with its raw params (without params: every input it declares)."""
+    if params_by_stage is None or not declared.optional_inputs:
+        return declared.inputs
+    return declared.reads(declared.parse_params(params_by_stage.get(declared.name, {})))
+
+
+def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage,
+                params_by_stage: Mapping[str, Mapping[str, Any]] | None = None) -> nx.DiGraph:
     """The upstream closure of ``targets``, with an edge from each input to the stage that reads it (an unrelated
-    misdeclared stage does not block a run)."""
+    misdeclared stage does not block a run); with raw params, an optional input they do not ask for is left out."""
     graph = nx.DiGraph()
     todo, seen = list(targets), set()
     while todo:
@@ -239,7 +247,7 @@ def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage) -> nx.DiGrap
             continue
         seen.add(name)
         graph.add_node(name)
-        for input_name in lookup(name).inputs:
+        for input_name in _reads(lookup(name), params_by_stage):
             try:
                 lookup(input_name)
             except StageError:
@@ -250,9 +258,11 @@ def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage) -> nx.DiGrap
     return graph
 
 
-def plan(targets: Sequence[str], lookup: Lookup = get_stage) -> list[Stage]:
-    """The targets and everything upstream of them, in a deterministic topological order."""
-    graph = stage_graph(targets, lookup)  # an unknown target raises StageError listing the known stages
+def plan(targets: Sequence[str], lookup: Lookup = get_stage,
+         params_by_stage: Mapping[str, Mapping[str, Any]] | None = None) -> list[Stage]:
+    """The targets and everything upstream of them (that these raw params read), in a deterministic topological
+    order."""
+    graph = stage_graph(targets, lookup, params_by_stage)  # an unknown target raises StageError listing the known stages
     try:
         order = list(nx.lexicographical_topological_sort(graph))
     except nx.NetworkXUnfeasible:
@@ -269,7 +279,7 @@ def planned_keys(order: Sequence[Stage], params_by_stage: Mapping[str, Mapping[s
     keys: dict[str, str] = {}
     for declared in order:
         params = declared.parse_params(params_by_stage.get(declared.name, {}))
-        keys[declared.name] = ArtifactStore.artifact_key(declared, params, {n: keys[n] for n in declared.inputs},
+        keys[declared.name] = ArtifactStore.artifact_key(declared, params, {n: keys[n] for n in declared.reads(params)},
                                                          partition)
     return keys
 
@@ -291,7 +301,7 @@ def run_serially(
     unknown = sorted(set(params_by_stage) - set(STAGES))
     if unknown:
         raise StageError(f"params given for unknown stage(s) {unknown}; known stages: {', '.join(sorted(STAGES))}")
-    order = plan(targets)
+    order = plan(targets, params_by_stage=params_by_stage)
     runs: dict[str, StageRun] = {}
 
     from rich.progress import Progress
@@ -302,7 +312,7 @@ def run_serially(
             bar.update(task, description=f"{declared.name} [{partition}]")
             runs[declared.name] = execute_stage(
                 store, catalog, declared, params_by_stage.get(declared.name, {}),
-                {name: runs[name].key for name in declared.inputs}, partition,
+                {name: runs[name].key for name in _reads(declared, params_by_stage)}, partition,
                 force=force and declared.name in targets, flow_run_id=flow_run_id,
             )
             bar.advance(task)

@@ -214,6 +214,11 @@ class Stage:
         """The optional inputs these params do not ask for: not read, and not in the artifact key or lineage."""
         return frozenset(name for name, param in self.optional_inputs.items() if not getattr(params, param))
 
+    def reads(self, params: Params) -> tuple[str, ...]:
+        """The inputs these params read."""
+        unread = self.unread(params)
+        return tuple(name for name in self.inputs if name not in unread)
+
     def read_keys(self, params: Params, input_keys: Mapping[str, str]) -> dict[str, str]:
         """The input keys of the inputs these params read, sorted: what the artifact key and the lineage hold."""
         unread = self.unread(params)

@@ -217,14 +217,15 @@ def plan_dag(
     its params and artifact key; ``force`` applies to the targets only."""
     params = stage_params(profile, overrides)
     names = list(targets) if targets else sorted(n for n, s in discover().items() if s.resources == "cpu")
-    order = plan(names, stage_named)
+    order = plan(names, stage_named, params)
     for stage in order:
         if stage.resources != "cpu":  # a Dask worker is a daemonic process: no torch workers, no vLLM (DESIGN.md 4)
             raise StageError(f"stage {stage.name!r} needs a GPU worker, not the data DAG: run it with its flow "
                              "(`gymforge train ...`) or its deployment on the gpu pool")
     keys = planned_keys(order, params, partition)
     return [PlannedStage(stage.name, keys[stage.name], json.dumps(params.get(stage.name, {}), sort_keys=True),
-                         stage.inputs, force and stage.name in names) for stage in order]
+                         stage.reads(stage.parse_params(params.get(stage.name, {}))), force and stage.name in names)
+            for stage in order]
 
 
 def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any) -> dict[str, Any]:

@@ -15,7 +15,14 @@ from pydantic import Field
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
 from data_contracts.roots import open_store
-from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, plan, run_serially
+from data_contracts.runner import (
+    ContractViolation,
+    UpstreamMissing,
+    execute_stage,
+    plan,
+    planned_keys,
+    run_serially,
+)
 from data_contracts.stage import (
     REJECTED,
     STAGES,
@@ -250,6 +257,15 @@ def test_an_optional_input_is_read_and_keyed_only_when_asked_for(doubles, env) -
     assert catalog.inputs(on.key) == {"_test_double_source": source, "_test_double_side": side}
     with pytest.raises(StageError, match=r"reads inputs \['_test_double_side', '_test_double_source'\]"):
         execute_stage(store, catalog, optional, {"with_side": True}, {"_test_double_source": source}, "p0")
+
+    def planned(params: dict) -> list[str]:
+        return [s.name for s in plan(["_test_double_optional"], params_by_stage={"_test_double_optional": params})]
+
+    assert planned({}) == ["_test_double_source", "_test_double_optional"]
+    assert planned({"with_side": True}) == ["_test_double_side", "_test_double_source", "_test_double_optional"]
+    runs = run_serially(store, catalog, ["_test_double_optional"], {}, "p1", progress=False)
+    assert list(runs) == ["_test_double_source", "_test_double_optional"]
+    assert runs["_test_double_optional"].key == planned_keys(plan(["_test_double_optional"]), {}, "p1")[optional.name]
 
 
 @pytest.mark.parametrize(("optional_inputs", "match"), [

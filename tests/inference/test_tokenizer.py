@@ -267,3 +267,12 @@ def test_domain_graphs_enter_the_key_only_with_domain_text():
     assert key(False, "a" * 20) == key(False, "b" * 20)
     assert key(True, "a" * 20) != key(True, "b" * 20)
     assert stage.read_keys(stage.parse_params({}), {"world": "w", "domain_graphs": "g"}) == {"world": "w"}
+
+
+@pytest.mark.parametrize(("domain_text", "planned"), [(False, ["world", "tokenizer"]),
+                                                      (True, ["domain_graphs", "world", "tokenizer"])])
+def test_the_data_dag_builds_domain_graphs_for_the_tokenizer_only_with_domain_text(domain_text, planned):
+    from flows.dag import plan_dag
+
+    plan = plan_dag(["tokenizer"], "tiny", "default", overrides={"tokenizer": {"domain_text": domain_text}})
+    assert [stage.name for stage in plan] == planned
