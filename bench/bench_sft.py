@@ -268,7 +268,7 @@ def random_envs_set(args: argparse.Namespace) -> HeldOut:
 
     from data_contracts.catalog import Catalog
     from data_contracts.roots import data_root, open_store
-    from envgen.runtime import Environment, replay
+    from envgen.environment import Environment, replay
     from flows.train import published
     from training.async_rl.sources import load_tasks
 
@@ -303,7 +303,7 @@ def random_envs_episodes(args: argparse.Namespace) -> HeldOut:
     from data_contracts.roots import data_root, open_store
     from flows.train import published
     from tasks.midtrain.midtrain_env import MidtrainEnvParams, plan_items
-    from tasks.midtrain.routes import episode_rows, open_teacher, token_counter
+    from tasks.midtrain.trajectory_stages import episode_rows, open_teacher, token_counter
 
     root = data_root(args.data_dir)
     store, catalog = open_store(root), Catalog(root)
