@@ -11,7 +11,7 @@ from sft_fixtures import double_trajectories, micro_base
 from data_contracts.catalog import Catalog
 from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
-from inference.checkpoint import read_card, resolve_model
+from inference.checkpoint import checkpoint_directory, read_card
 from training.sft import SFTParams, sft
 
 
@@ -54,7 +54,7 @@ def test_engines_take_a_model_artifact_key(published, monkeypatch):
     from inference.engine_factory import load_engine
 
     root, key, data_key = published
-    assert resolve_model(key, root) == open_store(root).get("sft", key).directory
+    assert checkpoint_directory(key, root) == open_store(root).get("sft", key).directory
     monkeypatch.setenv("GYMFORGE_DATA", str(root))
     engine = load_engine(f"hf:{key}")
     [[completion]] = engine.generate([Request(messages=[{"role": "user", "content": "Book 2 seats"}],
