@@ -27,6 +27,7 @@ from data_contracts.schemas import EVAL_ITEM, EVAL_SUMMARY, in_set
 from data_contracts.stage import Artifact, Check, StageError, stage
 from data_contracts.store import ArtifactStore
 from inference.engine import Engine
+from inference.engine_spec import hf_spec
 from inference.evaluation.items import EvalItem
 from inference.evaluation.strategies import Checkpoint, Context, EvalConfig, cap, run_items
 from inference.evaluation.suites import SUITES, SuiteSettings, get_suite
@@ -132,7 +133,7 @@ def model_spec(inputs: Mapping[str, Artifact], params: EvaluateParams) -> tuple[
     if params.engine:
         return params.engine, data
     (artifact,) = models.values()
-    return f"hf:{artifact.directory}", data
+    return hf_spec(artifact.directory), data
 
 
 def load(spec: str, params: EvaluateParams) -> Engine:
