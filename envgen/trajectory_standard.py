@@ -34,10 +34,11 @@ from typing import Any
 import polars as pl
 from sqlalchemy import select
 
-from data_contracts.schemas import TRAJECTORY, between, in_set
+from data_contracts.schemas import between, in_set
 from data_contracts.stage import Check
 from envgen.checks import contradicting_owners
 from envgen.compiler import CompiledDomain
+from envgen.records import TRAJECTORY
 from envgen.runtime import json_field
 from envgen.seeding import engine_from_bytes
 from envgen.spec import DomainSpec, customer_facing

@@ -39,13 +39,13 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.schemas import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
 from inference.progress import RunProgress
 from training.adapters import ADAPTER, LoraSettings, adapter_card, merge_adapter
+from training.records import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from training.sft_data import (
     AUTO,
     GYMFORGE,

@@ -9,13 +9,13 @@ from collections.abc import Mapping
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.rewards import get_reward, normalize
 from inference.agent import QA_PROMPT_TOKENS, AgentConfig, qa_prompt_items, rollout_prompts
 from inference.engine import Engine
 from tasks.difficulty import FilterParams, cap_per_answer, filter_outputs, split_by_window, with_engine
 from tasks.longctx.qa_seeds import ANSWER_SHARE, share_cap
+from tasks.longctx.records import FILTERED_SEED, FILTERED_SEED_REJECTED
 
 
 class QAFilterParams(FilterParams):

@@ -26,8 +26,8 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
+from envgen.records import TRAJECTORY
 from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_standard import VARIED_SENTENCES
@@ -48,6 +48,7 @@ from tasks.midtrain.synth import (
     retry_candidates,
     sample_task,
 )
+from tasks.records import ITEM_REJECTED
 
 STAGE = "midtrain_env"
 

@@ -25,11 +25,12 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, stage
+from envgen.records import TRAJECTORY
 from envgen.trajectory_checks import ANSWER, verify_answer
 from inference.agent import prompt_docs, qa_prompt
 from tasks.midtrain.routes import TrajectoryParams, make_row, token_counter, too_long, trajectory_contract
+from tasks.records import ITEM_REJECTED
 
 Entity = Mapping[str, Any]
 

@@ -23,8 +23,8 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
+from envgen.records import TRAJECTORY
 from envgen.trajectory_checks import ANSWER, verify_answer
 from tasks.longctx.keychain import (
     KEY_FORMATS,
@@ -48,6 +48,7 @@ from tasks.longctx.token_budget import (
 )
 from tasks.midtrain.midtrain_longctx import answer_text
 from tasks.midtrain.routes import TrajectoryParams, make_row, token_counter, too_long, trajectory_contract
+from tasks.records import ITEM_REJECTED
 from tasks.tokenizer import LengthParams, resolve_tokenizer
 
 STAGE = "reading_curriculum"

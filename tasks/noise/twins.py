@@ -15,13 +15,14 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.schemas import NOISE_REJECTED, Record, between, in_set, not_null
+from data_contracts.schemas import Record, between, in_set, not_null
 from data_contracts.stage import Check, Contract, Params, seed_for
 from envgen.checks import database_keys, key_pattern, keys_said, user_texts
 from envgen.noise.curriculum import noise_level
 from envgen.noise.environment import NoisyEnvironment
 from envgen.runtime import domain_for
 from envgen.spec import domain_paths, load_domain
+from tasks.noise.records import NOISE_REJECTED
 from tasks.noise.solvability import noisy_twins
 
 
