@@ -23,11 +23,8 @@ def latest(root: str, stage: str, output: str) -> pl.DataFrame | None:
     from data_contracts.catalog import Catalog
     from data_contracts.roots import open_store
 
-    rows = Catalog(root).query("SELECT key FROM artifacts WHERE stage = ? AND status = 'published' ORDER BY rowid",
-                               [stage])
-    if rows.is_empty():
-        return None
-    return open_store(root).get(stage, rows["key"][-1]).read(output)
+    found = Catalog(root).latest(stage)
+    return None if found is None else open_store(root).get(stage, found.key).read(output)
 
 
 def measure(root: str) -> tuple[list[str], list[str]]:

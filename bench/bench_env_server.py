@@ -2,7 +2,7 @@
 artifacts, side by side in one run:
 
 - the same golden replays through the server (OpenEnv's MCP tool client over WebSocket) and in process
-  (``envgen.runtime.replay``) give the same reward on every task of every artifact;
+  (``envgen.environment.replay``) give the same reward on every task of every artifact;
 - steps per second and p50/p99 step latency (one step = one MCP tool call or ``respond``, timed at the client) at 1,
   16 and 64 concurrent sessions replaying golden episodes, against the same episodes stepped in process;
 - memory per session: the server's resident memory with 64 open sessions (each reset, holding its database copy)
@@ -35,10 +35,10 @@ import httpx
 import psutil
 from openenv.core.env_server import CallToolAction
 
+from envgen.environment import outcome_message, replay
 from envgen.noise.environment import NoisyEnvironment
-from envgen.runtime import outcome_message, replay
 from inference.environments.client import GymforgeEnvClient
-from inference.environments.episode import Episode
+from inference.environments.episode import ServedEpisode
 from inference.environments.tasks import ServedTasks, golden_actions, served_artifact
 
 ARTIFACTS = ("environments", "small_envs", "noisy_tasks", "eval_random_envs")
@@ -97,7 +97,7 @@ async def server_episode(client: GymforgeEnvClient, task: dict[str, Any], latenc
     return float(result.reward or 0.0)
 
 
-def inprocess_episode(episode: Episode, task: dict[str, Any], latencies: list[float]) -> float:
+def inprocess_episode(episode: ServedEpisode, task: dict[str, Any], latencies: list[float]) -> float:
     episode.start(task)
     outcome = None
     for action in golden_actions(task):
@@ -146,7 +146,7 @@ def load(url: str, tasks: list[dict[str, Any]], sessions: int, seconds: float) -
 
 def in_process(served: ServedTasks, seconds: float) -> tuple[int, float, list[float]]:
     latencies: list[float] = []
-    episode = Episode(served)
+    episode = ServedEpisode(served)
     tasks = [served.tasks[t] for t in sorted(served.tasks)]
     start, n = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
@@ -214,7 +214,7 @@ def main() -> None:
                        f"{args.seconds:g} s per level):"), "",
                   "| where | sessions | steps/s | vs in process | p50 step ms | p99 step ms |",
                   "| --- | --- | --- | --- | --- | --- |",
-                  (f"| in process (Episode) | 1 | {base:.0f} | 1.00 | {quantile(latencies, .5) * 1e3:.2f} | "
+                  (f"| in process (ServedEpisode) | 1 | {base:.0f} | 1.00 | {quantile(latencies, .5) * 1e3:.2f} | "
                    f"{quantile(latencies, .99) * 1e3:.2f} |")]
         print(lines[-1], flush=True)
         loaded = servers[args.artifacts.index(args.load_artifact)] if args.load_artifact in args.artifacts \

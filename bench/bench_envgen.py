@@ -39,7 +39,7 @@ def _build(n: int, offset: int = 0) -> list[tuple[dict, dict]]:
 
 
 def _replay_all(pairs: list[tuple[dict, dict]], rounds: int) -> tuple[int, float, float]:
-    from envgen.runtime import Environment, replay
+    from envgen.environment import Environment, replay
 
     envs = [(Environment(e), t) for e, t in pairs]
     for env, task in envs:  # warm: compiled SQL, before-states

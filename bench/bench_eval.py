@@ -42,7 +42,7 @@ STRATEGIES = ("single", "self_consistency", "best_of_k", "heavy_thinking")
 
 def _run(engine: Any, items: Sequence[Any], suite: str, config: Any, strategies: Sequence[str],
          breakdowns: Sequence[str] = ()) -> tuple[pl.DataFrame, pl.DataFrame, float]:
-    from inference.evaluation.runner import Context, run_items
+    from inference.evaluation.strategies import Context, run_items
     from inference.evaluation.summary import summarize
     from training.records import EVAL_ITEM
 
@@ -114,7 +114,7 @@ def simulated(p: float, skill: float, k: int, trials: int = 20_000, seed: int = 
 
 def known(args: argparse.Namespace) -> None:
     from inference.evaluation.items import EvalItem
-    from inference.evaluation.runner import EvalConfig
+    from inference.evaluation.strategies import EvalConfig
     from inference.testing import HeavyTestEngine
 
     def question(i: int) -> str:
@@ -142,11 +142,10 @@ def _tiny_policy(data_dir: str) -> str:
     from data_contracts.catalog import Catalog
     from data_contracts.roots import open_store
 
-    found = Catalog(data_dir).query("SELECT key FROM artifacts WHERE stage = 'tiny_policy' AND status = 'published' "
-                                    "ORDER BY key")
-    if found.is_empty():
+    found = Catalog(data_dir).entries(stage="tiny_policy", status="published")
+    if not found:
         raise SystemExit(f"no published tiny_policy in {data_dir}: run `gymforge demo` first")
-    return str(open_store(data_dir).get("tiny_policy", found["key"][0]).directory)
+    return str(open_store(data_dir).get("tiny_policy", found[0].key).directory)
 
 
 def _suite_items(data_dir: str, suite: str) -> list[Any]:
@@ -158,11 +157,10 @@ def _suite_items(data_dir: str, suite: str) -> list[Any]:
     store, catalog = open_store(data_dir), Catalog(data_dir)
     inputs = {}
     for name in get_suite(suite).stages:
-        found = catalog.query("SELECT key FROM artifacts WHERE stage = ? AND status = 'published' ORDER BY key",
-                              [name])
-        if found.is_empty():
+        found = catalog.entries(stage=name, status="published")
+        if not found:
             raise SystemExit(f"no published {name} in {data_dir}: run `gymforge refresh --profile tiny` first")
-        inputs[name] = store.get(name, found["key"][0])
+        inputs[name] = store.get(name, found[0].key)
     return suite_items(suite, inputs)
 
 
@@ -175,7 +173,7 @@ def _tiny_config(overrides: Mapping[str, Any]) -> Any:
 def tiny(args: argparse.Namespace) -> None:
     from inference.cpu import tune_allocator
     from inference.engine_factory import load_engine
-    from inference.evaluation.runner import cap
+    from inference.evaluation.strategies import cap
 
     tune_allocator()
     model = _tiny_policy(args.data_dir)
@@ -209,7 +207,7 @@ def tiny(args: argparse.Namespace) -> None:
 def robustness(args: argparse.Namespace) -> None:
     from inference.cpu import tune_allocator
     from inference.engine_factory import load_engine
-    from inference.evaluation.runner import cap
+    from inference.evaluation.strategies import cap
     from inference.evaluation.suites import get_suite
 
     tune_allocator()

@@ -25,8 +25,8 @@ import polars as pl
 
 from data_contracts.stage import REJECTED, FrameArtifact
 from envgen.compiler import compiled
+from envgen.environment import Environment, replay
 from envgen.noise.environment import NoisyEnvironment
-from envgen.runtime import Environment, replay
 from envgen.taskgen import build_verified
 from tasks.noise.noisy_tasks import noisy_tasks
 from tasks.noise.solvability import summary_frame

@@ -44,8 +44,8 @@ def world(entities: int, directory: Path) -> tuple[dict[str, pl.DataFrame], Path
 
 
 def plan_specs(teacher: Any, index_dir: Path, queries: list[str]) -> list[Any]:
+    from tasks.research.harness.research_spec import ResearchSpec
     from tasks.research.harness.run import run_research
-    from tasks.research.harness.spec import ResearchSpec
 
     specs = []
     for q in queries:

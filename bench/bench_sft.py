@@ -25,20 +25,21 @@ the right one with arguments its schema refuses), and at ``--play-at`` steps and
 evaluations. A table and a PNG (a panel per set, a line per size). ``--keep DIR`` saves the last run's trained
 model there, for ``--base`` of a later bench.
 
-``throughput``: the same training rows and config for ``--steps`` steps with ``--field`` off and on (``packing``:
-best-fit decreasing, padding-free; ``bf16``: autocast mixed precision), side by side: trained-on tokens per second
-(non-padding input tokens / train runtime) and padding waste (pad positions / all positions over one epoch of the
-trainer's own batches).
+``throughput``: the same training rows and batches for ``--steps`` steps in each ``--arm`` (sft settings on top of
+the profile's, and where the output layer is applied), side by side in one process: trained-on tokens per second
+(non-padding input tokens / step time, the first step set apart), seconds per step, padding waste (pad positions /
+all positions over one epoch of the trainer's own batches) and each arm's ratio to the first.
 
     .venv/bin/python -m bench.bench_sft learning [--data-dir DIR] [--base tiny_policy] [--max-steps N] [--no-record]
     .venv/bin/python -m bench.bench_sft curve [--data small_envs] [--sizes 64 256 1024] [--max-steps 600]
         [--heldout-from midtrain_env eval_random_envs small_envs] [--set learning_rate=3e-3] [--init 256:4]
-    .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] [--field bf16] [--no-record]
+    .venv/bin/python -m bench.bench_sft throughput [--data-dir DIR] [--steps 10] --arm 'lora=null head=all' --arm ''
     .venv/bin/python -m bench.bench_sft scoring [--heldout-from midtrain_env] [--max-tokens 128]
 
-``scoring``: the teacher-forced held-out scoring of the base decoded two ways, one after the other in one process:
-every prompt prefilled whole and decoded to ``--max-tokens`` (as before), and the engine's kept prefix with decoding
-stopped at the first call's end (now): turns per second, the figures, and how many turns score the same.
+``scoring``: the teacher-forced held-out scoring of the base (or ``--trained``) decoded three ways, one after the
+other in one process: every prompt prefilled whole and decoded to ``--max-tokens`` (as before), the engine's kept
+prefix with decoding stopped at the first call's end, and that in bfloat16: turns per second, the figures, and how
+many turns score as with the first.
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ def random_envs_set(args: argparse.Namespace) -> HeldOut:
 
     from data_contracts.catalog import Catalog
     from data_contracts.roots import data_root, open_store
-    from envgen.runtime import Environment, replay
+    from envgen.environment import Environment, replay
     from flows.train import published
     from training.async_rl.sources import load_tasks
 
@@ -302,7 +303,7 @@ def random_envs_episodes(args: argparse.Namespace) -> HeldOut:
     from data_contracts.roots import data_root, open_store
     from flows.train import published
     from tasks.midtrain.midtrain_env import MidtrainEnvParams, plan_items
-    from tasks.midtrain.routes import episode_rows, open_teacher, token_counter
+    from tasks.midtrain.trajectory_stages import episode_rows, open_teacher, token_counter
 
     root = data_root(args.data_dir)
     store, catalog = open_store(root), Catalog(root)
@@ -631,52 +632,90 @@ def padding_waste(trainer: Any) -> tuple[float, int]:
     return pad / max(total, 1), batches
 
 
+def arm_settings(arm: str) -> tuple[dict[str, Any], bool]:
+    """``(sft config overrides, output layer at trained positions only)`` of an ``--arm``: space-separated
+    name=value settings (dotted names nest: ``lora.layers=4``; ``lora=null`` trains every weight) and ``head=all``
+    for the output layer at every position (TRL's CPU path before ``trained_positions_only``)."""
+    from flows.cli.train import parse_settings
+
+    settings = parse_settings(arm.split())
+    head = settings.pop("head", "trained")
+    if head not in ("all", "trained"):
+        raise SystemExit(f"--arm {arm!r}: head is all or trained")
+    return settings, head == "trained"
+
+
 def throughput(args: argparse.Namespace) -> None:
-    from training.adapters import LoraSettings
-    from training.sft import load_base, make_trainer
+    from transformers import TrainerCallback
+
+    from flows.profiles import deep_update
+    from training.sft import SFTParams, load_base, make_trainer
 
     base_dir, params, _, frame = resolve(args)
     tokenizer = load_base(base_dir)[1]
     rows, _ = rows_of(frame, tokenizer, params.max_length)
     lengths = sorted(len(r["input_ids"]) for r in rows)
+    trained = sorted(sum(r["assistant_masks"]) / len(r["input_ids"]) for r in rows)
+
+    class StepTimes(TrainerCallback):
+        """Wall seconds and trained-on tokens of each step (the first, which warms the allocator, set apart)."""
+
+        def __init__(self) -> None:
+            self.steps: list[tuple[float, int]] = []
+            self.mark = (0.0, 0)
+
+        def on_step_begin(self, args_: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.mark = (time.perf_counter(), state.num_input_tokens_seen)
+
+        def on_step_end(self, args_: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            started, tokens = self.mark
+            self.steps.append((time.perf_counter() - started, state.num_input_tokens_seen - tokens))
+
     results = {}
-    for value in (False, True):
-        setting = (params.lora or LoraSettings()) if args.field == "lora" and value else value
-        if args.field == "lora" and not value:
-            setting = None
-        arm = params.model_copy(update={args.field: setting, "max_steps": args.steps, "save_steps": 10 * args.steps})
+    for arm in args.arm:
+        overrides, head_trained = arm_settings(arm)
+        config = SFTParams.model_validate(deep_update(params.model_dump(), {
+            **overrides, "max_steps": args.steps + 1, "save_steps": 10 * args.steps}))
         scratch = Path(tempfile.mkdtemp(prefix="bench-sft-tp-"))
         try:
-            trainer = make_trainer(load_base(base_dir)[0], tokenizer, rows, [], [], arm, scratch, progress=False)
+            trainer = make_trainer(load_base(base_dir)[0], tokenizer, rows, [], [], config, scratch, progress=False)
+            trainer.head_at_trained_positions = head_trained
             waste, batches = padding_waste(trainer)
-            print(f"{args.field}={value}: {args.steps} steps ...", flush=True)
+            times = StepTimes()
+            trainer.add_callback(times)
+            print(f"{arm or '(profile)'}: {args.steps} + 1 steps ...", flush=True)
             trainer.train()
-            end = trainer.state.log_history[-1]
-            results[value] = (waste, batches, end["num_input_tokens_seen"] / end["train_runtime"],
-                              end["train_runtime"] / args.steps)
+            timed = times.steps[1:]
+            seconds, tokens = sum(t for t, _ in timed), sum(n for _, n in timed)
+            results[arm] = (waste, batches, tokens / seconds, seconds / len(timed), os.getloadavg()[0])
+            print(f"  {tokens / seconds:,.0f} tokens/s, {seconds / len(timed):.2f} s/step", flush=True)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    lines = ["", (f"## Cold-start SFT: tokens/s and padding waste, {args.field} off and on "
-                  f"({time.strftime('%Y-%m-%d')}, {machine()})"), "",
+    lines = ["", (f"## Cold-start SFT: step cost side by side ({time.strftime('%Y-%m-%d')}, {machine()})"), "",
              (f"`python -m bench.bench_sft throughput {' '.join(args.argv)}`: {len(rows)} trajectories of "
               f"`{', '.join(args.data)}` (tokens: min {lengths[0]}, median {lengths[len(lengths) // 2]}, max "
-              f"{lengths[-1]}), base `{args.base}`, profile `{args.profile}` (batch {params.per_device_train_batch_size}"
-              f" x {params.gradient_accumulation_steps}, max_length {params.max_length}, "
-              f"{params.train_sampling_strategy} batches without packing), {args.steps} steps per arm, one after the "
-              f"other in one process; load average at the end {os.getloadavg()[0]:.1f}."), "",
-             "| arm | batches per epoch | padding waste | trained-on tokens/s | s/step |", "|---|---|---|---|---|"]
-    for value, (waste, batches, per_s, step_s) in results.items():
-        lines.append(f"| {args.field}={value} | {batches} | {waste:.1%} | {per_s:,.0f} | {step_s:.2f} |")
-    ratio = results[True][2] / results[False][2]
-    lines += ["", f"{args.field} on / off trained-on tokens per second: **{ratio:.2f}x**.", ""]
+              f"{lengths[-1]}; trained share of the positions: median {trained[len(trained) // 2]:.0%}), base "
+              f"`{args.base}`, profile `{args.profile}` (batch {params.per_device_train_batch_size} x "
+              f"{params.gradient_accumulation_steps}, max_length {params.max_length}, "
+              f"{params.train_sampling_strategy} batches), each arm its settings on top of the profile's, "
+              f"{args.steps} steps timed after a first one, the same batches in every arm, the arms one after the "
+              "other in one process."), "",
+             "| arm | padding waste | trained-on tokens/s | s/step | load average after | vs the first arm |",
+             "|---|---|---|---|---|---|"]
+    first = next(iter(results.values()))[2]
+    for arm, (waste, _, per_s, step_s, load) in results.items():
+        lines.append(f"| `{arm or '(profile)'}` | {waste:.1%} | {per_s:,.0f} | {step_s:.2f} | {load:.1f} | "
+                     f"{per_s / first:.2f}x |")
+    lines.append("")
     report(lines, record=not args.no_record)
 
 
 DECODING = {"one at a time, whole prompts, to max tokens": {"prefix_cache": False, "first_call": False,
                                                              "batch_size": 1},
-            "batches of 8, prompts apart on the kept prefix, to the first call's end": {}}
+            "batches of 8, prompts apart on the kept prefix, to the first call's end": {},
+            "the same in bfloat16": {"dtype": "bfloat16"}}
 """The held-out decoding before and after: one turn at a time, each prompt prefilled whole and decoded to the token
-limit, against the default now (training/sft_eval.py ``greedy_texts``)."""
+limit, against the defaults now (training/sft_eval.py ``greedy_texts``), in float32 and in bfloat16."""
 
 
 def scoring(args: argparse.Namespace) -> None:
@@ -685,6 +724,10 @@ def scoring(args: argparse.Namespace) -> None:
 
     base_dir, _, tasks, _ = resolve(args)
     model, tokenizer = load_base(base_dir)[:2]
+    if args.trained:  # a trained model of the same tokenizer (bench_sft curve --keep): it stops at its calls
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(args.trained, local_files_only=True)
     turns = [turn for held in held_out_sets(args, tasks) for turn in held.turns]
     results = {}
     for name, decoding in DECODING.items():
@@ -692,21 +735,23 @@ def scoring(args: argparse.Namespace) -> None:
         scores = score_turns(model, tokenizer, turns, max_new_tokens=args.max_tokens, **decoding)
         results[name] = (time.perf_counter() - started, scores)
         print(f"  {name}: {len(turns) / results[name][0]:.3f} turns/s", flush=True)
-    (before, (first_wall, first)), (after, (last_wall, last)) = results.items()
-    lines = ["", (f"## Held-out tool-call scoring: kept prefix and first call against whole prompts (bench_sft.py "
-                  f"scoring, {time.strftime('%Y-%m-%d')}, {machine()})"), "",
-             (f"`python -m bench.bench_sft scoring {' '.join(args.argv)}`: base `{args.base}`, {len(turns)} held-out "
+    first_wall, first = next(iter(results.values()))
+    lines = ["", (f"## Held-out tool-call scoring: decoding paths side by side (bench_sft.py scoring, "
+                  f"{time.strftime('%Y-%m-%d')}, {machine()})"), "",
+             (f"`python -m bench.bench_sft scoring {' '.join(args.argv)}`: "
+              f"{'model ' + args.trained if args.trained else 'base ' + repr(args.base)}, {len(turns)} held-out "
               f"turns of {', '.join(args.heldout_from)} ({len({t.trajectory for t in turns})} trajectories), greedy, "
-              f"up to {args.max_tokens} tokens each, the two paths one after the other in one process."), "",
-             "| decoding | wall s | turns/s | parsable | valid | exact |", "|---|---|---|---|---|---|"]
+              f"up to {args.max_tokens} tokens each, the paths one after the other in one process; load average "
+              f"at the end {os.getloadavg()[0]:.1f}."), "",
+             "| decoding | wall s | turns/s | vs the first | parsable | valid | exact | turns scored as the first |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, (wall, scores) in results.items():
         rates = [sum(s[f] for s in scores) / len(scores) for f in ("tool_call_format", "tool_call_valid",
                                                                    "tool_call_exact")]
-        lines.append(f"| {name} | {wall:.1f} | {len(turns) / wall:.3f} | " + " | ".join(f"{r:.3f}" for r in rates)
-                     + " |")
-    same = sum(a == b for a, b in zip(first, last, strict=True))
-    lines += ["", (f"{after} / {before}, turns per second: **{first_wall / last_wall:.2f}x**; {same} of "
-                   f"{len(turns)} turns score the same."), ""]
+        same = sum(a == b for a, b in zip(first, scores, strict=True))
+        lines.append(f"| {name} | {wall:.1f} | {len(turns) / wall:.3f} | {first_wall / wall:.2f}x | "
+                     + " | ".join(f"{r:.3f}" for r in rates) + f" | {same} of {len(turns)} |")
+    lines.append("")
     report(lines, record=not args.no_record)
 
 
@@ -729,6 +774,8 @@ def main() -> None:
         learn.add_argument("--concurrency", type=int, default=16)
     curves, scored = sub.choices["curve"], sub.choices["scoring"]
     scored.add_argument("--max-tokens", type=int, default=128, help="tokens per turn")
+    scored.add_argument("--trained", default=None, help="score this transformers directory (a trained model of the "
+                        "base's tokenizer, bench_sft curve --keep) instead of the base")
     curves.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="training-set sizes")
     curves.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
     for held in (curves, scored):
@@ -754,9 +801,10 @@ def main() -> None:
                         "directory (a transformers directory: --base takes it)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
-    sub.choices["throughput"].add_argument("--field", default="packing", choices=["packing", "bf16", "lora"],
-                                           help="the sft config switch the two arms differ in (lora: every weight "
-                                           "trained against the profile's adapters, or the default ones)")
+    sub.choices["throughput"].add_argument("--arm", action="append", required=True, help="an arm: space-separated "
+                                           "sft settings on top of the profile's (lora=null, lora.layers=4, "
+                                           "bf16=false) and head=all|trained (the output layer's positions); "
+                                           "repeatable, the first is the reference of the ratios")
     args = parser.parse_args()
     args.argv = sys.argv[2:]
     from inference.cpu import tune_allocator

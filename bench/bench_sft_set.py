@@ -35,10 +35,8 @@ import tasks.midtrain.sft_set  # noqa: F401 (registers the stage)
 
 root, profile, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 stage = get_stage("sft_set")
-rows = Catalog(root).query("SELECT stage, key FROM artifacts WHERE status = 'published' ORDER BY rowid")
-latest = dict(zip(rows["stage"], rows["key"]))
-store = open_store(root)
-inputs = {name: store.get(name, latest[name]) for name in stage.inputs if name in latest}
+catalog, store = Catalog(root), open_store(root)
+inputs = {name: store.get(name, latest.key) for name in stage.inputs if (latest := catalog.latest(name)) is not None}
 params = stage.parse_params({**load_profile(profile).get("sft_set", {}), **overrides})
 start = time.perf_counter()
 out = stage.run(inputs, params, "default")

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import report
+from bench import report, tree_at
 
 # Before torch loads: OpenMP's active wait slows the tiny model badly on a shared machine (RESULTS.md, inference).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -193,18 +193,8 @@ def stages(tree: Path, root: Path, tiny_policy: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def export(revision: str, into: Path) -> tuple[str, Path]:
-    """(short sha, directory) of ``revision``'s tree exported with git archive, free of uncommitted edits."""
-    into.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", revision], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    return sha, into
-
-
 def stage_rows(args: argparse.Namespace, tmp: Path) -> list[str]:
-    (base_sha, baseline), (sha, candidate) = export(args.baseline, tmp / "baseline"), export(args.candidate, tmp / "tree")
+    (base_sha, baseline), (sha, candidate) = tree_at(args.baseline, tmp / "baseline"), tree_at(args.candidate, tmp / "tree")
     lines = [
         "",
         ("First-run path, `world -> qa_seeds, tokenizer -> tiny_policy -> qa_filtered` through the runner, tiny "

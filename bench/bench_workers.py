@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import report
+from bench import report, tree_at
 
 STAGES = ("world", "keychain", "tiny_policy")
 
@@ -42,13 +42,6 @@ def probe(mode: str, stage: str, tree: Path | None = None) -> dict:
     out = subprocess.run([sys.executable, "-c", _PROBE, mode, stage], capture_output=True, text=True, check=True,
                          env=env, cwd=tree)
     return json.loads(out.stdout)
-
-
-def export(revision: str, into: Path) -> Path:
-    root = Path(__file__).resolve().parents[1]
-    archive = subprocess.run(["git", "archive", revision], cwd=root, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def dask_worker_rss(mode: str) -> float:
@@ -78,7 +71,7 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
-        baseline = export(args.baseline, Path(tmp))
+        _, baseline = tree_at(args.baseline, Path(tmp))
         rows.append((f"`world` through the registry of {args.baseline}",
                      [probe("all", "world", baseline) for _ in range(args.repeats)]))
     every = [probe("all", "world") for _ in range(args.repeats)]

@@ -56,7 +56,7 @@ def domain_of(spec_json: str) -> Any:
     """The compiled domain of a record's spec; a spec written before actions declared actor and words takes them
     from the shipped domain of the same name (a renamed variant's: customer, the intent's first word)."""
     from envgen.compiler import compile_domain
-    from envgen.spec import DomainSpec, domain_paths, load_domain
+    from envgen.domain_spec import DomainSpec, domain_paths, load_domain
 
     if spec_json in _DOMAINS:
         return _DOMAINS[spec_json]
@@ -149,8 +149,8 @@ def tasks(root: Path) -> Iterator[tuple[str, Any, dict[str, Any], bytes | None]]
 
 def people(root: Path) -> tuple[list[str], list[dict[str, Any]]]:
     from envgen.checks import database_keys, keys_said, unanswered_question
-    from envgen.runtime import json_field
-    from envgen.spec import domain_paths, load_domain, says
+    from envgen.domain_spec import domain_paths, load_domain, says
+    from envgen.environment import json_field
 
     c: dict[str, Counter[str]] = defaultdict(Counter)
     samples: list[dict[str, Any]] = []

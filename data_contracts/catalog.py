@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -82,6 +83,31 @@ FROM up LEFT JOIN artifacts a ON a.key = up.input_key
 GROUP BY up.input_stage, up.input_key
 ORDER BY depth, up.input_stage, up.input_key
 """
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One artifact as the catalog lists it."""
+
+    key: str
+    stage: str
+    kind: str  # data | model | index
+    status: str  # published | quarantined
+    partition: str
+    path: str  # relative to the data root
+    rows: int
+    bytes: int
+    flow_run_id: str | None  # the flow run that made it
+    params: dict[str, Any]
+    input_keys: dict[str, str]  # input stage -> key
+
+
+_ENTRY_COLUMNS = "key, stage, kind, status, partition, path, rows, bytes, flow_run_id, params, input_keys"
+
+
+def _entry(row: tuple) -> Entry:
+    *head, params, input_keys = row
+    return Entry(*head, params=json.loads(params or "{}"), input_keys=json.loads(input_keys or "{}"))
 
 
 def _is_lock_error(exc: duckdb.Error) -> bool:
@@ -230,10 +256,41 @@ class Catalog:
             con.execute("COMMIT")
         return len(rows)
 
-    # --- reading ------------------------------------------------------------------------------------------------
+    # --- reading: typed questions, the only way code outside this module asks --------------------------------
+
+    def _rows(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
+        with self._connect(write=False) as con:
+            return con.execute(sql, params or []).fetchall()
+
+    def entry(self, key: str) -> Entry | None:
+        """The artifact with this key, or None when the catalog does not list it."""
+        found = self._rows(f"SELECT {_ENTRY_COLUMNS} FROM artifacts WHERE key = ?", [key])
+        return _entry(found[0]) if found else None
+
+    def entries(self, *, stage: str | None = None, status: str | None = None,
+                kind: str | None = None) -> list[Entry]:
+        """The artifacts of a stage, status and kind (None: any), by stage, partition and key."""
+        return [_entry(row) for row in self._rows(
+            f"SELECT {_ENTRY_COLUMNS} FROM artifacts WHERE (? IS NULL OR stage = ?) AND (? IS NULL OR status = ?) "
+            "AND (? IS NULL OR kind = ?) ORDER BY stage, partition, key", [stage, stage, status, status, kind, kind])]
+
+    def latest(self, stage: str) -> Entry | None:
+        """The published artifact of ``stage`` recorded last (a rebuild records them in the manifests' order)."""
+        found = self._rows(f"SELECT {_ENTRY_COLUMNS} FROM artifacts WHERE stage = ? AND status = 'published' "
+                           "ORDER BY rowid DESC LIMIT 1", [stage])
+        return _entry(found[0]) if found else None
+
+    def stages(self) -> list[str]:
+        """The stages the catalog holds artifacts of, sorted."""
+        return [stage for (stage,) in self._rows("SELECT DISTINCT stage FROM artifacts ORDER BY stage")]
+
+    def inputs(self, key: str) -> dict[str, str]:
+        """The direct inputs of ``key`` from its lineage: input stage -> input key."""
+        return dict(self._rows("SELECT input_stage, input_key FROM lineage WHERE key = ? ORDER BY input_stage", [key]))
 
     def query(self, sql: str, params: list[Any] | None = None) -> pl.DataFrame:
-        """Run read-only SQL over ``artifacts`` and ``lineage``."""
+        """Read-only SQL over ``artifacts`` and ``lineage``: the escape hatch for a person at the console
+        (``gymforge artifacts query``). Code asks the typed questions above, so the table layout stays here."""
         with self._connect(write=False) as con:
             return con.sql(sql, params=params).pl()
 

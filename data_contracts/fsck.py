@@ -107,8 +107,7 @@ def check(store: ArtifactStore, catalog: Catalog) -> list[Problem]:
                 for p in store.leftovers()]
     problems += [Problem("broken artifact", where, why) for _, where, why in _broken_artifacts(store)]
     on_disk = {manifest["key"]: (manifest, status) for manifest, status in store.manifests()}
-    rows = {key: (status, path) for key, status, path in catalog.query(
-        "SELECT key, status, path FROM artifacts").iter_rows()} if catalog.path.exists() else {}
+    rows = {entry.key: (entry.status, entry.path) for entry in catalog.entries()} if catalog.path.exists() else {}
     for key, (status, path) in sorted(rows.items()):
         if key not in on_disk:
             problems.append(Problem("row without artifact", key, f"the catalog lists {path} ({status})"))

@@ -80,14 +80,14 @@ def open_store(root: Path | str) -> ArtifactStore:
 
 def published(catalog: Catalog, store: ArtifactStore, ref: str) -> PublishedArtifact:
     """The published artifact a reference names: its key, or a stage with exactly one published artifact."""
-    rows = catalog.query("SELECT stage, key, status FROM artifacts WHERE key = ? OR (stage = ? AND status = "
-                         "'published') ORDER BY key", [ref, ref])
-    if rows.is_empty():
+    named = catalog.entry(ref)
+    rows = [named] if named is not None else catalog.entries(stage=ref, status="published")
+    if not rows:
         raise StageError(f"no artifact {ref!r} in {catalog.path}: give a key from `gymforge artifacts ls`")
-    if rows.height > 1:
-        raise StageError(f"stage {ref!r} has {rows.height} published artifacts ({', '.join(rows['key'])}); "
+    if len(rows) > 1:
+        raise StageError(f"stage {ref!r} has {len(rows)} published artifacts ({', '.join(r.key for r in rows)}); "
                          "give one key")
-    stage, key, status = rows.row(0)
+    stage, key, status = rows[0].stage, rows[0].key, rows[0].status
     artifact = store.get(stage, key) if status == "published" else None
     if artifact is None:
         raise StageError(f"artifact {stage}/{key} is {'missing' if status == 'published' else status}; "

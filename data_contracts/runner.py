@@ -116,20 +116,23 @@ def _check_outputs(stage: Stage, frames: Any, contracts: Mapping[str, Contract])
     return out
 
 
-def _check_input_names(stage: Stage, input_keys: Mapping[str, str]) -> None:
-    if set(input_keys) != set(stage.inputs):
+def _check_input_names(stage: Stage, params: Params, input_keys: Mapping[str, str]) -> None:
+    """Keys for every input these params read, and for no stage it does not declare (an unread optional input's
+    key may be given or not)."""
+    needed = set(stage.reads(params))
+    if not needed <= set(input_keys) <= set(stage.inputs):
         raise StageError(
-            f"stage {stage.name!r} reads inputs {sorted(stage.inputs)}; got keys for {sorted(input_keys)}"
+            f"stage {stage.name!r} reads inputs {sorted(needed)}; got keys for {sorted(input_keys)}"
         )
 
 
-def _resolve_inputs(store: ArtifactStore, stage: Stage, input_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
+def _resolve_inputs(store: ArtifactStore, stage: Stage, read_keys: Mapping[str, str]) -> dict[str, PublishedArtifact]:
     """The published input artifacts; UpstreamMissing names the first one that is not published."""
     inputs = {}
-    for name in stage.inputs:
-        artifact = store.get(name, input_keys[name])
+    for name, key in read_keys.items():
+        artifact = store.get(name, key)
         if artifact is None:
-            raise UpstreamMissing(stage.name, name, input_keys[name], store.quarantined(name, input_keys[name]))
+            raise UpstreamMissing(stage.name, name, key, store.quarantined(name, key))
         inputs[name] = artifact
     return inputs
 
@@ -151,14 +154,14 @@ def execute_stage(
     ``catalog`` None writes manifests only: a Dask worker leaves the catalog to the flow driver, which reconciles
     the rows of what it planned (one DuckDB writer per data root, data_contracts/catalog.py)."""
     params = raw_params if isinstance(raw_params, stage.params) else stage.parse_params(raw_params)  # type: ignore[arg-type]
-    _check_input_names(stage, input_keys)
+    _check_input_names(stage, params, input_keys)
     key = store.artifact_key(stage, params, input_keys, partition)
     # A hit stands even if an input was removed since: the key already pins which inputs made it.
     if not force and (hit := store.get(stage.name, key)) is not None:
         if catalog is not None:
             catalog.record(hit.manifest, "published")  # idempotent; heals a catalog rebuilt without it
         return StageRun.from_artifact(hit, cached=True)
-    inputs = _resolve_inputs(store, stage, input_keys)
+    inputs = _resolve_inputs(store, stage, stage.read_keys(params, input_keys))
     scratch = store.scratch(stage.name, key) if stage.directory is not None else None
     try:
         return _run_gate_publish(store, catalog, stage, params, key, inputs, input_keys, partition, force,
@@ -225,9 +228,17 @@ Lookup = Callable[[str], Stage]
 """Finds a stage by name: ``get_stage`` (already registered) or ``flows.registry.stage_named`` (imports its module)."""
 
 
-def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage) -> nx.DiGraph:
+def _reads(declared: Stage, params_by_stage: Mapping[str, Mapping[str, Any]] | None) -> tuple[str, ...]:
+    """The inputs the stage reads with its raw params (without params: every input it declares)."""
+    if params_by_stage is None or not declared.optional_inputs:
+        return declared.inputs
+    return declared.reads(declared.parse_params(params_by_stage.get(declared.name, {})))
+
+
+def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage,
+                params_by_stage: Mapping[str, Mapping[str, Any]] | None = None) -> nx.DiGraph:
     """The upstream closure of ``targets``, with an edge from each input to the stage that reads it (an unrelated
-    misdeclared stage does not block a run)."""
+    misdeclared stage does not block a run); with raw params, an optional input they do not ask for is left out."""
     graph = nx.DiGraph()
     todo, seen = list(targets), set()
     while todo:
@@ -236,7 +247,7 @@ def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage) -> nx.DiGrap
             continue
         seen.add(name)
         graph.add_node(name)
-        for input_name in lookup(name).inputs:
+        for input_name in _reads(lookup(name), params_by_stage):
             try:
                 lookup(input_name)
             except StageError:
@@ -247,9 +258,11 @@ def stage_graph(targets: Sequence[str], lookup: Lookup = get_stage) -> nx.DiGrap
     return graph
 
 
-def plan(targets: Sequence[str], lookup: Lookup = get_stage) -> list[Stage]:
-    """The targets and everything upstream of them, in a deterministic topological order."""
-    graph = stage_graph(targets, lookup)  # an unknown target raises StageError listing the known stages
+def plan(targets: Sequence[str], lookup: Lookup = get_stage,
+         params_by_stage: Mapping[str, Mapping[str, Any]] | None = None) -> list[Stage]:
+    """The targets and everything upstream of them (that these raw params read), in a deterministic topological
+    order."""
+    graph = stage_graph(targets, lookup, params_by_stage)  # an unknown target raises StageError listing the known stages
     try:
         order = list(nx.lexicographical_topological_sort(graph))
     except nx.NetworkXUnfeasible:
@@ -266,7 +279,7 @@ def planned_keys(order: Sequence[Stage], params_by_stage: Mapping[str, Mapping[s
     keys: dict[str, str] = {}
     for declared in order:
         params = declared.parse_params(params_by_stage.get(declared.name, {}))
-        keys[declared.name] = ArtifactStore.artifact_key(declared, params, {n: keys[n] for n in declared.inputs},
+        keys[declared.name] = ArtifactStore.artifact_key(declared, params, {n: keys[n] for n in declared.reads(params)},
                                                          partition)
     return keys
 
@@ -288,7 +301,7 @@ def run_serially(
     unknown = sorted(set(params_by_stage) - set(STAGES))
     if unknown:
         raise StageError(f"params given for unknown stage(s) {unknown}; known stages: {', '.join(sorted(STAGES))}")
-    order = plan(targets)
+    order = plan(targets, params_by_stage=params_by_stage)
     runs: dict[str, StageRun] = {}
 
     from rich.progress import Progress
@@ -299,7 +312,7 @@ def run_serially(
             bar.update(task, description=f"{declared.name} [{partition}]")
             runs[declared.name] = execute_stage(
                 store, catalog, declared, params_by_stage.get(declared.name, {}),
-                {name: runs[name].key for name in declared.inputs}, partition,
+                {name: runs[name].key for name in _reads(declared, params_by_stage)}, partition,
                 force=force and declared.name in targets, flow_run_id=flow_run_id,
             )
             bar.advance(task)

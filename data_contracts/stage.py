@@ -167,6 +167,10 @@ RunFn = Callable[..., dict[str, pl.DataFrame]]
 """``run(inputs, params, partition)``, and for a directory artifact ``run(inputs, params, partition, out_dir)``
 writing its directory into ``out_dir``; returns the Parquet outputs by name."""
 
+FigureFn = Callable[[Artifact, Path], None]
+"""``figure(artifact, path)``: draw a published artifact of the stage as a PNG at ``path`` (flows/figures.py writes
+it under ``<data>/figures`` and shows it in the Prefect UI after each run)."""
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -180,6 +184,9 @@ class Stage:
     resources: Resources = "cpu"
     kind: ArtifactKind = "data"
     directory: DirectoryContract | None = None
+    optional_inputs: Mapping[str, str] = field(default_factory=dict)
+    """Input -> the boolean param that asks for it: read, and part of the key, only when that param is set."""
+    figure: FigureFn | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -195,6 +202,27 @@ class Stage:
         if (self.kind == "data") != (self.directory is None):
             raise StageError(f"stage {self.name!r} of kind {self.kind!r}: a 'model' or 'index' stage declares its "
                              "directory=DirectoryContract(...), a 'data' stage none")
+        for input_name, param in self.optional_inputs.items():
+            if input_name not in self.inputs:
+                raise StageError(f"stage {self.name!r}: optional input {input_name!r} is not one of its inputs "
+                                 f"{list(self.inputs)}; add it to inputs=")
+            if param not in self.params.model_fields or self.params.model_fields[param].annotation is not bool:
+                raise StageError(f"stage {self.name!r}: optional input {input_name!r} is asked for by {param!r}, "
+                                 f"which is not a bool field of {self.params.__name__}")
+
+    def unread(self, params: Params) -> frozenset[str]:
+        """The optional inputs these params do not ask for: not read, and not in the artifact key or lineage."""
+        return frozenset(name for name, param in self.optional_inputs.items() if not getattr(params, param))
+
+    def reads(self, params: Params) -> tuple[str, ...]:
+        """The inputs these params read."""
+        unread = self.unread(params)
+        return tuple(name for name in self.inputs if name not in unread)
+
+    def read_keys(self, params: Params, input_keys: Mapping[str, str]) -> dict[str, str]:
+        """The input keys of the inputs these params read, sorted: what the artifact key and the lineage hold."""
+        unread = self.unread(params)
+        return {name: input_keys[name] for name in sorted(input_keys) if name not in unread}
 
     def with_inputs(self, names: Sequence[str]) -> Stage:
         """This stage reading the named input stages (a training run's inputs are chosen per run: the data
@@ -257,14 +285,18 @@ def stage(
     resources: Resources = "cpu",
     kind: ArtifactKind = "data",
     directory: DirectoryContract | None = None,
+    optional_inputs: Mapping[str, str] | None = None,
+    figure: FigureFn | None = None,
 ) -> Callable[[RunFn], Stage]:
-    """Declare and register a stage: ``@stage(name=..., ...) def run(inputs, params, partition) -> {...}``."""
+    """Declare and register a stage: ``@stage(name=..., ...) def run(inputs, params, partition) -> {...}``.
+    ``optional_inputs={"domain_graphs": "domain_text"}``: that input is read only when the param is set;
+    ``figure=draw``: ``draw(artifact, path)`` pictures each published artifact."""
 
     def register(fn: RunFn) -> Stage:
         if name in STAGES:
             raise StageError(f"stage {name!r} is declared twice ({STAGES[name].run.__module__} and {fn.__module__})")
         declared = Stage(name, version, inputs, params, dict(outputs), fn, (fn.__doc__ or "").strip(), resources,
-                         kind, directory)
+                         kind, directory, dict(optional_inputs or {}), figure)
         STAGES[name] = declared
         return declared
 

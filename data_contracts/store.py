@@ -223,13 +223,13 @@ class ArtifactStore:
 
     @staticmethod
     def artifact_key(stage: Stage, params: Params, input_keys: Mapping[str, str], partition: str) -> str:
-        """hash(stage name, version, params, input keys, partition, content of the local inputs): 20 hex
-        characters of a SHA-256."""
+        """hash(stage name, version, params, the keys of the inputs it reads, partition, content of the local
+        inputs): 20 hex characters of a SHA-256."""
         payload: dict[str, Any] = {
             "stage": stage.name,
             "version": stage.version,
             "params": params.model_dump(mode="json"),
-            "inputs": {name: input_keys[name] for name in sorted(input_keys)},
+            "inputs": stage.read_keys(params, input_keys),
             "partition": partition,
         }
         if local := digests(params.local_inputs()):  # absent otherwise: keys of stages without any stay as they were
@@ -331,7 +331,7 @@ class ArtifactStore:
             "key": key,
             "partition": partition,
             "params": params.model_dump(mode="json"),
-            "input_keys": dict(sorted(input_keys.items())),
+            "input_keys": stage.read_keys(params, input_keys),
             "local_inputs": {path: d.model_dump() for path, d in digests(params.local_inputs()).items()},
             "code_version": dict(code_version()),
             "outputs": {},

@@ -22,9 +22,9 @@ from data_contracts.stage import Check, Contract
 from envgen.compiler import CompiledDomain, CompileError, compile_domain
 from envgen.construct import MIN_DOMAIN_TOOLS, MIN_TOOLS, executability, spoken_intent
 from envgen.customers import database_rows, owned_entities, ownership_contradictions
-from envgen.runtime import Environment, domain_for, json_field, replay
+from envgen.domain_spec import DomainSpec, DomainSpecError, load_spec, says
+from envgen.environment import Environment, domain_for, json_field, replay
 from envgen.seeding import engine_from_bytes
-from envgen.spec import DomainSpec, SpecError, load_spec, says
 from envgen.taskgen import MUTATIONS, build_verified, mutate
 
 
@@ -218,7 +218,7 @@ def task_contract(record: Record) -> Contract:
 
 
 @dataclass(frozen=True)
-class SpecCheck:
+class DomainSpecCheck:
     """What ``gymforge envgen check`` reports of one spec file."""
 
     domain: str
@@ -228,15 +228,15 @@ class SpecCheck:
     problems: list[str]
 
 
-def check_spec(path: Path, envs: int) -> SpecCheck:
+def check_domain_spec(path: Path, envs: int) -> DomainSpecCheck:
     """A spec checked the way the stages use it: parsed (every problem listed), compiled (enough tools), every tool
     executed, then ``envs`` environments constructed and verified (golden replay and four mutations)."""
     try:
         domain = compile_domain(load_spec(path))
-    except SpecError as exc:
-        return SpecCheck(path.stem, 0, 0.0, 0, list(exc.problems))
+    except DomainSpecError as exc:
+        return DomainSpecCheck(path.stem, 0, 0.0, 0, list(exc.problems))
     except (CompileError, OSError) as exc:
-        return SpecCheck(path.stem, 0, 0.0, 0, [str(exc)])
+        return DomainSpecCheck(path.stem, 0, 0.0, 0, [str(exc)])
     rate, broken = executability(domain, 0)
     problems = [f"tool {tool} failed to execute on a seeded database" for tool in broken]
     if domain.spec.customer_entity is None:
@@ -257,4 +257,4 @@ def check_spec(path: Path, envs: int) -> SpecCheck:
         if env is not None and (n := ownership_contradiction_count(domain, env["db"])):
             problems.append(f"{domain.name}-{seed}: {n} records reach two customers; declare the relation that "
                             "may link another customer's row `crossing: true`")
-    return SpecCheck(domain.name, len(domain.tools), rate, kept, problems)
+    return DomainSpecCheck(domain.name, len(domain.tools), rate, kept, problems)

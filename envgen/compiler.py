@@ -22,7 +22,7 @@ from sqlalchemy import Boolean, Column, Engine, Float, ForeignKey, Integer, Meta
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from envgen.spec import NUMERIC_TYPES, DomainSpec, EntitySpec, FieldType, load_domain, read_tool_names
+from envgen.domain_spec import NUMERIC_TYPES, DomainSpec, EntitySpec, FieldType, load_domain, read_tool_names
 
 ToolKind = Literal["get", "lookup", "find", "list", "search", "list_by", "count_by", "parent_of", "action"]
 READ_KINDS = frozenset({"get", "lookup", "find", "list", "search", "list_by", "count_by", "parent_of"})

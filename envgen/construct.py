@@ -33,8 +33,16 @@ from data_contracts.stage import Params
 from envgen.canonical import canonical_state
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool, sem_type
 from envgen.customers import carriers, database_rows, owned_entities, row_owners, written_rows
+from envgen.domain_spec import (
+    ActionSpec,
+    Condition,
+    EntitySpec,
+    FieldSpec,
+    action_rows,
+    faker_for,
+    name_field,
+)
 from envgen.seeding import field_value, seeded_memory_engine, sqlite_bytes
-from envgen.spec import ActionSpec, Condition, EntitySpec, FieldSpec, action_rows, faker_for, name_field
 from envgen.tools import ActionContext, Executor, ToolError, action_conditions, fmt_time, render_value, spoken
 
 PATCH_ROUNDS = 3  # a patched row can break another condition; three rounds settle every shipped domain

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from envgen.compiler import CompiledDomain
-from envgen.spec import DomainSpec, RelationSpec
+from envgen.domain_spec import DomainSpec, RelationSpec
 
 IDENTIFYING_KINDS = ("get", "lookup", "find")
 POLICY = "Act only on the identified customer's own records: identify the customer with the tools first."

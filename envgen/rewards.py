@@ -3,7 +3,7 @@
 Every reward is ``fn(completions, **columns) -> list[float]``: completions are strings or chat messages
 (``[{"role": "assistant", "content": ...}]``); the gold comes from the dataset columns (``answer``, ``aliases``);
 other columns and TRL's own kwargs (``prompts``, ``completion_ids``, ...) are ignored. ``REWARDS`` maps the names
-used in the mixture's ``reward_fn`` column to the functions; ``route_by_reward_fn`` scores a mixed dataset, each row
+used in the mixture's ``reward_fn`` column to the functions; ``score_by_reward_fn`` scores a mixed dataset, each row
 with the reward it names.
 
 The main QA reward is LoongRL's two-way substring exact match on the last ``\\boxed{}`` (LoongRL report, "Rule-Based
@@ -72,6 +72,10 @@ def completion_text(completion: Any) -> str:
         assistant = [m for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
         return completion_text(assistant[-1]) if assistant else ""
     raise TypeError(f"a completion must be a string or chat messages, got {type(completion).__name__}")
+
+
+BOXED_INSTRUCTION = "Put the final answer in \\boxed{}."
+"""Where the answer goes, worded once for every prompt whose reward reads the last ``\\boxed{}``."""
 
 
 def extract_boxed(text: str) -> str | None:
@@ -536,16 +540,16 @@ def get_reward(name: str) -> RewardFn:
         raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(REWARDS))}") from None
 
 
-def route_by_reward_fn(completions: Sequence[Any], reward_fn: Any = None, **columns: Any) -> list[float]:
+def score_by_reward_fn(completions: Sequence[Any], reward_fn: Any = None, **columns: Any) -> list[float]:
     """TRL reward for a mixed dataset such as ``rl_mix``: each row is scored by the reward its ``reward_fn`` column
-    names, ``GRPOTrainer(..., reward_funcs=[route_by_reward_fn])``.
+    names, ``GRPOTrainer(..., reward_funcs=[score_by_reward_fn])``.
 
     Every column (one value per completion) is split with the rows; other keyword arguments (TRL's
     ``trainer_state``, ``log_metric``) reach each reward unchanged. A missing ``reward_fn`` column or a name that
     is not in ``REWARDS`` is an error: a silent default would score math rows by substring match."""
     n = len(completions)
     if reward_fn is None:
-        raise ValueError(f"route_by_reward_fn needs a 'reward_fn' column naming each row's reward in REWARDS "
+        raise ValueError(f"score_by_reward_fn needs a 'reward_fn' column naming each row's reward in REWARDS "
                          f"(rl_mix rows have one); columns given: {', '.join(sorted(columns)) or 'none'}")
     names = _column(reward_fn, n, "reward_fn")
     unknown = sorted({repr(name) for name in names if name not in REWARDS})
@@ -557,7 +561,7 @@ def route_by_reward_fn(completions: Sequence[Any], reward_fn: Any = None, **colu
     for name in dict.fromkeys(names):
         rows = [i for i, row_name in enumerate(names) if row_name == name]
         subset = {key: [values[i] for i in rows] for key, values in per_row.items()}
-        routed = REWARDS[name]([completions[i] for i in rows], **{**columns, **subset})
-        for i, score in zip(rows, routed, strict=True):
+        scored = REWARDS[name]([completions[i] for i in rows], **{**columns, **subset})
+        for i, score in zip(rows, scored, strict=True):
             scores[i] = score
     return scores

@@ -20,7 +20,7 @@ from sqlalchemy.pool import StaticPool
 
 from envgen.compiler import CLOCK_TABLE, CompiledDomain
 from envgen.customers import carriers
-from envgen.spec import DomainSpec, EntitySpec, FieldSpec, RelationSpec, faker_for
+from envgen.domain_spec import DomainSpec, EntitySpec, FieldSpec, RelationSpec, faker_for
 from envgen.tools import fmt_time
 
 Rows = dict[str, list[dict[str, Any]]]

@@ -10,7 +10,7 @@ its name and its type or enum, ``required`` stays (the agent loop's malformed-ca
 is still an OpenAI function schema, so the chat template renders it unchanged (measured: 130 instead of 240 tokens
 per tool).
 
-The runtime offers a record's own ``tools`` when they name exactly its ``tool_names`` (``envgen.runtime``), so a
+The runtime offers a record's own ``tools`` when they name exactly its ``tool_names`` (``envgen.environment``), so a
 small environment row behaves as an environment of its own everywhere: the agent loop, task filters, RL, evaluation.
 """
 
@@ -21,7 +21,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envgen.runtime import domain_for, json_field
+from envgen.environment import domain_for, json_field
 
 
 def compact_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -42,9 +42,9 @@ from envgen.construct import (
 )
 from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.customers import owned_entities
-from envgen.runtime import Environment, replay
+from envgen.domain_spec import EntitySpec, FieldSpec
+from envgen.environment import Environment, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
-from envgen.spec import EntitySpec, FieldSpec
 from envgen.tools import Executor, call_tool, render_value, spoken
 
 MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
@@ -262,6 +262,9 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
     hint_labels = [f.label for f in facts if "." in f.name]
     if len(set(hint_labels)) < len(hint_labels):
         return None, "ambiguous task: two chains single out rows by the same field"
+    intents = [c.intent for c in built.chains]
+    if len(set(intents)) < len(intents):  # "send my issue for review, and finally send my issue for review"
+        return None, f"ambiguous task: two chains ask the same thing ({intents[0]!r})"
     tables = write_tables(domain, built.tools)
     results, states = _run_with_states(domain, built.db, actions, tables)
     failed = [(a["name"], r["error"]) for a, r in zip(actions, results) if "error" in r]
@@ -275,7 +278,6 @@ def make_task(domain: CompiledDomain, env: dict[str, Any], built: BuiltEnvironme
         return None, f"golden write changes nothing: {idle[0]} leaves the database as it was"
     expected = json.loads(canonical_json(diff_states(states[0], states[-1], domain)))
     inline = [f for f in facts if f.source == "task" or rng.random() < settings.inline_fact_prob]
-    intents = [c.intent for c in built.chains]
     request = intents[0] if len(intents) == 1 else ", then ".join(intents[:-1]) + f", and finally {intents[-1]}"
     sentences = [rng.choice(OPENERS), f"I would like to {request}."]
     sentences += [fact_sentence(domain, f) for f in inline

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, func, select
 
 from envgen.compiler import PAGE_LIMIT, CompiledDomain, Tool
 from envgen.customers import link_conflict
-from envgen.spec import ActionSpec, Condition, EntitySpec, Operand, action_rows
+from envgen.domain_spec import ActionSpec, Condition, EntitySpec, Operand, action_rows
 
 MAX_ARGUMENT_BYTES = 65_536
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from envgen.compiler import CompiledDomain
 from envgen.customers import customer_policy_problem, owner_of, written_rows
+from envgen.environment import Environment, domain_for, json_field
 from envgen.rewards import extract_boxed, score_two_way
-from envgen.runtime import Environment, domain_for, json_field
 from envgen.seeding import engine_from_bytes
 from envgen.tools import render_value, spoken
 

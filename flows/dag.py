@@ -120,7 +120,7 @@ def _report_run(store: ArtifactStore, run: StageRun) -> None:
         key=_artifact_key(run.stage, run.partition),
         description=f"**{run.stage}** `{run.partition}` key `{run.key}`: {run.bytes:,} bytes; {timings}",
     )
-    figure = draw_figure(store, run.stage, run.key)
+    figure = draw_figure(store, stage_named(run.stage), run.key)
     if figure is not None:
         create_markdown_artifact(
             markdown=figure_markdown(figure, f"{run.stage} ({run.partition})"),
@@ -217,14 +217,15 @@ def plan_dag(
     its params and artifact key; ``force`` applies to the targets only."""
     params = stage_params(profile, overrides)
     names = list(targets) if targets else sorted(n for n, s in discover().items() if s.resources == "cpu")
-    order = plan(names, stage_named)
+    order = plan(names, stage_named, params)
     for stage in order:
         if stage.resources != "cpu":  # a Dask worker is a daemonic process: no torch workers, no vLLM (DESIGN.md 4)
             raise StageError(f"stage {stage.name!r} needs a GPU worker, not the data DAG: run it with its flow "
                              "(`gymforge train ...`) or its deployment on the gpu pool")
     keys = planned_keys(order, params, partition)
     return [PlannedStage(stage.name, keys[stage.name], json.dumps(params.get(stage.name, {}), sort_keys=True),
-                         stage.inputs, force and stage.name in names) for stage in order]
+                         stage.reads(stage.parse_params(params.get(stage.name, {}))), force and stage.name in names)
+            for stage in order]
 
 
 def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any) -> dict[str, Any]:

@@ -295,9 +295,8 @@ def evaluate_model(
 def evaluations_of(ref: str, catalog: Catalog, store: ArtifactStore) -> tuple[str, list[PublishedArtifact]]:
     """The published evaluation artifacts a reference names: an evaluation key, or every evaluation of a model (its
     artifact key, a stage with one model, or the engine spec it was evaluated as)."""
-    rows = catalog.query("SELECT key, params, input_keys FROM artifacts WHERE stage = 'evaluate' AND status = "
-                         "'published' ORDER BY key")
-    if ref in rows["key"].to_list():
+    rows = catalog.entries(stage="evaluate", status="published")
+    if ref in {row.key for row in rows}:
         artifact = store.get("evaluate", ref)
         return ref, [artifact] if artifact else []
     label, key = ref, None
@@ -308,9 +307,9 @@ def evaluations_of(ref: str, catalog: Catalog, store: ArtifactStore) -> tuple[st
     if engine is None:
         model = resolve_model(ref, catalog, store)
         label, key = model.label, model.key
-    found = [store.get("evaluate", k) for k, params, inputs in rows.iter_rows()
-             if (key is not None and key in json.loads(inputs).values())
-             or (key is None and json.loads(params).get("engine") == ref)]
+    found = [store.get("evaluate", row.key) for row in rows
+             if (key is not None and key in row.input_keys.values())
+             or (key is None and row.params.get("engine") == ref)]
     found = [a for a in found if a is not None]
     if not found:
         raise StageError(f"no evaluation of {ref!r} in {catalog.path}: run `gymforge eval run --model {ref} ...`")

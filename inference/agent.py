@@ -27,13 +27,14 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.stage import Params, seed_for
-from envgen.runtime import ToolEnvironment
+from envgen.environment import ToolEnvironment
+from envgen.rewards import BOXED_INSTRUCTION
 from inference import context as ctx
 from inference.engine import Completion, Engine, Message, Request, SamplingParams
 from inference.engine_support import assistant_message
 from inference.rollout import Rollout, Segment, Turn
 
-QA_INSTRUCTION = "Answer the question using the documents. Put the final answer in \\boxed{}."
+QA_INSTRUCTION = f"Answer the question using the documents. {BOXED_INSTRUCTION}"
 
 
 class SamplingConfig(Params):

@@ -84,7 +84,7 @@ def looks_like_key(name: str) -> bool:
     return bool(_ARTIFACT_KEY.match(name))
 
 
-def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
+def checkpoint_directory(target: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
     """The checkpoint directory ``target`` names: the key of a published model artifact in the catalog of the
     data root (``data_dir``, else ``$GYMFORGE_DATA``, else ``./data``), or else a local path, returned as is (its
     loader says what is wrong with it). A ValueError names a key the catalog does not hold as a model."""
@@ -98,12 +98,11 @@ def resolve_model(target: str | os.PathLike[str], data_dir: str | os.PathLike[st
     root = data_root(data_dir)
 
     catalog = Catalog(root)
-    found = (catalog.query("SELECT stage, kind, status FROM artifacts WHERE key = ?", [key])
-             if catalog.path.is_file() else None)
-    if found is None or found.is_empty():
+    found = catalog.entry(key) if catalog.path.is_file() else None
+    if found is None:
         raise ValueError(f"model {key!r}: no such directory, and no artifact with that key in the catalog of {root} "
                          "(list model artifacts with `gymforge artifacts ls --kind model`)")
-    stage, kind, status = found.row(0)
+    stage, kind, status = found.stage, found.kind, found.status
     if kind != "model":
         raise ValueError(f"artifact {key} is a {kind} artifact of stage {stage!r}, not a model")
     artifact = open_store(root).get(stage, key) if status == "published" else None

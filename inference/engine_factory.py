@@ -36,15 +36,15 @@ def load_engine(spec: str, policy_version: int = 0, **options: Any) -> Engine:
         from inference.http_engine import HTTPEngine
 
         return HTTPEngine(parsed.target, str(parsed.model), policy_version=policy_version, **options)
-    from inference.checkpoint import resolve_model
+    from inference.checkpoint import checkpoint_directory
 
     if parsed.kind == "hf":
         from inference.hf_engine import HFEngine
 
-        return HFEngine.load(resolve_model(parsed.target), policy_version=policy_version, **options)
+        return HFEngine.load(checkpoint_directory(parsed.target), policy_version=policy_version, **options)
     from inference.vllm_engine import VLLMEngine
 
-    return VLLMEngine(resolve_model(parsed.target), policy_version=policy_version, **options)
+    return VLLMEngine(checkpoint_directory(parsed.target), policy_version=policy_version, **options)
 
 
 def probe_engine(spec: str, *, weights: bool = False, timeout_s: float = 5.0) -> None:
@@ -58,10 +58,10 @@ def probe_engine(spec: str, *, weights: bool = False, timeout_s: float = 5.0) ->
 
         probe_endpoint(target, str(parsed.model), weights=weights, timeout_s=timeout_s)
         return
-    from inference.checkpoint import resolve_model
+    from inference.checkpoint import checkpoint_directory
 
     try:
-        path = resolve_model(target)
+        path = checkpoint_directory(target)
     except ValueError as exc:
         raise EngineUnavailable(f"engine {spec}: {exc}") from None
     if not (path / "config.json").is_file():

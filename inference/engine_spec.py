@@ -9,10 +9,13 @@ hashes) are written once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from os import PathLike
 from typing import Literal
 
 KINDS = ("hf", "openai", "vllm")
+FORM = {"hf": "hf:DIR", "openai": "openai:URL#MODEL", "vllm": "vllm:DIR"}
 FORMS = "hf:DIR, openai:URL#MODEL or vllm:DIR"
 Kind = Literal["hf", "openai", "vllm"]
 REFERENCE = "reference"
@@ -63,3 +66,25 @@ class EngineSpec:
 
     def __str__(self) -> str:
         return f"openai:{self.target}#{self.model}" if self.kind == "openai" else f"{self.kind}:{self.target}"
+
+
+def hf_spec(directory: str | PathLike[str]) -> str:
+    """The spec of the transformers engine on a checkpoint directory (or a model artifact key)."""
+    return str(EngineSpec("hf", str(directory)))
+
+
+def engine_or(value: str, names: Mapping[str, str], kinds: tuple[Kind, ...] = KINDS) -> str:
+    """``value`` when it is one of ``names`` (a word standing for an engine the caller builds itself, mapped to what
+    it is) or an engine spec of one of ``kinds``; else a ValueError naming the forms allowed (params validators,
+    CLI options)."""
+    if value in names:
+        return value
+    words = ", or ".join(f"{name!r} ({what})" for name, what in names.items())
+    try:
+        kind = EngineSpec.parse(value).kind
+    except EngineSpecError as exc:
+        raise ValueError(f"{exc}, or {words}") from None
+    if kind not in kinds:
+        expected = ", ".join(FORM[k] for k in kinds)
+        raise ValueError(f"engine spec {value!r}: a {kind} engine cannot serve here; expected {expected}, or {words}")
+    return value

@@ -16,7 +16,7 @@ from typing import Any
 from data_contracts.stage import StageError
 from envgen.trajectory_checks import Slot, slot_problem
 from inference.engine import Request, SamplingParams
-from inference.engine_spec import REFERENCE
+from inference.engine_spec import REFERENCE, engine_or
 
 SYSTEM = "You write short, natural texts for training conversations. Answer with the text only."
 
@@ -25,16 +25,9 @@ class TeacherError(StageError):
     """The teacher cannot be used at all (unreachable, or answering garbage); the message names it."""
 
 
-def check_spec(spec: str) -> str:
+def check_teacher(spec: str) -> str:
     """``reference`` or an engine spec (hf:DIR, openai:URL#MODEL, vllm:DIR); raises ValueError naming the forms."""
-    from inference.engine_spec import EngineSpec, EngineSpecError
-
-    if spec != REFERENCE:
-        try:
-            EngineSpec.parse(spec)
-        except EngineSpecError as exc:
-            raise ValueError(f"{exc}, or 'reference' (the offline teacher)") from None
-    return spec
+    return engine_or(spec, {REFERENCE: "the offline teacher"})
 
 
 class Teacher:
@@ -43,7 +36,7 @@ class Teacher:
     def __init__(self, spec: str = REFERENCE, max_tokens: int = 256, temperature: float = 0.7, seed: int = 0,
                  timeout_s: float = 60.0, retries: int = 2, engine: Any = None) -> None:
         """``engine``: an Engine already built, named ``spec`` (the scripted test doubles of the tests)."""
-        self.spec = check_spec(spec) if engine is None else spec
+        self.spec = check_teacher(spec) if engine is None else spec
         self.engine: Any = engine
         self.sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
         if engine is not None:

@@ -23,6 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from data_contracts.schemas import Record, at_most, between, in_set, not_null
 from data_contracts.stage import REJECTED, Artifact, Check, Contract, Params
 from envgen.rewards import normalize
+from inference.engine_spec import engine_or, hf_spec
 from inference.plotting import save_figure
 from tasks.records import PASS_HISTOGRAM
 
@@ -54,14 +55,7 @@ class FilterParams(Params):
     @field_validator("engine")
     @classmethod
     def _engine(cls, value: str) -> str:
-        from inference.engine_spec import EngineSpec, EngineSpecError
-
-        if value != TINY:
-            try:
-                EngineSpec.parse(value)
-            except EngineSpecError as exc:
-                raise ValueError(f"{exc}, or 'tiny' (the tiny_policy artifact)") from None
-        return value
+        return engine_or(value, {TINY: "the tiny_policy artifact"})
 
     @model_validator(mode="after")
     def _window(self) -> FilterParams:
@@ -163,6 +157,11 @@ def plot_pass_histogram(histogram: pl.DataFrame, path: str | Path, title: str = 
     return path
 
 
+def pass_count_figure(artifact: Artifact, path: Path) -> None:
+    """The figure of a difficulty filter's artifact: its pass-count histogram."""
+    plot_pass_histogram(artifact.read("histogram"), path)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Engines
 
@@ -175,7 +174,7 @@ def open_engine(spec: str, policy: Artifact | None) -> Engine:
     if spec == TINY:
         if policy is None:
             raise ValueError("engine='tiny' needs the tiny_policy input artifact")
-        spec = f"hf:{policy.directory}"
+        spec = hf_spec(policy.directory)
     return load_engine(spec)
 
 

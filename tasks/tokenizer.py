@@ -82,8 +82,8 @@ def domain_texts(domains: pl.DataFrame, heldout: tuple[str, ...] = ()) -> Iterat
 
     from envgen.compiler import compile_domain
     from envgen.customers import POLICY
+    from envgen.domain_spec import DomainSpec
     from envgen.small import compact_schema
-    from envgen.spec import DomainSpec
     from envgen.taskgen import system_prompt
 
     placeholder = {"integer": 0, "number": 0.0, "boolean": True}
@@ -128,6 +128,7 @@ TOKENIZER_CONTRACT = TOKENIZER.contract(
     name="tokenizer",
     version="3",  # 2: the chat template leaves turns flagged train: false out of the generation mask; 3: domain_text
     inputs=("world", "domain_graphs"),
+    optional_inputs={"domain_graphs": "domain_text"},
     params=TokenizerParams,
     outputs={"tokenizer": TOKENIZER_CONTRACT},
 )

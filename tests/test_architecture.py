@@ -264,3 +264,45 @@ def test_the_readme_rooms_table_is_the_tree() -> None:
         missing += [f for f in re.findall(r"`([\w/]+\.py)`", row)
                     if not (ROOT / room / f).is_file() and not (ROOT / f).is_file()]
         assert missing == [], f"{room}: the table names {missing}, which the tree does not hold"
+
+
+# The catalog answers typed questions (data_contracts/catalog.py): code or a test elsewhere that writes SQL against its
+# tables depends on their layout. Docstrings may show SQL (the `artifacts query` console command's example).
+SQL_AT_HOME = {
+    "data_contracts/catalog.py": "the catalog",
+    "tests/data_contracts/test_catalog.py": "the catalog's own tests read its tables",
+    "tests/flows/test_cli.py": "`gymforge artifacts query`, the console's escape hatch",
+    "tests/flows/test_dag.py": "plants the row a killed writer never wrote",
+    "tests/test_architecture.py": "the planted violations",
+}
+CATALOG_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b[\s\S]*\b(FROM|INTO|UPDATE|JOIN)\s+(artifacts|lineage)\b",
+                         re.IGNORECASE)
+
+
+def catalog_sql(path: Path) -> list[int]:
+    """The lines of string literals in ``path`` that are SQL over the catalog's tables, docstrings aside."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and CATALOG_SQL.search(node.value)]
+
+
+def test_no_sql_against_the_catalog_outside_it() -> None:
+    found = [f"{path.relative_to(ROOT)}:{line}" for room in [*RANK, "bench", "tests"]
+             for path in sorted((ROOT / room).rglob("*.py"))
+             if path.relative_to(ROOT).as_posix() not in SQL_AT_HOME for line in catalog_sql(path)]
+    assert found == []
+
+
+@pytest.mark.parametrize(("source", "lines"), [
+    ('rows = catalog.query("SELECT key FROM artifacts WHERE stage = ?", [stage])\n', [1]),
+    ('def f(c):\n    return c.query("select input_key "\n                   "from lineage")\n', [2]),
+    ('def f():\n    """E.g. SELECT stage FROM artifacts."""\n    return catalog.entries(stage="sft")\n', []),
+    ('text = "select the artifacts from this list"\n', []),
+])
+def test_the_sql_check_sees_sql_outside_the_catalog(tmp_path: Path, source: str, lines: list[int]) -> None:
+    path = tmp_path / "planted.py"
+    path.write_text(source)
+    assert catalog_sql(path) == lines

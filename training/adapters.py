@@ -80,6 +80,19 @@ def merged_copy(model: Any) -> Any:
     return copy.deepcopy(model).merge_and_unload() if isinstance(model, PeftModel) else model
 
 
+def plain_copy(model: Any, dtype: str) -> Any:
+    """A plain transformers copy of the model ``model`` stands for (adapters merged) with its weights in ``dtype``,
+    for decoding beside a trainer that goes on with ``model``. Built from the config and ``merged_state_dict``, not by
+    ``deepcopy``: TRL's fused LM head patches the forward of the model it trains with a closure over that model, so
+    a deep copy would still run the original."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_config(causal_lm(model).config, dtype=getattr(torch, dtype))
+    plain.load_state_dict(merged_state_dict(model))
+    return plain.eval()
+
+
 def merged_state_dict(model: Any) -> dict[str, Any]:
     """The state dict of the plain model ``model`` stands for, adapters merged (base weight + scale * B A), under the
     plain model's names; ``model`` itself is left as it is (a trainer keeps training it). Any other model gives its

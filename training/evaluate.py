@@ -4,7 +4,7 @@ Inputs are resolved per run (``Stage.with_inputs``, as the ``sft`` stage does): 
 ``engine`` names one, the model as a model artifact (evaluated in-process with transformers). Any engine spec works
 the same way: ``openai:URL#MODEL`` (a hosted model, ``vllm serve``, ``gymforge serve``), ``hf:DIR``, ``vllm:DIR``.
 Items come from the suite (``inference.evaluation.suites``), tasks through ``training.async_rl.sources.load_tasks``; the
-strategies run over the engine (``inference.evaluation.runner``) and the summary is computed from the rows
+strategies run over the engine (``inference.evaluation.strategies``) and the summary is computed from the rows
 (``inference.evaluation.summary``).
 
 The evaluate flow walks the model's lineage in the catalog and passes the suite items found in its training data
@@ -27,8 +27,9 @@ from data_contracts.schemas import in_set
 from data_contracts.stage import Artifact, Check, StageError, stage
 from data_contracts.store import ArtifactStore
 from inference.engine import Engine
+from inference.engine_spec import hf_spec
 from inference.evaluation.items import EvalItem
-from inference.evaluation.runner import Checkpoint, Context, EvalConfig, cap, run_items
+from inference.evaluation.strategies import Checkpoint, Context, EvalConfig, cap, run_items
 from inference.evaluation.suites import SUITES, SuiteSettings, get_suite
 from inference.evaluation.summary import EVAL_SUMMARY, summarize
 from training.records import EVAL_ITEM
@@ -133,7 +134,7 @@ def model_spec(inputs: Mapping[str, Artifact], params: EvaluateParams) -> tuple[
     if params.engine:
         return params.engine, data
     (artifact,) = models.values()
-    return f"hf:{artifact.directory}", data
+    return hf_spec(artifact.directory), data
 
 
 def load(spec: str, params: EvaluateParams) -> Engine:
@@ -160,11 +161,11 @@ def suite_items(name: str, data: Mapping[str, Artifact]) -> list[EvalItem]:
 def training_ids(catalog: Catalog, store: ArtifactStore, model_key: str) -> set[str]:
     """Every id (``ID_COLUMNS``) in the data the model and the models it was built from were trained on: the direct
     data inputs of each model artifact on its lineage. Rows of an eval split are not training data."""
-    models = [model_key, *(key for key in catalog.lineage(model_key)["input_key"] if _kind(catalog, key) == "model")]
+    models = [model_key, *(key for key in catalog.lineage(model_key)["input_key"]
+                           if (entry := catalog.entry(key)) is not None and entry.kind == "model")]
     ids: set[str] = set()
     for key in dict.fromkeys(models):
-        for input_stage, input_key in catalog.query("SELECT input_stage, input_key FROM lineage WHERE key = ?",
-                                                    [key]).iter_rows():
+        for input_stage, input_key in catalog.inputs(key).items():
             artifact = store.get(input_stage, input_key)
             if artifact is None or artifact.manifest.get("kind") == "model":
                 continue
@@ -177,11 +178,6 @@ def training_ids(catalog: Catalog, store: ArtifactStore, model_key: str) -> set[
                     ids.update(v for v in frame.select(pl.col(column).cast(pl.String)).collect().to_series()
                                if v is not None)
     return ids
-
-
-def _kind(catalog: Catalog, key: str) -> str | None:
-    found = catalog.query("SELECT kind FROM artifacts WHERE key = ?", [key])
-    return None if found.is_empty() else found["kind"][0]
 
 
 def overlap(items: Sequence[EvalItem], trained: set[str]) -> tuple[str, ...]:

@@ -62,9 +62,9 @@ def rl(inputs: Mapping[str, Artifact], params: RLParams, partition: str, out_dir
     from inference.cpu import tune_allocator
     from inference.tokenizer import load as load_tokenizer
     from training.async_rl.controllers import DaskLauncher, ProcessLauncher
-    from training.async_rl.report import TensorBoardSteps
     from training.async_rl.run import RLRun
     from training.async_rl.sources import load_tasks
+    from training.async_rl.tensorboard_steps import TensorBoardSteps
 
     tune_allocator()  # before torch allocates (inference/cpu.py)
     base_dir, base = _base(inputs, params)

@@ -10,8 +10,9 @@ validity (``training/sft_eval.py``) are measured before the first step and at th
 
 With ``lora`` set, the base stays frozen and low-rank adapters (``peft``, TRL's ``peft_config``) train on the
 projections of its top layers only, so the backward pass stops there; the trained adapter is merged into the published
-weights (every engine serves them as any checkpoint) and kept beside them under ``adapter/``. TRL evaluates the
-output layer at the trained positions only (its fused LM head), whatever the adapter.
+weights (every engine serves them as any checkpoint) and kept beside them under ``adapter/``. The output layer is
+evaluated at the trained positions only (TRL's fused LM head, made to on every device: ``trained_positions_only``),
+whatever the adapter.
 
 Config fields carry TRL's names. CPU (``use_cpu``; fp32, or ``bf16`` autocast where the cores have bf16 units) and
 GPU (``bf16``, ``gradient_checkpointing``, several processes through ``accelerate launch`` with ``num_processes``)
@@ -32,7 +33,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +45,7 @@ from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
+from inference.plotting import save_figure
 from inference.progress import RunProgress
 from training.adapters import ADAPTER, LoraSettings, adapter_card, merge_adapter
 from training.records import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
@@ -122,8 +125,9 @@ class SFTParams(Params):
                                   "its base (otherwise that run is an error)")
     # devices
     use_cpu: bool = Field(False, description="train on the CPU even when an accelerator is present")
-    bf16: bool = Field(False, description="bf16 autocast mixed precision: GPUs, and CPUs with bf16 units (the "
-                                          "small profile; measured in bench/RESULTS.md); off by default")
+    bf16: bool = Field(False, description="bf16 autocast mixed precision, and the held-out turns decoded by a bf16 "
+                                          "copy: GPUs, and CPUs with bf16 units (the small profile; measured in "
+                                          "bench/RESULTS.md); off by default")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass (GPU "
                                                             "memory); TRL's default True only slows a CPU down")
     num_processes: int = Field(1, gt=0, description="data-parallel processes; above 1 training runs under "
@@ -257,6 +261,23 @@ def sft_config(params: SFTParams, output_dir: Path, evaluate: bool, resuming: bo
     )
 
 
+@contextmanager
+def trained_positions_only() -> Iterator[None]:
+    """Within this block TRL's fused LM head projects only the positions whose label is trained, on every device.
+
+    TRL does so where Triton runs and projects every position elsewhere (a tile shape per batch would recompile on
+    Neuron). A CPU recompiles nothing, and there the 49K-wide projection of the untrained positions (system prompt,
+    tools, user and tool turns: most of a trajectory), in float32, is a large share of a step (bench_sft steps)."""
+    import trl.trainer.utils as fused
+
+    everywhere = fused._use_triton
+    fused._use_triton = lambda device: device.type == "cpu" or everywhere(device)
+    try:
+        yield
+    finally:
+        fused._use_triton = everywhere
+
+
 def _trainer_class() -> type:
     import torch
     from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
@@ -284,6 +305,8 @@ def _trainer_class() -> type:
 
         eval_turns: Sequence[CallTurn] = ()
         eval_max_tokens = 160  # SFTParams.eval_max_tokens
+        eval_dtype: str | None = None  # bfloat16 with SFTParams.bf16: held-out turns decoded by a bf16 copy
+        head_at_trained_positions = True  # bench_sft steps turns it off to measure what it saves
         first_scores: list[dict[str, bool]] | None = None  # each held-out turn at the first evaluation
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
@@ -293,11 +316,17 @@ def _trainer_class() -> type:
                                                        seed=self.args.data_seed or self.args.seed)
             return sampler
 
+        def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
+            if not self.head_at_trained_positions:
+                return super().compute_loss(*args, **kwargs)
+            with trained_positions_only():
+                return super().compute_loss(*args, **kwargs)
+
         def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
             metrics = super().evaluate(*args, **kwargs)
             if self.eval_turns:
                 scores = score_turns(self.model, self.processing_class, self.eval_turns,
-                                     max_new_tokens=self.eval_max_tokens)
+                                     max_new_tokens=self.eval_max_tokens, dtype=self.eval_dtype)
                 figures = {f"eval_{k}": v for k, v in mean_figures(scores).items()}
                 if self.first_scores is None:
                     self.first_scores = scores
@@ -389,6 +418,7 @@ def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: 
             callback.logging_dir = params.logging_dir
     trainer.eval_turns = tuple(eval_turns)
     trainer.eval_max_tokens = params.eval_max_tokens
+    trainer.eval_dtype = "bfloat16" if params.bf16 else None
     return trainer
 
 
@@ -468,8 +498,23 @@ def _eval_at(metrics: pl.DataFrame, last: bool) -> dict[str, float]:
 # 2: a base directory whose tokenizer lacks the tool tags keeps spelling them in its own pieces
 # 3: a checkpoint given gymforge's template carries its response template (TRL parses tool calls with it)
 # 4: low-rank adapters (lora) merged into the published weights, the adapter kept under adapter/
+def loss_figure(artifact: Artifact, path: Path) -> None:
+    """The figure of an sft artifact: training and held-out loss against the step."""
+    metrics = artifact.read("metrics")
+    with save_figure(path, figsize=(6, 3.5)) as (_, ax):
+        for split, colour in (("train", "#4477aa"), ("eval", "#ee6677")):
+            curve = metrics.filter((pl.col("split") == split) & (pl.col("name") == "loss")).sort("step")
+            if not curve.is_empty():
+                ax.plot(curve["step"].to_list(), curve["value"].to_list(), marker="o" if split == "eval" else None,
+                        color=colour, label=f"{split} loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (trained assistant tokens)")
+        ax.set_title(f"{STAGE} {artifact.key}")
+        ax.legend()
+
+
 @stage(name=STAGE, version="4", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
-       directory=MODEL_DIRECTORY,
+       directory=MODEL_DIRECTORY, figure=loss_figure,
        outputs={"metrics": TRAINING_METRIC.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1),
                 REJECTED: SFT_REJECTED.contract()})
 def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_dir: Path) -> dict[str, pl.DataFrame]:

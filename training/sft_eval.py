@@ -77,14 +77,15 @@ def score_call(text: str, turn: CallTurn) -> dict[str, bool]:
 
 
 def score_turns(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_tokens: int = 160,
-                batch_size: int = BATCH, **decoding: bool) -> list[dict[str, bool]]:
+                batch_size: int = BATCH, **decoding: Any) -> list[dict[str, bool]]:
     """The figures of each turn, from its greedy continuation (``greedy_texts``, with its ``decoding`` options)."""
     texts = greedy_texts(model, tokenizer, turns, max_new_tokens, batch_size, **decoding)
     return [score_call(text, turn) for text, turn in zip(texts, turns, strict=True)]
 
 
 def greedy_texts(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_tokens: int,
-                 batch_size: int = BATCH, first_call: bool = True, prefix_cache: bool = True) -> list[str]:
+                 batch_size: int = BATCH, first_call: bool = True, prefix_cache: bool = True,
+                 dtype: str | None = None) -> list[str]:
     """What the model writes at each turn: greedy decoding with the in-process engine's loop on the live model ("" where
     the prompt fills the context), up to the end of its first call when ``first_call`` (the figures score that one).
 
@@ -93,13 +94,17 @@ def greedy_texts(model: Any, tokenizer: Any, turns: Sequence[CallTurn], max_new_
     and decodes the batch together, reading the weights once per step for all of its rows (decoding is bound by
     memory on a CPU). ``prefix_cache`` off pads the batch's prompts and prefills them together, and with
     ``first_call`` off and a batch of one decodes as before both existed (bench_sft scoring measures them).
+    ``dtype`` decodes with a plain copy of the model in that dtype (``bfloat16``: half the weight bytes read per
+    decoding step, and the bf16 units of a CPU that has them), leaving ``model`` as it is.
     """
     from inference.engine import SamplingParams
     from inference.engine_support import render_prompt
     from inference.hf_engine import HFEngine, Row
+    from training.adapters import plain_copy
 
     was_training = model.training
-    engine = HFEngine(model, tokenizer, max_batch_size=batch_size, prefix_cache=prefix_cache)
+    decoder = model if dtype is None else plain_copy(model, dtype)
+    engine = HFEngine(decoder, tokenizer, max_batch_size=batch_size, prefix_cache=prefix_cache)
     stop = (TOOL_CALL_END,) if first_call else ()
     try:
         prompts = [render_prompt(tokenizer, list(turn.messages), list(turn.tools)) for turn in turns]

@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 from data_contracts.stage import Artifact, Params, rng_for, stage
 from inference.checkpoint import MODEL_DIRECTORY, read_card, save_model
 from inference.cpu import tune_allocator
+from inference.plotting import save_figure
 from training.records import LOSS_CURVE, TRAINING_SUMMARY
 
 if TYPE_CHECKING:
@@ -149,10 +150,20 @@ def loss_curve(losses: list[float], every: int) -> list[dict[str, float]]:
     ]
 
 
+def loss_curve_figure(artifact: Artifact, path: Path) -> None:
+    """The figure of a tiny_policy artifact: its training loss curve."""
+    curve = artifact.read("loss_curve")
+    with save_figure(path, figsize=(5, 3)) as (_, ax):
+        ax.plot(curve["step"].to_list(), curve["loss"].to_list(), color="#4477aa")
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (assistant tokens)")
+        ax.set_title(STAGE)
+
+
 # 3: a model artifact (a transformers directory), no weights inside Parquet
 # 4: the tokenizer carries the response template TRL's GRPOTrainer parses tool calls with
 @stage(name=STAGE, version="4", inputs=("tokenizer", "qa_seeds"), params=TinyPolicyParams, kind="model",
-       directory=MODEL_DIRECTORY,
+       directory=MODEL_DIRECTORY, figure=loss_curve_figure,
        outputs={"loss_curve": LOSS_CURVE.contract(), "summary": TRAINING_SUMMARY.contract(min_rows=1)})
 def tiny_policy(inputs: Mapping[str, Artifact], params: TinyPolicyParams, partition: str,
                 out_dir: Path) -> dict[str, pl.DataFrame]:

@@ -1,4 +1,4 @@
-"""The noisy environment: the runtime's :class:`~envgen.runtime.Environment` with a task's tool faults applied.
+"""The noisy environment: the runtime's :class:`~envgen.environment.Environment` with a task's tool faults applied.
 
 It overrides ``call_tool``, the seam the runtime provides for tool noise, and nothing else: episodes, the user
 simulator and scoring are the runtime's. Injected faults are part of the task (its ``noise`` record); they are
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from envgen.environment import Environment, Observation, UserSimulator
 from envgen.noise.records import NoiseRecord
 from envgen.noise.tools import ToolNoise
-from envgen.runtime import Environment, Observation, UserSimulator
 from envgen.tools import ToolError, ToolResult, parse_arguments
 
 

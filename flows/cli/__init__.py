@@ -45,6 +45,8 @@ from flows.terminal import after_import, print_table, stdout_console
 if TYPE_CHECKING:
     import polars as pl
 
+    from data_contracts.catalog import Entry
+
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -93,6 +95,7 @@ def _clean_errors() -> Iterator[None]:
 
 @app.callback()
 def _global_options(
+    ctx: typer.Context,
     data_dir: Annotated[
         str | None,
         typer.Option("--data-dir", envvar="GYMFORGE_DATA", help="Data root: a directory (default ./data) or an "
@@ -118,16 +121,26 @@ def _global_options(
     if not verbose:
         _quiet_console_logs()
         if not sys.stderr.isatty():  # no live bar there: a line per reported step instead (a terminal gets the bar)
-            _progress_lines()
+            ctx.with_resource(_progress_lines())
 
 
-def _progress_lines() -> None:
+@contextlib.contextmanager
+def _progress_lines() -> Iterator[None]:
+    """Reported lines on stderr while the command runs. Afterwards the logger is as it was: a command invoked in a
+    process that goes on (a notebook, a test) leaves it no handler bound to a stream that may since have closed."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     progress = logging.getLogger("gymforge.progress")
+    level, propagate = progress.level, progress.propagate
     progress.addHandler(handler)
     progress.setLevel(logging.INFO)
     progress.propagate = False  # a notebook's or a worker's root handlers print it their own way
+    try:
+        yield
+    finally:
+        progress.removeHandler(handler)
+        progress.setLevel(level)
+        progress.propagate = propagate
 
 
 def _quiet_console_logs() -> None:
@@ -367,19 +380,17 @@ def artifacts_ls(
 ) -> None:
     """List artifacts: stage, kind, partition, key, status, rows, bytes (`show KEY` for the rest); models with
     their base, steps, final metric and date."""
+    import polars as pl
+
     with _clean_errors():
         catalog = _catalog()
-        frame = catalog.query(
-            "SELECT stage, kind, partition, key, status, rows, bytes FROM artifacts "
-            "WHERE (? IS NULL OR stage = ?) AND (? IS NULL OR status = ?) AND (? IS NULL OR kind = ?) "
-            "ORDER BY stage, partition, key",
-            [stage, stage, status, status, kind, kind],
-        )
-        if frame.is_empty():
+        entries = catalog.entries(stage=stage, status=status, kind=kind)
+        if not entries:
             console.print(_nothing_listed(catalog, stage, status, kind))
             return
-        if kind == "model":
-            frame = _model_rows(catalog, frame)
+        columns = ("stage", "kind", "partition", "key", "status", "rows", "bytes")
+        frame = (_model_rows(catalog, entries) if kind == "model"
+                 else pl.DataFrame([{column: getattr(entry, column) for column in columns} for entry in entries]))
     _print_frame(frame, f"{frame.height} artifacts")
 
 
@@ -387,7 +398,7 @@ def _nothing_listed(catalog: Any, stage: str | None, status: str | None, kind: s
     """Why ``artifacts ls`` found nothing: an empty data root, or a filter that matches nothing here."""
     import difflib
 
-    stages = catalog.query("SELECT DISTINCT stage FROM artifacts ORDER BY stage")["stage"].to_list()
+    stages = catalog.stages()
     if not stages:
         return f"no artifacts yet in {catalog.root}: run `gymforge demo` or `gymforge run STAGE`"
     if stage is not None and stage not in stages:
@@ -399,7 +410,7 @@ def _nothing_listed(catalog: Any, stage: str | None, status: str | None, kind: s
     return f"no artifact with {asked} in {catalog.root}"
 
 
-def _model_rows(catalog: Any, frame: pl.DataFrame) -> pl.DataFrame:
+def _model_rows(catalog: Any, entries: list[Entry]) -> pl.DataFrame:
     """Model artifacts as people tell them apart: what they started from, how long they trained, the final figure
     of their card, and when they were published (their manifest's time)."""
     import datetime
@@ -411,15 +422,15 @@ def _model_rows(catalog: Any, frame: pl.DataFrame) -> pl.DataFrame:
 
     store = open_store(catalog.root)
     rows = []
-    for row in frame.iter_rows(named=True):
-        artifact = store.get(row["stage"], row["key"]) if row["status"] == "published" else None
+    for entry in entries:
+        artifact = store.get(entry.stage, entry.key) if entry.status == "published" else None
         card = model_card_of(artifact) if artifact is not None else {}
         manifest = artifact.path / "manifest.json" if artifact is not None else None
         published = (datetime.datetime.fromtimestamp(manifest.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
                      if manifest is not None and manifest.is_file() else "")
-        rows.append({"stage": row["stage"], "key": row["key"], "base": str(card.get("base", "")),
+        rows.append({"stage": entry.stage, "key": entry.key, "base": str(card.get("base", "")),
                      "steps": str(card.get("steps", "")), "final metric": _final_metric(card),
-                     "published": published, "partition": row["partition"], "status": row["status"]})
+                     "published": published, "partition": entry.partition, "status": entry.status})
     return pl.DataFrame(rows)
 
 
@@ -442,10 +453,10 @@ def artifacts_show(
 
     with _clean_errors():
         catalog = _catalog()
-        found = catalog.query("SELECT stage, status FROM artifacts WHERE key = ?", [key])
-        if found.is_empty():
+        found = catalog.entry(key)
+        if found is None:
             raise StageError(f"no artifact with key {key!r} in {catalog.path}; list them with `gymforge artifacts ls`")
-        stage, status = found.row(0)
+        stage, status = found.stage, found.status
         store = open_store(catalog.root)
         published = store.get(stage, key) if status == "published" else None
         manifest = published.manifest if published is not None else store.quarantined_manifest(stage, key)

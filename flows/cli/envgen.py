@@ -48,7 +48,7 @@ def generate_bundles(domains: str, envs_per_domain: int, out: Path, profile: str
                      data_dir: Path | None, as_json: bool) -> None:
     """Run domain_graphs -> environments through the store, then write one bundle per environment under OUT."""
     from envgen.bundle import write_bundles
-    from envgen.spec import resolve_domains
+    from envgen.domain_spec import resolve_domains
     from flows.dag import materialize
 
     try:
@@ -116,7 +116,7 @@ def generate(
 def list_domains(domains: DomainsOpt = "all", as_json: JsonOpt = False) -> None:
     """Shipped domains with their entity, tool and edge counts and graph density."""
     from envgen.compiler import compiled
-    from envgen.spec import SpecError, resolve_domains
+    from envgen.domain_spec import DomainSpecError, resolve_domains
 
     rows = []
     try:
@@ -125,7 +125,7 @@ def list_domains(domains: DomainsOpt = "all", as_json: JsonOpt = False) -> None:
             rows.append({"domain": name, "entities": len(d.spec.entities), "tools": len(d.tools),
                          "writes": len(d.writes()), "edges": d.graph.number_of_edges(),
                          "density": round(d.density, 4)})
-    except (SpecError, ValueError) as exc:
+    except (DomainSpecError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     _print(rows, f"{len(rows)} domains", as_json)
 
@@ -137,11 +137,11 @@ def check(
 ) -> None:
     """Check specs the way the stages will: parse (every problem listed), compile (enough tools), execute every
     tool, then construct and verify ENVS environments (golden replay, four mutations)."""
-    from envgen.checks import check_spec
+    from envgen.checks import check_domain_spec
 
     rows = []
     for path in specs:
-        result = check_spec(path, envs)
+        result = check_domain_spec(path, envs)
         if result.problems:
             typer.echo(f"{path}: {len(result.problems)} problem(s) in domain spec:\n"
                        + "\n".join(f"  - {problem}" for problem in result.problems), err=True)
@@ -163,7 +163,7 @@ def replay_cmd(
     import random
 
     from envgen.bundle import BundleError, bundle_dirs, read_bundle
-    from envgen.runtime import Environment, domain_for, replay
+    from envgen.environment import Environment, domain_for, replay
     from envgen.taskgen import mutate as make_mutation
 
     if mutate is not None and mutate not in MUTATIONS:

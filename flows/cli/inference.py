@@ -133,11 +133,11 @@ def serve(
 ) -> None:
     """Serve a local checkpoint or a model artifact with an OpenAI-compatible API (/v1/models,
     /v1/chat/completions)."""
-    from inference.checkpoint import resolve_model
+    from inference.checkpoint import checkpoint_directory
     from inference.server import serve as run_server
 
     try:
-        path = resolve_model(model)
+        path = checkpoint_directory(model)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--model") from None
     if not (path / "config.json").is_file():

@@ -71,13 +71,13 @@ def route_overrides(routes: list[str], n: int | None, teacher: str | None,
 def probe_teacher(teacher: str | None) -> None:
     """An engine teacher is reached once before any server or cluster starts: down or garbage is one error."""
     from inference.engine_spec import REFERENCE
-    from inference.teacher import Teacher, check_spec
+    from inference.teacher import Teacher, check_teacher
 
     if teacher in (None, REFERENCE):
         return
 
     try:
-        check_spec(teacher)
+        check_teacher(teacher)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     Teacher(teacher).close()

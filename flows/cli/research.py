@@ -27,12 +27,12 @@ from inference.engine_spec import REFERENCE
 research_app = typer.Typer(no_args_is_help=True, help="Deep research: the harness, research tasks, trajectories.")
 
 
-def check_teacher(spec: str, option: str = "--teacher") -> str:
-    """``reference`` or an engine spec (``inference.teacher.check_spec``), as a CLI option error."""
-    from inference.teacher import check_spec
+def teacher_option(spec: str, option: str = "--teacher") -> str:
+    """``reference`` or an engine spec (``inference.teacher.check_teacher``), as a CLI option error."""
+    from inference.teacher import check_teacher
 
     try:
-        return check_spec(spec)
+        return check_teacher(spec)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
 
@@ -89,8 +89,8 @@ def run(
     from tasks.research.harness.run import run_id_for
     from tasks.research.harness.session import HarnessConfig
 
-    check_teacher(teacher)
-    if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
+    teacher_option(teacher)
+    if judge is not None and teacher_option(judge, "--judge") == REFERENCE:
         raise typer.BadParameter("the judge must be an engine: hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint="--judge")
     if not query.strip():
         raise typer.BadParameter("the query is empty: say what to research", param_hint="QUERY")
@@ -202,8 +202,8 @@ def trajectories(
     """Teacher executions of the harness on the research tasks, through the store (journaled, resumable)."""
     from flows.dag import materialize
 
-    check_teacher(teacher)
-    if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
+    teacher_option(teacher)
+    if judge is not None and teacher_option(judge, "--judge") == REFERENCE:
         raise typer.BadParameter("the judge must be an engine: hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint="--judge")
     if max_tasks is not None and max_tasks < 1:
         raise typer.BadParameter("--max-tasks must be at least 1")
@@ -226,7 +226,7 @@ def qa(
     """Agent-based QA synthesis over the search index, through the store; prints items per difficulty."""
     from flows.dag import materialize
 
-    check_teacher(engine, "--engine")
+    teacher_option(engine, "--engine")
     if n < 0:
         raise typer.BadParameter("--n must be >= 0")
     artifact = materialize(["search_qa"], profile=profile,
@@ -261,7 +261,7 @@ def check(
 
     if not report.is_file():
         raise typer.BadParameter(f"{report}: no such file", param_hint="REPORT")
-    if judge is not None and check_teacher(judge, "--judge") == REFERENCE:
+    if judge is not None and teacher_option(judge, "--judge") == REFERENCE:
         raise typer.BadParameter("the judge must be an engine: hf:DIR, openai:URL#MODEL or vllm:DIR", param_hint="--judge")
     try:
         text = report.read_text(encoding="utf-8")
@@ -314,9 +314,8 @@ def _open_index(index: str | None) -> tuple[Any, Any]:
         except (OSError, ValueError) as exc:
             raise typer.BadParameter(str(exc), param_hint="--index") from None
     catalog = Catalog(data_root())
-    rows = catalog.query("SELECT key FROM artifacts WHERE stage = 'search_index' AND status = 'published'"
-                         + (" AND key = ?" if index is not None else " ORDER BY key"), [index] if index else [])
-    keys = rows["key"].to_list() if not rows.is_empty() else []
+    keys = [entry.key for entry in catalog.entries(stage="search_index", status="published")
+            if index is None or entry.key == index]
     if index is not None and not keys:
         raise typer.BadParameter(f"{index!r}: neither an index directory nor a published search_index key; list "
                                  "them with `gymforge artifacts ls`", param_hint="--index")

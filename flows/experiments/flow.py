@@ -1,6 +1,6 @@
 """The `experiment` flow: a declared experiment run end to end on a data root, every arm at every seed a Prefect
 task in this process (training never runs inside a Dask worker, DESIGN.md section 4), every artifact an ordinary
-catalog entry with its lineage, and the report as a Prefect artifact and a Markdown page (with its learning-curve
+catalog entry with its lineage, and the write-up as a Prefect artifact and a Markdown page (with its learning-curve
 PNG and the scores as Parquet) under ``<data root>/experiments/<name>/``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from data_contracts.roots import data_root
-from flows.experiments import report
+from flows.experiments import writeup
 from flows.experiments.config import Experiment
 from flows.experiments.core import ArmRun, Result, run_experiment
 from flows.experiments.declared import get_experiment
@@ -70,10 +70,10 @@ def page_stem(experiment: Experiment, profile: str, seeds: int) -> str:
 
 
 def publish(result: Result, root: Path) -> dict[str, Any]:
-    """The page, the figure and the scores under the data root; the same report as Prefect artifacts."""
+    """The page, the figure and the scores under the data root; the same write-up as Prefect artifacts."""
     directory = root / "experiments" / result.experiment.name
     stem = page_stem(result.experiment, result.profile, result.seeds)
-    page, text = report.write(result, directory, stem)
+    page, text = writeup.write(result, directory, stem)
     pl.concat([r.scores.with_columns(pl.lit(r.arm).alias("arm"), pl.lit(r.seed).alias("seed"))
                for r in result.runs]).write_parquet(directory / f"{stem}.scores.parquet")
     slug = result.experiment.name.replace("_", "-")
@@ -88,7 +88,7 @@ def publish(result: Result, root: Path) -> dict[str, Any]:
          "b_score": round(c.b_score.value, 4), "difference": round(c.difference.value, 4),
          "ci_lo": round(c.difference.lo, 4), "ci_hi": round(c.difference.hi, 4), "p": round(c.p_value, 4)}
         for (metric, group), comparisons in result.comparisons.items() for c in comparisons])
-    return {"page": str(page), "conclusion": report.conclusion(result), "wall_s": result.wall_s,
+    return {"page": str(page), "conclusion": writeup.conclusion(result), "wall_s": result.wall_s,
             "runs": len(result.runs)}
 
 
@@ -105,7 +105,7 @@ def _run_name() -> str:
 def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", base: str | None = None,
                     seeds: int | None = None, data_dir: str | None = None) -> dict[str, Any]:
     """Run a declared experiment: every arm at seeds 0..seeds-1 (data, training, held-out scoring as artifacts),
-    then the declared comparisons with their intervals; publishes the report.
+    then the declared comparisons with their intervals; publishes the write-up.
 
     Args:
         name: a declared experiment (`gymforge experiment ls`).
@@ -127,7 +127,7 @@ def experiment_flow(name: str, profile: str = "tiny", budget: str = "default", b
     home = Path(executor.store.home)
 
     def on_seed(partial: Result) -> None:  # the page of the seeds so far, e.g. NAME-tiny-default-1seeds.md
-        report.write(partial, home / "experiments" / name, page_stem(experiment, profile, partial.seeds))
+        writeup.write(partial, home / "experiments" / name, page_stem(experiment, profile, partial.seeds))
 
     def on_run(run: ArmRun) -> None:
         logger.info("%s seed %d: %s (%.0f s)", run.arm, run.seed, run.artifacts, run.wall_s)

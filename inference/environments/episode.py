@@ -1,11 +1,11 @@
 """One episode of a served task, driven one call at a time: what the OpenEnv server and the TRL adapter both run.
 
-``envgen.runtime`` steps on assistant messages (tool calls, or text the simulated user answers). Trainers outside
+``envgen.environment`` steps on assistant messages (tool calls, or text the simulated user answers). Trainers outside
 gymforge call one tool at a time, and TRL ends a rollout at the first reply without a tool call, so the user is
 reached through a tool too: ``respond(message)`` sends the agent's text to the simulated user and returns the
 reply. The rubric's required outputs are read from what the agent told the user, so the final answer reaches the
 environment through ``respond`` as well. Each call is one runtime step (a golden replay through calls is the same
-sequence of steps as ``envgen.runtime.replay``, so it scores the same), on the runtime's own episode database.
+sequence of steps as ``envgen.environment.replay``, so it scores the same), on the runtime's own episode database.
 
 With ``distractors`` set, a task is offered its task view (its golden tools plus that many others, compact schemas:
 ``envgen.small.task_view``) instead of every tool of its environment: a domain's 54 airline tools render to about
@@ -55,14 +55,14 @@ def wire_info(info: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(dict(info), default=str))
 
 
-class Episode:
+class ServedEpisode:
     """Runs the tasks of ``served`` one episode at a time; ``start`` begins one on a fresh database copy."""
 
     def __init__(self, served: ServedTasks, max_steps: int = 40, distractors: int | None = None) -> None:
         self.served = served
         self.max_steps = max_steps
         self.distractors = distractors
-        self.runtime: NoisyEnvironment | None = None
+        self.environment: NoisyEnvironment | None = None
         self.task: dict[str, Any] | None = None
         self.tools: list[dict[str, Any]] = []
         self.last: StepOutcome | None = None
@@ -73,30 +73,30 @@ class Episode:
 
     def start(self, task: dict[str, Any]) -> list[dict[str, Any]]:
         """Start ``task`` on a fresh copy of its database; the first messages (system prompt, the user's
-        request). The runtime is kept while tasks share an environment (a reset copies the database again)."""
+        request). The environment is kept while tasks share an environment (a reset copies the database again)."""
         env = self.offered_environment(task)
-        if self.runtime is None or self.distractors is not None or self.runtime.record["env_id"] != env["env_id"]:
+        if self.environment is None or self.distractors is not None or self.environment.record["env_id"] != env["env_id"]:
             self.close()
-            self.runtime = NoisyEnvironment(env, max_steps=self.max_steps)
-        if RESPOND in self.runtime.tool_names:
+            self.environment = NoisyEnvironment(env, max_steps=self.max_steps)
+        if RESPOND in self.environment.tool_names:
             raise ValueError(f"environment {env['env_id']} has a tool named {RESPOND!r}, the name of the user tool")
-        observation = self.runtime.reset(task)
+        observation = self.environment.reset(task)
         self.task, self.last = task, None
         self.tools = [*observation.tools, RESPOND_SCHEMA]
         return observation.messages
 
     @property
     def done(self) -> bool:
-        return self.runtime is None or self.runtime.done
+        return self.environment is None or self.environment.done
 
     def _step(self, message: dict[str, Any]) -> StepOutcome:
-        if self.runtime is None or self.task is None:
+        if self.environment is None or self.task is None:
             raise EpisodeError("no episode is running: reset first (a task_id, or a seed)")
-        if self.runtime.done:
+        if self.environment.done:
             reward = self.last.reward if self.last else 0.0
             raise EpisodeError(f"the episode of task {self.task['task_id']} has ended (reward {reward:g}); "
                                "reset to start another")
-        observation, reward, done, info = self.runtime.step(message)
+        observation, reward, done, info = self.environment.step(message)
         added = observation.messages
         content = added[0]["content"] if added else ENDED
         self.last = StepOutcome(content, added, reward, done, wire_info(info) if done else {})
@@ -106,7 +106,7 @@ class Episode:
         """Run one tool call as one assistant turn (the runtime validates the arguments against the tool's schema
         and refuses oversized ones)."""
         raw = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
-        n = self.runtime.steps if self.runtime is not None else 0
+        n = self.environment.steps if self.environment is not None else 0
         call = {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": raw}}
         return self._step({"role": "assistant", "content": "", "tool_calls": [call]})
 
@@ -117,14 +117,14 @@ class Episode:
     def outcome(self) -> StepOutcome:
         """The episode's score: as it ended, or scored now as it stands when it was cut off (the runtime's
         ``score``, as when an episode runs out of steps)."""
-        if self.runtime is None or self.task is None:
+        if self.environment is None or self.task is None:
             raise EpisodeError("no episode is running: reset first (a task_id, or a seed)")
-        if not self.runtime.done:
-            score = self.runtime.score()
+        if not self.environment.done:
+            score = self.environment.score()
             self.last = StepOutcome("", [], score.reward, True, wire_info(score.info))
         return self.last if self.last is not None else StepOutcome("", [], 0.0, True)
 
     def close(self) -> None:
-        if self.runtime is not None:
-            self.runtime.close()
-            self.runtime = None
+        if self.environment is not None:
+            self.environment.close()
+            self.environment = None

@@ -4,7 +4,7 @@
 OpenEnv owns the wire: the ``/ws`` session protocol (reset, step, state, close; one environment per connection, a cap
 on sessions, an idle-session reaper), ``/mcp``, ``/schema``, ``/metadata``, its error frames for malformed JSON and
 invalid messages. gymforge adds what it serves: each session's :class:`GymforgeEnvironment` holds an
-:class:`~inference.environments.episode.Episode` (its own copy of the task's database), and on reset registers the
+:class:`~inference.environments.episode.ServedEpisode` (its own copy of the task's database), and on reset registers the
 task's tools, with their JSON schemas, on the session's FastMCP server, plus ``respond`` (the simulated user). Tool
 calls travel as MCP ``tools/call`` through FastMCP's client and server, into the runtime.
 
@@ -43,7 +43,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from inference.environments.episode import RESPOND, Episode, StepOutcome
+from inference.environments.episode import RESPOND, ServedEpisode, StepOutcome
 from inference.environments.models import EpisodeStart, EpisodeStep
 from inference.environments.tasks import ServedTasks, noise_level_of
 
@@ -95,7 +95,7 @@ class GymforgeEnvironment(MCPEnvironment):
     def __init__(self, served: ServedTasks, settings: ServerSettings) -> None:
         super().__init__(FastMCP(name="gymforge"))
         self.served = served
-        self.episode = Episode(served, settings.max_steps, settings.distractors)
+        self.episode = ServedEpisode(served, settings.max_steps, settings.distractors)
         self.episode_id: str | None = None
         self._registered: list[str] = []
 
@@ -164,8 +164,8 @@ class GymforgeEnvironment(MCPEnvironment):
     @property
     def state(self) -> State:
         task = self.episode.task
-        runtime = self.episode.runtime
-        return State(episode_id=self.episode_id, step_count=runtime.steps if runtime is not None and task else 0,
+        environment = self.episode.environment
+        return State(episode_id=self.episode_id, step_count=environment.steps if environment is not None and task else 0,
                      task_id=task["task_id"] if task else None, done=self.episode.done,
                      reward=self.episode.last.reward if self.episode.last else None)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envgen.runtime import json_field
+from envgen.environment import json_field
 
 
 class TaskNotServed(ValueError):

@@ -27,11 +27,11 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from envgen.environment import domain_for, offered_schemas
 from envgen.noise.records import NoiseRecord
 from envgen.noise.tools import ToolNoise
-from envgen.runtime import domain_for, offered_schemas
 from envgen.small import DISTRACTORS, task_view
-from inference.environments.episode import RESPOND, RESPOND_SCHEMA, Episode
+from inference.environments.episode import RESPOND, RESPOND_SCHEMA, ServedEpisode
 from inference.environments.tasks import ServedTasks
 
 JSON_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
@@ -117,7 +117,7 @@ class GymforgeTRLEnvironment:
     max_steps: int
 
     def __init__(self) -> None:
-        self.episode = Episode(self.served, self.max_steps, self.distractors)
+        self.episode = ServedEpisode(self.served, self.max_steps, self.distractors)
         self.info: dict[str, Any] = {}  # the last episode's reward components, failure label and counts
 
     def reset(self, **row: Any) -> None:

@@ -16,11 +16,11 @@ from typing import Any, Literal, Protocol
 
 import polars as pl
 
+from envgen.rewards import BOXED_INSTRUCTION
 from inference.agent import qa_prompt
 from inference.engine import Message
 
 ItemKind = Literal["prompt", "env"]
-BOXED = "Put the final answer in \\boxed{}."  # also the RL mixture's math prompt (tasks/longctx/rl_mix.py)
 
 
 class TaskLike(Protocol):
@@ -121,7 +121,7 @@ def qa_items(seeds: pl.DataFrame, split: str = "eval") -> list[EvalItem]:
 def math_items(problems: pl.DataFrame) -> list[EvalItem]:
     """Math problems asked on their own, each scored by the reward its row names (math, or choice)."""
     return [EvalItem(
-        id=row["id"], kind="prompt", source="math", messages=[{"role": "user", "content": f"{row['question']}\n{BOXED}"}],
+        id=row["id"], kind="prompt", source="math", messages=[{"role": "user", "content": f"{row['question']}\n{BOXED_INSTRUCTION}"}],
         reward=row["reward_fn"], answer=row["answer"], attributes={"domain": row["source"], "difficulty": row["kind"]},
         known_as=(row["id"],)) for row in problems.iter_rows(named=True)]
 

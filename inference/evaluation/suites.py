@@ -31,7 +31,7 @@ from inference.evaluation.items import (
     prompt_items,
     qa_items,
 )
-from inference.evaluation.runner import StrategyName
+from inference.evaluation.strategies import StrategyName
 
 ItemReader = Callable[[Mapping[str, Artifact], Sequence[TaskLike]], list[EvalItem]]
 

@@ -13,7 +13,7 @@ from data_contracts.schemas import between
 from data_contracts.stage import Artifact, Params, seed_for, stage
 from envgen.compiler import compile_domain
 from envgen.construct import MIN_DOMAIN_TOOLS, executability
-from envgen.spec import domain_paths, load_domain, resolve_domains
+from envgen.domain_spec import domain_paths, load_domain, resolve_domains
 from tasks.environments.records import DOMAIN_GRAPH
 
 

@@ -23,7 +23,7 @@ from data_contracts.stage import REJECTED, Artifact, seed_for, stage
 from envgen.checks import environment_contract, task_contract
 from envgen.compiler import compile_domain, compiled_domains
 from envgen.construct import ConstructionSettings
-from envgen.spec import DomainSpec, faker_for
+from envgen.domain_spec import DomainSpec, faker_for
 from envgen.taskgen import TaskSettings, build_verified
 from tasks.environments.environments import rejection
 from tasks.environments.records import ENVIRONMENT_REJECTED, EVAL_ENVIRONMENT, EVAL_TASK

@@ -53,8 +53,8 @@ def played_trajectory(env: dict[str, Any], params: SmallEnvsParams, rng: Any, to
     """(small environment, its task, the played trajectory row) for a customer task on ``env`` whose trajectory
     verifies, keeps the standard's habits and fits ``max_tokens``; raises Unusable (from ``tasks.midtrain.synth``)
     when none of ``task_attempts`` samples does."""
-    from tasks.midtrain.routes import make_row
-    from tasks.midtrain.synth import Episode, Unusable, play, sample_task
+    from tasks.midtrain.synth import ReferenceEpisode, Unusable, play, sample_task
+    from tasks.midtrain.trajectory_stages import make_row
 
     reasons = []
     for attempt in range(params.task_attempts):
@@ -63,7 +63,7 @@ def played_trajectory(env: dict[str, Any], params: SmallEnvsParams, rng: Any, to
                                   mutations=True)
             small = small_environment({**episode.env, "task_json": json.dumps(episode.task)}, episode.task,
                                       params.distractors, rng, compact=params.tool_schemas == "compact")
-            played = play(Episode(small, episode.task, episode.calls), rng, distractors=-1)
+            played = play(ReferenceEpisode(small, episode.task, episode.calls), rng, distractors=-1)
         except Unusable as exc:
             reasons.append(str(exc))
             continue

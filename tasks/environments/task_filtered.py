@@ -10,11 +10,11 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.stage import Artifact, stage
-from envgen.runtime import Environment
+from envgen.environment import Environment
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Engine
 from inference.rollout import ROLLOUT_CONTRACT, rollouts_frame
-from tasks.difficulty import FilterParams, filter_outputs, split_by_window, with_engine
+from tasks.difficulty import FilterParams, filter_outputs, pass_count_figure, split_by_window, with_engine
 from tasks.environments.records import FILTERED_TASK, FILTERED_TASK_REJECTED
 
 
@@ -54,6 +54,7 @@ def filter_tasks(environments: pl.DataFrame, tasks: pl.DataFrame, engine: Engine
     inputs=("environments", "tiny_policy"),
     params=TaskFilterParams,
     outputs={**filter_outputs("tasks", FILTERED_TASK, FILTERED_TASK_REJECTED), "rollouts": ROLLOUT_CONTRACT},
+    figure=pass_count_figure,
 )
 def task_filtered(inputs: Mapping[str, Artifact], params: TaskFilterParams, partition: str) -> dict[str, pl.DataFrame]:
     """Environment tasks a reference policy completes in some but not all of k agent-loop rollouts."""

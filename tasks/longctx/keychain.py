@@ -37,7 +37,7 @@ from pydantic import Field
 
 from data_contracts.schemas import at_most, between, in_set, matches
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
-from envgen.rewards import normalize
+from envgen.rewards import BOXED_INSTRUCTION, normalize
 from inference.tokenizer import identity as tokenizer_identity
 from tasks.difficulty import ANSWER_OVER_CAP, cap_per_answer
 from tasks.longctx.qa_seeds import ANSWER_SHARE, answer_cap, answer_in_support, share_cap
@@ -76,15 +76,13 @@ INSTRUCTION = (
     "Read the passages below. Some sentences in them are links of the form KEY: VALUE, where the value is either "
     "another key or a question in double quotes."
 )
+# Each question ends with BOXED_INSTRUCTION, where the answer goes.
 SURFACE_QUESTION = (
     "Starting from key {key}, follow the chain of links in the passages until a key's value is a question. That is "
-    "the hidden question: answer it using the passages. Think step by step, then put your final answer in \\boxed{{}}."
+    "the hidden question: answer it using the passages. Think step by step."
 )
 REGULAR_INSTRUCTION = "Read the passages below and answer the question after them."
-REGULAR_QUESTION = (
-    "Question: {question}\nAnswer the question using the passages. Think step by step, then put your final answer "
-    "in \\boxed{{}}."
-)
+REGULAR_QUESTION = "Question: {question}\nAnswer the question using the passages. Think step by step."
 PASSAGE_HEADER = "\n\nPassage {i}:\n"
 _PASSAGE_SPLIT = re.compile(r"\n\nPassage \d+:\n")
 
@@ -222,7 +220,7 @@ class KeyChainBuilder:
         rng.shuffle(links)
 
         # stage 4 and 5: the surface question names only the first key and asks for \boxed{}
-        surface = SURFACE_QUESTION.format(key=chains[0][0])
+        surface = f"{SURFACE_QUESTION.format(key=chains[0][0])} {BOXED_INSTRUCTION}"
         row = self._assemble(rng, seed, own, INSTRUCTION, surface, links)
         return {
             "id": f"kc-{seed['id']}",
@@ -247,7 +245,7 @@ class KeyChainBuilder:
         rng = rng_for(self.p.seed, STAGE, self.partition, index)
         question = seed["question"].strip()
         row = self._assemble(rng, seed, self._own_blocks(seed), REGULAR_INSTRUCTION,
-                             REGULAR_QUESTION.format(question=question), [])
+                             f"{REGULAR_QUESTION.format(question=question)} {BOXED_INSTRUCTION}", [])
         return {"id": f"lq-{seed['id']}", **row, "question": question}
 
     def _own_blocks(self, seed: Mapping[str, Any]) -> list[Block]:
@@ -520,8 +518,9 @@ def build_frames(builder: KeyChainBuilder, items: pl.DataFrame, start: int = 0) 
 @stage(
     name=STAGE,
     # 2: no sliver of room left for a last block (token_budget.MIN_BODY_TOKENS); 3: whole sentences; 4: no answer
-    # over 5% of a kind's items (answer_share)
-    version="4",
+    # over 5% of a kind's items (answer_share); 5: the answer's place worded as every prompt words it
+    # (BOXED_INSTRUCTION)
+    version="5",
     inputs=("qa_filtered", "tokenizer"),
     params=KeyChainParams,
     outputs={STAGE: KEYCHAIN_CONTRACT, REGULAR: REGULAR_CONTRACT, REJECTED: PROMPT_REJECTED.contract()},

@@ -13,7 +13,14 @@ from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.rewards import get_reward, normalize
 from inference.agent import QA_PROMPT_TOKENS, AgentConfig, qa_prompt_items, rollout_prompts
 from inference.engine import Engine
-from tasks.difficulty import FilterParams, cap_per_answer, filter_outputs, split_by_window, with_engine
+from tasks.difficulty import (
+    FilterParams,
+    cap_per_answer,
+    filter_outputs,
+    pass_count_figure,
+    split_by_window,
+    with_engine,
+)
 from tasks.longctx.qa_seeds import ANSWER_SHARE, share_cap
 from tasks.longctx.records import FILTERED_SEED, FILTERED_SEED_REJECTED
 
@@ -54,6 +61,7 @@ def filter_qa(seeds: pl.DataFrame, engine: Engine, params: QAFilterParams) -> di
     inputs=("qa_seeds", "tiny_policy"),
     params=QAFilterParams,
     outputs=filter_outputs("seeds", FILTERED_SEED, FILTERED_SEED_REJECTED, checks=(ANSWER_SHARE,)),
+    figure=pass_count_figure,
 )
 def qa_filtered(inputs: Mapping[str, Artifact], params: QAFilterParams, partition: str) -> dict[str, pl.DataFrame]:
     """QA seeds a reference policy answers correctly on some but not all of k samples (LoongRL section 3.1)."""

@@ -16,7 +16,7 @@ The curriculum is rows, one per (item, stage), marked by ``curriculum_stage``:
 
 Each row carries the chat ``prompt`` (JSON messages), the ``answer`` (and ``aliases``) and ``reward_fn``, the name
 of its reward in ``envgen.rewards.REWARDS``: what TRL's GRPOTrainer reads (``gymforge export`` writes the prompt as a
-list of messages; ``envgen.rewards.route_by_reward_fn`` scores each row with its reward). ``seed_prompt`` and
+list of messages; ``envgen.rewards.score_by_reward_fn`` scores each row with its reward). ``seed_prompt`` and
 ``question_prompt`` build the prompts, also for an exported artifact that has none.
 """
 
@@ -33,6 +33,7 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import in_set
 from data_contracts.stage import Artifact, Check, Params, stage
+from envgen.rewards import BOXED_INSTRUCTION
 from tasks.longctx.records import MIX_SUMMARY, RL_MIX
 
 STAGE = "rl_mix"
@@ -40,7 +41,6 @@ CURRICULUM = ("warmup", "stage1", "stage2")
 TABLE_1 = {"keychain": 7500, "qa": 7500, "needle_multikey": 512, "needle_multivalue": 512, "math_hard": 2500,
            "math_easy": 2500}
 QA_REWARD = "two_way"  # LoongRL's two-way substring exact match, hardened (envgen/rewards.py)
-from inference.evaluation.items import BOXED
 
 
 class MixParams(Params):
@@ -96,17 +96,17 @@ def seed_prompt(question: str, docs: str) -> str:
 
 def question_prompt(question: str) -> str:
     """A question asked on its own (math), the answer in ``\\boxed{}``: chat messages as JSON."""
-    return json.dumps([{"role": "user", "content": f"{question}\n{BOXED}"}], ensure_ascii=False)
+    return json.dumps([{"role": "user", "content": f"{question}\n{BOXED_INSTRUCTION}"}], ensure_ascii=False)
 
 
-def keychain_items(frame: pl.DataFrame, category: str) -> pl.DataFrame:
+def keychain_rows(frame: pl.DataFrame, category: str) -> pl.DataFrame:
     """Rows of a `keychain` output: ``keychain`` (KeyChain examples) or ``regular`` (category ``qa``)."""
     return frame.select(
         "id", pl.lit(category).alias("category"), "prompt", "answer", "aliases",
         pl.lit(QA_REWARD).alias("reward_fn"), pl.col("seed_id").alias("source_id"), "tokens", "pass_count", "pass_k")
 
 
-def qa_items(seeds: pl.DataFrame, exclude: pl.Series) -> pl.DataFrame:
+def qa_rows(seeds: pl.DataFrame, exclude: pl.Series) -> pl.DataFrame:
     """Regular multi-hop QA on the seed's own documents (``seed_prompt``); seeds already turned into KeyChain
     examples are left out so no question appears in both forms."""
     seeds = seeds.filter(~pl.col("id").is_in(exclude.implode()))
@@ -119,7 +119,7 @@ def qa_items(seeds: pl.DataFrame, exclude: pl.Series) -> pl.DataFrame:
           for c in ("pass_count", "pass_k")))
 
 
-def needle_items(frame: pl.DataFrame) -> pl.DataFrame:
+def needle_rows(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select(
         "id", pl.format("needle_{}", "task").alias("category"), "prompt", "answer",
         pl.lit([], pl.List(pl.String)).alias("aliases"), pl.lit("needle_all").alias("reward_fn"),
@@ -127,7 +127,7 @@ def needle_items(frame: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, pl.Int64).alias("pass_k"))
 
 
-def math_items(problems: pl.DataFrame) -> pl.DataFrame:
+def math_rows(problems: pl.DataFrame) -> pl.DataFrame:
     prompts = [question_prompt(q) for q in problems["question"]]
     return problems.select(
         pl.format("math-{}", "id").alias("id"),
@@ -225,17 +225,17 @@ def rl_mix(inputs: Mapping[str, Artifact], params: MixParams, partition: str) ->
     """LoongRL Table 1 mixture with warm-up / Stage I / Stage II (hard-mined) curriculum rows."""
     keychain = inputs["keychain"].read("keychain")
     if params.qa_source == "long":
-        qa = keychain_items(inputs["keychain"].read("regular"), "qa")
+        qa = keychain_rows(inputs["keychain"].read("regular"), "qa")
     else:
         seeds = inputs["qa_filtered"].read("seeds")
         if "split" in seeds.columns:
             seeds = seeds.filter(pl.col("split") == params.qa_split)
-        qa = qa_items(seeds, keychain["seed_id"])
+        qa = qa_rows(seeds, keychain["seed_id"])
     pool = pl.concat([
-        keychain_items(keychain, "keychain"),
+        keychain_rows(keychain, "keychain"),
         qa,
-        needle_items(inputs["needles"].read("needles")),
-        math_items(inputs["math_seeds"].read("problems")),
+        needle_rows(inputs["needles"].read("needles")),
+        math_rows(inputs["math_seeds"].read("problems")),
     ], how="vertical_relaxed")
     items, summary = sample_categories(pool, params)
     return {"mix": curriculum_rows(items, params), "summary": summary}

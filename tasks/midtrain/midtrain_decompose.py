@@ -18,13 +18,13 @@ from sqlalchemy import select
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
-from envgen.runtime import domain_for, json_field
+from envgen.environment import domain_for, json_field
 from envgen.seeding import engine_from_bytes
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import needless_reads, value_texts
 from envgen.trajectory_standard import VARIED_SENTENCES
-from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
-from tasks.midtrain.synth import Episode, Unusable, call_results, said_before
+from tasks.midtrain.synth import ReferenceEpisode, Unusable, call_results, said_before
+from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
 from tasks.records import ITEM_REJECTED
 
 STAGE = "midtrain_decompose"
@@ -111,7 +111,7 @@ def _only_value(domain: CompiledDomain, tool: Tool, content: dict[str, Any], sem
     return values.pop() if len(values) == 1 else None
 
 
-def decompose(ep: Episode, rng: random.Random, max_hidden: int) -> tuple[Episode, list[dict[str, str]]]:
+def decompose(ep: ReferenceEpisode, rng: random.Random, max_hidden: int) -> tuple[ReferenceEpisode, list[dict[str, str]]]:
     """Hide up to ``max_hidden`` values the user gives, each behind a lookup inserted before its first use; raises Unusable
     when none can be hidden. Returns the new episode and what was hidden (value, label, lookup tool)."""
     domain = domain_for(ep.env)

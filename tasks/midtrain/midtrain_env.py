@@ -27,26 +27,26 @@ import polars as pl
 from pydantic import Field
 
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
+from envgen.environment import domain_for
 from envgen.records import TRAJECTORY
-from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_standard import VARIED_SENTENCES
-from tasks.midtrain.routes import (
+from tasks.midtrain.synth import (
+    ENV_FIELDS,
+    ReferenceEpisode,
+    Unusable,
+    refusal_episode,
+    restate,
+    retry_candidates,
+    sample_task,
+)
+from tasks.midtrain.trajectory_stages import (
     EVAL_ENV_PREFIX,
     EpisodeParams,
     episode_rows,
     open_teacher,
     token_counter,
     trajectory_contract,
-)
-from tasks.midtrain.synth import (
-    ENV_FIELDS,
-    Episode,
-    Unusable,
-    refusal_episode,
-    restate,
-    retry_candidates,
-    sample_task,
 )
 from tasks.records import ITEM_REJECTED
 
@@ -134,7 +134,7 @@ def plan_items(envs: list[dict], params: MidtrainEnvParams, partition: str) -> t
         retries = retry_candidates(domain_for(episode.env), episode.calls)
         for v in range(params.variants_per_task):
             retry = frozenset(rng.sample(retries, 1)) if retries and rng.random() < params.retry_prob else frozenset()
-            variant = Episode(episode.env, restate(episode.task, rng, params.stated_share), episode.calls,
+            variant = ReferenceEpisode(episode.env, restate(episode.task, rng, params.stated_share), episode.calls,
                               retries=retry)
             settings = {"variant": v, "calls": len(episode.calls), "retries": sorted(variant.retries)}
             items.append((f"{task_id}/{v}", variant, {"rng": rng, "transform_settings": settings}))

@@ -27,9 +27,8 @@ from pydantic import Field
 
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.records import TRAJECTORY
-from envgen.trajectory_checks import ANSWER, verify_answer
 from inference.agent import prompt_docs, qa_prompt
-from tasks.midtrain.routes import TrajectoryParams, make_row, token_counter, too_long, trajectory_contract
+from tasks.midtrain.trajectory_stages import TrajectoryParams, answer_row, token_counter, trajectory_contract
 from tasks.records import ITEM_REJECTED
 
 Entity = Mapping[str, Any]
@@ -96,12 +95,15 @@ def qa_answer(conds: Sequence[str], answer: str) -> str:
                         *(f"- {c}" for c in conds)], answer)
 
 
+def chain_steps(chain: Sequence[str]) -> list[str]:
+    """A key chain followed key by key, up to its last key (whose value the caller states)."""
+    return [f"I start from key {chain[0]}.", *(f"{a} leads to {b}." for a, b in pairwise(chain))]
+
+
 def keychain_answer(chain: Sequence[str], question: str, conds: Sequence[str], answer: str) -> str:
     """The assistant's answer to a KeyChain prompt: the chain followed key by key to the hidden question, then the
     question's conditions checked."""
-    steps = [f"I start from key {chain[0]}."]
-    steps += [f"{a} leads to {b}." for a, b in pairwise(chain)]
-    steps.append(f'{chain[-1]} holds the hidden question: "{question}"')
+    steps = [*chain_steps(chain), f'{chain[-1]} holds the hidden question: "{question}"']
     if conds:
         steps += ["I check every condition of it against the passages:", *(f"- {c}" for c in conds)]
     return answer_text(steps, answer)
@@ -159,13 +161,11 @@ def midtrain_longctx(inputs: Mapping[str, Artifact], params: LongCtxParams, part
         if params.answer == "direct":
             messages, conds = [*messages[:-1], {"role": "assistant", "content": f"\\boxed{{{answer}}}"}], []
         verify_input = {"answer": answer, "aliases": aliases, "conditions": conds, "limits": params.limits()}
-        tokens = count(messages, [])
-        failed = verify_answer(messages, verify_input)
-        reason = f"not_verified: {failed}" if failed else too_long(tokens, params)
-        if reason:
+        row, reason = answer_row(id=item_id, source=STAGE, messages=messages, verify_input=verify_input,
+                                 params=params, count=count, domain="keychain" if ":keychain:" in item_id else "qa",
+                                 seed_id=seed_id)
+        if row is None:
             rejected.append({"id": item_id, "reason": reason})
-            continue
-        rows.append(make_row(id=item_id, source=STAGE, messages=messages, tools=[], verifier=ANSWER,
-                             verify_input=verify_input, tokens=tokens, domain="keychain" if ":keychain:" in item_id
-                             else "qa", seed_id=seed_id))
+        else:
+            rows.append(row)
     return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected)}

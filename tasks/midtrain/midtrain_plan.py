@@ -12,10 +12,10 @@ from dataclasses import replace
 import polars as pl
 
 from data_contracts.stage import REJECTED, Artifact, stage
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.trajectory_standard import VARIED_SENTENCES
-from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
-from tasks.midtrain.synth import Episode
+from tasks.midtrain.synth import ReferenceEpisode
+from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.words import fill
 from tasks.records import ITEM_REJECTED
 
@@ -32,7 +32,7 @@ FIRST = ("First step: {tool}.", "I begin with {tool}.", "Starting with {tool}.",
          "The first call is {tool}.")
 
 
-def plan(ep: Episode, rng: random.Random) -> tuple[Episode, list[str]]:
+def plan(ep: ReferenceEpisode, rng: random.Random) -> tuple[ReferenceEpisode, list[str]]:
     """A plan of sub-goals (one per write, with the reads that feed it, and which earlier step each depends on)
     placed before the first action (LongCat-Flash-Thinking-2601 2, "Problem decomposition trajectories")."""
     domain = domain_for(ep.env)

@@ -17,14 +17,14 @@ from pydantic import Field
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.compiler import CompiledDomain, Tool
 from envgen.customers import owner_of
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.seeding import engine_from_bytes
 from envgen.small import DISTRACTORS, task_tools
 from envgen.tools import render_value
 from envgen.trajectory_checks import value_texts_in
 from envgen.trajectory_standard import VARIED_SENTENCES
-from tasks.midtrain.routes import EpisodeParams, augment, trajectory_contract
-from tasks.midtrain.synth import Episode, Unusable, call_results
+from tasks.midtrain.synth import ReferenceEpisode, Unusable, call_results
+from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.words import fill
 from tasks.records import ITEM_REJECTED
 
@@ -91,7 +91,7 @@ def _why_not(alt: Tool, tool: Tool, call: dict[str, Any], rng: random.Random) ->
     return fill(rng.choice(WHY["other_question"]), what=_clause(alt.description))
 
 
-def _seen_rows(domain: CompiledDomain, ep: Episode, k: int, results: list[str]) -> list[str]:
+def _seen_rows(domain: CompiledDomain, ep: ReferenceEpisode, k: int, results: list[str]) -> list[str]:
     """Keys of the entity call ``k`` acts on that the conversation shows before it (the request, the facts the
     user is asked for, earlier results), other than the one the call takes: the rows it could confuse."""
     tool = domain.tools[ep.calls[k]["name"]]
@@ -118,8 +118,8 @@ def _other_row_reason(domain: CompiledDomain, env: dict[str, Any], tool: Tool, w
     return fill(rng.choice(WHY[kind]), entity=tool.entity.replace("_", " "), right=render_value(right))
 
 
-def alternatives(ep: Episode, rng: random.Random, per_step: int,
-                 distractors: int = DISTRACTORS) -> tuple[Episode, list[dict[str, Any]]]:
+def alternatives(ep: ReferenceEpisode, rng: random.Random, per_step: int,
+                 distractors: int = DISTRACTORS) -> tuple[ReferenceEpisode, list[dict[str, Any]]]:
     """Notes comparing ``per_step`` alternative candidates with each executed call (LongCat-Flash-Thinking-2601 2,
     "Reasoning Decomposition" / "Multi-step decision-making enrichment"); the executed calls are unchanged.
 

@@ -35,12 +35,13 @@ from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.compiler import CompiledDomain, ToolParam, compiled_domains
 from envgen.construct import sample_chain
 from envgen.customers import POLICY as CUSTOMER_POLICY
+from envgen.environment import render_result
 from envgen.records import TRAJECTORY
-from envgen.runtime import render_result
 from envgen.tools import render_value
 from envgen.trajectory_checks import SCHEMA, verify_schema
 from envgen.trajectory_standard import VARIED_SENTENCES, habit_problem
-from tasks.midtrain.routes import (
+from tasks.midtrain.synth import identifying_tool
+from tasks.midtrain.trajectory_stages import (
     TrajectoryParams,
     make_row,
     open_teacher,
@@ -48,7 +49,6 @@ from tasks.midtrain.routes import (
     too_long,
     trajectory_contract,
 )
-from tasks.midtrain.synth import identifying_tool
 from tasks.midtrain.words import CHANGED, CREATED, fact_sentence, fill, shown
 from tasks.readers import TEXT_SUFFIXES, text_files
 from tasks.records import ITEM_REJECTED

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from itertools import pairwise
 from typing import Any, Literal
 
 import polars as pl
@@ -25,7 +24,6 @@ from pydantic import Field
 
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from envgen.records import TRAJECTORY
-from envgen.trajectory_checks import ANSWER, verify_answer
 from tasks.longctx.keychain import (
     KEY_FORMATS,
     PASSAGE_HEADER,
@@ -46,8 +44,8 @@ from tasks.longctx.token_budget import (
     insert_cost,
     length_window,
 )
-from tasks.midtrain.midtrain_longctx import answer_text
-from tasks.midtrain.routes import TrajectoryParams, make_row, token_counter, too_long, trajectory_contract
+from tasks.midtrain.midtrain_longctx import answer_text, chain_steps
+from tasks.midtrain.trajectory_stages import TrajectoryParams, answer_row, token_counter, trajectory_contract
 from tasks.records import ITEM_REJECTED
 from tasks.tokenizer import LengthParams, resolve_tokenizer
 
@@ -118,8 +116,7 @@ class ReadingBuilder:
         chain, value = chains[0], values[0]
         if resolve(content, self.p.key_format) != (chain, value) or content.count(value) != 1:
             raise Reject("link_or_value_also_in_documents")
-        steps = [f"I start from key {chain[0]}.", *(f"{a} leads to {b}." for a, b in pairwise(chain)),
-                 f'{chain[-1]} holds the value "{value}".']
+        steps = [*chain_steps(chain), f'{chain[-1]} holds the value "{value}".']
         reply = f"\\boxed{{{value}}}" if self.p.answer == "direct" else answer_text(steps, value)
         verify_input = {"answer": value, "aliases": [], "conditions": chain if self.p.answer == "trace" else [],
                         "limits": self.p.limits(), "level": level, "chain": chain, "key_format": self.p.key_format,
@@ -205,12 +202,10 @@ def reading_curriculum(inputs: Mapping[str, Artifact], params: ReadingParams, pa
         except Reject as reason:
             rejected.append({"id": item_id, "reason": str(reason)})
             continue
-        tokens = count(messages, [])
-        failed = verify_answer(messages, verify_input)
-        reason = f"not_verified: {failed}" if failed else too_long(tokens, params)
-        if reason:
+        row, reason = answer_row(id=item_id, source=STAGE, messages=messages, verify_input=verify_input,
+                                 params=params, count=count, domain=level)
+        if row is None:
             rejected.append({"id": item_id, "reason": reason})
-            continue
-        rows.append(make_row(id=item_id, source=STAGE, messages=messages, tools=[], verifier=ANSWER,
-                             verify_input=verify_input, tokens=tokens, domain=level))
+        else:
+            rows.append(row)
     return {"trajectories": TRAJECTORY.frame(rows), REJECTED: ITEM_REJECTED.frame(rejected)}

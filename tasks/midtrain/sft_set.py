@@ -32,6 +32,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import pairwise
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -40,13 +41,19 @@ from pydantic import Field, field_validator
 
 from data_contracts.schemas import in_set
 from data_contracts.stage import REJECTED, Artifact, Check, StageError, rng_for, stage
+from envgen.environment import json_field
 from envgen.records import TRAJECTORY
-from envgen.runtime import json_field
 from envgen.trajectory_checks import EXECUTION, RESEARCH, SUMMARY_TAG, tool_failed, turn_mask, verify_row
+from inference.engine_spec import engine_or, hf_spec
 from inference.plotting import save_figure
 from tasks.midtrain.kcenter import k_center_greedy
 from tasks.midtrain.records import SELECTION_SCORE, SELECTION_SUMMARY
-from tasks.midtrain.routes import EVAL_ENV_PREFIX, TrajectoryParams, token_counter, trajectory_contract
+from tasks.midtrain.trajectory_stages import (
+    EVAL_ENV_PREFIX,
+    TrajectoryParams,
+    token_counter,
+    trajectory_contract,
+)
 from tasks.records import TRAJECTORY_REJECTED
 
 
@@ -159,17 +166,9 @@ class SFTSetParams(TrajectoryParams):
     @field_validator("reference")
     @classmethod
     def _reference(cls, value: str) -> str:
-        from inference.engine_spec import EngineSpec, EngineSpecError
-
-        if value in ("tiny", "bigram"):
-            return value
-        try:
-            kind = EngineSpec.parse(value).kind
-        except EngineSpecError:
-            kind = None
-        if kind not in ("hf", "openai"):  # a scorer of prompt log-probabilities
-            raise ValueError(f"reference={value!r}: set 'bigram', 'tiny', hf:DIR or openai:URL#MODEL")
-        return value
+        # hf and openai engines score prompt log-probabilities; vllm's does not here
+        return engine_or(value, {"bigram": "fitted on the candidates", "tiny": "the tiny_policy artifact"},
+                         kinds=("hf", "openai"))
 
     @field_validator("proportions")
     @classmethod
@@ -305,7 +304,7 @@ def quotas(routes: list[str], k: int, proportions: Mapping[str, float]) -> dict[
 def open_scorer(params: SFTSetParams, inputs: Mapping[str, Artifact]) -> Any:
     from tasks.midtrain.perplexity import load_scorer
 
-    return load_scorer(f"hf:{inputs['tiny_policy'].directory}" if params.reference == "tiny" else params.reference)
+    return load_scorer(hf_spec(inputs["tiny_policy"].directory) if params.reference == "tiny" else params.reference)
 
 
 def reference_scores(texts: Sequence[str], spans: Sequence[list[tuple[int, int]]], ids: Sequence[str], tok: Any,
@@ -365,13 +364,30 @@ SCORES_CONTRACT = SELECTION_SCORE.contract(
                   description="every candidate's parent is itself a candidate of the selection"),))
 
 
+def selection_figure(artifact: Artifact, path: Path) -> None:
+    """The figure of an sft_set artifact: score distribution of the selected and the other scored candidates, with
+    the coverage in the title."""
+    scored, summary = artifact.read("scores").filter(pl.col("score").is_not_null()), artifact.read("summary")
+    figures = dict(zip(summary["name"].to_list(), summary["value"].to_list(), strict=True))
+    with save_figure(path, figsize=(5, 3)) as (_, ax):
+        for status, color in (("selected", "#4477aa"), ("not_selected", "#bbbbbb")):
+            values = np.log10(scored.filter(pl.col("status") == status)["score"].to_numpy())
+            if len(values):
+                ax.hist(values, bins=20, alpha=0.7, color=color, label=status)
+        ax.set_xlabel("log10 sliding-window perplexity")
+        ax.set_ylabel("candidates")
+        ax.set_title(f"coverage: mean distance {figures.get('coverage_mean_distance', float('nan')):.3f} "
+                     f"(random {figures.get('coverage_mean_distance_random', float('nan')):.3f})", fontsize=9)
+        ax.legend(fontsize=8)
+
+
 # 2: scores over trained tokens under a cross-fitted bigram, embeddings of the trained text centred, coverage
 # measured on bigrams and domains, research trajectories a route; 3: one K-Center-Greedy over the pool with route
 # quotas (alpha 0.25), research trajectories step-compressed (earliest steps folded into the request), scores
 # streamed per candidate
 @stage(name=STAGE, version="3", params=SFTSetParams, inputs=(*ROUTES, "tiny_policy", "tokenizer"),
        outputs={"trajectories": trajectory_contract(SOURCES), REJECTED: TRAJECTORY_REJECTED.contract(),
-                "scores": SCORES_CONTRACT, "summary": SELECTION_SUMMARY.contract()})
+                "scores": SCORES_CONTRACT, "summary": SELECTION_SUMMARY.contract()}, figure=selection_figure)
 def sft_set(inputs: Mapping[str, Artifact], params: SFTSetParams, partition: str) -> dict[str, pl.DataFrame]:
     """The cold-start SFT set: masked, re-verified, deduplicated, mixed across routes and selected by sliding-window
     perplexity K-Center-Greedy (or at random, as its baseline)."""
@@ -550,19 +566,3 @@ def _independent_coverage(pool: list[dict[str, Any]], chosen: list[int], params:
                      / len(domains), "note": "share of the candidates' domains in the selection"
                                              + (" (random)" if label else "")})
     return rows
-
-
-def plot_selection(scores: pl.DataFrame, summary: pl.DataFrame, path: Any) -> None:
-    """Score distribution of the selected and the other scored candidates, with the coverage in the title."""
-    scored = scores.filter(pl.col("score").is_not_null())
-    figures = dict(zip(summary["name"].to_list(), summary["value"].to_list(), strict=True))
-    with save_figure(path, figsize=(5, 3)) as (_, ax):
-        for status, color in (("selected", "#4477aa"), ("not_selected", "#bbbbbb")):
-            values = np.log10(scored.filter(pl.col("status") == status)["score"].to_numpy())
-            if len(values):
-                ax.hist(values, bins=20, alpha=0.7, color=color, label=status)
-        ax.set_xlabel("log10 sliding-window perplexity")
-        ax.set_ylabel("candidates")
-        ax.set_title(f"coverage: mean distance {figures.get('coverage_mean_distance', float('nan')):.3f} "
-                     f"(random {figures.get('coverage_mean_distance_random', float('nan')):.3f})", fontsize=9)
-        ax.legend(fontsize=8)

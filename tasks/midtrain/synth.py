@@ -28,10 +28,10 @@ from envgen.construct import (
     spoken_intent,
 )
 from envgen.customers import owner_of, owner_path
-from envgen.runtime import Environment, domain_for, json_field, render_result, replay
+from envgen.domain_spec import name_field
+from envgen.environment import Environment, domain_for, json_field, render_result, replay
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.small import task_tools
-from envgen.spec import name_field
 from envgen.taskgen import OPENERS, TaskSettings, make_task
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import Slot, needless_reads, tool_failed, value_texts
@@ -43,7 +43,7 @@ ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
 
 
 @dataclass
-class Episode:
+class ReferenceEpisode:
     """What the reference agent plays: an environment (record with ``db``), a task, the calls in order, and what
     augmentations add: reasoning notes per call, a plan before the first action, calls preceded by a failed try."""
 
@@ -81,7 +81,7 @@ def identifying_tool(domain: CompiledDomain, allowed: set[str]) -> Tool | None:
 
 
 def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, max_reads: int,
-                settings: TaskSettings, suffix: str, mutations: bool = False) -> Episode:
+                settings: TaskSettings, suffix: str, mutations: bool = False) -> ReferenceEpisode:
     """Chains sampled from the environment's own tools (1..max_chains chains of 1..max_reads reads each), grounded on
     a copy of its database for one acting customer, and the verified task ``make_task`` reverse-synthesizes for
     them (``mutations``: also require the four mutated trajectories to score 0, the check an RL task needs).
@@ -120,7 +120,7 @@ def sample_task(env_row: dict[str, Any], rng: random.Random, max_chains: int, ma
     calls = json.loads(task["golden_actions"])
     if (problem := untrue_world(domain, db, calls)) is not None:
         raise Unusable(problem)
-    return Episode(env, task, calls)
+    return ReferenceEpisode(env, task, calls)
 
 
 def call_results(domain: CompiledDomain, db: bytes, calls: list[dict[str, Any]]) -> list[str]:
@@ -163,10 +163,10 @@ def without_needless_reads(domain: CompiledDomain, env: dict[str, Any], task: di
             "user_profile": json.dumps({**profile, "facts": facts})}
 
 
-def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
+def refusal_episode(ep: ReferenceEpisode, rng: random.Random) -> ReferenceEpisode:
     """The episode's customer asks to change a record of another customer (the first write's target, swapped for
     a row of the same entity another customer owns), naming it as a person does (a confirmation code, a flight
-    number: ``envgen.spec.name_field``, never its key): the reference agent identifies them, looks that record up
+    number: ``envgen.domain_spec.name_field``, never its key): the reference agent identifies them, looks that record up
     by its name, sees whose it is and refuses; nothing is written, and the rubric expects the database unchanged.
     Raises Unusable when the record has no name a person knows, no tool finds it by that name, or no other
     customer owns one."""
@@ -214,7 +214,7 @@ def refusal_episode(ep: Episode, rng: random.Random) -> Episode:
     unchanged = replay(Environment(ep.env), {**task, "rubric": json.dumps({**rubric, "expected_diff": None})},
                        calls, refused).info["diff"]
     task["rubric"] = json.dumps({**rubric, "expected_diff": json.loads(json.dumps(unchanged, default=str))})
-    return Episode(ep.env, task, calls, notes={1: words.whose(what, said, rng)}, refusal=refused)
+    return ReferenceEpisode(ep.env, task, calls, notes={1: words.whose(what, said, rng)}, refusal=refused)
 
 
 def restate(task: dict[str, Any], rng: random.Random, share: float) -> dict[str, Any]:
@@ -239,7 +239,7 @@ def retry_candidates(domain: CompiledDomain, calls: list[dict[str, Any]]) -> lis
     return [k for k, c in enumerate(calls) if domain.tools[c["name"]].kind in ("get", "lookup")]
 
 
-def episode_of(row: dict[str, Any]) -> Episode:
+def episode_of(row: dict[str, Any]) -> ReferenceEpisode:
     """The episode of a verified trajectory row (its environment, task and successful calls), for augmentation; a
     row without a write is a refusal, and its closing message stays the refusal."""
     vi = json_field(row["verify_input"])
@@ -251,7 +251,7 @@ def episode_of(row: dict[str, Any]) -> Episode:
     env = {**vi["env"], "db": bytes(row["env_db"])}
     domain = domain_for(env)
     refused = None if any(domain.tools[c["name"]].is_write for c in calls) else str(messages[-1]["content"])
-    return Episode(env, dict(vi["task"]), calls, refusal=refused)
+    return ReferenceEpisode(env, dict(vi["task"]), calls, refusal=refused)
 
 
 def _teacher_prompt(kind: str, default: str, context: str, keep: tuple[str, ...]) -> str:
@@ -276,7 +276,7 @@ def _mistyped(arguments: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def play(ep: Episode, rng: random.Random, distractors: int = 4) -> Played:
+def play(ep: ReferenceEpisode, rng: random.Random, distractors: int = 4) -> Played:
     """Play the episode through the runtime with the profile-grounded user; raises Unusable unless it scores 1."""
     domain = domain_for(ep.env)
     runtime = Environment(ep.env)
@@ -286,7 +286,7 @@ def play(ep: Episode, rng: random.Random, distractors: int = 4) -> Played:
         runtime.close()
 
 
-def _play(domain: CompiledDomain, runtime: Environment, ep: Episode, rng: random.Random,
+def _play(domain: CompiledDomain, runtime: Environment, ep: ReferenceEpisode, rng: random.Random,
           distractors: int) -> Played:
     obs = runtime.reset(ep.task, words.SpeakingUser(ep.task, rng))
     messages = [dict(m) for m in obs.messages]

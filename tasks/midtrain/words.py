@@ -18,7 +18,7 @@ from typing import Any
 
 from envgen.compiler import CompiledDomain, Tool
 from envgen.customers import written_rows
-from envgen.runtime import ProfileUserSimulator
+from envgen.environment import ProfileUserSimulator
 from envgen.tools import render_value
 from envgen.trajectory_checks import value_texts
 from envgen.trajectory_standard import replayed_writes
@@ -170,7 +170,7 @@ def spoken_request(description: str, facts: Sequence[Mapping[str, Any]], rng: ra
 
 
 class SpeakingUser(ProfileUserSimulator):
-    """The profile-grounded user (``envgen.runtime``), stating facts in the user's phrasings."""
+    """The profile-grounded user (``envgen.environment``), stating facts in the user's phrasings."""
 
     def __init__(self, task: Mapping[str, Any], rng: random.Random) -> None:
         super().__init__(dict(task))

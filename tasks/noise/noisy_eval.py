@@ -11,7 +11,7 @@ from pydantic import Field
 
 from data_contracts.stage import REJECTED, Artifact, stage
 from tasks.noise.records import NOISE_REJECTED, NOISY_EVAL_TASK
-from tasks.noise.twins import NoiseParams, build_twins, twins_contract
+from tasks.noise.twins import NoiseParams, build_twins, noise_success_figure, twins_contract
 
 
 class NoiseEvalParams(NoiseParams):
@@ -21,7 +21,8 @@ class NoiseEvalParams(NoiseParams):
 # 2: a twin that states an internal key is rejected; the contract checks the twins' words; 3: the policy sees
 # through tool noise on the identifying read (twins the robust agent solved are kept)
 @stage(name="noisy_eval", version="3", params=NoiseEvalParams, inputs=("eval_random_envs",),
-       outputs={"tasks": twins_contract(NOISY_EVAL_TASK), REJECTED: NOISE_REJECTED.contract()})
+       outputs={"tasks": twins_contract(NOISY_EVAL_TASK), REJECTED: NOISE_REJECTED.contract()},
+       figure=noise_success_figure)
 def noisy_eval(inputs: Mapping[str, Artifact], params: NoiseEvalParams, partition: str) -> dict[str, pl.DataFrame]:
     """Noisy evaluation twins of the unseen random environments' tasks (the -Noise benchmarks of Table 1)."""
     source = inputs["eval_random_envs"]

@@ -12,13 +12,13 @@ import polars as pl
 
 from data_contracts.stage import REJECTED, Artifact, FrameArtifact, StageError, stage
 from tasks.noise.records import NOISE_REJECTED, NOISY_TASK
-from tasks.noise.twins import NoiseParams, build_twins, twins_contract
+from tasks.noise.twins import NoiseParams, build_twins, noise_success_figure, twins_contract
 
 
 # 2: a twin that states an internal key is rejected; the contract checks the twins' words; 3: the policy sees
 # through tool noise on the identifying read (twins the robust agent solved are kept)
 @stage(name="noisy_tasks", version="3", params=NoiseParams, inputs=("environments",),
-       outputs={"tasks": twins_contract(NOISY_TASK), REJECTED: NOISE_REJECTED.contract()})
+       outputs={"tasks": twins_contract(NOISY_TASK), REJECTED: NOISE_REJECTED.contract()}, figure=noise_success_figure)
 def noisy_tasks(inputs: Mapping[str, Artifact], params: NoiseParams, partition: str) -> dict[str, pl.DataFrame]:
     """Noisy training twins of every environment task at each curriculum level, verified solvable by execution."""
     source = inputs["environments"]

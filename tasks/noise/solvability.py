@@ -19,12 +19,12 @@ from typing import Any
 
 import polars as pl
 
+from envgen.environment import json_field, replay
 from envgen.noise.curriculum import NoiseLevel
 from envgen.noise.environment import NoisyEnvironment, scored_for_agent
 from envgen.noise.instruction import INSTRUCTION_TRANSFORMS, Draft, find_details
 from envgen.noise.records import NoiseRecord, Skipped, Transform
 from envgen.noise.tools import draw_tool_fault, parse_content
-from envgen.runtime import json_field, replay
 from tasks.noise.agents import NaiveReferenceAgent, ReferenceAgent, RobustReferenceAgent
 from tasks.noise.plot import ALL
 

@@ -10,20 +10,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
 from data_contracts.schemas import Record, between, in_set, not_null
-from data_contracts.stage import Check, Contract, Params, seed_for
+from data_contracts.stage import REJECTED, Artifact, Check, Contract, Params, seed_for
 from envgen.checks import database_keys, key_pattern, keys_said, user_texts
+from envgen.domain_spec import domain_paths, load_domain
+from envgen.environment import domain_for
 from envgen.noise.curriculum import noise_level
 from envgen.noise.environment import NoisyEnvironment
-from envgen.runtime import domain_for
-from envgen.spec import domain_paths, load_domain
 from tasks.noise.records import NOISE_REJECTED
-from tasks.noise.solvability import noisy_twins
+from tasks.noise.solvability import noisy_twins, summary_frame
 
 
 class NoiseParams(Params):
@@ -89,6 +90,13 @@ def _keys_in_user_text(frame: pl.DataFrame) -> list[bool]:
     shipped = domain_paths()
     return [r["domain"] in shipped and bool(keys_said(user_texts(r), key_pattern(load_domain(r["domain"]))))
             for r in frame.iter_rows(named=True)]
+
+
+def noise_success_figure(artifact: Artifact, path: Path) -> None:
+    """The figure of a noisy twins artifact: naive and robust success per transform and level."""
+    from tasks.noise.plot import plot_noise_success  # matplotlib, only where a figure is drawn
+
+    plot_noise_success(summary_frame(artifact.read("tasks"), artifact.read(REJECTED)), path)
 
 
 def twins_contract(record: Record) -> Contract:

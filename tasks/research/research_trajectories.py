@@ -1,11 +1,11 @@
 """Stage `research_trajectories`: teacher executions of the research harness on the research tasks
-(LongCat-DeepResearch, section 3.2), recorded append-only and resumably, filtered, exported as trajectories.
+(LongCat-DeepResearch, section 3.2), recorded append-only and resumably, filtered, written as trajectories.
 
 Each task's run is journaled as it goes (tasks/research/harness/session.py) under ``journal_dir``, one file per run
 (named by the run id: task, query, teacher and harness settings), so a stage killed mid-run (a teacher server
 gone at task 37) resumes on its next run where it stopped, reusing every recorded role call. Each finished run is
 scored (rubric grading: the task's rubric, a judge engine or the lexical fallback; citation support rate) and
-exported: every role call whose trajectory passes the filters (role identity, tool-call/response closure,
+written: every role call whose trajectory passes the filters (role identity, tool-call/response closure,
 artifact validity) as a ``trajectory`` row, the others to ``rejected``; runs keep complete / partial / failed
 distinct in ``runs``, and every call, with its role, branch, dependencies, teacher and harness, in ``calls``.
 
@@ -32,7 +32,7 @@ from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
 from envgen.records import TRAJECTORY
 from envgen.trajectory_standard import habit_problem, standard_contract
 from inference.engine import Engine
-from tasks.midtrain.routes import token_counter
+from tasks.midtrain.trajectory_stages import token_counter
 from tasks.records import TRAJECTORY_REJECTED
 from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
 from tasks.research.harness.reference import ReferenceTeacher
@@ -40,7 +40,7 @@ from tasks.research.harness.roles import open_index
 from tasks.research.harness.rubric import Rubric, grade
 from tasks.research.harness.run import ResearchRun, run_id_for, run_research
 from tasks.research.harness.session import HarnessConfig
-from tasks.research.harness.trajectories import export
+from tasks.research.harness.trajectories import trajectory_rows
 from tasks.research.records import RESEARCH_CALL, RESEARCH_RUN
 
 STAGE = "research_trajectories"
@@ -112,7 +112,7 @@ def run_row(run: ResearchRun, rubric: Rubric, judge: Engine | None) -> dict[str,
            REJECTED: TRAJECTORY_REJECTED.contract()})
 def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajectoryParams,
                           partition: str) -> dict[str, pl.DataFrame]:
-    """Run the research harness with the teacher on every research task, journaled and resumable; export the
+    """Run the research harness with the teacher on every research task, journaled and resumable; write the
     role calls that pass the filters as trajectories."""
     from rich.progress import Progress
 
@@ -143,7 +143,7 @@ def research_trajectories(inputs: Mapping[str, Artifact], params: ResearchTrajec
                                    excluded=list(task["excluded_doc_ids"]), journal=root / f"{run_id}.jsonl",
                                    engine_ref=engine_ref, citation_judge=judge, citation_facts=facts)
                 topic = json.loads(task["profile"]).get("topic")
-                good, bad, call_rows = export(run, index, topic, count)
+                good, bad, call_rows = trajectory_rows(run, index, topic, count)
                 # a role call that breaks a habit of the standard (a repeated read, an id no result gave) is set
                 # aside rather than have the contract quarantine every run's output for it
                 for row in good:

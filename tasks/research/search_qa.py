@@ -285,8 +285,9 @@ def answer_engine(spec: str) -> Engine:
 
 
 # 2: the two-way reward accepts a descriptor beside the answer ("the river Thames"); 3: constraints obfuscated
-# (figures rounded, years to decades, related entities described, not named), a share of them (obfuscation)
-@stage(name=STAGE, version="3", inputs=("world", "search_index"), params=SearchQAParams,
+# (figures rounded, years to decades, related entities described, not named), a share of them (obfuscation); 4: the
+# search environment's prompt words the answer's place as every prompt does (BOXED_INSTRUCTION)
+@stage(name=STAGE, version="4", inputs=("world", "search_index"), params=SearchQAParams,
        outputs={"items": SEARCH_QA.contract(expectations=(
            in_set("difficulty", [g for _, g in DIFFICULTY]), between("answer_accuracy", 0.0, 1.0))),
            REJECTED: SEARCH_QA_REJECTED.contract()})

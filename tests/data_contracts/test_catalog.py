@@ -62,6 +62,28 @@ def test_artifacts_columns_and_status(chain) -> None:
         catalog.record({"key": "x"}, "lost")
 
 
+def test_typed_questions(chain) -> None:
+    _, catalog = chain
+    entry = catalog.entry("kc")
+    assert entry is not None and (entry.stage, entry.kind, entry.status, entry.partition, entry.rows) == (
+        "_test_double_c", "data", "published", "p0", 2)
+    assert entry.input_keys == {"_test_double_b": "kb", "_test_double_a": "ka"} == catalog.inputs("kc")
+    assert catalog.entry("nope") is None and catalog.inputs("ka") == {}
+    assert [e.key for e in catalog.entries()] == ["ka", "kb", "kc", "kd"]
+    assert [e.key for e in catalog.entries(status="quarantined")] == ["kd"]
+    assert catalog.entries(stage="_test_double_d", status="published") == [] == catalog.entries(kind="model")
+    assert catalog.stages() == ["_test_double_a", "_test_double_b", "_test_double_c", "_test_double_d"]
+    assert catalog.latest("_test_double_b") == catalog.entry("kb")
+    assert catalog.latest("_test_double_d") is None  # quarantined only
+
+
+def test_latest_is_the_last_recorded(chain) -> None:
+    store, catalog = chain
+    later = store.publish(_manifest(store, "_test_double_a", "ka2"), {"x": pl.DataFrame({"v": [3]})})
+    catalog.record(later.manifest, "published")
+    assert catalog.latest("_test_double_a").key == "ka2"
+
+
 def test_lineage_is_recursive(chain) -> None:
     _, catalog = chain
     up = catalog.lineage("kd")

@@ -15,7 +15,14 @@ from pydantic import Field
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
 from data_contracts.roots import open_store
-from data_contracts.runner import ContractViolation, UpstreamMissing, execute_stage, plan, run_serially
+from data_contracts.runner import (
+    ContractViolation,
+    UpstreamMissing,
+    execute_stage,
+    plan,
+    planned_keys,
+    run_serially,
+)
 from data_contracts.stage import (
     REJECTED,
     STAGES,
@@ -122,7 +129,7 @@ def test_bad_row_quarantines_and_blocks_downstream(doubles, env) -> None:
     validation = json.loads((info.value.quarantine_path / VALIDATION).read_text())
     assert validation["rows"]["failing_rows"] == [1]
     assert pl.read_parquet(info.value.quarantine_path / "rows.failing.parquet")["id"].to_list() == ["BAD"]
-    assert catalog.query("SELECT status FROM artifacts WHERE key = ?", [key]).item() == "quarantined"
+    assert catalog.entry(key).status == "quarantined"
 
     with pytest.raises(UpstreamMissing, match=f"'_test_double_source' artifact {key} is missing.*quarantined"):
         execute_stage(store, catalog, sink, {}, {source.name: key}, "p7")
@@ -221,6 +228,54 @@ def test_input_keys_must_match_inputs(doubles, env) -> None:
         execute_stage(store, catalog, doubles["_test_double_sink"], {}, {}, "p0")
     with pytest.raises(UpstreamMissing, match="not published"):
         execute_stage(store, catalog, doubles["_test_double_sink"], {}, {"_test_double_source": "0" * 20}, "p0")
+
+
+class _TestDoubleOptionalParams(Params):
+    with_side: bool = Field(False, description="Also read the side input.")
+
+
+def test_an_optional_input_is_read_and_keyed_only_when_asked_for(doubles, env) -> None:
+    store, catalog = env
+
+    @stage(name="_test_double_optional", version="1", params=_TestDoubleOptionalParams,
+           inputs=("_test_double_source", "_test_double_side"), optional_inputs={"_test_double_side": "with_side"},
+           outputs={"n": Contract()})
+    def optional(inputs, params, partition):
+        return {"n": pl.DataFrame({"n": [len(inputs)]})}
+
+    source = execute_stage(store, catalog, doubles["_test_double_source"], {}, {}, "p0").key
+    missing = {"_test_double_source": source, "_test_double_side": "0" * 20}  # the side artifact was never made
+    off = execute_stage(store, catalog, optional, {}, missing, "p0")
+    assert store.get(optional.name, off.key).read("n")["n"].to_list() == [1]
+    assert catalog.inputs(off.key) == {"_test_double_source": source}
+    assert execute_stage(store, catalog, optional, {}, {"_test_double_source": source}, "p0").key == off.key
+    with pytest.raises(UpstreamMissing, match="_test_double_side"):
+        execute_stage(store, catalog, optional, {"with_side": True}, missing, "p0")
+    side = execute_stage(store, catalog, doubles["_test_double_side"], {}, {}, "p0").key
+    on = execute_stage(store, catalog, optional, {"with_side": True},
+                       {"_test_double_source": source, "_test_double_side": side}, "p0")
+    assert catalog.inputs(on.key) == {"_test_double_source": source, "_test_double_side": side}
+    with pytest.raises(StageError, match=r"reads inputs \['_test_double_side', '_test_double_source'\]"):
+        execute_stage(store, catalog, optional, {"with_side": True}, {"_test_double_source": source}, "p0")
+
+    def planned(params: dict) -> list[str]:
+        return [s.name for s in plan(["_test_double_optional"], params_by_stage={"_test_double_optional": params})]
+
+    assert planned({}) == ["_test_double_source", "_test_double_optional"]
+    assert planned({"with_side": True}) == ["_test_double_side", "_test_double_source", "_test_double_optional"]
+    runs = run_serially(store, catalog, ["_test_double_optional"], {}, "p1", progress=False)
+    assert list(runs) == ["_test_double_source", "_test_double_optional"]
+    assert runs["_test_double_optional"].key == planned_keys(plan(["_test_double_optional"]), {}, "p1")[optional.name]
+
+
+@pytest.mark.parametrize(("optional_inputs", "match"), [
+    ({"_test_double_side": "with_side"}, "not one of its inputs"),
+    ({"_test_double_source": "nope"}, "not a bool field"),
+])
+def test_an_optional_input_is_declared_among_the_inputs_with_a_bool_param(optional_inputs, match) -> None:
+    with pytest.raises(StageError, match=match):
+        Stage("_test_double_bad", "1", ("_test_double_source",), _TestDoubleOptionalParams, {"n": Contract()},
+              lambda i, p, s: {}, optional_inputs=optional_inputs)
 
 
 def test_run_serially_rejects_params_for_unknown_stage(doubles, env) -> None:
@@ -328,7 +383,7 @@ def test_a_directory_artifact_is_published_gated_and_catalogued(tmp_path: Path) 
     assert (artifact.directory / "words.txt").read_text() == "w0 w1 w2"
     assert artifact.manifest["directory"]["files"] == {"nested/meta.json": 2, "words.txt": 8}
     assert artifact.manifest["kind"] == "index" and artifact.read("stats")["words"].to_list() == [3]
-    assert catalog.query("SELECT kind FROM artifacts WHERE key = ?", [run.key])["kind"].to_list() == ["index"]
+    assert catalog.entry(run.key).kind == "index"
     assert store.leftovers() == []  # the scratch space is gone
     assert execute_stage(store, catalog, index, {}, {}, "p0").cached
 

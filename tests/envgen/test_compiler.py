@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from envgen.canonical import canonical_state
 from envgen.compiler import compiled
 from envgen.construct import executability
+from envgen.domain_spec import domain_paths
 from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine, sqlite_bytes
-from envgen.spec import domain_paths
 from envgen.tools import Executor, call_tool
 
 DOMAINS = sorted(domain_paths())

@@ -26,9 +26,9 @@ from envgen.construct import (
     growth_probability,
     tables_of,
 )
-from envgen.runtime import Environment, replay
+from envgen.domain_spec import domain_paths, parse_domain_spec
+from envgen.environment import Environment, replay
 from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine, seeded_memory_engine
-from envgen.spec import domain_paths, parse_spec
 from envgen.taskgen import (
     MUTATIONS,
     TaskSettings,
@@ -177,7 +177,7 @@ def office(*extra_actions: dict) -> CompiledDomain:
             *extra_actions,
         ],
     }
-    return compile_domain(parse_spec(yaml.safe_dump(spec)))
+    return compile_domain(parse_domain_spec(yaml.safe_dump(spec)))
 
 
 def _relabel(name: str) -> dict:
@@ -304,3 +304,13 @@ def test_a_list_hint_names_a_date_or_code_before_a_count(seed: int) -> None:
         assert g._hint(rental, base, [base, other]).name in ("rental.confirmation", "rental.pickup_at")
         only_count = {**base, "rental_id": "RNT3", "extra_days": 3}
         assert g._hint(rental, base, [base, only_count]).name == "rental.extra_days"
+
+
+def test_a_task_whose_two_chains_ask_the_same_thing_is_rejected() -> None:
+    """"I would like to send my issue for review, and finally send my issue for review" names no issue apart."""
+    d = compiled("retail")
+    built = build_environment(d, 0, ConstructionSettings())
+    env = environment_record(d, built, "retail-0", 0)
+    twice = replace(built, chains=[built.chains[0], replace(built.chains[0], actions=[], facts=[])])
+    task, reason = make_task(d, env, twice, random.Random(0), TaskSettings())
+    assert task is None and reason.startswith("ambiguous task: two chains ask the same thing")

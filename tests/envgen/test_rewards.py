@@ -16,7 +16,7 @@ from envgen.rewards import (
     extract_boxed,
     get_reward,
     normalize,
-    route_by_reward_fn,
+    score_by_reward_fn,
     score_exact,
     score_token_f1,
     score_two_way_naive,
@@ -271,7 +271,7 @@ def test_the_router_scores_each_row_with_the_reward_it_names() -> None:
     completions = [[{"role": "assistant", "content": boxed(p)}] for p in preds]
     trl_kwargs = {"prompts": [[{"role": "user", "content": "q"}]] * len(MIXED), "completion_ids": [[1]] * len(MIXED),
                   "trainer_state": object(), "log_metric": lambda *a: None}
-    scores = route_by_reward_fn(completions, reward_fn=names, answer=golds, aliases=[[] for _ in MIXED],
+    scores = score_by_reward_fn(completions, reward_fn=names, answer=golds, aliases=[[] for _ in MIXED],
                                 **trl_kwargs)
     assert scores == expected
     for name in set(names):  # each row's own reward would score the others differently
@@ -280,9 +280,9 @@ def test_the_router_scores_each_row_with_the_reward_it_names() -> None:
 
 def test_the_router_refuses_a_missing_column_or_an_unknown_reward() -> None:
     with pytest.raises(ValueError, match="needs a 'reward_fn' column"):
-        route_by_reward_fn([boxed("Paris")], answer=["Paris"])
+        score_by_reward_fn([boxed("Paris")], answer=["Paris"])
     with pytest.raises(ValueError, match=r"unknown reward\(s\) 'f1', None"):
-        route_by_reward_fn([boxed("Paris")] * 3, reward_fn=["two_way", "f1", None], answer=["Paris"] * 3)
+        score_by_reward_fn([boxed("Paris")] * 3, reward_fn=["two_way", "f1", None], answer=["Paris"] * 3)
 
 
 @pytest.mark.parametrize(("pred", "gold"), [

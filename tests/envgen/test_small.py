@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
-from envgen.runtime import Environment, replay
+from envgen.environment import Environment, replay
 from envgen.small import compact_schema, offered_tools, small_environment, task_tools
 from envgen.taskgen import TaskSettings, environment_record, make_task, mutate
 

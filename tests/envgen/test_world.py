@@ -18,9 +18,9 @@ from envgen.checks import database_keys, intent_problems, keys_said, ownership_c
 from envgen.compiler import compile_domain, compiled
 from envgen.construct import Grounder, GroundingFailed
 from envgen.customers import carriers, database_rows, ownership_contradictions, row_owners
-from envgen.runtime import Environment, replay, required_outputs_met
+from envgen.domain_spec import DomainSpecError, domain_paths, load_domain, parse_domain_spec, says
+from envgen.environment import Environment, replay, required_outputs_met
 from envgen.seeding import engine_from_bytes, generate_rows, seeded_memory_engine
-from envgen.spec import SpecError, domain_paths, load_domain, parse_spec, says
 from envgen.taskgen import build_verified
 from envgen.tools import Executor, call_tool, render_value, spoken
 from tests.support.spec_fixtures import MINIMAL
@@ -73,7 +73,7 @@ def test_an_optional_relation_to_a_later_entity_is_drawn_from_the_rows_owner() -
     spec["entities"].append({"name": "zlabel", "description": "d", "key": "zlabel_id", "id_prefix": "ZL",
                              "relations": [{"field": "owner_id", "to": "owner", "description": "d"}],
                              "fields": [{"name": "text", "type": "string", "description": "d"}]})
-    parsed = parse_spec(yaml.safe_dump(spec))
+    parsed = parse_domain_spec(yaml.safe_dump(spec))
     for seed in range(5):
         rows = generate_rows(parsed, seed)
         assert any(b["label_id"] for b in rows["box"])
@@ -104,7 +104,7 @@ def _tags_spec() -> dict:
 
 
 def test_a_write_that_would_link_two_customers_is_refused() -> None:
-    domain = compile_domain(parse_spec(yaml.safe_dump(_tags_spec())))
+    domain = compile_domain(parse_domain_spec(yaml.safe_dump(_tags_spec())))
     engine = seeded_memory_engine(domain, 1)
     with engine.connect() as conn:
         rows = database_rows(domain, conn)
@@ -177,11 +177,11 @@ def test_an_intent_saying_another_actions_word_is_a_spec_problem() -> None:
     spec = copy.deepcopy(MINIMAL)
     spec["actions"].append({**spec["actions"][0], "name": "lock_box", "intent": "shut and lock my box",
                             "words": ["lock"]})
-    with pytest.raises(SpecError, match="says 'shut', a word of shut_box"):
-        parse_spec(yaml.safe_dump(spec))
+    with pytest.raises(DomainSpecError, match="says 'shut', a word of shut_box"):
+        parse_domain_spec(yaml.safe_dump(spec))
     spec["actions"][1]["intent"] = "seal my box"
-    with pytest.raises(SpecError, match="says none of the words"):
-        parse_spec(yaml.safe_dump(spec))
+    with pytest.raises(DomainSpecError, match="says none of the words"):
+        parse_domain_spec(yaml.safe_dump(spec))
 
 
 def test_intent_problems_pairs_each_write_with_its_intent() -> None:
@@ -227,7 +227,7 @@ def test_users_say_enum_values_in_words() -> None:
                                 ("hotel", "request_service", "kind")]:
         domain = compiled(name)
         for seed in range(60):
-            env, task, _ = build_verified(domain, f"{name}-{seed}", seed)
+            _, task, _ = build_verified(domain, f"{name}-{seed}", seed)
             calls = json.loads(task["golden_actions"]) if task else []
             call = next((c for c in calls if c["name"] == action), None)
             if call is None or "_" not in call["arguments"][param]:

@@ -94,9 +94,9 @@ def test_every_rl_ready_artifact_exports_for_trl(stage: str, tmp_path) -> None:
     if "prompt" in frame.columns:
         expected = [json.loads(p) for p in frame["prompt"]]
     elif "docs" in frame.columns:
-        expected = [json.loads(p) for p in rl_mix.qa_items(frame, pl.Series([], dtype=pl.String))["prompt"]]
+        expected = [json.loads(p) for p in rl_mix.qa_rows(frame, pl.Series([], dtype=pl.String))["prompt"]]
     else:
-        expected = [json.loads(p) for p in rl_mix.math_items(frame)["prompt"]]
+        expected = [json.loads(p) for p in rl_mix.math_rows(frame)["prompt"]]
     assert data["prompt"] == expected
     assert all(m[-1]["role"] == "user" and "\\boxed{}" in m[-1]["content"] for m in data["prompt"])
 

@@ -89,7 +89,7 @@ def test_generate_through_the_store_writes_identical_bundles(tmp_path: Path) -> 
 
 
 def test_check_specs(tmp_path: Path) -> None:
-    from envgen.spec import domain_paths
+    from envgen.domain_spec import domain_paths
 
     result = runner.invoke(app, ["envgen", "check", str(domain_paths()["airline"]), "--envs", "1", "--json"])
     assert result.exit_code == 0, result.output

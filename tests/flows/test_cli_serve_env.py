@@ -16,7 +16,7 @@ from env_server_fixtures import publish_pair, served_pair
 from openenv.core.env_server import CallToolAction
 from typer.testing import CliRunner
 
-from envgen.runtime import outcome_message
+from envgen.environment import outcome_message
 from flows.cli import app
 from inference.environments.client import GymforgeEnvClient
 from inference.environments.tasks import golden_actions

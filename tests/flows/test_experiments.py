@@ -1,6 +1,6 @@
-"""The experiment runner's statistics are honest: on a scripted trainer with a known effect the comparison finds
+"""The experiments' statistics are honest: on a scripted trainer with a known effect the comparison finds
 it (the interval covers the truth and excludes 0), on a null effect it finds nothing at about the declared rate
-alpha; metrics pair the right units; the report states what the interval supports; every declared experiment is
+alpha; metrics pair the right units; the write-up states what the interval supports; every declared experiment is
 valid, and a bad one is refused before anything runs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_contracts.stage import StageError
-from flows.experiments import report
+from flows.experiments import writeup
 from flows.experiments.core import run_experiment, unit_values
 from flows.experiments.declared import EXPERIMENTS
 from flows.experiments.stats import compare
@@ -25,7 +25,7 @@ def test_a_known_effect_is_detected_and_its_interval_covers_the_truth():
     [c] = result.primary
     assert c.significant and c.verdict == "a > b"
     assert c.difference.lo > 0 and c.difference.lo < 0.25 < c.difference.hi
-    assert "Reproduced" in report.conclusion(result)
+    assert "Reproduced" in writeup.conclusion(result)
 
 
 def test_power_and_false_positive_rate_over_many_replicates():
@@ -58,14 +58,14 @@ def test_run_to_run_variance_widens_the_interval():
 
 def test_a_null_effect_is_reported_as_such():
     result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.0, replicate=3), seeds=3)
-    text = report.markdown(result)
+    text = writeup.markdown(result)
     assert "No difference detected" in text and "Not reproduced at this budget" in text
     assert "| mean_reward | all | a − b |" in text
 
 
-def test_the_report_page_has_its_figure(tmp_path):
+def test_the_writeup_page_has_its_figure(tmp_path):
     result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.3), seeds=2)
-    page, text = report.write(result, tmp_path, "scripted")
+    page, text = writeup.write(result, tmp_path, "scripted")
     assert page.read_text() == text and (tmp_path / "scripted.png").stat().st_size > 1000
     assert "![learning curves](scripted.png)" in text
 
@@ -180,5 +180,5 @@ def test_an_arm_interval_stays_within_the_range_of_its_scores():
 
 def test_an_equivalence_claim_reads_a_null_as_consistent_and_a_difference_as_contradicting():
     equal = SCRIPTED.model_copy(update={"equivalence": True, "expected": "a = b"})
-    assert "Consistent" in report.conclusion(run_experiment(equal, ScriptedTrainer(0.0, replicate=3), seeds=3))
-    assert "Contradicted" in report.conclusion(run_experiment(equal, ScriptedTrainer(0.3), seeds=3))
+    assert "Consistent" in writeup.conclusion(run_experiment(equal, ScriptedTrainer(0.0, replicate=3), seeds=3))
+    assert "Contradicted" in writeup.conclusion(run_experiment(equal, ScriptedTrainer(0.3), seeds=3))

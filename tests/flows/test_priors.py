@@ -1,5 +1,5 @@
 """Prior-only baselines: exact expected rewards of answering from the training answers, and their place in a
-report."""
+write-up."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from experiment_fixtures import SCRIPTED, ScriptedTrainer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flows.experiments import report
+from flows.experiments import writeup
 from flows.experiments.core import run_experiment
 from flows.experiments.priors import MOST_COMMON, SAMPLED, prior_scores
 from training.async_rl.scheduling import RLTask
@@ -46,9 +46,9 @@ def test_no_answers_no_baseline():
     assert prior_scores([prompt("t0", "Niue")], [env]) == {}
 
 
-def test_a_report_lists_the_baselines_beside_the_arms():
+def test_a_writeup_lists_the_baselines_beside_the_arms():
     result = run_experiment(SCRIPTED, ScriptedTrainer(effect=0.2), seeds=2)
     [(label, estimates)] = result.priors.items()
     assert label == "guess" and estimates[("mean_reward", "all")].value == pytest.approx(0.1)
-    page = report.markdown(result)
+    page = writeup.markdown(result)
     assert "Prior-only baselines" in page and "| guess | mean_reward | all | 0.100" in page

@@ -17,7 +17,7 @@ from openenv.core.env_server import CallToolAction
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
-from envgen.runtime import Environment, domain_for, json_field, outcome_message
+from envgen.environment import Environment, domain_for, json_field, outcome_message
 from envgen.taskgen import mutate
 from inference.environments.client import GymforgeEnvClient
 from inference.environments.server import ServerSettings, create_app

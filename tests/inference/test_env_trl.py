@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.utils import get_json_schema
 
+from envgen.environment import outcome_message, replay
 from envgen.noise.environment import NoisyEnvironment
-from envgen.runtime import outcome_message, replay
 from inference.environments.exports import environment_rows
 from inference.environments.tasks import ServedTasks, golden_actions
 from inference.environments.trl import (

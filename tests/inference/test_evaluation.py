@@ -14,7 +14,7 @@ from eval_fixtures import prompt_item, question
 from inference.context import ContextConfig
 from inference.evaluation.items import EvalItem
 from inference.evaluation.report import budget_figure, length_figure, robustness_figure, write_report
-from inference.evaluation.runner import (
+from inference.evaluation.strategies import (
     Checkpoint,
     Context,
     EvalConfig,
@@ -295,7 +295,7 @@ def test_evaluation_offers_a_task_the_tools_training_and_rl_offer_it():
 
     from envgen.small import task_view
     from inference.evaluation.items import EvalItem
-    from inference.evaluation.runner import environment_factory
+    from inference.evaluation.strategies import environment_factory
 
     env, task = airline_env_and_task()
     twin = {**task, "task_id": "twin", "clean_task_id": task["task_id"]}

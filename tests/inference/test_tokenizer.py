@@ -223,7 +223,7 @@ def test_a_corpus_of_empty_files_is_refused(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def domain_graphs() -> pl.DataFrame:
-    from envgen.spec import load_domain
+    from envgen.domain_spec import load_domain
 
     specs = {name: load_domain(name) for name in ("airline", "telecom")}
     return pl.DataFrame({"domain": list(specs), "spec_json": [s.model_dump_json() for s in specs.values()]})
@@ -253,3 +253,26 @@ def test_stage_with_domain_text_writes_tool_calls_in_fewer_tokens(world_docs, do
         lengths[domain_text] = len(tok(call)["input_ids"])
         assert tok.decode(tok(call)["input_ids"]) == call
     assert lengths[True] < 0.7 * lengths[False]
+
+
+def test_domain_graphs_enter_the_key_only_with_domain_text():
+    from data_contracts.store import ArtifactStore
+
+    stage = get_stage("tokenizer")
+
+    def key(domain_text: bool, graphs: str) -> str:
+        params = stage.parse_params({"domain_text": domain_text})
+        return ArtifactStore.artifact_key(stage, params, {"world": "w" * 20, "domain_graphs": graphs}, "p0")
+
+    assert key(False, "a" * 20) == key(False, "b" * 20)
+    assert key(True, "a" * 20) != key(True, "b" * 20)
+    assert stage.read_keys(stage.parse_params({}), {"world": "w", "domain_graphs": "g"}) == {"world": "w"}
+
+
+@pytest.mark.parametrize(("domain_text", "planned"), [(False, ["world", "tokenizer"]),
+                                                      (True, ["domain_graphs", "world", "tokenizer"])])
+def test_the_data_dag_builds_domain_graphs_for_the_tokenizer_only_with_domain_text(domain_text, planned):
+    from flows.dag import plan_dag
+
+    plan = plan_dag(["tokenizer"], "tiny", "default", overrides={"tokenizer": {"domain_text": domain_text}})
+    assert [stage.name for stage in plan] == planned

@@ -16,7 +16,7 @@ from inference.testing import ScriptedReply
 def airline_env_and_task() -> tuple[dict[str, Any], dict[str, Any]]:
     from envgen.compiler import compile_domain
     from envgen.construct import ConstructionSettings, build_environment
-    from envgen.spec import load_domain
+    from envgen.domain_spec import load_domain
     from envgen.taskgen import TaskSettings, environment_record, make_task
 
     domain = compile_domain(load_domain("airline"))
@@ -30,7 +30,7 @@ def airline_env_and_task() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def make_env():
-    from envgen.runtime import Environment
+    from envgen.environment import Environment
 
     return Environment(airline_env_and_task()[0])
 

@@ -18,7 +18,7 @@ def env_and_task(domain_name: str, seed: int = 0) -> tuple[dict[str, Any], dict[
     """A small environment of ``domain_name`` (at least 4 tools, one chain) and a verified task in it."""
     from envgen.compiler import compile_domain
     from envgen.construct import ConstructionSettings, build_environment
-    from envgen.spec import load_domain
+    from envgen.domain_spec import load_domain
     from envgen.taskgen import TaskSettings, environment_record, make_task
 
     domain = compile_domain(load_domain(domain_name))

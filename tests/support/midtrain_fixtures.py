@@ -19,7 +19,7 @@ def environments() -> list[dict[str, Any]]:
     the customer (mid-training tasks act for one)."""
     from envgen.compiler import compile_domain
     from envgen.construct import ConstructionSettings
-    from envgen.spec import load_domain
+    from envgen.domain_spec import load_domain
     from envgen.taskgen import TaskSettings, build_verified
     from tasks.midtrain.synth import identifying_tool
 

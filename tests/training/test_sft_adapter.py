@@ -86,9 +86,22 @@ def test_merge_adapter_leaves_a_fully_trained_model_as_it_is(base):
 
 
 @pytest.mark.parametrize("lora", [None, TOP_LAYER], ids=["full", "adapter"])
-def test_the_output_layer_at_trained_positions_gives_the_loss_over_all_positions(base, tmp_path, lora):
-    """TRL's loss (the output layer applied only where a label is trained) against cross-entropy of the full logits
-    over every position, ignored labels left out: the same number, with and without adapters."""
+def test_the_output_layer_at_trained_positions_gives_the_loss_over_all_positions(base, tmp_path, lora, monkeypatch):
+    """The trainer's loss, the output layer applied on the CPU to the trained positions alone (counted by a spy on
+    TRL's projection), against cross-entropy of the full logits over every position, ignored labels left out: the
+    same number, with and without adapters."""
+    import trl.trainer.utils as fused_head
+
+    projected: list[int] = []
+    projection = fused_head._ChunkedLogProbFunction
+
+    class ProjectionSpy(projection):
+        @staticmethod
+        def apply(hidden: torch.Tensor, *args: object) -> object:
+            projected.append(hidden.shape[0])
+            return projection.apply(hidden, *args)
+
+    monkeypatch.setattr(fused_head, "_ChunkedLogProbFunction", ProjectionSpy)
     model, tokenizer, _ = load_base(base)
     params = SFTParams(**FAST, max_steps=1, lora=lora, train_sampling_strategy="random")
     trainer = make_trainer(model, tokenizer, rows(tokenizer), [], [], params, tmp_path, progress=False)
@@ -97,6 +110,7 @@ def test_the_output_layer_at_trained_positions_gives_the_loss_over_all_positions
     assert (labels == -100).float().mean() > 0.3  # prompts and masked turns: most positions are not trained
     with torch.no_grad():
         fused = trainer.compute_loss(trainer.model, dict(batch))
+        assert projected == [int((labels[:, 1:] != -100).sum())]
         logits = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         full = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                                  labels[:, 1:].reshape(-1), ignore_index=-100)
@@ -107,3 +121,30 @@ def test_adapter_layers_beyond_the_base_are_refused(base):
     model = load_base(base)[0]
     with pytest.raises(Exception, match="lora.layers=8: the base has 2 layers"):
         LoraSettings(layers=8).config(model.config.num_hidden_layers)
+
+
+def test_a_plain_copy_is_the_merged_model_in_its_dtype_and_leaves_the_trained_one_as_it_is(base, tmp_path):
+    """What held-out decoding in bf16 runs on: the trained adapter merged, the trainer's model untouched (its patched
+    forward and fp32 weights), so a copy made mid-run decodes what the run has learnt so far."""
+    from peft import PeftModel
+
+    from training.adapters import merged_state_dict, plain_copy
+
+    model, tokenizer, _ = load_base(base)
+    params = SFTParams(**FAST, max_steps=2, lora=TOP_LAYER)
+    trainer = make_trainer(model, tokenizer, rows(tokenizer), [], [], params, tmp_path, progress=False)
+    trainer.train()
+    before = {name: p.clone() for name, p in trainer.model.named_parameters()}
+    copy = plain_copy(trainer.model, "bfloat16")
+    assert not isinstance(copy, PeftModel) and not copy.training
+    merged = merged_state_dict(trainer.model)
+    for name, tensor in copy.state_dict().items():
+        assert tensor.dtype == torch.bfloat16
+        torch.testing.assert_close(tensor, merged[name].to(torch.bfloat16), rtol=0, atol=0)
+    assert all(torch.equal(p, before[name]) and p.dtype == torch.float32
+               for name, p in trainer.model.named_parameters())
+    ids = torch.tensor([tokenizer.encode("hello there")])
+    with torch.no_grad():
+        expected = trainer.model(input_ids=ids).logits
+        got = copy(input_ids=ids).logits.float()
+    torch.testing.assert_close(got, expected, rtol=0.05, atol=0.05)

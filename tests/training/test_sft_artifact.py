@@ -11,7 +11,7 @@ from sft_fixtures import double_trajectories, micro_base
 from data_contracts.catalog import Catalog
 from data_contracts.roots import open_store
 from data_contracts.runner import execute_stage
-from inference.checkpoint import read_card, resolve_model
+from inference.checkpoint import checkpoint_directory, read_card
 from training.sft import SFTParams, sft
 
 
@@ -37,8 +37,7 @@ def test_the_model_is_published_with_its_card_and_lineage(published):
     assert artifact.manifest["contract"]["model"]["passed"]
     lineage = Catalog(root).lineage(key)
     assert lineage.filter(lineage["input_key"] == data_key).height == 1
-    kinds = Catalog(root).query("SELECT kind FROM artifacts WHERE key = ?", [key])["kind"].to_list()
-    assert kinds == ["model"]
+    assert Catalog(root).entry(key).kind == "model"
 
 
 def test_an_identical_run_is_a_cache_hit(published):
@@ -54,7 +53,7 @@ def test_engines_take_a_model_artifact_key(published, monkeypatch):
     from inference.engine_factory import load_engine
 
     root, key, data_key = published
-    assert resolve_model(key, root) == open_store(root).get("sft", key).directory
+    assert checkpoint_directory(key, root) == open_store(root).get("sft", key).directory
     monkeypatch.setenv("GYMFORGE_DATA", str(root))
     engine = load_engine(f"hf:{key}")
     [[completion]] = engine.generate([Request(messages=[{"role": "user", "content": "Book 2 seats"}],

@@ -2,6 +2,6 @@
 LoongRL's GRPO settings), one concern per module: ``config`` (the run's settings), ``controllers`` (the rollout
 manager and its controller processes), ``queue`` (the sample queue and its staleness bounds), ``losses``,
 ``scheduling``, ``weights`` (weight sync to every engine kind), ``trainer`` (the policy update), ``run`` (``RLRun``,
-which wires them), ``sources`` (RL tasks from artifacts), ``report`` and ``plot``. The ``rl`` stage on them is
+which wires them), ``sources`` (RL tasks from artifacts), ``tensorboard_steps`` and ``plot``. The ``rl`` stage on them is
 ``training/rl.py``.
 """

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.research.harness import prompts
+from tasks.research.harness.research_spec import ResearchSpec, extract_json
 from tasks.research.harness.researchers import SectionOutcome, section_problems
 from tasks.research.harness.session import Session
-from tasks.research.harness.spec import ResearchSpec, extract_json
 from tasks.research.harness.text import CITATION
 
 ACTIONS = ("cross_reference", "resolve_conflict", "revise")

@@ -3,7 +3,7 @@ Reviser, turning a query into the ResearchSpec that is then held fixed for secti
 
 Writers search and read independently, each from its own perspective, and propose candidate specs; the Judge
 consolidates the valid candidates; each Critic/Reviser cycle searches for missing questions and cases and folds
-them into the plan. Every spec a role returns goes through ``spec.resolve``: repaired (renumbered, or the role
+them into the plan. Every spec a role returns goes through ``research_spec.resolve``: repaired (renumbered, or the role
 asked to fix the named problems), else reverted to the last valid candidate; with no valid candidate at all,
 dispatch stops with every problem named.
 """
@@ -14,9 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.research.harness import prompts
+from tasks.research.harness.research_spec import (
+    Problem,
+    ResearchSpec,
+    ResearchSpecError,
+    extract_json,
+    resolve,
+)
 from tasks.research.harness.roles import RoleCall, RoleResult
 from tasks.research.harness.session import ResearchStop, Session
-from tasks.research.harness.spec import Problem, ResearchSpec, SpecError, extract_json, resolve
 
 
 @dataclass
@@ -58,13 +64,13 @@ def plan(session: Session, query: str) -> Plan:
     for call, result in _pairs(writers, done):
         try:
             spec, source = _resolve(session, call, result, None, "candidate")
-        except SpecError as exc:
+        except ResearchSpecError as exc:
             problems += [Problem(p.kind, f"{call.call_id}: {p.message}", p.section) for p in exc.problems]
             continue
         candidates.append((spec, source))
     if not candidates:
         session.note("stop", reason="no valid candidate spec", problems=[str(p) for p in problems])
-        raise SpecError(problems, "planning writers")
+        raise ResearchSpecError(problems, "planning writers")
     judge = session.role_call("plan/judge", "planning_judge",
                               prompts.judge_input(query, [s.model_dump() for s, _ in candidates]),
                               depends_on=[source for _, source in candidates])
@@ -108,7 +114,7 @@ def _resolve(session: Session, call: RoleCall, result: RoleResult, fallback: Res
     try:
         resolution = resolve(reply or "", fallback=fallback, model_repair=model_repair,
                              attempts=session.config.repair_attempts, context=call.call_id)
-    except SpecError as exc:
+    except ResearchSpecError as exc:
         session.note("spec", stage=stage, call_id=call.call_id, outcome="invalid",
                      problems=[str(p) for p in exc.problems])
         raise

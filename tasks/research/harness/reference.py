@@ -37,7 +37,7 @@ from envgen.rewards import normalize
 from inference.engine import Completion, Request
 from tasks.research.harness.knowledge import KnowledgeGraph, fmt_value, labels
 from tasks.research.harness.prompts import PERSPECTIVES, parse_inputs, role_of
-from tasks.research.harness.spec import extract_json
+from tasks.research.harness.research_spec import extract_json
 from tasks.research.harness.text import has_phrase, sentences, strip_citations, tokens
 from tasks.research.search.claims import Gazetteer, Triple, extract
 

@@ -24,9 +24,9 @@ from functools import lru_cache
 from inference.engine import Engine
 from tasks.research.harness import prompts
 from tasks.research.harness.citations import check_citations
+from tasks.research.harness.research_spec import ResearchSpec
 from tasks.research.harness.roles import RoleCall, RoleConfig, RoleResult, open_index, run_role
 from tasks.research.harness.session import Session
-from tasks.research.harness.spec import ResearchSpec
 from tasks.research.search import SearchIndex
 
 _HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}\s", re.MULTILINE)

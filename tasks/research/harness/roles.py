@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from data_contracts.stage import Params
-from envgen.runtime import EpisodeScore, Observation, ToolEnvironment
+from envgen.environment import EpisodeScore, Observation, ToolEnvironment
 from envgen.tools import ToolResult
 from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
 from inference.engine import Engine

@@ -21,10 +21,10 @@ from inference.engine import Engine
 from tasks.research.harness.citations import check_citations
 from tasks.research.harness.editors import assemble, edit
 from tasks.research.harness.planning import plan
+from tasks.research.harness.research_spec import ResearchSpecError
 from tasks.research.harness.researchers import dispatch
 from tasks.research.harness.roles import RoleResult, open_index
 from tasks.research.harness.session import HARNESS, HarnessConfig, Journal, Progress, ResearchStop, Session
-from tasks.research.harness.spec import SpecError
 from tasks.research.search.support import Facts
 
 RunStatus = Literal["complete", "partial", "failed"]
@@ -106,7 +106,7 @@ def run_research(query: str, *, engine: Engine, index_dir: str | Path, teacher: 
                                  judge=citation_judge, facts=citation_facts)
         run.citations = {**report.summary(), "checks": [asdict(c) for c in report.checks]}
         run.status = "complete" if len(done) == len(outcomes) else "partial"
-    except (ResearchStop, SpecError) as exc:
+    except (ResearchStop, ResearchSpecError) as exc:
         run.stop_reason = str(exc)
     run.calls = log.calls()
     log.append({"event": "end", "status": run.status, "run": run.to_json()})

@@ -1,5 +1,5 @@
 """Research trajectories (LongCat-DeepResearch, section 3.2): every role call of a teacher's run, filtered and
-exported in the project's ``trajectory`` record.
+written as rows of the project's ``trajectory`` record.
 
 A call's trajectory is kept only when it passes three checks (the report's filter): role identity (the first
 message is exactly its role's system prompt, a role without tools made no tool call), tool-call/response closure
@@ -19,10 +19,10 @@ from envgen.trajectory_checks import RESEARCH
 from tasks.research.harness.editors import parse_directives
 from tasks.research.harness.planning import parse_issues
 from tasks.research.harness.prompts import ROLES
+from tasks.research.harness.research_spec import parse_research_spec
 from tasks.research.harness.researchers import section_problems
 from tasks.research.harness.roles import RoleResult
 from tasks.research.harness.run import ResearchRun
-from tasks.research.harness.spec import parse_spec
 from tasks.research.search import TOOL_SCHEMAS, SearchIndex
 
 SOURCE = "research"
@@ -64,7 +64,7 @@ def artifact_problems(result: RoleResult, index: SearchIndex, excluded: Sequence
     output = ROLES[result.role].output
     text = result.output or ""
     if output == "spec":
-        return [str(p) for p in parse_spec(text)[1]]
+        return [str(p) for p in parse_research_spec(text)[1]]
     if output == "issues":
         return parse_issues(text)[1]
     if output == "directives":
@@ -79,7 +79,7 @@ def call_problems(result: RoleResult, index: SearchIndex, excluded: Sequence[str
             or artifact_problems(result, index, excluded))
 
 
-def export(run: ResearchRun, index: SearchIndex, topic: str | None = None,
+def trajectory_rows(run: ResearchRun, index: SearchIndex, topic: str | None = None,
            count: Callable[[Sequence[dict[str, Any]], Sequence[dict[str, Any]]], int] | None = None,
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """(trajectory rows kept, trajectory rows filtered out with their reason, research_call rows) of a run;

@@ -1,5 +1,5 @@
 """The local search environment: a BM25 index over a local corpus and question-answering episodes on it,
-behind the same interface as the tool environments of ``envgen.runtime``.
+behind the same interface as the tool environments of ``envgen.environment``.
 
 ``corpus`` loads documents (the world's, a directory of text/Markdown/JSONL files, HotpotQA/2Wiki/MuSiQue
 paragraphs); ``index`` builds a ``SearchIndex`` into a directory and opens it; ``environment`` holds the tools

@@ -3,7 +3,7 @@
 ``env = SearchEnvironment(index)`` then ``obs = env.reset(task)`` -> ``Observation(messages, tools)`` (system
 prompt + the question), ``obs, reward, done, info = env.step(assistant_message)``; ``areset``/``astep``,
 ``call_tool(name, args)`` (the seam tool-noise wrappers override), ``score()`` and ``close()`` as in
-``envgen.runtime.Environment``, so the agent loop, context management and RL use it unchanged.
+``envgen.environment.Environment``, so the agent loop, context management and RL use it unchanged.
 
 A task is ``{task_id, question, answer, aliases, excluded_doc_ids?, system_prompt?}`` (lists may be JSON
 strings). ``excluded_doc_ids`` hide documents from every tool (the research tasks' article-based route
@@ -28,8 +28,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from data_contracts.stage import Params
-from envgen.rewards import extract_boxed, score_two_way
-from envgen.runtime import EpisodeScore, Observation, ToolEnvironment, json_field
+from envgen.environment import EpisodeScore, Observation, ToolEnvironment, json_field
+from envgen.rewards import BOXED_INSTRUCTION, extract_boxed, score_two_way
 from envgen.tools import ToolError, ToolResult, parse_arguments
 from tasks.research.search.corpus import Document, Section
 from tasks.research.search.index import SearchIndex, clip
@@ -43,7 +43,7 @@ SYSTEM_PROMPT = (
     "Answer the question using the document collection. Tools: search(query, k) finds documents and shows a "
     "snippet of each; open(doc_id) shows a document's outline; read(doc_id, section) returns one section. A "
     "question may need several documents: follow what one says to the next. When you know the answer, reply "
-    "without a tool call and put the final answer in \\boxed{}."
+    f"without a tool call. {BOXED_INSTRUCTION}"
 )
 
 

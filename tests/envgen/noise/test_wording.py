@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from envgen.compiler import compiled
 from envgen.construct import ConstructionFailed, ConstructionSettings, build_environment
+from envgen.domain_spec import domain_paths
+from envgen.environment import Environment, replay
 from envgen.noise.instruction import (
     INSTRUCTION_TRANSFORMS,
     Draft,
@@ -24,8 +26,6 @@ from envgen.noise.instruction import (
     wording_problem,
 )
 from envgen.noise.records import Transform
-from envgen.runtime import Environment, replay
-from envgen.spec import domain_paths
 from envgen.taskgen import TaskSettings, environment_record, make_task
 
 DOMAINS = tuple(domain_paths())

@@ -9,7 +9,7 @@ import pytest
 
 from data_contracts.gate import validate
 from data_contracts.stage import REJECTED, FrameArtifact, StageError, get_stage
-from envgen.spec import DomainSpec, load_domain
+from envgen.domain_spec import DomainSpec, load_domain
 from tasks.environments.domain_graphs import DomainGraphsParams, domain_graphs
 from tasks.environments.environments import EnvironmentsParams, environments
 from tasks.environments.eval_random_envs import EvalRandomParams
@@ -57,7 +57,7 @@ def test_same_params_give_identical_frames(graphs: dict, envs: dict) -> None:
 
 def test_a_tampered_database_fails_the_replay_check(envs: dict) -> None:
     """The contract's Python check really replays: a database whose golden row is gone must fail the gate."""
-    from envgen.runtime import domain_for
+    from envgen.environment import domain_for
     from envgen.seeding import engine_from_bytes, sqlite_bytes
 
     row = envs["environments"].row(0, named=True)
@@ -83,7 +83,7 @@ def _failed_checks(frame: pl.DataFrame) -> list[str]:
 def test_a_record_linking_two_customers_is_quarantined(envs: dict) -> None:
     """One reservation paid with another user's card: the world's contract counts it and fails the gate."""
     from envgen.customers import owner_of
-    from envgen.runtime import domain_for
+    from envgen.environment import domain_for
     from envgen.seeding import engine_from_bytes, sqlite_bytes
 
     row = envs["environments"].filter(pl.col("domain") == "airline").row(0, named=True)

@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from envgen.spec import domain_paths, load_domain, parse_spec
+from envgen.domain_spec import domain_paths, load_domain, parse_domain_spec
 from tasks.environments.eval_random_envs import SYNONYMS, renamed_variant, vocabulary
 
 DOMAINS = sorted(domain_paths())
@@ -19,7 +19,7 @@ DOMAINS = sorted(domain_paths())
 def test_renamed_variant_is_a_valid_spec_with_new_names(name: str) -> None:
     spec = load_domain(name)
     variant = renamed_variant(spec, random.Random(7), "r7")
-    reparsed = parse_spec(yaml.safe_dump(variant.model_dump(mode="json")))  # every cross-reference check again
+    reparsed = parse_domain_spec(yaml.safe_dump(variant.model_dump(mode="json")))  # every cross-reference check again
     assert reparsed.spec_hash == variant.spec_hash
     assert not {e.id_prefix for e in spec.entities} & {e.id_prefix for e in variant.entities}
     assert [len(e.fields) for e in spec.entities] == [len(e.fields) for e in variant.entities]

@@ -11,7 +11,7 @@ import pytest
 
 from data_contracts.gate import validate
 from data_contracts.stage import REJECTED, FrameArtifact
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.trajectory_standard import habit_problem
 from inference.tokenizer import to_row, train_tokenizer
 from tasks.environments.domain_graphs import DomainGraphsParams, domain_graphs

@@ -200,7 +200,8 @@ def test_eval_seeds_are_never_used():
 
 
 def test_a_held_out_set_draws_on_every_seed_of_its_split_not_only_the_kept():
-    kept, rejected = seed_frame(3, "k", split="eval"), seed_frame(40, "w", split="eval")
+    # a distractor pool with room to spare: the subject is which seeds are drawn, not a pool running dry
+    kept, rejected = seed_frame(3, "k", split="eval"), seed_frame(48, "w", split="eval")
     qa = FrameArtifact({"seeds": kept, "rejected": rejected.with_columns(pl.lit("too_hard").alias("reason"))})
     only_kept = run({"n": 8, "n_regular": 0, "split": "eval"}, qa=qa)["keychain"]
     every = run({"n": 8, "n_regular": 0, "split": "eval", "items_from": "all"}, qa=qa)["keychain"]

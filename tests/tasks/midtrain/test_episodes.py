@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, reject, settings
 from hypothesis import strategies as st
 from midtrain_fixtures import environments
 
-from envgen.runtime import domain_for
+from envgen.environment import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import (
     SUMMARY_TAG,
@@ -29,21 +29,21 @@ from tasks.midtrain.midtrain_plan import plan
 from tasks.midtrain.midtrain_reason import alternatives
 from tasks.midtrain.midtrain_text import HowToError, parse_howto, render_howto, trajectory
 from tasks.midtrain.sft_set import compress_steps
-from tasks.midtrain.synth import ENV_FIELDS, Episode, Unusable, play, restate, sample_task
+from tasks.midtrain.synth import ENV_FIELDS, ReferenceEpisode, Unusable, play, restate, sample_task
 
 SLOW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _verify_input(ep: Episode) -> dict:
+def _verify_input(ep: ReferenceEpisode) -> dict:
     return {"env": {k: ep.env[k] for k in ENV_FIELDS}, "task": ep.task}
 
 
-def _episode(index: int, seed: int) -> Episode:
+def _episode(index: int, seed: int) -> ReferenceEpisode:
     envs = environments()
     return sample_task(envs[index % len(envs)], random.Random(seed), 2, 3, TaskSettings(inline_fact_prob=0.9), "x")
 
 
-def _drawn_episode(index: int, seed: int) -> Episode:
+def _drawn_episode(index: int, seed: int) -> ReferenceEpisode:
     """A drawn episode; a draw the sampler finds unusable (an ambiguous task, say: the stage skips those) is
     rejected rather than failed."""
     try:
@@ -113,7 +113,7 @@ def test_a_failed_try_is_masked_and_the_recovery_trained() -> None:
     ep = _episode(1, 3)
     domain = domain_for(ep.env)
     k = next(i for i, c in enumerate(ep.calls) if domain.tools[c["name"]].kind in ("get", "lookup"))
-    played = play(Episode(ep.env, restate(ep.task, random.Random(0), 1.0), ep.calls, retries=frozenset({k})),
+    played = play(ReferenceEpisode(ep.env, restate(ep.task, random.Random(0), 1.0), ep.calls, retries=frozenset({k})),
                   random.Random(0))
     assert verify_execution(played.messages, _verify_input(ep), ep.env["db"]) is None
     mask = turn_mask(played.messages, played.tools)
@@ -211,6 +211,6 @@ def test_a_teacher_text_that_drops_a_value_is_refused() -> None:
 @pytest.mark.parametrize("share", [0.0, 1.0])
 def test_restated_requests_stay_playable(share: float) -> None:
     ep = _episode(3, 7)
-    new = Episode(ep.env, restate(ep.task, random.Random(0), share), ep.calls)
+    new = ReferenceEpisode(ep.env, restate(ep.task, random.Random(0), share), ep.calls)
     played = play(new, random.Random(0))
     assert verify_execution(played.messages, _verify_input(new), new.env["db"]) is None

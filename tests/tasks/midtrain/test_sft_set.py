@@ -75,8 +75,8 @@ def test_a_dead_or_garbage_teacher_is_one_clear_error() -> None:
 
 def test_a_teacher_failure_on_one_item_rejects_that_item_only() -> None:
     from envgen.taskgen import TaskSettings
-    from tasks.midtrain.routes import EpisodeParams, episode_rows
     from tasks.midtrain.synth import sample_task
+    from tasks.midtrain.trajectory_stages import EpisodeParams, episode_rows
 
     def policy(request, index):  # rewrites every text, but drops the values of the request of the second item
         prompt = request.messages[-1]["content"]

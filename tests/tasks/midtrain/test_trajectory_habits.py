@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from midtrain_fixtures import environments
 
-import envgen.runtime
+import envgen.environment
 from envgen.customers import owner_of, written_rows
-from envgen.runtime import Environment, domain_for, replay
+from envgen.environment import Environment, domain_for, replay
 from envgen.seeding import engine_from_bytes
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import (
@@ -31,13 +31,13 @@ from envgen.trajectory_standard import invented_alternative, uninformative_resul
 from tasks.midtrain.midtrain_decompose import decompose
 from tasks.midtrain.midtrain_reason import WHY, _why_not, alternatives
 from tasks.midtrain.midtrain_text import HowToError, parse_howto, render_howto, trajectory
-from tasks.midtrain.synth import ENV_FIELDS, Episode, Unusable, play, sample_task
+from tasks.midtrain.synth import ENV_FIELDS, ReferenceEpisode, Unusable, play, sample_task
 from tasks.midtrain.words import fill
 
 SLOW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _episode(index: int, seed: int) -> Episode:
+def _episode(index: int, seed: int) -> ReferenceEpisode:
     envs = environments()
     try:
         return sample_task(envs[index % len(envs)], random.Random(seed), 2, 3, TaskSettings(inline_fact_prob=0.9), "x")
@@ -45,12 +45,12 @@ def _episode(index: int, seed: int) -> Episode:
         reject()
 
 
-def _row(ep: Episode, messages: list[dict]) -> dict:
+def _row(ep: ReferenceEpisode, messages: list[dict]) -> dict:
     return {"verifier": EXECUTION, "messages": json.dumps(messages), "env_db": ep.env["db"],
             "verify_input": json.dumps({"env": {k: ep.env[k] for k in ENV_FIELDS}, "task": ep.task})}
 
 
-def _airline(seed: int = 0) -> Episode:
+def _airline(seed: int = 0) -> ReferenceEpisode:
     for s in range(seed, seed + 40):
         try:
             return sample_task(environments()[0], random.Random(s), 1, 2, TaskSettings(inline_fact_prob=1.0), "x")
@@ -59,7 +59,7 @@ def _airline(seed: int = 0) -> Episode:
     raise AssertionError("no airline episode")
 
 
-def _foreign_row(ep: Episode) -> tuple[list[dict], str]:
+def _foreign_row(ep: ReferenceEpisode) -> tuple[list[dict], str]:
     """The golden calls with the last write retargeted to a row of the same entity another customer owns, chosen
     so the write succeeds (it changes that customer's record), and that row's key."""
     domain = domain_for(ep.env)
@@ -84,7 +84,7 @@ def _foreign_row(ep: Episode) -> tuple[list[dict], str]:
     raise AssertionError("no write on another customer's record succeeds")
 
 
-def _airline_crossed() -> tuple[Episode, list[dict], str]:
+def _airline_crossed() -> tuple[ReferenceEpisode, list[dict], str]:
     for seed in range(40):
         ep = _airline(seed)
         try:
@@ -126,7 +126,7 @@ def test_the_policy_fails_a_write_on_another_customers_record_and_a_write_before
 def test_a_mutation_of_the_rubric_check_lets_a_cross_customer_write_through(monkeypatch) -> None:
     """The check is what fails the episode: with it disabled, the same cross-customer write scores policy 1."""
     ep, crossed, _ = _airline_crossed()
-    monkeypatch.setattr(envgen.runtime, "customer_policy_problem", lambda *a: None)
+    monkeypatch.setattr(envgen.environment, "customer_policy_problem", lambda *a: None)
     assert replay(Environment(ep.env), ep.task, crossed).components["policy"] == 1.0
 
 
@@ -295,8 +295,8 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     import yaml
     from spec_fixtures import MINIMAL
 
-    from envgen.checks import check_spec
-    from envgen.spec import load_spec
+    from envgen.checks import check_domain_spec
+    from envgen.domain_spec import load_spec
 
     two = {**copy.deepcopy(MINIMAL), "name": "two"}
     two["entities"].append({**copy.deepcopy(two["entities"][0]), "name": "other", "key": "other_id",
@@ -304,13 +304,13 @@ def test_a_spec_without_a_derivable_customer_must_declare_one(tmp_path) -> None:
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(two, sort_keys=False))
     assert load_spec(path).customer_entity is None
-    assert any("no customer entity" in p for p in check_spec(path, 0).problems)
+    assert any("no customer entity" in p for p in check_domain_spec(path, 0).problems)
     declared = tmp_path / "declared.yaml"
     declared.write_text(yaml.safe_dump({**two, "name": "declared", "customer": "other"}, sort_keys=False))
     assert load_spec(declared).customer_entity.name == "other"
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(yaml.safe_dump({**two, "name": "unknown", "customer": "ghost"}, sort_keys=False))
-    assert any("unknown entity 'ghost'" in p for p in check_spec(unknown, 0).problems)
+    assert any("unknown entity 'ghost'" in p for p in check_domain_spec(unknown, 0).problems)
 
 
 def test_an_augmented_refusal_still_refuses() -> None:

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from midtrain_fixtures import environments
 
 from data_contracts.gate import validate
+from envgen.environment import domain_for
 from envgen.records import TRAJECTORY
-from envgen.runtime import domain_for
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import EXECUTION, SCHEMA
 from envgen.trajectory_standard import (
@@ -31,11 +31,11 @@ from envgen.trajectory_standard import (
     untrue_world,
 )
 from envgen.wording import MIN_FRAMED_SENTENCES, frame_share, sentence_frame, sentences
-from tasks.midtrain.routes import make_row
-from tasks.midtrain.synth import ENV_FIELDS, Episode, Unusable, play, sample_task
+from tasks.midtrain.synth import ENV_FIELDS, ReferenceEpisode, Unusable, play, sample_task
+from tasks.midtrain.trajectory_stages import make_row
 
 
-def _played(index: int = 0) -> tuple[Episode, list[dict], list[dict]]:
+def _played(index: int = 0) -> tuple[ReferenceEpisode, list[dict], list[dict]]:
     """An episode of fixture environment ``index``, its played messages and offered tools."""
     env = environments()[index]
     for seed in range(40):
@@ -48,7 +48,7 @@ def _played(index: int = 0) -> tuple[Episode, list[dict], list[dict]]:
     raise AssertionError("no playable episode")
 
 
-def _row(ep: Episode, messages: list[dict], tools: list[dict]) -> dict:
+def _row(ep: ReferenceEpisode, messages: list[dict], tools: list[dict]) -> dict:
     return make_row(id="r", source="midtrain_env", messages=messages, tools=tools, verifier=EXECUTION,
                     verify_input={"env": {k: ep.env[k] for k in ENV_FIELDS}, "task": ep.task,
                                   "limits": {"max_tokens": 10**6, "heldout": []}},

@@ -125,7 +125,7 @@ def test_infrastructure_failure_is_never_the_agents(world, monkeypatch) -> None:
     def broken_tool(self, name, arguments):  # a defect of the tool implementation, as the runtime reports it
         return ToolResult({"error": f"internal error in {name}: OperationalError"}, internal_error=True)
 
-    monkeypatch.setattr("envgen.runtime.Environment.call_tool", broken_tool)
+    monkeypatch.setattr("envgen.environment.Environment.call_tool", broken_tool)
     verdict = verify(env, noisy, clean)
     assert verdict.robust.failure == "tool" and not scored_for_agent(dict(verdict.robust.info))
     assert verdict.reason.startswith("infrastructure")

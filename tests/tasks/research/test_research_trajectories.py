@@ -81,8 +81,8 @@ def test_sft_set_fits_research_trajectories_by_step_compression(out) -> None:
     """A research call over the window comes back step-compressed: earlier results summarized, the earliest steps
     folded into the request, the final answer and the calls' closure kept, and it still verifies."""
     from envgen.trajectory_checks import SUMMARY_TAG, verify_row
-    from tasks.midtrain.routes import token_counter
     from tasks.midtrain.sft_set import SFTSetParams, _admit
+    from tasks.midtrain.trajectory_stages import token_counter
 
     count = token_counter(SFTSetParams(), {"tokenizer": tokenizer_artifact()})
     rows = list(out["trajectories"].iter_rows(named=True))

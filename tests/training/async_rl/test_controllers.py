@@ -263,7 +263,7 @@ def test_report_to_tensorboard_writes_every_steps_reward_at_its_version(tmp_path
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from training.async_rl.config import RLParams
-    from training.async_rl.report import TensorBoardSteps
+    from training.async_rl.tensorboard_steps import TensorBoardSteps
 
     assert RLParams().report_to == "none"
     with TensorBoardSteps(tmp_path / "tb") as report:

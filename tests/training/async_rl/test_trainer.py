@@ -149,12 +149,12 @@ class IdleTestEnvironment:
         pass
 
     async def areset(self, task):
-        from envgen.runtime import Observation
+        from envgen.environment import Observation
 
         return Observation([{"role": "user", "content": "book a room"}], [])
 
     def score(self):
-        from envgen.runtime import EpisodeScore
+        from envgen.environment import EpisodeScore
 
         return EpisodeScore(0.0, {}, None)
 

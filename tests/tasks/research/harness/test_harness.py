@@ -22,12 +22,12 @@ from research_fixtures import (
 from tasks.research.harness.editors import assemble
 from tasks.research.harness.prompts import parse_inputs
 from tasks.research.harness.reference import split_draft
+from tasks.research.harness.research_spec import ResearchSpec
 from tasks.research.harness.researchers import SectionOutcome
 from tasks.research.harness.roles import open_index
 from tasks.research.harness.run import ResearchRun, run_research
 from tasks.research.harness.session import HarnessConfig
-from tasks.research.harness.spec import ResearchSpec
-from tasks.research.harness.trajectories import export
+from tasks.research.harness.trajectories import trajectory_rows
 
 CONFIG = HarnessConfig()
 
@@ -42,7 +42,7 @@ def baseline() -> tuple[ResearchRun, WrappedTeacher]:
     return research(engine), engine
 
 
-def test_a_reference_run_is_complete_cited_and_exported(baseline) -> None:
+def test_a_reference_run_is_complete_cited_and_written_as_rows(baseline) -> None:
     run, _ = baseline
     assert run.status == "complete" and run.stop_reason is None
     spec = ResearchSpec.model_validate(run.spec)
@@ -52,7 +52,7 @@ def test_a_reference_run_is_complete_cited_and_exported(baseline) -> None:
     roles = {c.role for c in run.calls}
     assert roles == {"planning_writer", "planning_judge", "critic", "reviser", "researcher", "global_editor",
                      "local_editor"}
-    kept, rejected, calls = export(run, open_index(index_dir()), "organization")
+    kept, rejected, calls = trajectory_rows(run, open_index(index_dir()), "organization")
     assert rejected == [] and len(kept) == len(calls) == len(run.calls)
     assert all(json.loads(row["messages"])[0]["role"] == "system" for row in kept)
 

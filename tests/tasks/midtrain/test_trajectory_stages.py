@@ -12,7 +12,7 @@ import pytest
 from midtrain_fixtures import env_trajectories
 
 from data_contracts.gate import validate
-from tasks.midtrain.routes import trajectory_contract
+from tasks.midtrain.trajectory_stages import trajectory_contract
 
 CONTRACT = trajectory_contract(["midtrain_env"])
 
@@ -79,12 +79,12 @@ def test_a_played_episode_with_a_needless_read_is_set_aside_with_its_reason() ->
     import random
 
     from tasks.midtrain.midtrain_env import MidtrainEnvParams
-    from tasks.midtrain.routes import episode_rows, open_teacher
-    from tasks.midtrain.synth import Episode, episode_of
+    from tasks.midtrain.synth import ReferenceEpisode, episode_of
+    from tasks.midtrain.trajectory_stages import episode_rows, open_teacher
 
     # the customer identified by email, then their card blocked: a second identical lookup has no reason
     episode = episode_of(env_trajectories().filter(pl.col("id") == "midtrain_env:t:000003/0").row(0, named=True))
-    second_look = Episode(episode.env, episode.task, [episode.calls[0], *episode.calls])
+    second_look = ReferenceEpisode(episode.env, episode.task, [episode.calls[0], *episode.calls])
     params = MidtrainEnvParams()
     teacher = open_teacher(params)
     try:

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks.research.harness.spec import (
+from tasks.research.harness.research_spec import (
     PROBLEM_KINDS,
     ResearchSpec,
-    SpecError,
-    parse_spec,
+    ResearchSpecError,
+    parse_research_spec,
     renumber,
     resolve,
     spec_from_data,
@@ -153,7 +153,7 @@ def test_the_planner_repairs_the_named_problems() -> None:
     ('{"query": "q", "title": "T", "sections": "S1"}', "schema"),
 ])
 def test_with_nothing_valid_dispatch_stops_naming_each_problem(reply: str, kind: str) -> None:
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(ResearchSpecError) as caught:
         resolve(reply, model_repair=lambda r, p: reply, attempts=2, context="plan/writer/1")
     assert kind in {p.kind for p in caught.value.problems}
     assert str(caught.value).startswith("plan/writer/1: the ResearchSpec is invalid")
@@ -162,4 +162,4 @@ def test_with_nothing_valid_dispatch_stops_naming_each_problem(reply: str, kind:
 
 def test_problem_kinds_are_all_reachable() -> None:
     assert set(PROBLEM_KINDS) == {"malformed", "schema", "no_sections", *STRUCTURE_KINDS, "missing_field"}
-    assert parse_spec("{not json")[1][0].kind == "malformed"
+    assert parse_research_spec("{not json")[1][0].kind == "malformed"

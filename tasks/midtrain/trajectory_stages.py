@@ -19,10 +19,10 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.stage import Artifact, Check, Params
+from envgen.environment import json_field
 from envgen.records import TRAJECTORY
-from envgen.runtime import json_field
 from envgen.small import DISTRACTORS
-from envgen.trajectory_checks import turn_mask
+from envgen.trajectory_checks import ANSWER, turn_mask, verify_answer
 from envgen.trajectory_standard import habit_problem, standard_contract
 
 EVAL_ENV_PREFIX = "rct-"
@@ -42,9 +42,9 @@ class TrajectoryParams(Params):
     @field_validator("teacher")
     @classmethod
     def _teacher(cls, value: str) -> str:
-        from inference.teacher import check_spec
+        from inference.teacher import check_teacher
 
-        return check_spec(value)
+        return check_teacher(value)
 
     def local_inputs(self) -> list[str]:
         from inference.engine_spec import REFERENCE, EngineSpec
@@ -104,6 +104,19 @@ def make_row(*, id: str, source: str, messages: list[dict[str, Any]], tools: lis
 
 def too_long(tokens: int, params: TrajectoryParams) -> str | None:
     return f"too_long: {tokens} tokens > max_tokens={params.max_tokens}" if tokens > params.max_tokens else None
+
+
+def answer_row(*, id: str, source: str, messages: list[dict[str, Any]], verify_input: dict[str, Any],
+               params: TrajectoryParams, count: Any, **fields: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """(row, None) for a tool-free conversation whose answer verifies (verifier ``answer``: the two-way reward and
+    every condition stated) within the token window; else (None, the reason it is rejected)."""
+    tokens = count(messages, [])
+    failed = verify_answer(messages, verify_input)
+    reason = f"not_verified: {failed}" if failed else too_long(tokens, params)
+    if reason:
+        return None, reason
+    return make_row(id=id, source=source, messages=messages, tools=[], verifier=ANSWER, verify_input=verify_input,
+                    tokens=tokens, **fields), None
 
 
 # --- the contract -------------------------------------------------------------------------------------------

@@ -47,8 +47,8 @@ from typing import Any, Protocol
 from envgen.canonical import State, canonical_state, diff_states
 from envgen.compiler import CLOCK_TABLE, CompiledDomain, compile_domain
 from envgen.customers import customer_policy_problem
+from envgen.domain_spec import DomainSpec
 from envgen.seeding import engine_from_bytes, sqlite_engine
-from envgen.spec import DomainSpec
 from envgen.tools import Executor, ToolResult, call_tool
 
 _COMPILED: dict[str, CompiledDomain] = {}

@@ -1,4 +1,4 @@
-"""An experiment's report: the table of every metric with its intervals, the learning curves (PNG), the conclusion
+"""An experiment's write-up: the table of every metric with its intervals, the learning curves (PNG), the conclusion
 the numbers support and nothing more, and the runs with their artifacts (their lineage is in the catalog)."""
 
 from __future__ import annotations

@@ -63,7 +63,6 @@ Authoring checklist (``gymforge envgen check envgen/domains/NEW.yaml`` verifies 
 from __future__ import annotations
 
 import hashlib
-import json
 import keyword
 import re
 from collections.abc import Iterable
@@ -75,6 +74,8 @@ from typing import Any, Literal, NamedTuple
 import networkx as nx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from data_contracts.content import canonical_json
 
 DOMAINS_DIR = Path(__file__).parent / "domains"
 
@@ -359,11 +360,10 @@ class DomainSpec(_Strict):
         """Stable hash of the parsed spec (key order and YAML formatting do not matter; an undeclared customer
         leaves the hash of a spec written before the field existed)."""
         dumped = self.model_dump(mode="json", exclude={"customer"} if self.customer is None else set())
-        canon = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+        return hashlib.sha256(canonical_json(dumped).encode()).hexdigest()[:16]
 
 
-class SpecError(ValueError):
+class DomainSpecError(ValueError):
     """A domain spec is malformed; ``problems`` lists every problem found, each naming file, line and field."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
@@ -761,15 +761,15 @@ def faker_for(locale: str):
     return Faker(locale)
 
 
-def parse_spec(text: str, source: str = "<string>") -> DomainSpec:
-    """Parse YAML text into a DomainSpec, listing every problem in one SpecError."""
+def parse_domain_spec(text: str, source: str = "<string>") -> DomainSpec:
+    """Parse YAML text into a DomainSpec, listing every problem in one DomainSpecError."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(source, [f"not valid YAML: {exc}"]) from None
+        raise DomainSpecError(source, [f"not valid YAML: {exc}"]) from None
     problems = _Problems(_line_map(text))
     if not isinstance(raw, dict):
-        raise SpecError(source, ["the top level must be a mapping with name, description, now, entities, actions"])
+        raise DomainSpecError(source, ["the top level must be a mapping with name, description, now, entities, actions"])
     try:
         spec = DomainSpec.model_validate(raw)
     except ValidationError as exc:
@@ -781,7 +781,7 @@ def parse_spec(text: str, source: str = "<string>") -> DomainSpec:
             problems.add(err["loc"], _message(err))
     _check_domain(raw, problems)
     if problems.items:
-        raise SpecError(source, problems.items)
+        raise DomainSpecError(source, problems.items)
     assert spec is not None  # every structural error was reported above
     return spec
 
@@ -794,10 +794,10 @@ def load_spec(path: str | Path) -> DomainSpec:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         problem = f"line {line}: not UTF-8 text ({exc.reason} at byte {exc.start + 1}); save it as UTF-8"
-        raise SpecError(str(path), [problem]) from None
-    spec = parse_spec(text, str(path))
+        raise DomainSpecError(str(path), [problem]) from None
+    spec = parse_domain_spec(text, str(path))
     if spec.name != path.stem:
-        raise SpecError(str(path), [f"line 1: name: {spec.name!r} must equal the file stem {path.stem!r}"])
+        raise DomainSpecError(str(path), [f"line 1: name: {spec.name!r} must equal the file stem {path.stem!r}"])
     return spec
 
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_fixtures import MINIMAL
 
-from envgen.spec import SpecError, domain_paths, load_spec, parse_spec, resolve_domains
+from envgen.domain_spec import DomainSpecError, domain_paths, load_spec, parse_domain_spec, resolve_domains
 
 
 def dump(spec: dict) -> str:
@@ -25,8 +25,8 @@ def test_shipped_domains_parse(name: str) -> None:
 
 
 def test_minimal_spec_parses_and_hash_ignores_formatting() -> None:
-    a = parse_spec(dump(MINIMAL))
-    b = parse_spec(yaml.safe_dump(MINIMAL, sort_keys=True, default_flow_style=True))
+    a = parse_domain_spec(dump(MINIMAL))
+    b = parse_domain_spec(yaml.safe_dump(MINIMAL, sort_keys=True, default_flow_style=True))
     assert a.spec_hash == b.spec_hash
 
 
@@ -38,8 +38,8 @@ def test_every_problem_is_listed_with_its_line() -> None:
     bad["entities"][0]["relations"] = [{"field": "box_id", "to": "box", "description": "d"}]  # owner <-> box cycle
     bad["actions"][0]["effects"][0]["field"] = "colour"  # unknown field
     bad["unexpected"] = 1  # extra key
-    with pytest.raises(SpecError) as info:
-        parse_spec(dump(bad), "bad.yaml")
+    with pytest.raises(DomainSpecError) as info:
+        parse_domain_spec(dump(bad), "bad.yaml")
     text = "\n".join(info.value.problems)
     for needle in ("blob", "dangling relation", "duplicate entity", "cyclic required relations", "colour",
                    "unexpected"):
@@ -67,16 +67,16 @@ def test_single_problem_is_named(path: tuple, value: object, needle: str) -> Non
     for p in path[:-1]:
         node = node[p]
     node[path[-1]] = value
-    with pytest.raises(SpecError) as info:
-        parse_spec(dump(bad))
+    with pytest.raises(DomainSpecError) as info:
+        parse_domain_spec(dump(bad))
     assert any(needle in p for p in info.value.problems), info.value.problems
 
 
 def test_not_yaml_and_not_mapping() -> None:
-    with pytest.raises(SpecError, match="not valid YAML"):
-        parse_spec("a: [b")
-    with pytest.raises(SpecError, match="top level"):
-        parse_spec("- 1\n- 2\n")
+    with pytest.raises(DomainSpecError, match="not valid YAML"):
+        parse_domain_spec("a: [b")
+    with pytest.raises(DomainSpecError, match="top level"):
+        parse_domain_spec("- 1\n- 2\n")
 
 
 def test_resolve_domains() -> None:
@@ -91,10 +91,10 @@ def test_resolve_domains() -> None:
                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
                     max_leaves=12))
 def test_arbitrary_yaml_never_crashes(doc: object) -> None:
-    """Any YAML document either parses or raises SpecError, never another exception."""
+    """Any YAML document either parses or raises DomainSpecError, never another exception."""
     try:
-        parse_spec(yaml.safe_dump(doc))
-    except SpecError as exc:
+        parse_domain_spec(yaml.safe_dump(doc))
+    except DomainSpecError as exc:
         assert exc.problems
 
 
@@ -105,8 +105,8 @@ def test_mutated_names_parse_or_fail_cleanly(section: str, index: int, name: str
     items = spec[section]
     items[index % len(items)]["name"] = name
     try:
-        parsed = parse_spec(dump(spec))
-    except SpecError as exc:
+        parsed = parse_domain_spec(dump(spec))
+    except DomainSpecError as exc:
         assert exc.problems
     else:
         assert name in {e.name for e in parsed.entities} | {a.name for a in parsed.actions}
@@ -119,8 +119,8 @@ def test_effects_are_checked_against_the_created_entity_and_amount_types() -> No
         "name": "open_box", "description": "d", "target": "owner", "intent": "open a box", "actor": "customer", "words": ["open"],
         "effects": [{"kind": "create", "entity": "box", "values": {"state": {"value": "open"}}},
                     {"kind": "adjust", "field": "score", "to": {"value": "lots"}}]})
-    with pytest.raises(SpecError) as info:
-        parse_spec(dump(bad))
+    with pytest.raises(DomainSpecError) as info:
+        parse_domain_spec(dump(bad))
     text = "\n".join(info.value.problems)
     assert "required relation(s) ['owner_id'] of box need a value" in text
     assert "adjust needs a numeric amount" in text
@@ -133,8 +133,8 @@ def test_a_broken_entity_does_not_cascade_and_yaml_booleans_are_explained() -> N
     bad["actions"][0]["preconditions"] = []
     bad["actions"][0]["effects"] = [{"kind": "create", "entity": "box", "values": {"state": {"value": "open"},
                                                                                  "owner_id": {"ref": "target.owner_id"}}}]
-    with pytest.raises(SpecError) as info:
-        parse_spec(dump(bad))
+    with pytest.raises(DomainSpecError) as info:
+        parse_domain_spec(dump(bad))
     assert len(info.value.problems) == 1, info.value.problems
     assert "quote the value" in info.value.problems[0]
 
@@ -148,8 +148,8 @@ def test_tool_name_clashes_are_listed_with_their_lines() -> None:
                             "fields": [{"name": "x" * 40, "type": "string", "unique": True, "description": "d"}]})
     bad["actions"][0]["effects"][0]["field"] = "colour"  # another problem, listed alongside
     text = dump(bad)
-    with pytest.raises(SpecError) as info:
-        parse_spec(text, "bad.yaml")
+    with pytest.raises(DomainSpecError) as info:
+        parse_domain_spec(text, "bad.yaml")
     problems = info.value.problems
     assert any("colour" in p for p in problems)
     relation_line = text.splitlines().index("  - field: owner_id") + 1
@@ -161,7 +161,7 @@ def test_tool_name_clashes_are_listed_with_their_lines() -> None:
 def test_a_spec_that_is_not_utf8_is_a_spec_error_naming_file_and_line(tmp_path) -> None:
     path = tmp_path / "mini.yaml"
     path.write_bytes(dump(MINIMAL).replace("A tiny shop.", "A tiny caf\xe9.").encode("latin-1"))
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(DomainSpecError) as info:
         load_spec(path)
     assert info.value.source == str(path)
     byte = dump(MINIMAL).index("A tiny shop.") + len("A tiny caf") + 1

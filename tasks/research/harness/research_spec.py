@@ -7,7 +7,7 @@ leaves are the dispatchable units a Researcher gets, the inner sections are head
 Before dispatch the validators check (report, section 3.1): id uniqueness, that parents exist (and are the id's
 prefix), consecutive ordering, and the required fields. ``resolve`` turns a planner's raw output into a valid spec:
 parse, validate, repair (mechanical renumbering first, then the model asked to fix the named problems, bounded),
-else revert to the last valid candidate; with none, :class:`SpecError` stops dispatch naming every problem.
+else revert to the last valid candidate; with none, :class:`ResearchSpecError` stops dispatch naming every problem.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Problem:
         return f"[{self.kind}] {where}{self.message}"
 
 
-class SpecError(ValueError):
+class ResearchSpecError(ValueError):
     """No valid ResearchSpec could be had: dispatch stops; the message names every problem."""
 
     def __init__(self, problems: Sequence[Problem], context: str = "") -> None:
@@ -116,7 +116,7 @@ def extract_json(text: str) -> Any:
     raise ValueError("no JSON object found in the reply" if not candidates else "the JSON object does not parse")
 
 
-def parse_spec(text: str) -> tuple[ResearchSpec | None, list[Problem]]:
+def parse_research_spec(text: str) -> tuple[ResearchSpec | None, list[Problem]]:
     """A spec from a reply (or JSON text) and its problems; ``None`` when it is not a spec at all."""
     try:
         data = extract_json(text)
@@ -247,12 +247,12 @@ def resolve(reply: str, *, fallback: ResearchSpec | None = None, model_repair: M
             attempts: int = 1, context: str = "") -> Resolution:
     """A valid spec from a planner's reply: as written; else renumbered when only the structure is wrong; else
     repaired by the model (at most ``attempts`` times, each attempt renumbered too); else ``fallback`` (the last
-    valid candidate). Raises :class:`SpecError` naming every problem when nothing is valid."""
+    valid candidate). Raises :class:`ResearchSpecError` naming every problem when nothing is valid."""
     seen: list[Problem] = []
     repairs: list[str] = []
     current = reply
     for attempt in range(attempts + 1):
-        spec, problems = parse_spec(current)
+        spec, problems = parse_research_spec(current)
         if spec is not None and not problems:
             return Resolution(spec, "valid" if attempt == 0 and not repairs else "repaired", tuple(seen),
                               tuple(repairs))
@@ -268,5 +268,5 @@ def resolve(reply: str, *, fallback: ResearchSpec | None = None, model_repair: M
         current = model_repair(current, problems)
     if fallback is not None:
         return Resolution(fallback, "reverted", tuple(seen), tuple(repairs))
-    last = parse_spec(current)[1]
-    raise SpecError(last or seen, context)
+    last = parse_research_spec(current)[1]
+    raise ResearchSpecError(last or seen, context)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
-from envgen.runtime import Environment, ProfileUserSimulator, replay, required_outputs_met
+from envgen.environment import Environment, ProfileUserSimulator, replay, required_outputs_met
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.taskgen import TaskSettings, environment_record, make_task
 
@@ -184,7 +184,7 @@ def test_required_outputs_on_token_boundaries(required: list, said: list, ok: bo
 
 def test_callable_user_simulator_seam_keeps_the_grounding_rule(airline: tuple) -> None:
     """A test-double 'LLM' that always wants to stop: the episode still runs until the final write."""
-    from envgen.runtime import CallableUserSimulator
+    from envgen.environment import CallableUserSimulator
 
     env_rec, task = airline
     seen: list[list[dict]] = []
