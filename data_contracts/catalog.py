@@ -97,11 +97,12 @@ class Entry:
     path: str  # relative to the data root
     rows: int
     bytes: int
+    flow_run_id: str | None  # the flow run that made it
     params: dict[str, Any]
     input_keys: dict[str, str]  # input stage -> key
 
 
-_ENTRY_COLUMNS = "key, stage, kind, status, partition, path, rows, bytes, params, input_keys"
+_ENTRY_COLUMNS = "key, stage, kind, status, partition, path, rows, bytes, flow_run_id, params, input_keys"
 
 
 def _entry(row: tuple) -> Entry:

@@ -119,7 +119,7 @@ def _check_outputs(stage: Stage, frames: Any, contracts: Mapping[str, Contract])
 def _check_input_names(stage: Stage, params: Params, input_keys: Mapping[str, str]) -> None:
     """Keys for every input these params read, and for no stage it does not declare (an unread optional input's
     key may be given or not)."""
-    needed = set(stage.inputs) - stage.unread(params)
+    needed = set(stage.reads(params))
     if not needed <= set(input_keys) <= set(stage.inputs):
         raise StageError(
             f"stage {stage.name!r} reads inputs {sorted(needed)}; got keys for {sorted(input_keys)}"

@@ -3,7 +3,7 @@ becomes a log line of the flow run (its Logs tab), and each kind of run (sft, rl
 updated in place: a progress artifact (percent done; its description the latest figures and ETA) and a table
 artifact of every reported line's figures (``<kind>-live-metrics``), so the curve can be read before the run ends.
 
-Updates to the server are at most one every ``min_interval_s`` per kind (the last line always gets through), and
+Updates to the server are at most one every ``MIN_INTERVAL_S`` per kind (the last line always gets through), and
 a server that does not answer never stops a training run: the failure is logged once.
 """
 
@@ -25,6 +25,7 @@ from prefect import get_run_logger
 from inference.progress import ProgressEvent, format_duration, format_figure, listening
 
 MAX_ROWS = 500  # rows a live table keeps (the newest): the whole curve lives in the artifact's outputs
+MIN_INTERVAL_S = 2.0  # seconds between a kind's updates to the server
 
 
 def artifact_key(run: str, suffix: str) -> str:
@@ -43,7 +44,7 @@ class _Live:
 class LiveProgress:
     """The listener: log lines through the flow run's logger, live artifacts per kind of run."""
 
-    def __init__(self, min_interval_s: float = 2.0) -> None:
+    def __init__(self, min_interval_s: float = MIN_INTERVAL_S) -> None:
         self.logger = get_run_logger()  # carries the flow run id: usable from the run's worker threads too
         self.min_interval_s = min_interval_s
         self.live: dict[str, _Live] = {}

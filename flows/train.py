@@ -29,10 +29,9 @@ from data_contracts.runner import StageRun, execute_stage
 from data_contracts.stage import Params, Stage, StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.failures import fails_cleanly
-from flows.figures import figure_markdown
+from flows.figures import draw_figure, figure_markdown
 from flows.live import live_progress
 from flows.profiles import parse, stage_params
-from inference.plotting import save_figure
 from inference.tokenizer import load as load_tokenizer
 from training.async_rl.sources import load_tasks
 from training.rl import rl as rl_stage
@@ -127,21 +126,6 @@ def train_task(run: TrainingRun, partition: str, data_dir: str) -> StageRun:
                          partition, flow_run_id=flow_run.id)
 
 
-def loss_figure(metrics: pl.DataFrame, path: Path, title: str) -> Path:
-    """Training and held-out loss against the step, as a PNG."""
-    with save_figure(path, figsize=(6, 3.5)) as (_, ax):
-        for split, colour in (("train", "#4477aa"), ("eval", "#ee6677")):
-            curve = metrics.filter((pl.col("split") == split) & (pl.col("name") == "loss")).sort("step")
-            if not curve.is_empty():
-                ax.plot(curve["step"].to_list(), curve["value"].to_list(), marker="o" if split == "eval" else None,
-                        color=colour, label=f"{split} loss")
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss (trained assistant tokens)")
-        ax.set_title(title)
-        ax.legend()
-    return path
-
-
 def evaluation_table(metrics: pl.DataFrame) -> list[dict[str, Any]]:
     """One row per held-out figure: its value before the first step and at the end, and its change with the 95%
     interval where the run measured one (tool-call validity: training/sft_eval.py ``change_interval``)."""
@@ -168,15 +152,13 @@ def evaluation_table(metrics: pl.DataFrame) -> list[dict[str, Any]]:
 COUNTS = {"num_tokens"}  # what artifacts published before training_metric left counts out logged as figures
 
 
-def report(artifact: PublishedArtifact, root: Path) -> dict[str, Any]:
-    """The flow run's Prefect artifacts (loss curve, evaluation table) and its summary."""
-    metrics = artifact.read("metrics")
-    table = evaluation_table(metrics)
-    slug = f"sft-{artifact.key}"
+def report(store: ArtifactStore, stage: Stage, artifact: PublishedArtifact) -> dict[str, Any]:
+    """The flow run's Prefect artifacts (the stage's figure, evaluation table) and its summary."""
+    table = evaluation_table(artifact.read("metrics"))
     create_table_artifact(table=table or [{"figure": "no eval split", "value": ""}], key="sft-evaluation",
                           description=f"**sft** `{artifact.key}`: held-out figures before training and at the end")
-    figure = loss_figure(metrics, root / "figures" / f"{slug}.png", f"sft {artifact.key}")
-    create_markdown_artifact(markdown=figure_markdown(figure, f"sft {artifact.key}"), key="sft-loss-curve")
+    if (figure := draw_figure(store, stage, artifact.key)) is not None:
+        create_markdown_artifact(markdown=figure_markdown(figure, f"sft {artifact.key}"), key="sft-loss-curve")
     summary = artifact.read("summary").row(0, named=True)
     return {"key": artifact.key, "model": str(artifact.directory), "evaluation": table, **summary,
             "rejected": artifact.rows.get("rejected", 0)}
@@ -249,7 +231,7 @@ def train_sft(
     else:  # published: its checkpoints have served their purpose
         shutil.rmtree(run.checkpoints, ignore_errors=True)
     logger.info("sft %s %s", result.key, "cached" if result.cached else "published")
-    return {**report(artifact, Path(root)), "cached": result.cached, "notes": list(run.notes)}
+    return {**report(store, run.stage, artifact), "cached": result.cached, "notes": list(run.notes)}
 
 
 # --- reinforcement learning ----------------------------------------------------------------------------------------

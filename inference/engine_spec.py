@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from os import PathLike
 from typing import Literal
 
 KINDS = ("hf", "openai", "vllm")
@@ -67,7 +68,7 @@ class EngineSpec:
         return f"openai:{self.target}#{self.model}" if self.kind == "openai" else f"{self.kind}:{self.target}"
 
 
-def hf_spec(directory: object) -> str:
+def hf_spec(directory: str | PathLike[str]) -> str:
     """The spec of the transformers engine on a checkpoint directory (or a model artifact key)."""
     return str(EngineSpec("hf", str(directory)))
 

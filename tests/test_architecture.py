@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
@@ -84,9 +85,17 @@ def test_the_spec_parser_check_sees_a_second_parser(source: str, parses: bool) -
 # No import circle inside a room: of two modules that need each other, one is a helper library the other should
 # not be, and the shared part belongs in a module of its own. Edges are between a room's own modules, module-level
 # or inside a function (a lazy import only hides a circle).
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` reads from, a relative one resolved against the importing ``package``."""
+    if not node.level:
+        return node.module or ""
+    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*anchor, node.module] if node.module else anchor)
 
 
 def room_graph(room: str) -> dict[str, set[str]]:
@@ -100,10 +109,7 @@ def room_graph(room: str) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
+                base = imported_from(node, package)
                 targets |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base for alias in node.names}
         graph[module] = {target for target in targets if target in paths and target != module}
     return graph
@@ -155,6 +161,90 @@ def test_the_room_graph_sees_lazy_and_submodule_imports() -> None:
     assert graph["inference.hf_engine"] >= {"inference.engine_support"}
 
 
+# A record is declared beside the code that uses it: in the lowest room that uses it, in the deepest package holding
+# that room's users (a record one branch uses lives in that branch, one several branches share at the top of
+# tasks/, one a lower room builds in that room), and data_contracts, the Record machinery, declares none. A module
+# uses a record when it imports it by name, or, for the module declaring it, when it reads it beyond its declaration.
+RECORD_BUILDERS = ("Record", "extend", "rejected")
+
+
+def declared_records(tree: ast.Module) -> set[str]:
+    """Names bound at a module's top level to a record: ``Record(...)``, ``OTHER.extend(...)``, ``OTHER.rejected(...)``."""
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called in RECORD_BUILDERS:
+                found |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return found
+
+
+def misplaced_records(root: Path = ROOT) -> list[str]:
+    """Each record declared outside the home its users give it, with that home."""
+    modules = {module_name(path, root): path for room in RANK for path in sorted((root / room).rglob("*.py"))}
+    trees = {module: ast.parse(path.read_text(encoding="utf-8"), filename=str(path)) for module, path in modules.items()}
+    packages = {module: module if path.name == "__init__.py" else module.rpartition(".")[0]
+                for module, path in modules.items()}
+    users: dict[tuple[str, str], set[str]] = {}
+    for module, tree in trees.items():
+        for name in declared_records(tree):
+            users[module, name] = {module} if any(
+                isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+                for node in ast.walk(tree)) else set()
+    for module, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = imported_from(node, packages[module])
+                for alias in node.names:
+                    if (base, alias.name) in users:
+                        users[base, alias.name].add(module)
+    found = []
+    for (module, name), by in sorted(users.items()):
+        room = module.partition(".")[0]
+        if room == "data_contracts":
+            found.append(f"{module}.{name}: data_contracts declares no record")
+            continue
+        if not by:
+            continue
+        lowest = min((user.partition(".")[0] for user in by), key=RANK.__getitem__)
+        parts = [packages[user].split(".") for user in by if user.partition(".")[0] == lowest]
+        home = ".".join(takewhile(bool, (p[0] if len(set(p)) == 1 else "" for p in zip(*parts))))
+        if packages[module] != home:
+            found.append(f"{module}.{name}: used by {sorted(by)}, so it belongs in {home.replace('.', '/')}/")
+    return found
+
+
+def test_records_live_beside_their_users() -> None:
+    assert misplaced_records() == []
+
+
+def test_the_record_check_sees_a_misplaced_record(tmp_path: Path) -> None:
+    files = {
+        "data_contracts/schemas.py": "class Record: ...\nSHARED = Record('shared')\n",
+        "envgen/records.py": "from data_contracts.schemas import Record\nTRAJ = Record('traj')\n",
+        "envgen/standard.py": "from envgen.records import TRAJ\n",
+        "tasks/records.py": "from data_contracts.schemas import Record\nONE_BRANCH = Record('one_branch')\n",
+        "tasks/longctx/records.py": ("from data_contracts.schemas import Record\nfrom envgen.records import TRAJ\n"
+                                     "KEYCHAIN = Record('keychain')\nKEYCHAIN_REJECTED = KEYCHAIN.rejected()\n"
+                                     "TWO_BRANCHES = TRAJ.extend('two_branches')\n"),
+        "tasks/longctx/keychain.py": "from tasks.records import ONE_BRANCH\nfrom .records import KEYCHAIN, TWO_BRANCHES\n",
+        "tasks/noise/twins.py": "from tasks.longctx.records import TWO_BRANCHES\n",
+        "training/sft.py": "from envgen.records import TRAJ\n",
+    }
+    for name, source in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    assert declared_records(ast.parse(files["tasks/longctx/records.py"])) == {"KEYCHAIN", "KEYCHAIN_REJECTED",
+                                                                             "TWO_BRANCHES"}
+    assert misplaced_records(tmp_path) == [
+        "data_contracts.schemas.SHARED: data_contracts declares no record",
+        ("tasks.longctx.records.TWO_BRANCHES: used by ['tasks.longctx.keychain', 'tasks.noise.twins'], so it "
+         "belongs in tasks/"),
+        "tasks.records.ONE_BRANCH: used by ['tasks.longctx.keychain'], so it belongs in tasks/longctx/",
+    ]
+
+
 # The README's rooms table is the layout as it is: a row per room, naming every package inside it, and every file or
 # folder it names exists.
 def rooms_table() -> dict[str, str]:
@@ -176,9 +266,15 @@ def test_the_readme_rooms_table_is_the_tree() -> None:
         assert missing == [], f"{room}: the table names {missing}, which the tree does not hold"
 
 
-# The catalog answers typed questions (data_contracts/catalog.py): code elsewhere that writes SQL against its tables
-# depends on their layout. Docstrings may show SQL (the `artifacts query` console command's example).
-CATALOG = "data_contracts/catalog.py"
+# The catalog answers typed questions (data_contracts/catalog.py): code or a test elsewhere that writes SQL against its
+# tables depends on their layout. Docstrings may show SQL (the `artifacts query` console command's example).
+SQL_AT_HOME = {
+    "data_contracts/catalog.py": "the catalog",
+    "tests/data_contracts/test_catalog.py": "the catalog's own tests read its tables",
+    "tests/flows/test_cli.py": "`gymforge artifacts query`, the console's escape hatch",
+    "tests/flows/test_dag.py": "plants the row a killed writer never wrote",
+    "tests/test_architecture.py": "the planted violations",
+}
 CATALOG_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b[\s\S]*\b(FROM|INTO|UPDATE|JOIN)\s+(artifacts|lineage)\b",
                          re.IGNORECASE)
 
@@ -194,8 +290,9 @@ def catalog_sql(path: Path) -> list[int]:
 
 
 def test_no_sql_against_the_catalog_outside_it() -> None:
-    found = [f"{path.relative_to(ROOT)}:{line}" for room in [*RANK, "bench"] for path in sorted((ROOT / room).rglob("*.py"))
-             if path.relative_to(ROOT).as_posix() != CATALOG for line in catalog_sql(path)]
+    found = [f"{path.relative_to(ROOT)}:{line}" for room in [*RANK, "bench", "tests"]
+             for path in sorted((ROOT / room).rglob("*.py"))
+             if path.relative_to(ROOT).as_posix() not in SQL_AT_HOME for line in catalog_sql(path)]
     assert found == []
 
 

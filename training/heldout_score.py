@@ -17,8 +17,9 @@ from pathlib import Path
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import HELDOUT_SCORE, between
+from data_contracts.schemas import between
 from data_contracts.stage import Artifact, Params, StageError, stage
+from training.records import HELDOUT_SCORE
 
 STAGE = "heldout_score"
 
@@ -54,6 +55,7 @@ def heldout_score(inputs: Mapping[str, Artifact], params: HeldoutScoreParams, pa
     """``k`` rewards per held-out task of one model, sampled as RL samples them."""
     from inference.cpu import tune_allocator
     from inference.engine_factory import load_engine
+    from inference.engine_spec import hf_spec
     from training.async_rl.config import RLConfig
     from training.async_rl.controllers import score_tasks
     from training.async_rl.sources import load_tasks
@@ -70,7 +72,7 @@ def heldout_score(inputs: Mapping[str, Artifact], params: HeldoutScoreParams, pa
     config = RLConfig(concurrency=params.concurrency, seed=params.seed, sampling={
         "temperature": params.temperature, "tool_temperature": params.tool_temperature, "top_p": params.top_p,
         "max_tokens": params.max_tokens, "max_turns": params.max_turns})
-    rewards = score_tasks(load_engine(f"hf:{model_dir}"), tasks, params.k, config, seed=params.seed)
+    rewards = score_tasks(load_engine(hf_spec(model_dir)), tasks, params.k, config, seed=params.seed)
     rows = [{"task_id": task.task_id, "source": task.source, "kind": task.kind, "noise_level": task.noise_level,
              "clean_task_id": task.clean_task_id, "sample": i, "reward": float(reward)}
             for task in tasks for i, reward in enumerate(rewards[task.task_id])]

@@ -42,13 +42,14 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.schemas import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
+from inference.plotting import save_figure
 from inference.progress import RunProgress
 from training.adapters import ADAPTER, LoraSettings, adapter_card, keep_frozen_outputs, merge_adapter
+from training.records import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from training.sft_data import (
     AUTO,
     GYMFORGE,
@@ -504,8 +505,23 @@ def _eval_at(metrics: pl.DataFrame, last: bool) -> dict[str, float]:
 # 2: a base directory whose tokenizer lacks the tool tags keeps spelling them in its own pieces
 # 3: a checkpoint given gymforge's template carries its response template (TRL parses tool calls with it)
 # 4: low-rank adapters (lora) merged into the published weights, the adapter kept under adapter/
+def loss_figure(artifact: Artifact, path: Path) -> None:
+    """The figure of an sft artifact: training and held-out loss against the step."""
+    metrics = artifact.read("metrics")
+    with save_figure(path, figsize=(6, 3.5)) as (_, ax):
+        for split, colour in (("train", "#4477aa"), ("eval", "#ee6677")):
+            curve = metrics.filter((pl.col("split") == split) & (pl.col("name") == "loss")).sort("step")
+            if not curve.is_empty():
+                ax.plot(curve["step"].to_list(), curve["value"].to_list(), marker="o" if split == "eval" else None,
+                        color=colour, label=f"{split} loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (trained assistant tokens)")
+        ax.set_title(f"{STAGE} {artifact.key}")
+        ax.legend()
+
+
 @stage(name=STAGE, version="4", inputs=("small_envs",), params=SFTParams, resources="gpu", kind="model",
-       directory=MODEL_DIRECTORY,
+       directory=MODEL_DIRECTORY, figure=loss_figure,
        outputs={"metrics": TRAINING_METRIC.contract(min_rows=1), "summary": TRAINING_SUMMARY.contract(min_rows=1),
                 REJECTED: SFT_REJECTED.contract()})
 def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_dir: Path) -> dict[str, pl.DataFrame]:

@@ -95,6 +95,7 @@ def _clean_errors() -> Iterator[None]:
 
 @app.callback()
 def _global_options(
+    ctx: typer.Context,
     data_dir: Annotated[
         str | None,
         typer.Option("--data-dir", envvar="GYMFORGE_DATA", help="Data root: a directory (default ./data) or an "
@@ -120,16 +121,26 @@ def _global_options(
     if not verbose:
         _quiet_console_logs()
         if not sys.stderr.isatty():  # no live bar there: a line per reported step instead (a terminal gets the bar)
-            _progress_lines()
+            ctx.with_resource(_progress_lines())
 
 
-def _progress_lines() -> None:
+@contextlib.contextmanager
+def _progress_lines() -> Iterator[None]:
+    """Reported lines on stderr while the command runs. Afterwards the logger is as it was: a command invoked in a
+    process that goes on (a notebook, a test) leaves it no handler bound to a stream that may since have closed."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     progress = logging.getLogger("gymforge.progress")
+    level, propagate = progress.level, progress.propagate
     progress.addHandler(handler)
     progress.setLevel(logging.INFO)
     progress.propagate = False  # a notebook's or a worker's root handlers print it their own way
+    try:
+        yield
+    finally:
+        progress.removeHandler(handler)
+        progress.setLevel(level)
+        progress.propagate = propagate
 
 
 def _quiet_console_logs() -> None:
@@ -567,22 +578,23 @@ def artifacts_gc(
 def artifacts_schema(
     record: Annotated[str | None, typer.Argument(help="One record (default: list them all).")] = None,
 ) -> None:
-    """The record formats every artifact's outputs hold (data_contracts/schemas.py), each column documented."""
-    from data_contracts.schemas import RECORDS
+    """The record formats every artifact's outputs hold (declared beside their branches), each column documented."""
     from data_contracts.stage import StageError
+    from flows.registry import records
 
     with _clean_errors():
+        known = records()
         if record is None:
-            table = Table(title=f"{len(RECORDS)} records", box=box.SIMPLE_HEAD)
+            table = Table(title=f"{len(known)} records", box=box.SIMPLE_HEAD)
             for column in ("record", "key", "columns", "what it is"):
                 table.add_column(column, overflow="fold")
-            for name, rec in sorted(RECORDS.items()):
+            for name, rec in sorted(known.items()):
                 table.add_row(name, ", ".join(rec.key), str(len(rec.columns)), Text(rec.doc))
             print_table(console, table)
             return
-        if record not in RECORDS:
-            raise StageError(f"unknown record {record!r}; records: {', '.join(sorted(RECORDS))}")
-        rec = RECORDS[record]
+        if record not in known:
+            raise StageError(f"unknown record {record!r}; records: {', '.join(sorted(known))}")
+        rec = known[record]
         table = Table(title=Text(f"{record}: {rec.doc}"), box=box.SIMPLE_HEAD)
         for column in ("column", "dtype", "meaning"):
             table.add_column(column, overflow="fold")

@@ -129,7 +129,7 @@ def test_bad_row_quarantines_and_blocks_downstream(doubles, env) -> None:
     validation = json.loads((info.value.quarantine_path / VALIDATION).read_text())
     assert validation["rows"]["failing_rows"] == [1]
     assert pl.read_parquet(info.value.quarantine_path / "rows.failing.parquet")["id"].to_list() == ["BAD"]
-    assert catalog.query("SELECT status FROM artifacts WHERE key = ?", [key]).item() == "quarantined"
+    assert catalog.entry(key).status == "quarantined"
 
     with pytest.raises(UpstreamMissing, match=f"'_test_double_source' artifact {key} is missing.*quarantined"):
         execute_stage(store, catalog, sink, {}, {source.name: key}, "p7")
@@ -383,7 +383,7 @@ def test_a_directory_artifact_is_published_gated_and_catalogued(tmp_path: Path) 
     assert (artifact.directory / "words.txt").read_text() == "w0 w1 w2"
     assert artifact.manifest["directory"]["files"] == {"nested/meta.json": 2, "words.txt": 8}
     assert artifact.manifest["kind"] == "index" and artifact.read("stats")["words"].to_list() == [3]
-    assert catalog.query("SELECT kind FROM artifacts WHERE key = ?", [run.key])["kind"].to_list() == ["index"]
+    assert catalog.entry(run.key).kind == "index"
     assert store.leftovers() == []  # the scratch space is gone
     assert execute_stage(store, catalog, index, {}, {}, "p0").cached
 

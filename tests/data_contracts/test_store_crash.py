@@ -94,16 +94,16 @@ def test_kill_at_every_step_keeps_an_artifact_published(tmp_path: Path, use_exch
         # At the instant of the kill: the old or the new artifact is published, and a reader finds it.
         assert _published_value(store) in ({old, 2} - {None} if old is not None else {None, 2}), f"step {step}"
         if old is not None:
-            row = catalog.query("SELECT status FROM artifacts WHERE key = ?", [KEY])
-            assert row["status"].to_list() == ["published"], f"step {step}"
+            entry = catalog.entry(KEY)
+            assert entry is not None and entry.status == "published", f"step {step}"
 
         # The next run finishes the swap or drops the leftovers, and reconciles the catalog.
         store.clean_partial()
         catalog.reconcile(store, [(STAGE, KEY)])
         assert store.leftovers() == [] and fsck.check(store, catalog) == [], f"step {step}"
         value = _published_value(store)
-        rows = catalog.query("SELECT flow_run_id FROM artifacts WHERE key = ?", [KEY])["flow_run_id"].to_list()
-        assert rows == ([] if value is None else [f"v{value}"]), f"step {step}"
+        entry = catalog.entry(KEY)
+        assert ([] if entry is None else [entry.flow_run_id]) == ([] if value is None else [f"v{value}"]), f"step {step}"
         if finished is not None:
             assert value == 2 and step >= finished
             break
@@ -140,6 +140,5 @@ def test_catalog_paths_are_relative_so_a_moved_root_reads_its_own_files(tmp_path
     catalog.record(published.manifest, "published")
     (tmp_path / "a").rename(tmp_path / "b")
     moved = Catalog(tmp_path / "b")
-    [path] = moved.query("SELECT path FROM artifacts")["path"].to_list()
-    assert path == f"artifacts/{STAGE}/{KEY}"
+    assert [entry.path for entry in moved.entries()] == [f"artifacts/{STAGE}/{KEY}"]
     assert fsck.check(open_store(tmp_path / "b"), moved) == []

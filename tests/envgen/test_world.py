@@ -227,7 +227,7 @@ def test_users_say_enum_values_in_words() -> None:
                                 ("hotel", "request_service", "kind")]:
         domain = compiled(name)
         for seed in range(60):
-            env, task, _ = build_verified(domain, f"{name}-{seed}", seed)
+            _, task, _ = build_verified(domain, f"{name}-{seed}", seed)
             calls = json.loads(task["golden_actions"]) if task else []
             call = next((c for c in calls if c["name"] == action), None)
             if call is None or "_" not in call["arguments"][param]:

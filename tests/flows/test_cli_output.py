@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -101,6 +102,19 @@ def test_params_lists_a_stages_fields_with_nested_ones_dotted(cli, tmp_path) -> 
     for field in ("steps", "checkpoint_every", "sampling.max_tokens", "scheduling.curriculum"):
         assert f"  {field} " in result.output, field
     assert "output_dir" not in result.output  # how a run executes, set by the commands
+
+
+def test_a_command_run_in_process_leaves_the_progress_logger_as_it_found_it(cli, tmp_path, capsys) -> None:
+    """Its lines go to the command's stderr only while it runs: a line reported afterwards reaches no stream that
+    closed with the command (which would print a logging error) and still reaches the root's handlers."""
+    from inference.progress import RunProgress
+
+    progress = logging.getLogger("gymforge.progress")
+    before = (list(progress.handlers), progress.level, progress.propagate)
+    assert cli("--data-dir", tmp_path, "params", "rl").exit_code == 0
+    assert (list(progress.handlers), progress.level, progress.propagate) == before
+    RunProgress("sft", 2, bar=False).update(1, {"loss": 1.0})
+    assert "Logging error" not in capsys.readouterr().err
 
 
 def test_dotted_settings_override_one_nested_field_and_keep_the_profiles_others() -> None:

@@ -83,8 +83,7 @@ def test_bad_row_quarantines_and_blocks_downstream(runtime, profile: str) -> Non
     assert bad["contract"] == "failed"
     assert store.get("test_double_source", bad["key"]) is None
     assert store.quarantined("test_double_source", bad["key"]) is not None
-    catalog = Catalog(runtime.root).query("SELECT status FROM artifacts WHERE key = ?", [bad["key"]])
-    assert catalog["status"].to_list() == ["quarantined"]
+    assert Catalog(runtime.root).entry(bad["key"]).status == "quarantined"
 
 
 @pytest.mark.parametrize(("error", "retried"), [(OSError("disk full"), True), (TimeoutError(), True),
@@ -144,8 +143,8 @@ def test_a_run_reconciles_the_catalog_with_what_is_on_disk(runtime, profile: str
     key = first[-1]["key"]
     with catalog._connect(write=True) as con:
         con.execute("DELETE FROM artifacts WHERE key = ?", [key])
-    assert catalog.query("SELECT key FROM artifacts WHERE key = ?", [key]).is_empty()
+    assert catalog.entry(key) is None
     again = refresh(runtime, profile=profile, partition="reconcile", stages=["test_double_square"])
     assert again[-1]["status"] == "cached"
-    rows = catalog.query("SELECT status, path FROM artifacts WHERE key = ?", [key]).rows()
-    assert rows == [("published", f"artifacts/test_double_square/{key}")]
+    entry = catalog.entry(key)
+    assert entry is not None and (entry.status, entry.path) == ("published", f"artifacts/test_double_square/{key}")

@@ -22,6 +22,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 OUTPUTS = {
     "qa_filtered": {"histogram": pl.DataFrame({"pass_count": list(range(9)), "n": [5, 3, 2, 2, 1, 1, 1, 0, 4]})},
     "tiny_policy": {"loss_curve": pl.DataFrame({"step": [10, 20], "loss": [6.0, 2.5]})},
+    "sft": {"metrics": pl.DataFrame({"split": ["train", "train", "eval"], "name": ["loss"] * 3, "step": [1, 2, 2],
+                                     "value": [3.0, 2.0, 2.5]})},
 }
 
 
@@ -34,7 +36,8 @@ def test_a_declared_figure_is_a_png_embedded_in_markdown(name: str, tmp_path: Pa
     assert "data:image/png;base64," in markdown and str(path) in markdown
 
 
-@pytest.mark.parametrize("name", ["qa_filtered", "task_filtered", "noisy_tasks", "noisy_eval", "tiny_policy", "sft_set"])
+@pytest.mark.parametrize("name", ["qa_filtered", "task_filtered", "noisy_tasks", "noisy_eval", "tiny_policy", "sft_set",
+                                  "sft"])
 def test_the_stages_declare_their_figures(name: str) -> None:
     assert stage_named(name).figure is not None
 

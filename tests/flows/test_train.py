@@ -127,7 +127,7 @@ def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
         run.wait(timeout=60)
     store = open_store(data)
     assert store.get("sft", planned.key) is None and not (data / "artifacts" / "sft" / planned.key).exists()
-    assert Catalog(data).query("SELECT * FROM artifacts WHERE key = ?", [planned.key]).is_empty()
+    assert Catalog(data).entry(planned.key) is None
     saved = max(int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/gymforge_checkpoint_complete"))
 
     resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900,
@@ -175,8 +175,7 @@ def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(root, 
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=60)
-    assert Catalog(data).query("SELECT count(*) AS n FROM artifacts WHERE stage = 'sft' AND status = 'published'"
-                               )["n"][0] >= 1
+    assert len(Catalog(data).entries(stage="sft", status="published")) >= 1
 
 
 def _tensors(path: Path) -> dict[str, bytes]:

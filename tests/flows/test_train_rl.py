@@ -78,7 +78,7 @@ def test_the_flow_survives_a_killed_engine_and_publishes_a_model(tmp_path, runti
     consumed = samples.filter(samples["trained"] | (samples["drop_reason"] == "equal rewards: no gradient"))
     assert consumed.height == 6 * 8 and consumed["staleness"].max() <= 2  # every step trained on whole batches
     assert (artifact.directory / "config.json").is_file()
-    assert Catalog(data).query("SELECT kind FROM artifacts WHERE key = ?", [result["key"]]).item() == "model"
+    assert Catalog(data).entry(result["key"]).kind == "model"
     assert not run.checkpoints.exists()  # published: the run directory is gone
 
 
@@ -111,7 +111,7 @@ def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(
     assert errors == [line for line in done.stderr.splitlines() if line.startswith("error: ")] and len(errors) == 1
     assert "no sample of 16 carried a gradient in 2 steps (dropped: 16 equal rewards: no gradient)" in errors[0]
     assert "ERROR" not in done.stderr and "Traceback" not in done.stderr  # said once, by the command
-    assert Catalog(data).query("SELECT * FROM artifacts WHERE stage = 'rl'").is_empty()
+    assert Catalog(data).entries(stage="rl") == []
 
     allowed = subprocess.run([*command, "--allow-untrained"], env=env, capture_output=True, text=True, timeout=900,
                              check=False)
@@ -151,7 +151,7 @@ def test_a_signal_stops_train_rl_with_one_line_and_its_controllers(tmp_path, att
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in controllers):
         assert time.monotonic() < deadline, "a controller outlived the stopped run"
         time.sleep(0.1)
-    assert Catalog(data).query("SELECT * FROM artifacts WHERE stage = 'rl'").is_empty()
+    assert Catalog(data).entries(stage="rl") == []
 
 
 def test_a_dead_endpoint_fails_train_rl_within_seconds_with_one_line(tmp_path):
@@ -168,7 +168,7 @@ def test_a_dead_endpoint_fails_train_rl_within_seconds_with_one_line(tmp_path):
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "openai:http://127.0.0.1:9/v1#m: nothing answers at" in errors[0], done.stderr
-    assert Catalog(data).query("SELECT * FROM artifacts WHERE stage = 'rl'").is_empty()
+    assert Catalog(data).entries(stage="rl") == []
 
 
 def test_train_rl_against_a_gymforge_serve_endpoint_loads_every_version(tmp_path):

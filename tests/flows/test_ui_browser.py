@@ -103,23 +103,32 @@ def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, bro
     from data_contracts.catalog import Catalog
     from data_contracts.roots import open_store
     from data_contracts.runner import execute_stage
+    from flows.live import MIN_INTERVAL_S
 
     data = Path(runtime.root)
     key = execute_stage(open_store(data), Catalog(data), double_trajectories, {}, {}, "ui").key
     base = micro_base(tmp_path / "base")
     env = {**os.environ, "GYMFORGE_DATA": str(data), "PREFECT_API_URL": f"{runtime.ui_url}/api"}
-    settings = {"max_steps": 120, "save_steps": 60, "logging_steps": 5, "max_length": 1024, "learning_rate": 3e-3,
+    settings = {"max_steps": 20, "save_steps": 10, "logging_steps": 5, "max_length": 1024, "learning_rate": 3e-3,
                 "eval_tool_calls": 2}
-    command = [str(Path(sys.executable).parent / "gymforge"), "train", "sft", "--data", key, "--base", str(base),
+    # `gymforge train sft`, with a test double that holds the run at each line in the middle of its steps until
+    # this test lets it through: the test sees it running however fast it trains
+    command = [sys.executable, "-m", "held_progress_double", "train", "sft", "--data", key, "--base", str(base),
                "--partition", "ui", *(a for n, v in settings.items() for a in ("--set", f"{n}={v}"))]
-    training = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "training.log"
+    with log.open("w") as stderr:
+        training = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                    text=True)
+    run_id = None
     try:
-        run_id, deadline = None, time.monotonic() + 600
-        while run_id is None or not 0 < (_live_progress(run_id) or 0) < 100:  # caught in the middle of its steps
-            assert training.poll() is None, training.communicate()
-            assert time.monotonic() < deadline, "no live progress within 600 s"
-            run_id = run_id or _named_run("train-sft base 120 steps")  # renamed once planned
-            time.sleep(0.5)
+        _held(training, log)  # at its first line after a step: the flow's listener has not sent it yet
+        run_id = _named_run("train-sft base 20 steps")  # renamed once planned
+        assert run_id is not None
+        time.sleep(MIN_INTERVAL_S)  # past the listener's interval since its last update: it sends the next line
+        training.stdin.write("\n")
+        training.stdin.flush()
+        _held(training, log)  # at its next line, with the one before it sent
+        assert 0 < _live_progress(run_id) < 100  # caught in the middle of its steps
 
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
         page.goto(f"{runtime.ui_url}/runs/flow-run/{run_id}")
@@ -138,10 +147,21 @@ def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, bro
         _screenshot(page, tmp_path, "training-live-metrics-table")
         assert "tokens/s" in page.inner_text("body")  # the table, as it stood a moment ago
         page.close()
+        assert training.poll() is None  # still held: all of the above was seen while it ran
     finally:
-        out, err = training.communicate(timeout=900)
-    assert training.returncode == 0, out + err
+        out, _ = training.communicate(timeout=900)  # the end of its stdin lets every line through
+    assert training.returncode == 0, out + log.read_text()
     assert _live_progress(run_id) == 100.0
+
+
+def _held(training: subprocess.Popen, log: Path) -> str:
+    """Read the training's stdout up to its next hold (``held at 5/120``)."""
+    from held_progress_double import HELD
+
+    while line := training.stdout.readline():
+        if line.startswith(HELD):
+            return line
+    raise AssertionError(f"the training ended (code {training.wait()}) before it was held: {log.read_text()}")
 
 
 def _named_run(part: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -15,7 +16,9 @@ from inference.progress import RunProgress, format_duration, format_figure, list
 
 def test_a_line_holds_the_step_its_figures_and_the_eta(monkeypatch) -> None:
     clock = iter([100.0, 110.0, 110.0, 130.0, 130.0])
-    monkeypatch.setattr("inference.progress.time.monotonic", lambda: next(clock))
+    # a test double of the module's clock only: time.monotonic itself is read by every thread of the process (the
+    # session's Dask client, Prefect's services), which would draw from this short iterator too
+    monkeypatch.setattr("inference.progress.time", SimpleNamespace(monotonic=lambda: next(clock)))
     events = []
     with listening(events.append):
         progress = RunProgress("sft", 60, completed=20, bar=False)  # resumed at step 20: its ETA counts new steps

@@ -65,8 +65,7 @@ def test_a_served_engine_is_measured_as_configured(root, tmp_path):
     assert headline(store, run.key, "sample", 2, "avg@k")["estimate"] == 0.5
     assert headline(store, run.key, "single", 1, "accuracy")["estimate"] == 0.5
     assert headline(store, run.key, "sample", 2, "pass@k")["n"] == 8
-    assert set(json.loads(catalog.query("SELECT input_keys FROM artifacts WHERE key = ?", [run.key])["input_keys"][0])
-               .values()) == {key}
+    assert set(catalog.entry(run.key).input_keys.values()) == {key}
 
 
 def test_an_endpoint_down_mid_run_is_one_error_and_the_next_run_resumes(root, tmp_path):
@@ -77,7 +76,7 @@ def test_an_endpoint_down_mid_run_is_one_error_and_the_next_run_resumes(root, tm
         p = params(url, tmp_path)
         with pytest.raises(StageError, match=r"failed on 6 of 8 items .*HTTP 503 after 2 attempts.*run the evaluation again"):
             execute_stage(store, catalog, stage, p, {"math_seeds": key}, "eval")
-        assert catalog.query("SELECT key FROM artifacts WHERE stage = 'evaluate'").is_empty()  # nothing published
+        assert catalog.entries(stage="evaluate") == []  # nothing published
         done = [json.loads(line) for line in (tmp_path / "ckpt" / "items.jsonl").read_text().splitlines()]
         assert len(done) == 2 and all(r["status"] == "scored" for entry in done for r in entry["rows"])
 
@@ -114,7 +113,7 @@ def test_bad_input_is_one_clear_error(root, tmp_path):
     with pytest.raises(StageError, match=r"suite 'qa' reads \['qa_seeds'\]"):
         execute_stage(store, catalog, stage, {"suite": "qa", "engine": "openai:http://127.0.0.1:9/v1#m"},
                       {"math_seeds": key}, "eval")
-    assert catalog.query("SELECT key FROM artifacts WHERE stage = 'evaluate'").is_empty()
+    assert catalog.entries(stage="evaluate") == []
 
 
 def test_training_data_is_found_through_the_models_lineage(tmp_path):

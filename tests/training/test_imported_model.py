@@ -75,7 +75,7 @@ def test_a_corrupt_gguf_file_names_the_file_and_publishes_nothing(tmp_path):
     broken.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(StageError, match="cannot load .*broken.gguf"):
         imported(tmp_path / "data", source=str(broken))
-    assert Catalog(tmp_path / "data").query("SELECT count(*) FROM artifacts WHERE status = 'published'").item() == 0
+    assert Catalog(tmp_path / "data").entries(status="published") == []
 
 
 def test_the_command_prints_the_key_to_train_from(tmp_path):

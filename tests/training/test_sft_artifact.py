@@ -37,8 +37,7 @@ def test_the_model_is_published_with_its_card_and_lineage(published):
     assert artifact.manifest["contract"]["model"]["passed"]
     lineage = Catalog(root).lineage(key)
     assert lineage.filter(lineage["input_key"] == data_key).height == 1
-    kinds = Catalog(root).query("SELECT kind FROM artifacts WHERE key = ?", [key])["kind"].to_list()
-    assert kinds == ["model"]
+    assert Catalog(root).entry(key).kind == "model"
 
 
 def test_an_identical_run_is_a_cache_hit(published):

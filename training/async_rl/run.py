@@ -20,8 +20,8 @@ import polars as pl
 import torch
 
 from data_contracts.files import atomic_file
-from data_contracts.schemas import RL_SAMPLE, RL_STEP
 from data_contracts.stage import StageError
+from inference.engine_spec import hf_spec
 from training.adapters import merge_adapter, merged_state_dict
 from training.async_rl.config import RLConfig
 from training.async_rl.controllers import ControllerSpec, EnvFactory, Launcher, RolloutManager, default_env
@@ -29,6 +29,7 @@ from training.async_rl.queue import Sample, SampleQueue
 from training.async_rl.scheduling import RLTask, Scheduler
 from training.async_rl.trainer import PolicyTrainer
 from training.async_rl.weights import FileWeightSync
+from training.records import RL_SAMPLE, RL_STEP
 
 UNWRITTEN_LIMIT = 4
 """Batches of samples without a single generated token after which a run stops: its tasks cannot be learned."""
@@ -121,7 +122,7 @@ class RLRun:
         self.checkpoints = Checkpoints(self.run_dir / "checkpoints")
         self.scheduler = Scheduler(self.tasks, self.config.scheduling, self.config.steps, seed=self.config.seed)
         self.queue = SampleQueue(self.config.num_generations, self.config.max_staleness, on_drop=self._dropped)
-        spec = ControllerSpec(self.engine or f"hf:{self.model_dir}", str(self.weights.directory), self.config,
+        spec = ControllerSpec(self.engine or hf_spec(self.model_dir), str(self.weights.directory), self.config,
                               self.make_env)
         self.manager = RolloutManager(self.config, self.scheduler, self.queue, spec, self.launcher,
                                       on_group=self._group_done)

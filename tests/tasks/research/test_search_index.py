@@ -65,4 +65,4 @@ def test_an_empty_corpus_is_a_clear_error_and_publishes_nothing(store, tmp_path:
 
 
 def catalog_rows(catalog: Catalog, stage: str) -> int:
-    return catalog.query("SELECT count(*) AS n FROM artifacts WHERE stage = ?", [stage])["n"][0]
+    return len(catalog.entries(stage=stage))
