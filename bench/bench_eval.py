@@ -42,9 +42,9 @@ STRATEGIES = ("single", "self_consistency", "best_of_k", "heavy_thinking")
 
 def _run(engine: Any, items: Sequence[Any], suite: str, config: Any, strategies: Sequence[str],
          breakdowns: Sequence[str] = ()) -> tuple[pl.DataFrame, pl.DataFrame, float]:
-    from data_contracts.schemas import EVAL_ITEM
     from inference.evaluation.strategies import Context, run_items
     from inference.evaluation.summary import summarize
+    from training.records import EVAL_ITEM
 
     start = time.perf_counter()
     outcome = run_items(engine, items, Context(suite, "bench", config, frozenset(), tuple(strategies)))

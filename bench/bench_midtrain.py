@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from data_contracts.schemas import ENVIRONMENT
 from data_contracts.stage import FrameArtifact
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings
 from envgen.taskgen import TaskSettings, build_verified
+from tasks.environments.records import ENVIRONMENT
 from tasks.midtrain.kcenter import k_center_greedy, k_center_greedy_naive
 
 DOMAINS = ("airline", "retail", "bank", "car_rental")
@@ -53,7 +53,8 @@ def environments(n: int) -> list[dict]:
 
 def _inputs() -> dict[str, FrameArtifact]:
     """What the stages read: a world, a tokenizer trained on it, four domains' graphs, eight environments."""
-    from data_contracts.schemas import DOMAIN_GRAPH, KEYCHAIN
+    from tasks.environments.records import DOMAIN_GRAPH
+    from tasks.longctx.records import KEYCHAIN
     from tasks.longctx.world import world as world_stage
     from tasks.tokenizer import tokenizer as tokenizer_stage
 

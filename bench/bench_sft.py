@@ -654,6 +654,9 @@ def throughput(args: argparse.Namespace) -> None:
     base_dir, params, _, frame = resolve(args)
     tokenizer = load_base(base_dir)[1]
     rows, _ = rows_of(frame, tokenizer, params.max_length)
+    if args.rows:  # the rows nearest the median length, trained for several epochs (kept frozen outputs serve those)
+        middle = sorted(len(r["input_ids"]) for r in rows)[len(rows) // 2]
+        rows = sorted(rows, key=lambda r: abs(len(r["input_ids"]) - middle))[: args.rows]
     lengths = sorted(len(r["input_ids"]) for r in rows)
     trained = sorted(sum(r["assistant_masks"]) / len(r["input_ids"]) for r in rows)
 
@@ -691,6 +694,8 @@ def throughput(args: argparse.Namespace) -> None:
             print(f"  {tokens / seconds:,.0f} tokens/s, {seconds / len(timed):.2f} s/step", flush=True)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+    per_step = params.per_device_train_batch_size * params.gradient_accumulation_steps
+    epochs = f"; an epoch is {-(-len(rows) // per_step)} step(s)" if args.rows else ""
     lines = ["", (f"## Cold-start SFT: step cost side by side ({time.strftime('%Y-%m-%d')}, {machine()})"), "",
              (f"`python -m bench.bench_sft throughput {' '.join(args.argv)}`: {len(rows)} trajectories of "
               f"`{', '.join(args.data)}` (tokens: min {lengths[0]}, median {lengths[len(lengths) // 2]}, max "
@@ -699,7 +704,7 @@ def throughput(args: argparse.Namespace) -> None:
               f"{params.gradient_accumulation_steps}, max_length {params.max_length}, "
               f"{params.train_sampling_strategy} batches), each arm its settings on top of the profile's, "
               f"{args.steps} steps timed after a first one, the same batches in every arm, the arms one after the "
-              "other in one process."), "",
+              f"other in one process{epochs}."), "",
              "| arm | padding waste | trained-on tokens/s | s/step | load average after | vs the first arm |",
              "|---|---|---|---|---|---|"]
     first = next(iter(results.values()))[2]
@@ -801,6 +806,8 @@ def main() -> None:
                         "directory (a transformers directory: --base takes it)")
     curves.add_argument("--figure", default=str(Path(__file__).parent / "figures" / "sft-curve.png"))
     sub.choices["throughput"].add_argument("--steps", type=int, default=10)
+    sub.choices["throughput"].add_argument("--rows", type=int, default=0, help="train on this many rows (those "
+                                           "nearest the median length) for as many epochs as the steps take; 0: all")
     sub.choices["throughput"].add_argument("--arm", action="append", required=True, help="an arm: space-separated "
                                            "sft settings on top of the profile's (lora=null, lora.layers=4, "
                                            "bf16=false) and head=all|trained (the output layer's positions); "

@@ -34,12 +34,13 @@ from typing import Any
 import polars as pl
 from sqlalchemy import select
 
-from data_contracts.schemas import TRAJECTORY, between, in_set
+from data_contracts.schemas import between, in_set
 from data_contracts.stage import Check
 from envgen.checks import contradicting_owners
 from envgen.compiler import CompiledDomain
 from envgen.domain_spec import DomainSpec, customer_facing
 from envgen.environment import json_field
+from envgen.records import TRAJECTORY
 from envgen.seeding import engine_from_bytes
 from envgen.tools import Executor, call_tool, render_value
 from envgen.trajectory_checks import (

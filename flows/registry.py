@@ -6,6 +6,9 @@ imports them all, for planning the whole DAG.
 Extra stage modules (a user's own stages, the test doubles of the test suite) are named in the environment
 variable ``GYMFORGE_STAGE_MODULES`` (comma-separated module names) and imported in every process; the variable is
 inherited by Dask worker processes and deployment runs.
+
+Records are found the same way: each is declared beside the branch that uses it, so ``records`` reads them from the
+modules the stages import rather than from a list kept by hand.
 """
 
 from __future__ import annotations
@@ -14,14 +17,18 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import sys
 from functools import cache
 
+from data_contracts.schemas import Record
 from data_contracts.stage import STAGES, Stage, StageError, get_stage
 
 # Where stage modules live: the stage packages and the branches of tasks/ (tasks/__init__.py says which is which).
 STAGE_HOMES = ("tasks", "tasks.environments", "tasks.noise", "tasks.longctx", "tasks.midtrain", "tasks.research",
                "training")
 EXTRA_MODULES_ENV = "GYMFORGE_STAGE_MODULES"
+# The rooms records may be declared in (every room below flows).
+RECORD_ROOMS = ("data_contracts", "envgen", "inference", "tasks", "training")
 
 
 def _import(module_name: str) -> None:
@@ -62,3 +69,16 @@ def stage_named(name: str) -> Stage:
     if name not in STAGES:
         discover()  # for the error message: every stage there is
     return get_stage(name)
+
+
+def records() -> dict[str, Record]:
+    """Every record by name: the Record constants of the rooms' modules once every stage module is imported (a stage's
+    module imports the records it emits). Two different records of one name are an error."""
+    discover()
+    found: dict[str, Record] = {}
+    for module_name, module in sorted(sys.modules.items()):
+        if module_name.partition(".")[0] in RECORD_ROOMS:
+            for value in vars(module).values():
+                if isinstance(value, Record) and found.setdefault(value.name, value) != value:
+                    raise StageError(f"two records are named {value.name!r}; rename one ({module_name})")
+    return found

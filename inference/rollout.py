@@ -1,5 +1,5 @@
-"""Rollouts: what a policy's sampled episode leaves behind for training and analysis (the ``rollout`` record of
-data_contracts.schemas).
+"""Rollouts: what a policy's sampled episode leaves behind for training and analysis (the ``rollout`` record,
+declared here).
 
 Rollouts are stored as tokens, not re-rendered text (DESIGN.md section 5): each engine call is a ``Turn`` holding
 the exact prompt ids the engine saw, the sampled output ids, their behaviour log-probabilities and the policy version.
@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import polars as pl
 
-from data_contracts.schemas import FAILURE_LABELS, ROLLOUT, STOP_REASONS, between, in_set
+from data_contracts.schemas import JSON, Record, between, cols, in_set
 from data_contracts.stage import Check
 from inference.engine import Completion, Message
 
@@ -26,6 +26,28 @@ FailureLabel = Literal["agent", "user", "tool"]
 StopReason = Literal["done", "max_turns", "length", "context_overflow"]
 """Why a rollout ended: the environment said done (or the single turn finished), the turn budget ran out, the single
 turn hit its token budget, or the next prompt would not fit the engine's context window."""
+
+ROLLOUT = Record("rollout", "A policy's rollout, stored as tokens (DESIGN.md section 5).", cols(
+    id=(pl.String, "<item>#<sample>"),
+    group_id=(pl.String, "the item: samples of one group share it"),
+    source=(pl.String, "the stage or run that sampled it"),
+    item_id=(pl.String, "the prompt or task id"),
+    env_id=(pl.String, "the environment, for tool tasks"),
+    task_id=(pl.String, "the task, for tool tasks"),
+    sample_index=(pl.Int64, "index within the group"),
+    messages=(JSON, "the conversation in OpenAI format, tool calls and results included"),
+    segments=(JSON, "per context segment: turns of prompt ids, output ids, logprobs, policy version, loss mask"),
+    n_segments=(pl.Int64, "segments (context management starts a new one on summary or reset)"),
+    n_turns=(pl.Int64, "agent turns"),
+    n_output_tokens=(pl.Int64, "sampled tokens"),
+    min_policy_version=(pl.Int64, "oldest policy version among the tokens"),
+    max_policy_version=(pl.Int64, "newest policy version among the tokens"),
+    reward=(pl.Float64, "the product of reward_components"),
+    reward_components=(JSON, "named reward components"),
+    verified=(pl.Boolean, "reward 1"),
+    failure=(pl.String, "agent | user | tool; null when verified"),
+    stop_reason=(pl.String, "done | max_turns | length | context_overflow"),
+), key=("id",), required=("segments",), json={"messages": "list", "segments": "list", "reward_components": "object"})
 
 
 @dataclass
@@ -142,8 +164,8 @@ def _misaligned_turns(frame: pl.DataFrame) -> list[bool]:
 
 
 ROLLOUT_CONTRACT = ROLLOUT.contract(
-    expectations=(between("n_segments", min_value=1), in_set("failure", FAILURE_LABELS),
-                  in_set("stop_reason", STOP_REASONS)),
+    expectations=(between("n_segments", min_value=1), in_set("failure", get_args(FailureLabel)),
+                  in_set("stop_reason", get_args(StopReason))),
     checks=(
         Check(
             "turn_tokens_aligned",

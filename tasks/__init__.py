@@ -10,7 +10,7 @@ after it inside its branch, with the procedure only it uses beside it:
 - ``research``: the search index, search QA and research tasks and trajectories, with the local search environment
   and the deep-research harness they are made with.
 
-Shared by several branches, at the top: ``tokenizer`` (the stage every token count uses), ``difficulty`` (the
-keep decision and figure of both difficulty filters) and ``readers`` (the streamed readers of the local files users
-point stages at).
+Each branch declares its records in its ``records.py``. Shared by several branches, at the top: ``tokenizer`` (the
+stage every token count uses), ``difficulty`` (the keep decision and figure of both difficulty filters), ``readers``
+(the streamed readers of the local files users point stages at) and ``records`` (the records several branches use).
 """

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.schemas import PASS_HISTOGRAM, Record, at_most, between, in_set, not_null
+from data_contracts.schemas import Record, at_most, between, in_set, not_null
 from data_contracts.stage import REJECTED, Artifact, Check, Contract, Params
 from envgen.rewards import normalize
 from inference.engine_spec import engine_or, hf_spec
 from inference.plotting import save_figure
+from tasks.records import PASS_HISTOGRAM
 
 if TYPE_CHECKING:
     from inference.agent import SamplingConfig

@@ -15,9 +15,10 @@ from pathlib import Path
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import TOKENIZER, between, matches
+from data_contracts.schemas import between, matches
 from data_contracts.stage import Artifact, Check, Expect, Params, stage
 from tasks.readers import TEXT_SUFFIXES, text_files
+from tasks.records import TOKENIZER
 
 
 def keyword_or_dir(field: str, value: str, keyword: str, meaning: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
@@ -84,9 +85,17 @@ def test_the_spec_parser_check_sees_a_second_parser(source: str, parses: bool) -
 # No import circle inside a room: of two modules that need each other, one is a helper library the other should
 # not be, and the shared part belongs in a module of its own. Edges are between a room's own modules, module-level
 # or inside a function (a lazy import only hides a circle).
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` reads from, a relative one resolved against the importing ``package``."""
+    if not node.level:
+        return node.module or ""
+    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*anchor, node.module] if node.module else anchor)
 
 
 def room_graph(room: str) -> dict[str, set[str]]:
@@ -100,10 +109,7 @@ def room_graph(room: str) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
+                base = imported_from(node, package)
                 targets |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base for alias in node.names}
         graph[module] = {target for target in targets if target in paths and target != module}
     return graph
@@ -153,6 +159,90 @@ def test_the_room_graph_sees_lazy_and_submodule_imports() -> None:
     graph = room_graph("inference")
     assert "inference.hf_engine" in graph["inference.engine_factory"]  # imported inside load_engine
     assert graph["inference.hf_engine"] >= {"inference.engine_support"}
+
+
+# A record is declared beside the code that uses it: in the lowest room that uses it, in the deepest package holding
+# that room's users (a record one branch uses lives in that branch, one several branches share at the top of
+# tasks/, one a lower room builds in that room), and data_contracts, the Record machinery, declares none. A module
+# uses a record when it imports it by name, or, for the module declaring it, when it reads it beyond its declaration.
+RECORD_BUILDERS = ("Record", "extend", "rejected")
+
+
+def declared_records(tree: ast.Module) -> set[str]:
+    """Names bound at a module's top level to a record: ``Record(...)``, ``OTHER.extend(...)``, ``OTHER.rejected(...)``."""
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called in RECORD_BUILDERS:
+                found |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return found
+
+
+def misplaced_records(root: Path = ROOT) -> list[str]:
+    """Each record declared outside the home its users give it, with that home."""
+    modules = {module_name(path, root): path for room in RANK for path in sorted((root / room).rglob("*.py"))}
+    trees = {module: ast.parse(path.read_text(encoding="utf-8"), filename=str(path)) for module, path in modules.items()}
+    packages = {module: module if path.name == "__init__.py" else module.rpartition(".")[0]
+                for module, path in modules.items()}
+    users: dict[tuple[str, str], set[str]] = {}
+    for module, tree in trees.items():
+        for name in declared_records(tree):
+            users[module, name] = {module} if any(
+                isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+                for node in ast.walk(tree)) else set()
+    for module, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = imported_from(node, packages[module])
+                for alias in node.names:
+                    if (base, alias.name) in users:
+                        users[base, alias.name].add(module)
+    found = []
+    for (module, name), by in sorted(users.items()):
+        room = module.partition(".")[0]
+        if room == "data_contracts":
+            found.append(f"{module}.{name}: data_contracts declares no record")
+            continue
+        if not by:
+            continue
+        lowest = min((user.partition(".")[0] for user in by), key=RANK.__getitem__)
+        parts = [packages[user].split(".") for user in by if user.partition(".")[0] == lowest]
+        home = ".".join(takewhile(bool, (p[0] if len(set(p)) == 1 else "" for p in zip(*parts))))
+        if packages[module] != home:
+            found.append(f"{module}.{name}: used by {sorted(by)}, so it belongs in {home.replace('.', '/')}/")
+    return found
+
+
+def test_records_live_beside_their_users() -> None:
+    assert misplaced_records() == []
+
+
+def test_the_record_check_sees_a_misplaced_record(tmp_path: Path) -> None:
+    files = {
+        "data_contracts/schemas.py": "class Record: ...\nSHARED = Record('shared')\n",
+        "envgen/records.py": "from data_contracts.schemas import Record\nTRAJ = Record('traj')\n",
+        "envgen/standard.py": "from envgen.records import TRAJ\n",
+        "tasks/records.py": "from data_contracts.schemas import Record\nONE_BRANCH = Record('one_branch')\n",
+        "tasks/longctx/records.py": ("from data_contracts.schemas import Record\nfrom envgen.records import TRAJ\n"
+                                     "KEYCHAIN = Record('keychain')\nKEYCHAIN_REJECTED = KEYCHAIN.rejected()\n"
+                                     "TWO_BRANCHES = TRAJ.extend('two_branches')\n"),
+        "tasks/longctx/keychain.py": "from tasks.records import ONE_BRANCH\nfrom .records import KEYCHAIN, TWO_BRANCHES\n",
+        "tasks/noise/twins.py": "from tasks.longctx.records import TWO_BRANCHES\n",
+        "training/sft.py": "from envgen.records import TRAJ\n",
+    }
+    for name, source in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    assert declared_records(ast.parse(files["tasks/longctx/records.py"])) == {"KEYCHAIN", "KEYCHAIN_REJECTED",
+                                                                             "TWO_BRANCHES"}
+    assert misplaced_records(tmp_path) == [
+        "data_contracts.schemas.SHARED: data_contracts declares no record",
+        ("tasks.longctx.records.TWO_BRANCHES: used by ['tasks.longctx.keychain', 'tasks.noise.twins'], so it "
+         "belongs in tasks/"),
+        "tasks.records.ONE_BRANCH: used by ['tasks.longctx.keychain'], so it belongs in tasks/longctx/",
+    ]
 
 
 # The README's rooms table is the layout as it is: a row per room, naming every package inside it, and every file or

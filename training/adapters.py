@@ -51,6 +51,60 @@ class LoraSettings(Params):
         return get_peft_model(model, self.config(model.config.num_hidden_layers))
 
 
+def keep_frozen_outputs(model: Any, max_bytes: int) -> Any:
+    """Compute the frozen layers below the adapters once per training input and keep their output (up to
+    ``max_bytes``), so a later epoch runs only the adapted layers and the output layer; returns the kept outputs'
+    record (``hits``, ``bytes``). Nothing changes where every layer trains.
+
+    The frozen layers give the same output for the same input (weights fixed, no dropout), so what a later epoch
+    reads is what it would compute; the key is the input itself (the embeddings of a batch's token ids; batches of
+    one trajectory, as the CPU recipes train, meet again every epoch). Only training forwards are served: a model in
+    eval mode, or one decoding with a KV cache, runs every layer. The layers' forwards are replaced on the instances,
+    so names, state dict and the merged artifact are unchanged.
+    """
+    import hashlib
+
+    import torch
+
+    layers = causal_lm(model).model.layers
+    trained = [i for i, layer in enumerate(layers) if any(p.requires_grad for p in layer.parameters())]
+    kept: dict[bytes, torch.Tensor] = {}
+    record = {"hits": 0, "bytes": 0}
+    if not trained or trained[0] == 0:
+        return record
+    frozen = list(layers[: trained[0]])
+    forwards = [layer.forward for layer in frozen]
+
+    def served(kwargs: dict[str, Any]) -> bool:
+        return frozen[0].training and kwargs.get("cache") is None and torch.is_grad_enabled()
+
+    def below(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if not served(kwargs):
+            return forwards[0](hidden_states, *args, **kwargs)
+        key = hashlib.blake2b(hidden_states.detach().cpu().contiguous().view(torch.uint8).numpy(),
+                              digest_size=16).digest() + repr(tuple(hidden_states.shape)).encode()
+        if key in kept:
+            record["hits"] += 1
+            return kept[key]
+        with torch.no_grad():
+            for forward in forwards:
+                hidden_states = forward(hidden_states, *args, **kwargs)
+        if record["bytes"] + hidden_states.nbytes <= max_bytes:
+            kept[key] = hidden_states
+            record["bytes"] += hidden_states.nbytes
+        return hidden_states
+
+    def passed(forward: Any) -> Any:
+        def through(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            return hidden_states if served(kwargs) else forward(hidden_states, *args, **kwargs)
+        return through
+
+    frozen[0].forward = below
+    for layer, forward in zip(frozen[1:], forwards[1:], strict=True):
+        layer.forward = passed(forward)
+    return record
+
+
 def causal_lm(model: Any) -> Any:
     """The transformers model inside an adapter-wrapped one (its adapters in place), or ``model`` itself."""
     from peft import PeftModel

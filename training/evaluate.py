@@ -23,7 +23,7 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from data_contracts.catalog import Catalog
-from data_contracts.schemas import EVAL_ITEM, EVAL_SUMMARY, in_set
+from data_contracts.schemas import in_set
 from data_contracts.stage import Artifact, Check, StageError, stage
 from data_contracts.store import ArtifactStore
 from inference.engine import Engine
@@ -31,7 +31,8 @@ from inference.engine_spec import hf_spec
 from inference.evaluation.items import EvalItem
 from inference.evaluation.strategies import Checkpoint, Context, EvalConfig, cap, run_items
 from inference.evaluation.suites import SUITES, SuiteSettings, get_suite
-from inference.evaluation.summary import summarize
+from inference.evaluation.summary import EVAL_SUMMARY, summarize
+from training.records import EVAL_ITEM
 
 STAGE = "evaluate"
 ID_COLUMNS = ("id", "seed_id", "task_id", "source_id", "clean_task_id", "env_id")

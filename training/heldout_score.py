@@ -17,8 +17,9 @@ from pathlib import Path
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import HELDOUT_SCORE, between
+from data_contracts.schemas import between
 from data_contracts.stage import Artifact, Params, StageError, stage
+from training.records import HELDOUT_SCORE
 
 STAGE = "heldout_score"
 

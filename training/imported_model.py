@@ -19,9 +19,9 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import TRAINING_SUMMARY
 from data_contracts.stage import Artifact, Params, StageError, stage
 from inference.checkpoint import MODEL_DIRECTORY, read_card, save_model
+from training.records import TRAINING_SUMMARY
 
 STAGE = "imported_model"
 GGUF = ".gguf"

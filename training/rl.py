@@ -16,11 +16,11 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.schemas import RL_SAMPLE, RL_STEP, TRAINING_SUMMARY
 from data_contracts.stage import Artifact, Check, StageError, stage
 from inference.checkpoint import MODEL_DIRECTORY
 from inference.progress import RunProgress
 from training.async_rl.config import RLParams
+from training.records import RL_SAMPLE, RL_STEP, TRAINING_SUMMARY
 
 STAGE = "rl"
 

@@ -12,7 +12,8 @@ With ``lora`` set, the base stays frozen and low-rank adapters (``peft``, TRL's 
 projections of its top layers only, so the backward pass stops there; the trained adapter is merged into the published
 weights (every engine serves them as any checkpoint) and kept beside them under ``adapter/``. The output layer is
 evaluated at the trained positions only (TRL's fused LM head, made to on every device: ``trained_positions_only``),
-whatever the adapter.
+whatever the adapter, and the frozen layers' output below the adapters is kept per training input for later epochs
+(``frozen_outputs_mb``, ``training.adapters.keep_frozen_outputs``).
 
 Config fields carry TRL's names. CPU (``use_cpu``; fp32, or ``bf16`` autocast where the cores have bf16 units) and
 GPU (``bf16``, ``gradient_checkpointing``, several processes through ``accelerate launch`` with ``num_processes``)
@@ -41,14 +42,14 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.schemas import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
 from inference.cpu import tune_allocator
 from inference.plotting import save_figure
 from inference.progress import RunProgress
-from training.adapters import ADAPTER, LoraSettings, adapter_card, merge_adapter
+from training.adapters import ADAPTER, LoraSettings, adapter_card, keep_frozen_outputs, merge_adapter
+from training.records import SFT_REJECTED, TRAINING_METRIC, TRAINING_SUMMARY
 from training.sft_data import (
     AUTO,
     GYMFORGE,
@@ -93,6 +94,9 @@ class SFTParams(Params):
         "group_by_length", description="group batches of similar length (less padding without packing) or random")
     lora: LoraSettings | None = Field(None, description="train low-rank adapters on a frozen base and merge them "
                                       "into the published weights (None: train every weight)")
+    frozen_outputs_mb: int = Field(512, ge=0, exclude=True, description="with lora, keep the output of the frozen "
+                                   "layers below the adapters for each training input, up to this many MiB, so later "
+                                   "epochs run only the adapted layers (0: off; the same weights either way)")
     # optimisation
     num_train_epochs: float = Field(3.0, gt=0, description="epochs over the training examples (when max_steps<0)")
     max_steps: int = Field(-1, description="optimizer steps; -1 runs num_train_epochs")
@@ -306,7 +310,8 @@ def _trainer_class() -> type:
         eval_turns: Sequence[CallTurn] = ()
         eval_max_tokens = 160  # SFTParams.eval_max_tokens
         eval_dtype: str | None = None  # bfloat16 with SFTParams.bf16: held-out turns decoded by a bf16 copy
-        head_at_trained_positions = True  # bench_sft steps turns it off to measure what it saves
+        head_at_trained_positions = True  # bench_sft throughput turns it off to measure what it saves
+        frozen_outputs: dict[str, int] | None = None  # keep_frozen_outputs' record (hits, bytes) where it runs
         first_scores: list[dict[str, bool]] | None = None  # each held-out turn at the first evaluation
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
@@ -419,6 +424,8 @@ def make_trainer(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: 
     trainer.eval_turns = tuple(eval_turns)
     trainer.eval_max_tokens = params.eval_max_tokens
     trainer.eval_dtype = "bfloat16" if params.bf16 else None
+    if params.lora and params.frozen_outputs_mb and not params.gradient_checkpointing:
+        trainer.frozen_outputs = keep_frozen_outputs(trainer.model, params.frozen_outputs_mb << 20)
     return trainer
 
 
@@ -432,8 +439,9 @@ def fit(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: list[dict
     trainer = make_trainer(model, tokenizer, train_rows, eval_rows, eval_turns, params, output_dir,
                            resume_from is not None, progress)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    if evaluate:
-        trainer.evaluate()
+    last = trainer.state.global_step
+    if evaluate and not any(e.get("step") == last and "eval_loss" in e for e in trainer.state.log_history):
+        trainer.evaluate()  # unless eval_steps evaluated the last step already (a held-out scoring is minutes)
     return trainer.model, list(trainer.state.log_history)
 
 

@@ -21,9 +21,10 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.schemas import SFT_REJECTED, TRAJECTORY
 from data_contracts.stage import Artifact, StageError
+from envgen.records import TRAJECTORY
 from inference.tokenizer import CHAT_TEMPLATE, IM_END, IM_START, PAD_TOKEN, RESPONSE_TEMPLATE
+from training.records import SFT_REJECTED
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # TRL's has_generation_markers
 

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 from pydantic import Field, model_validator
 
-from data_contracts.schemas import LOSS_CURVE, TRAINING_SUMMARY
 from data_contracts.stage import Artifact, Params, rng_for, stage
 from inference.checkpoint import MODEL_DIRECTORY, read_card, save_model
 from inference.cpu import tune_allocator
 from inference.plotting import save_figure
+from training.records import LOSS_CURVE, TRAINING_SUMMARY
 
 if TYPE_CHECKING:
     import torch

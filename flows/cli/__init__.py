@@ -578,22 +578,23 @@ def artifacts_gc(
 def artifacts_schema(
     record: Annotated[str | None, typer.Argument(help="One record (default: list them all).")] = None,
 ) -> None:
-    """The record formats every artifact's outputs hold (data_contracts/schemas.py), each column documented."""
-    from data_contracts.schemas import RECORDS
+    """The record formats every artifact's outputs hold (declared beside their branches), each column documented."""
     from data_contracts.stage import StageError
+    from flows.registry import records
 
     with _clean_errors():
+        known = records()
         if record is None:
-            table = Table(title=f"{len(RECORDS)} records", box=box.SIMPLE_HEAD)
+            table = Table(title=f"{len(known)} records", box=box.SIMPLE_HEAD)
             for column in ("record", "key", "columns", "what it is"):
                 table.add_column(column, overflow="fold")
-            for name, rec in sorted(RECORDS.items()):
+            for name, rec in sorted(known.items()):
                 table.add_row(name, ", ".join(rec.key), str(len(rec.columns)), Text(rec.doc))
             print_table(console, table)
             return
-        if record not in RECORDS:
-            raise StageError(f"unknown record {record!r}; records: {', '.join(sorted(RECORDS))}")
-        rec = RECORDS[record]
+        if record not in known:
+            raise StageError(f"unknown record {record!r}; records: {', '.join(sorted(known))}")
+        rec = known[record]
         table = Table(title=Text(f"{record}: {rec.doc}"), box=box.SIMPLE_HEAD)
         for column in ("column", "dtype", "meaning"):
             table.add_column(column, overflow="fold")

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from data_contracts.schemas import HELDOUT_SCORE
 from training.async_rl.scheduling import RLTask
+from training.records import HELDOUT_SCORE
 
 MOST_COMMON, SAMPLED = "most common training answer", "training answer drawn at its frequency"
 

@@ -24,8 +24,31 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.schemas import EVAL_SUMMARY
+from data_contracts.schemas import JSON, Record, cols
 from inference.metrics import bootstrap_ci, interpolate, pass_at_k
+
+EVAL_SUMMARY = Record("eval_summary", "One figure of an evaluation: a metric of a strategy at a width over a group of "
+                      "items, with its bootstrap interval.", cols(
+    suite=(pl.String, "the suite"),
+    variant=(pl.String, "the held-out variant"),
+    strategy=(pl.String, "the strategy, as in eval_item"),
+    k=(pl.Int64, "width, or the k of Pass@k / Avg@k"),
+    metric=(pl.String, ("accuracy | pass@k | avg@k | gap (clean minus noisy twin, paired) | sc_at_budget / "
+                       "sc_at_read_budget (self-consistency interpolated at this result's generated tokens / generated "
+                       "plus summary-prompt tokens) | ht_minus_sc_at_budget / ht_minus_sc_at_read_budget (the paired "
+                       "difference per item, with its interval)")),
+    group=(pl.String, ("all, or the attribute items are grouped by (domain, difficulty, length, noise_level, "
+                      "noise_type, run, source)")),
+    value=(pl.String, "the group's value (all for the whole suite)"),
+    n=(pl.Int64, "items in the figure"),
+    estimate=(pl.Float64, "the figure"),
+    ci_lo=(pl.Float64, "lower end of its bootstrap interval"),
+    ci_hi=(pl.Float64, "upper end"),
+    tokens=(pl.Float64, "mean generated tokens per item"),
+    n_overlap=(pl.Int64, "items of the group left out because the model trained on them"),
+    n_infra_errors=(pl.Int64, "items of the group left out because the engine failed"),
+    failures=(JSON, "{agent, user, tool}: failure labels over the group's samples"),
+), key=("strategy", "k", "metric", "group", "value"), required=("metric", "n"), json={"failures": "object"})
 
 SAMPLE = "sample"
 

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import DOMAIN_GRAPH, between
+from data_contracts.schemas import between
 from data_contracts.stage import Artifact, Params, seed_for, stage
 from envgen.compiler import compile_domain
 from envgen.construct import MIN_DOMAIN_TOOLS, executability
 from envgen.domain_spec import domain_paths, load_domain, resolve_domains
+from tasks.environments.records import DOMAIN_GRAPH
 
 
 class DomainGraphsParams(Params):

@@ -19,12 +19,13 @@ from collections.abc import Mapping
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ENVIRONMENT, ENVIRONMENT_REJECTED, TASK
 from data_contracts.stage import REJECTED, Artifact, seed_for, stage
 from envgen.checks import environment_contract, task_contract
 from envgen.compiler import compiled_domains
 from envgen.construct import ConstructionSettings
 from envgen.taskgen import TaskSettings, build_verified
+from tasks.environments.records import ENVIRONMENT, ENVIRONMENT_REJECTED
+from tasks.records import TASK
 
 
 class EnvironmentsParams(ConstructionSettings, TaskSettings):

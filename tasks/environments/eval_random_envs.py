@@ -19,7 +19,6 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import ENVIRONMENT_REJECTED, EVAL_ENVIRONMENT, EVAL_TASK
 from data_contracts.stage import REJECTED, Artifact, seed_for, stage
 from envgen.checks import environment_contract, task_contract
 from envgen.compiler import compile_domain, compiled_domains
@@ -27,6 +26,7 @@ from envgen.construct import ConstructionSettings
 from envgen.domain_spec import DomainSpec, faker_for
 from envgen.taskgen import TaskSettings, build_verified
 from tasks.environments.environments import rejection
+from tasks.environments.records import ENVIRONMENT_REJECTED, EVAL_ENVIRONMENT, EVAL_TASK
 
 # Word-level synonyms for identifiers and text, each a word a person would use; a word without one that the spec
 # does not say already keeps its own name (a made-up suffix would reach the user's words: "due var date alt").

@@ -21,13 +21,15 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ENVIRONMENT, ENVIRONMENT_REJECTED, TASK, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, Params, rng_for, stage
 from envgen.checks import WORLD_CHECKS, golden_fails
+from envgen.records import TRAJECTORY
 from envgen.small import small_environment
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import EXECUTION, verify_execution
 from envgen.trajectory_standard import VARIED_SENTENCES, habit_problem, standard_contract
+from tasks.environments.records import ENVIRONMENT, ENVIRONMENT_REJECTED
+from tasks.records import TASK
 
 STAGE = "small_envs"
 

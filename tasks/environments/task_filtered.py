@@ -9,13 +9,13 @@ from functools import partial
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import FILTERED_TASK, FILTERED_TASK_REJECTED
 from data_contracts.stage import Artifact, stage
 from envgen.environment import Environment
 from inference.agent import AgentConfig, Episode, run_episodes
 from inference.engine import Engine
 from inference.rollout import ROLLOUT_CONTRACT, rollouts_frame
 from tasks.difficulty import FilterParams, filter_outputs, pass_count_figure, split_by_window, with_engine
+from tasks.environments.records import FILTERED_TASK, FILTERED_TASK_REJECTED
 
 
 class TaskFilterParams(FilterParams):

@@ -35,20 +35,13 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import (
-    KEYCHAIN,
-    PROMPT_REJECTED,
-    REGULAR_QA,
-    at_most,
-    between,
-    in_set,
-    matches,
-)
+from data_contracts.schemas import at_most, between, in_set, matches
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from envgen.rewards import BOXED_INSTRUCTION, normalize
 from inference.tokenizer import identity as tokenizer_identity
 from tasks.difficulty import ANSWER_OVER_CAP, cap_per_answer
 from tasks.longctx.qa_seeds import ANSWER_SHARE, answer_cap, answer_in_support, share_cap
+from tasks.longctx.records import KEYCHAIN, PROMPT_REJECTED, REGULAR_QA
 from tasks.longctx.token_budget import (
     LENGTH_CHECK,
     Block,

@@ -21,10 +21,12 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, MATH_PROBLEM, in_set, min_length
+from data_contracts.schemas import in_set, min_length
 from data_contracts.stage import REJECTED, Params, seed_for, stage
 from envgen.rewards import extract_boxed, parse_number
+from tasks.longctx.records import MATH_PROBLEM
 from tasks.readers import InputFileError, all_rejected, iter_jsonl
+from tasks.records import ITEM_REJECTED
 
 STAGE = "math_seeds"
 LETTERS = "ABCD"

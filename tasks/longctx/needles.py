@@ -18,9 +18,10 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import ITEM_REJECTED, NEEDLE, at_most, in_set
+from data_contracts.schemas import at_most, in_set
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
 from inference.tokenizer import identity
+from tasks.longctx.records import NEEDLE
 from tasks.longctx.token_budget import (
     LENGTH_CHECK,
     BudgetFiller,
@@ -32,6 +33,7 @@ from tasks.longctx.token_budget import (
     insert_cost,
 )
 from tasks.readers import TEXT_SUFFIXES, text_files
+from tasks.records import ITEM_REJECTED
 from tasks.tokenizer import LengthParams, keyword_or_dir, resolve_tokenizer
 
 STAGE = "needles"

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.rewards import get_reward, normalize
 from inference.agent import QA_PROMPT_TOKENS, AgentConfig, qa_prompt_items, rollout_prompts
@@ -23,6 +22,7 @@ from tasks.difficulty import (
     with_engine,
 )
 from tasks.longctx.qa_seeds import ANSWER_SHARE, share_cap
+from tasks.longctx.records import FILTERED_SEED, FILTERED_SEED_REJECTED
 
 
 class QAFilterParams(FilterParams):

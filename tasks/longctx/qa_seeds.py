@@ -21,9 +21,10 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import QA_SEED, SEED_REJECTED, SPLITS, Record, between, min_length
+from data_contracts.schemas import Record, between, min_length
 from data_contracts.stage import REJECTED, Check, Contract, Params, Severity, stage
 from envgen.rewards import normalize
+from tasks.longctx.records import QA_SEED, SEED_REJECTED, SPLITS
 from tasks.readers import InputFileError, all_rejected, iter_json_array, iter_jsonl
 
 # --------------------------------------------------------------------------- contract

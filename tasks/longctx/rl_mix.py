@@ -31,9 +31,10 @@ from typing import Literal
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import MIX_SUMMARY, RL_MIX, in_set
+from data_contracts.schemas import in_set
 from data_contracts.stage import Artifact, Check, Params, stage
 from envgen.rewards import BOXED_INSTRUCTION
+from tasks.longctx.records import MIX_SUMMARY, RL_MIX
 
 STAGE = "rl_mix"
 CURRICULUM = ("warmup", "stage1", "stage2")

@@ -15,7 +15,6 @@ import polars as pl
 from pydantic import Field
 from sqlalchemy import select
 
-from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.compiler import CompiledDomain, Tool, sem_type
 from envgen.construct import user_knowable
@@ -26,6 +25,7 @@ from envgen.trajectory_checks import needless_reads, value_texts
 from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.synth import ReferenceEpisode, Unusable, call_results, said_before
 from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
+from tasks.records import ITEM_REJECTED
 
 STAGE = "midtrain_decompose"
 TRANSFORM = "decompose"

@@ -26,9 +26,9 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.environment import domain_for
+from envgen.records import TRAJECTORY
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.synth import (
@@ -48,6 +48,7 @@ from tasks.midtrain.trajectory_stages import (
     token_counter,
     trajectory_contract,
 )
+from tasks.records import ITEM_REJECTED
 
 STAGE = "midtrain_env"
 

@@ -25,10 +25,11 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, stage
+from envgen.records import TRAJECTORY
 from inference.agent import prompt_docs, qa_prompt
 from tasks.midtrain.trajectory_stages import TrajectoryParams, answer_row, token_counter, trajectory_contract
+from tasks.records import ITEM_REJECTED
 
 Entity = Mapping[str, Any]
 

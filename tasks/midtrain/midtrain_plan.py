@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import polars as pl
 
-from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.environment import domain_for
 from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.synth import ReferenceEpisode
 from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.words import fill
+from tasks.records import ITEM_REJECTED
 
 STAGE = "midtrain_plan"
 TRANSFORM = "plan"

@@ -14,7 +14,6 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED
 from data_contracts.stage import REJECTED, Artifact, stage
 from envgen.compiler import CompiledDomain, Tool
 from envgen.customers import owner_of
@@ -27,6 +26,7 @@ from envgen.trajectory_standard import VARIED_SENTENCES
 from tasks.midtrain.synth import ReferenceEpisode, Unusable, call_results
 from tasks.midtrain.trajectory_stages import EpisodeParams, augment, trajectory_contract
 from tasks.midtrain.words import fill
+from tasks.records import ITEM_REJECTED
 
 STAGE = "midtrain_reason"
 TRANSFORM = "reason"

@@ -31,12 +31,12 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, StageError, rng_for, stage
 from envgen.compiler import CompiledDomain, ToolParam, compiled_domains
 from envgen.construct import sample_chain
 from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.environment import render_result
+from envgen.records import TRAJECTORY
 from envgen.tools import render_value
 from envgen.trajectory_checks import SCHEMA, verify_schema
 from envgen.trajectory_standard import VARIED_SENTENCES, habit_problem
@@ -51,6 +51,7 @@ from tasks.midtrain.trajectory_stages import (
 )
 from tasks.midtrain.words import CHANGED, CREATED, fact_sentence, fill, shown
 from tasks.readers import TEXT_SUFFIXES, text_files
+from tasks.records import ITEM_REJECTED
 from tasks.tokenizer import keyword_or_dir
 
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}

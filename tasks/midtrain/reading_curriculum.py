@@ -22,8 +22,8 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import ITEM_REJECTED, TRAJECTORY
 from data_contracts.stage import REJECTED, Artifact, Check, rng_for, seed_for, stage
+from envgen.records import TRAJECTORY
 from tasks.longctx.keychain import (
     KEY_FORMATS,
     PASSAGE_HEADER,
@@ -46,6 +46,7 @@ from tasks.longctx.token_budget import (
 )
 from tasks.midtrain.midtrain_longctx import answer_text, chain_steps
 from tasks.midtrain.trajectory_stages import TrajectoryParams, answer_row, token_counter, trajectory_contract
+from tasks.records import ITEM_REJECTED
 from tasks.tokenizer import LengthParams, resolve_tokenizer
 
 STAGE = "reading_curriculum"

@@ -39,19 +39,22 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import SELECTION_SCORE, SELECTION_SUMMARY, TRAJECTORY, TRAJECTORY_REJECTED, in_set
+from data_contracts.schemas import in_set
 from data_contracts.stage import REJECTED, Artifact, Check, StageError, rng_for, stage
 from envgen.environment import json_field
+from envgen.records import TRAJECTORY
 from envgen.trajectory_checks import EXECUTION, RESEARCH, SUMMARY_TAG, tool_failed, turn_mask, verify_row
 from inference.engine_spec import engine_or, hf_spec
 from inference.plotting import save_figure
 from tasks.midtrain.kcenter import k_center_greedy
+from tasks.midtrain.records import SELECTION_SCORE, SELECTION_SUMMARY
 from tasks.midtrain.trajectory_stages import (
     EVAL_ENV_PREFIX,
     TrajectoryParams,
     token_counter,
     trajectory_contract,
 )
+from tasks.records import TRAJECTORY_REJECTED
 
 
 def _later_text(messages: Sequence[dict[str, Any]], start: int) -> str:

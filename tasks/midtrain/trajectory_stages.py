@@ -18,9 +18,9 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator
 
-from data_contracts.schemas import TRAJECTORY
 from data_contracts.stage import Artifact, Check, Params
 from envgen.environment import json_field
+from envgen.records import TRAJECTORY
 from envgen.small import DISTRACTORS
 from envgen.trajectory_checks import ANSWER, turn_mask, verify_answer
 from envgen.trajectory_standard import habit_problem, standard_contract
@@ -194,9 +194,9 @@ def augment(parents: pl.DataFrame, params: EpisodeParams, partition: str, stage:
             fn: Any, inputs: Mapping[str, Artifact]) -> dict[str, pl.DataFrame]:
     """An augmentation stage: ``fn(episode, rng) -> (episode, settings)`` on every verified parent episode; the
     augmented episodes are played, written and verified like originals, with the parent and settings recorded."""
-    from data_contracts.schemas import ITEM_REJECTED
     from data_contracts.stage import REJECTED, rng_for
     from tasks.midtrain.synth import Unusable, episode_of
+    from tasks.records import ITEM_REJECTED
 
     items, rejected = [], []
     for i, row in enumerate(parents.filter(pl.col("verifier") == "execution").iter_rows(named=True)):

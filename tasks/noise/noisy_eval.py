@@ -9,8 +9,8 @@ from collections.abc import Mapping
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import NOISE_REJECTED, NOISY_EVAL_TASK
 from data_contracts.stage import REJECTED, Artifact, stage
+from tasks.noise.records import NOISE_REJECTED, NOISY_EVAL_TASK
 from tasks.noise.twins import NoiseParams, build_twins, noise_success_figure, twins_contract
 
 

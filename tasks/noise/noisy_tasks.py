@@ -10,8 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
-from data_contracts.schemas import NOISE_REJECTED, NOISY_TASK
 from data_contracts.stage import REJECTED, Artifact, FrameArtifact, StageError, stage
+from tasks.noise.records import NOISE_REJECTED, NOISY_TASK
 from tasks.noise.twins import NoiseParams, build_twins, noise_success_figure, twins_contract
 
 

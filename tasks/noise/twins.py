@@ -16,13 +16,14 @@ from typing import Any
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from data_contracts.schemas import NOISE_REJECTED, Record, between, in_set, not_null
+from data_contracts.schemas import Record, between, in_set, not_null
 from data_contracts.stage import REJECTED, Artifact, Check, Contract, Params, seed_for
 from envgen.checks import database_keys, key_pattern, keys_said, user_texts
 from envgen.domain_spec import domain_paths, load_domain
 from envgen.environment import domain_for
 from envgen.noise.curriculum import noise_level
 from envgen.noise.environment import NoisyEnvironment
+from tasks.noise.records import NOISE_REJECTED
 from tasks.noise.solvability import noisy_twins, summary_frame
 
 

@@ -34,13 +34,14 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import RESEARCH_TASK, RESEARCH_TASK_REJECTED, in_set
+from data_contracts.schemas import in_set
 from data_contracts.stage import REJECTED, Artifact, Params, rng_for, stage
 from envgen.rewards import normalize
 from tasks.research.harness.evidence import Support, search_support
 from tasks.research.harness.knowledge import Fact, KnowledgeGraph, facts, labels
 from tasks.research.harness.rubric import Criterion, Evidence, Rubric
 from tasks.research.harness.text import has_phrase, sentences, tokens
+from tasks.research.records import RESEARCH_TASK, RESEARCH_TASK_REJECTED
 from tasks.research.search import SearchIndex
 
 STAGE = "research_tasks"

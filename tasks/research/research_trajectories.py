@@ -27,11 +27,13 @@ from pydantic import Field
 
 from data_contracts.objectstore import local_home
 from data_contracts.roots import data_root
-from data_contracts.schemas import RESEARCH_CALL, RESEARCH_RUN, TRAJECTORY, TRAJECTORY_REJECTED, in_set
+from data_contracts.schemas import in_set
 from data_contracts.stage import REJECTED, Artifact, Check, Params, stage
+from envgen.records import TRAJECTORY
 from envgen.trajectory_standard import habit_problem, standard_contract
 from inference.engine import Engine
 from tasks.midtrain.trajectory_stages import token_counter
+from tasks.records import TRAJECTORY_REJECTED
 from tasks.research.harness.knowledge import KnowledgeGraph, WorldFacts
 from tasks.research.harness.reference import ReferenceTeacher
 from tasks.research.harness.roles import open_index
@@ -39,6 +41,7 @@ from tasks.research.harness.rubric import Rubric, grade
 from tasks.research.harness.run import ResearchRun, run_id_for, run_research
 from tasks.research.harness.session import HarnessConfig
 from tasks.research.harness.trajectories import trajectory_rows
+from tasks.research.records import RESEARCH_CALL, RESEARCH_RUN
 
 STAGE = "research_trajectories"
 from inference.engine_spec import REFERENCE

@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import SEARCH_INDEX
 from data_contracts.stage import Artifact, DirectoryCheck, DirectoryContract, Params, stage
+from tasks.research.records import SEARCH_INDEX
 from tasks.research.search import SearchIndex, load_corpus
 from tasks.research.search.corpus import QA_FORMATS
 

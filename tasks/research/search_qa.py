@@ -32,7 +32,7 @@ from typing import Any
 import polars as pl
 from pydantic import Field, model_validator
 
-from data_contracts.schemas import SEARCH_QA, SEARCH_QA_REJECTED, between, in_set
+from data_contracts.schemas import between, in_set
 from data_contracts.stage import REJECTED, Artifact, Params, rng_for, seed_for, stage
 from envgen.rewards import normalize, score_two_way
 from inference.agent import AgentConfig, Episode, SamplingConfig, run_episodes
@@ -41,6 +41,7 @@ from inference.engine_spec import REFERENCE
 from tasks.longctx.world.graph import bucket
 from tasks.research.harness.evidence import search_support
 from tasks.research.harness.knowledge import IN_PHRASES, OUT_PHRASES, Fact, KnowledgeGraph, facts
+from tasks.research.records import SEARCH_QA, SEARCH_QA_REJECTED
 from tasks.research.search import SearchEnvironment, SearchIndex
 
 STAGE = "search_qa"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import sys
+import types
 
 import polars as pl
 import pytest
@@ -12,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_contracts.gate import check_contract, validate
-from data_contracts.schemas import RECORDS, json_check
-from data_contracts.stage import REJECTED
-from flows.registry import discover
+from data_contracts.schemas import json_check
+from data_contracts.stage import REJECTED, StageError
+from flows.registry import discover, records
+
+RECORDS = records()
 
 _PLAIN = {pl.String: "x", pl.Int64: 1, pl.Float64: 0.5, pl.Boolean: True, pl.Binary: b"x",
           pl.Date: datetime.date(2000, 1, 1)}
@@ -62,7 +66,7 @@ def test_every_stage_output_is_built_from_a_record() -> None:
         if stage.name.startswith("test_double_"):
             continue
         for output, contract in stage.outputs.items():
-            assert contract.record in RECORDS, f"{stage.name}.{output} declares no record of data_contracts.schemas"
+            assert contract.record in RECORDS, f"{stage.name}.{output} declares no record"
             assert dict(contract.columns) == RECORDS[contract.record].schema
         assert REJECTED not in stage.outputs or stage.outputs[REJECTED].record is not None
 
@@ -92,3 +96,11 @@ def test_json_check_shapes(value, garbage: bool) -> None:
         assert json_check("c", kind).fn(frame) == [garbage or not ok]
     with_keys = json_check("c", "object", required_keys=("a",)).fn(frame)
     assert with_keys == [garbage or not (isinstance(value, dict) and "a" in value)]
+
+
+def test_two_records_of_one_name_are_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    double = types.ModuleType("tasks.test_double_records")
+    double.QA_SEED = RECORDS["qa_seed"].extend("qa_seed", "A second record that takes qa_seed's name.", {})
+    monkeypatch.setitem(sys.modules, double.__name__, double)
+    with pytest.raises(StageError, match="two records are named 'qa_seed'"):
+        records()

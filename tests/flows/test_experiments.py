@@ -12,12 +12,12 @@ from experiment_fixtures import SCRIPTED, ScriptedTrainer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_contracts.schemas import HELDOUT_SCORE
 from data_contracts.stage import StageError
 from flows.experiments import writeup
 from flows.experiments.core import run_experiment, unit_values
 from flows.experiments.declared import EXPERIMENTS
 from flows.experiments.stats import compare
+from training.records import HELDOUT_SCORE
 
 
 def test_a_known_effect_is_detected_and_its_interval_covers_the_truth():

@@ -11,7 +11,6 @@ import pytest
 from agent_fixtures import airline_env_and_task, golden_policy
 from eval_fixtures import prompt_item, question
 
-from data_contracts.schemas import EVAL_ITEM, EVAL_SUMMARY
 from inference.context import ContextConfig
 from inference.evaluation.items import EvalItem
 from inference.evaluation.report import budget_figure, length_figure, robustness_figure, write_report
@@ -23,10 +22,11 @@ from inference.evaluation.strategies import (
     is_infrastructure,
     run_items,
 )
-from inference.evaluation.summary import compare, summarize
+from inference.evaluation.summary import EVAL_SUMMARY, compare, summarize
 from inference.http_engine import EngineError
 from inference.metrics import pass_at_k
 from inference.testing import BernoulliTestEngine, HeavyTestEngine, ScriptedEngine, byte_ids
+from training.records import EVAL_ITEM
 
 ALL = ("single", "self_consistency", "best_of_k", "heavy_thinking")
 

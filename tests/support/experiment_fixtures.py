@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from data_contracts.schemas import HELDOUT_SCORE
 from flows.experiments.config import Experiment
 from flows.experiments.core import ArmRun
+from training.records import HELDOUT_SCORE
 
 SCRIPTED = Experiment(
     name="scripted", title="a scripted trainer with a known effect", claim="test double", expected="a > b",

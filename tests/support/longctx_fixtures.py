@@ -9,8 +9,8 @@ from functools import cache
 
 import polars as pl
 
-from data_contracts.schemas import QA_SEED
 from data_contracts.stage import FrameArtifact
+from tasks.longctx.records import QA_SEED
 
 WORDS = ("river", "harbour", "council", "mayor", "ledger", "founded", "northern", "valley", "archive", "orchard",
          "station", "treaty", "museum", "bridge", "engineer", "painter", "novel", "company", "festival", "railway",

@@ -36,7 +36,7 @@ def environments() -> list[dict[str, Any]]:
 
 
 def environments_artifact() -> FrameArtifact:
-    from data_contracts.schemas import ENVIRONMENT
+    from tasks.environments.records import ENVIRONMENT
 
     return FrameArtifact({"environments": ENVIRONMENT.frame(environments())})
 

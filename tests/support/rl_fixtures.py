@@ -14,10 +14,10 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.schemas import FILTERED_SEED, FILTERED_SEED_REJECTED, RL_MIX
 from data_contracts.stage import REJECTED, Params, stage
 from inference.engine import Completion, Request
 from inference.testing import BernoulliTestEngine, last_user_content
+from tasks.longctx.records import FILTERED_SEED, FILTERED_SEED_REJECTED, RL_MIX
 from training.async_rl.scheduling import RLTask
 
 

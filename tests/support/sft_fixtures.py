@@ -10,8 +10,8 @@ from typing import Any
 
 import polars as pl
 
-from data_contracts.schemas import TRAJECTORY
 from data_contracts.stage import FrameArtifact, Params, stage
+from envgen.records import TRAJECTORY
 
 TOOLS = [
     {"type": "function", "function": {"name": "lookup", "parameters": {

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sft_fixtures import TOOLS, conversation, micro_base, trajectories, trajectory_artifact, trajectory_row
 
-from data_contracts.schemas import TRAJECTORY
 from data_contracts.stage import FrameArtifact, StageError
+from envgen.records import TRAJECTORY
 from inference.checkpoint import read_card
 from training.sft import (
     COMPLETE,

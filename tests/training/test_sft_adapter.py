@@ -148,3 +148,34 @@ def test_a_plain_copy_is_the_merged_model_in_its_dtype_and_leaves_the_trained_on
         expected = trainer.model(input_ids=ids).logits
         got = copy(input_ids=ids).logits.float()
     torch.testing.assert_close(got, expected, rtol=0.05, atol=0.05)
+
+
+def test_kept_frozen_outputs_train_the_same_adapter_as_computing_them_every_epoch(base, tmp_path):
+    """Three epochs of two one-trajectory batches: from the second epoch on the frozen layer's output is read, not
+    computed, and the adapter ends as without it (the same loss every step, the same weights)."""
+    trained = {}
+    for mb in (0, 64):
+        model, tokenizer, _ = load_base(base)
+        params = SFTParams(**{**FAST, "per_device_train_batch_size": 1}, max_steps=6, lora=TOP_LAYER,
+                           frozen_outputs_mb=mb)
+        trainer = make_trainer(model, tokenizer, rows(tokenizer, 2), [], [], params, tmp_path / str(mb),
+                               progress=False)
+        trainer.train()
+        losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+        trained[mb] = (losses, {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n},
+                       trainer.frozen_outputs)
+    (plain, weights, off), (kept, kept_weights, record) = trained[0], trained[64]
+    assert off is None and record["hits"] >= 4 and record["bytes"] > 0
+    assert kept == pytest.approx(plain, rel=1e-5)
+    for name, tensor in weights.items():
+        torch.testing.assert_close(kept_weights[name], tensor, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_whose_eval_steps_reach_its_last_step_evaluates_it_once(base, tmp_path):
+    from training.sft import fit
+
+    model, tokenizer, _ = load_base(base)
+    data = rows(tokenizer, 4)
+    params = SFTParams(**FAST, max_steps=2, eval_steps=1)
+    _, history = fit(model, tokenizer, data[:3], data[3:], [], params, tmp_path, None, progress=False)
+    assert [e["step"] for e in history if "eval_loss" in e] == [0, 1, 2]

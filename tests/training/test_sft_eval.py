@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from data_contracts.schemas import TRAINING_METRIC
 from flows.train import evaluation_table
 from inference.hf_engine import RowOutput
+from training.records import TRAINING_METRIC
 from training.sft_eval import TOOL_CALL_END, CallTurn, _with_stop, change_interval
 
 

@@ -20,7 +20,6 @@ import polars as pl
 import torch
 
 from data_contracts.files import atomic_file
-from data_contracts.schemas import RL_SAMPLE, RL_STEP
 from data_contracts.stage import StageError
 from inference.engine_spec import hf_spec
 from training.adapters import merge_adapter, merged_state_dict
@@ -30,6 +29,7 @@ from training.async_rl.queue import Sample, SampleQueue
 from training.async_rl.scheduling import RLTask, Scheduler
 from training.async_rl.trainer import PolicyTrainer
 from training.async_rl.weights import FileWeightSync
+from training.records import RL_SAMPLE, RL_STEP
 
 UNWRITTEN_LIMIT = 4
 """Batches of samples without a single generated token after which a run stops: its tasks cannot be learned."""

@@ -24,22 +24,15 @@ import numpy as np
 import polars as pl
 from pydantic import Field
 
-from data_contracts.schemas import (
-    DOCUMENT,
-    ENTITY,
-    RELATION,
-    SEED_REJECTED,
-    WORLD_SEED,
-    in_set,
-    min_length,
-    unique,
-)
+from data_contracts.schemas import in_set, min_length, unique
 from data_contracts.stage import REJECTED, stage
 from envgen.rewards import normalize
 from tasks.longctx.qa_seeds import answer_cap, seed_contract
+from tasks.longctx.records import SEED_REJECTED
 from tasks.longctx.world.documents import render_document
 from tasks.longctx.world.graph import DATES, NUMERIC, RELATIONS, STAGE, TYPE_NOUN, World
 from tasks.longctx.world.questions import QuestionParams, synthesize
+from tasks.longctx.world.records import DOCUMENT, ENTITY, RELATION, WORLD_SEED
 
 
 class WorldParams(QuestionParams):

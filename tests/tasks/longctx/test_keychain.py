@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from longctx_fixtures import qa_filtered, seed_frame, tokenizer, tokenizer_artifact
 
-from data_contracts.schemas import KEYCHAIN
 from data_contracts.stage import FrameArtifact, StageError, get_stage
 from tasks.longctx import keychain as K
+from tasks.longctx.records import KEYCHAIN
 
 SMALL = {"n": 6, "n_regular": 3, "target_tokens": 1536}
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from paths import QA_FIXTURES
 
 from data_contracts.gate import validate
-from data_contracts.schemas import QA_SEED
 from data_contracts.stage import FrameArtifact, StageError
 from tasks.longctx.qa_seeds import (
     load_seed_file,
@@ -21,6 +20,7 @@ from tasks.longctx.qa_seeds import (
     qa_seeds,
     seed_contract,
 )
+from tasks.longctx.records import QA_SEED
 from tasks.readers import InputFileError, iter_json_array
 
 FIXTURES = QA_FIXTURES

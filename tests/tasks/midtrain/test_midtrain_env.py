@@ -10,9 +10,9 @@ import pytest
 from longctx_fixtures import tokenizer_artifact
 from midtrain_fixtures import environments
 
-from data_contracts.schemas import ENVIRONMENT
 from data_contracts.stage import FrameArtifact, StageError
 from envgen.bundle import write_bundle
+from tasks.environments.records import ENVIRONMENT
 from tasks.midtrain.midtrain_env import bundle_environments, midtrain_env
 
 PARAMS = {"n_tasks": 2, "variants_per_task": 1}

@@ -18,8 +18,8 @@ from longctx_fixtures import tokenizer_artifact
 from midtrain_fixtures import env_trajectories, environments
 
 from data_contracts.gate import validate
-from data_contracts.schemas import TRAJECTORY
 from data_contracts.stage import FrameArtifact
+from envgen.records import TRAJECTORY
 from inference.teacher import Teacher, TeacherError
 from inference.testing import ScriptedEngine
 from tasks.midtrain.perplexity import OpenAIScorer, sliding_window_score, window_perplexities

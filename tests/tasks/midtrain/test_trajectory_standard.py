@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from midtrain_fixtures import environments
 
 from data_contracts.gate import validate
-from data_contracts.schemas import TRAJECTORY
 from envgen.environment import domain_for
+from envgen.records import TRAJECTORY
 from envgen.taskgen import TaskSettings
 from envgen.trajectory_checks import EXECUTION, SCHEMA
 from envgen.trajectory_standard import (

@@ -8,10 +8,10 @@ import json
 import polars as pl
 
 from data_contracts.gate import validate
-from data_contracts.schemas import NOISY_TASK
 from envgen.checks import database_keys, keys_said, user_texts
 from envgen.compiler import compiled
 from envgen.taskgen import build_verified
+from tasks.noise.records import NOISY_TASK
 from tasks.noise.twins import NoiseParams, build_twins, twins_contract
 
 

@@ -57,8 +57,10 @@ def test_small_tools_offers_each_task_its_own_tools_plus_distractors_and_twins_t
     import polars as pl
     from agent_fixtures import airline_env_and_task
 
-    from data_contracts.schemas import ENVIRONMENT, NOISY_TASK, TASK
     from data_contracts.stage import FrameArtifact
+    from tasks.environments.records import ENVIRONMENT
+    from tasks.noise.records import NOISY_TASK
+    from tasks.records import TASK
 
     env, task = airline_env_and_task()
     twin = {**task, "task_id": f"{task['task_id']}~n1", "noise_level": 1, "clean_task_id": task["task_id"]}
