@@ -3,6 +3,7 @@ the new artifact published, never neither, and the next run's recovery makes the
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -82,13 +83,16 @@ def _published_value(store: ArtifactStore) -> int | None:
 @pytest.mark.parametrize("first_publish", [False, True], ids=["republish", "first-publish"])
 def test_kill_at_every_step_keeps_an_artifact_published(tmp_path: Path, use_exchange: bool,
                                                         first_publish: bool) -> None:
+    old = None if first_publish else 1
+    published_old = tmp_path / "old"  # the root as version 1 left it, copied for each step: written once
+    if old is not None:
+        assert _write(published_old, -1, old, use_exchange) is not None
     step = 0
     while True:
         root = tmp_path / f"step{step}"
-        store, catalog = open_store(root), Catalog(root)
-        old = None if first_publish else 1
         if old is not None:
-            assert _write(root, -1, old, use_exchange) is not None
+            shutil.copytree(published_old, root)
+        store, catalog = open_store(root), Catalog(root)
         finished = _write(root, step, 2, use_exchange)
 
         # At the instant of the kill: the old or the new artifact is published, and a reader finds it.

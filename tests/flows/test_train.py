@@ -104,26 +104,35 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
 
 
 def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
-    """Slow (about 35 s on 2 cores) by its subject: 150 steps three times over (killed, resumed, and uninterrupted to
-    compare with), so that the kill lands between checkpoints however fast the micro model trains."""
+    """20 steps three times over (killed, resumed, and uninterrupted to compare with); the run is held at its
+    step-15 line (tests/support/held_progress_double.py) when it is killed, so the kill lands between its checkpoints
+    (10 and 20) however fast the micro model trains."""
+    from held_progress_double import HELD
+
     from flows.train import plan_sft
 
     data, key, base = root
     env = attached(data)
-    settings = {**OVERRIDES, "max_steps": 150, "save_steps": 10, "eval_tool_calls": 0, "learning_rate": 1e-3}
-    command = [GYMFORGE, "train", "sft", "--data", key, "--base", str(base),
-               *(arg for name, value in settings.items() for arg in ("--set", f"{name}={value}"))]
+    settings = {**OVERRIDES, "max_steps": 20, "save_steps": 10, "logging_steps": 5, "eval_tool_calls": 0,
+                "learning_rate": 1e-3}
+    args = ["train", "sft", "--data", key, "--base", str(base),
+            *(arg for name, value in settings.items() for arg in ("--set", f"{name}={value}"))]
     planned = plan_sft([key], str(base), overrides=settings, data_dir=str(data))
     checkpoints = planned.checkpoints
 
-    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+    # held at each logged line (steps 5, 10, 15) until this test lets it through: a line is logged before its
+    # step's checkpoint is saved, so the first line held after a complete checkpoint lies between two of them
+    run = subprocess.Popen([sys.executable, "-m", "held_progress_double", *args], env=env, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while not list(checkpoints.glob("checkpoint-*/gymforge_checkpoint_complete")):
-            assert run.poll() is None, "the run ended before its first checkpoint"
-            assert time.monotonic() < deadline, "no complete checkpoint within 300 s"
-            time.sleep(0.2)
+        assert run.stdin is not None and run.stdout is not None
+        while not (held := run.stdout.readline()).startswith(HELD) or not list(
+                checkpoints.glob("checkpoint-*/gymforge_checkpoint_complete")):
+            assert held, "the run ended before its first checkpoint"
+            if held.startswith(HELD):
+                run.stdin.write("\n")
+                run.stdin.flush()
+        assert held.startswith(f"{HELD} 15/20"), held
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=60)
@@ -132,13 +141,13 @@ def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
     assert Catalog(data).entry(planned.key) is None
     saved = max(int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/gymforge_checkpoint_complete"))
 
-    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900,
+    resumed = subprocess.run([GYMFORGE, *args, "--resume"], env=env, capture_output=True, text=True, timeout=900,
                              check=False)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     artifact = store.get("sft", planned.key)
     assert artifact is not None and f"sft {planned.key} published" in resumed.stdout
     card = read_card(artifact.directory)
-    assert card["resumed_from_step"] >= saved and card["steps"] == 150
+    assert card["resumed_from_step"] >= saved and card["steps"] == 20
     assert not store.leftovers() or all(p.name.startswith(".tmp-") for p in store.leftovers())
 
     # the same run uninterrupted ends with the same weights, bit for bit (the kill fell in a later epoch)
