@@ -1,4 +1,4 @@
-"""The search environment: question answering over a local search index, behind the runtime's interface.
+"""The search environment: question answering over a local search index, behind the tool environments' interface.
 
 ``env = SearchEnvironment(index)`` then ``obs = env.reset(task)`` -> ``Observation(messages, tools)`` (system
 prompt + the question), ``obs, reward, done, info = env.step(assistant_message)``; ``areset``/``astep``,
