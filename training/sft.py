@@ -439,8 +439,9 @@ def fit(model: Any, tokenizer: Any, train_rows: list[dict], eval_rows: list[dict
     trainer = make_trainer(model, tokenizer, train_rows, eval_rows, eval_turns, params, output_dir,
                            resume_from is not None, progress)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    if evaluate:
-        trainer.evaluate()
+    last = trainer.state.global_step
+    if evaluate and not any(e.get("step") == last and "eval_loss" in e for e in trainer.state.log_history):
+        trainer.evaluate()  # unless eval_steps evaluated the last step already (a held-out scoring is minutes)
     return trainer.model, list(trainer.state.log_history)
 
 

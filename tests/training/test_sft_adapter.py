@@ -169,3 +169,13 @@ def test_kept_frozen_outputs_train_the_same_adapter_as_computing_them_every_epoc
     assert kept == pytest.approx(plain, rel=1e-5)
     for name, tensor in weights.items():
         torch.testing.assert_close(kept_weights[name], tensor, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_whose_eval_steps_reach_its_last_step_evaluates_it_once(base, tmp_path):
+    from training.sft import fit
+
+    model, tokenizer, _ = load_base(base)
+    data = rows(tokenizer, 4)
+    params = SFTParams(**FAST, max_steps=2, eval_steps=1)
+    _, history = fit(model, tokenizer, data[:3], data[3:], [], params, tmp_path, None, progress=False)
+    assert [e["step"] for e in history if "eval_loss" in e] == [0, 1, 2]
