@@ -166,6 +166,7 @@ def tasks(
     from rich.table import Table
 
     from flows.dag import materialize
+    from tasks.research.research_tasks import CONSTRUCTIONS
 
     chosen = [c.strip() for c in constructions.split(",") if c.strip()]
     if n < 0:
@@ -173,9 +174,9 @@ def tasks(
     if not chosen:
         raise typer.BadParameter(f"--constructions {constructions!r}: no construction was given; name brief, "
                                  "article or both")
-    if set(chosen) - {"brief", "article"}:
-        raise typer.BadParameter(f"--constructions {constructions!r}: unknown construction(s) "
-                                 f"{sorted(set(chosen) - {'brief', 'article'})}; constructions are brief, article")
+    if unknown := sorted(set(chosen) - set(CONSTRUCTIONS)):
+        raise typer.BadParameter(f"--constructions {constructions!r}: unknown construction(s) {unknown}; "
+                                 f"constructions are {', '.join(CONSTRUCTIONS)}")
     artifact = materialize(["research_tasks"], profile=profile,
                            overrides={"research_tasks": {"n": n, "constructions": chosen}})["research_tasks"]
     kept, rejected = artifact.read("tasks"), artifact.read("rejected")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import polars as pl
 from pydantic import Field
@@ -46,6 +46,7 @@ from tasks.research.search import SearchIndex
 
 STAGE = "research_tasks"
 Construction = Literal["brief", "article"]
+CONSTRUCTIONS: tuple[Construction, ...] = get_args(Construction)
 DECISION = {"complete": "Keep", "partial": "Revise", "missing": "Drop"}
 TOPIC_TYPES = ("organization", "person", "city")
 BREADTH = {"narrow": 4, "medium": 6, "broad": 8}
@@ -63,7 +64,7 @@ QUERIES = {
 
 class ResearchTaskParams(Params):
     n: int = Field(24, ge=0, description="tasks to construct in this partition (before the gate)")
-    constructions: list[Construction] = Field(default_factory=lambda: ["brief", "article"], min_length=1,
+    constructions: list[Construction] = Field(default_factory=lambda: list(CONSTRUCTIONS), min_length=1,
                                               description="how tasks are constructed, taken in turn by task index")
     min_factual: int = Field(3, ge=1, description="factual criteria a task must retain to pass the gate")
     compound_fraction: float = Field(0.3, ge=0.0, le=1.0, description="share of factual criteria that join two "
@@ -316,7 +317,7 @@ def _row(task: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[str, Any]
 # own article; 3: a task refused before the gate records no verdicts ("[]"), as the record's JSON list requires;
 # 4: the ``route`` column and the ``routes`` param renamed ``construction`` and ``constructions``
 @stage(name=STAGE, version="4", inputs=("world", "search_index"), params=ResearchTaskParams,
-       outputs={"tasks": RESEARCH_TASK.contract(expectations=(in_set("construction", ("brief", "article")),)),
+       outputs={"tasks": RESEARCH_TASK.contract(expectations=(in_set("construction", CONSTRUCTIONS),)),
                 REJECTED: RESEARCH_TASK_REJECTED.contract()})
 def research_tasks(inputs: Mapping[str, Artifact], params: ResearchTaskParams,
                    partition: str) -> dict[str, pl.DataFrame]:
