@@ -29,10 +29,11 @@ demo: $(STAMP)
 
 # Two test processes (each with its own session Prefect server and Dask cluster): one process keeps about one core
 # busy (its CPU time is about its wall time: servers, workers and subprocesses are waited on), two use both; 13 min
-# 14 s serial, 9 min 53 s with two on 2 cores (bench/RESULTS.md). The slowest tests are listed at the end.
+# 14 s serial, 9 min 53 s with two on 2 cores (bench/RESULTS.md). The slowest tests are listed at the end. Tests of
+# one xdist_group run in one process, so they share its session fixtures (the deployment tests: one server and worker).
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

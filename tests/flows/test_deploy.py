@@ -1,6 +1,7 @@
 """Deployments run by workers, as a data engineer runs them: with Prefect's own commands (the deploy steps of
-docs/scale-out.md, word for word) and with `gymforge deploy` / `gymforge worker`, whose backfill runs share the
-worker's one Dask cluster. Either way both runs complete and the catalog holds their artifacts."""
+docs/scale-out.md, word for word) and with `gymforge deploy` / `gymforge worker` (the session's ``deployed``
+fixture), whose backfill runs share the worker's one Dask cluster. Either way both runs complete and the catalog holds
+their artifacts."""
 
 from __future__ import annotations
 
@@ -30,39 +31,27 @@ def _transitions(address: str) -> int:
         return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
 
 
-def test_backfill_runs_share_the_workers_cluster(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
-    env["GYMFORGE_DATA"] = str(tmp_path / "data")
-    worker = subprocess.Popen([GYMFORGE, "worker"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-    try:
-        assert worker.stdout is not None
-        banner = worker.stdout.readline()  # "worker of pool 'cpu' at URL; Dask scheduler ADDRESS"
-        address = banner.split("Dask scheduler")[-1].strip()
-        assert address.startswith("tcp://"), banner
-        deployed = subprocess.run([GYMFORGE, "deploy"], env=env, capture_output=True, text=True, timeout=300, check=False)
-        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-        assert "schedule of data-refresh: cron '0 2 * * *' (UTC), ON" in deployed.stdout  # it says what it turned on
-        before = _transitions(address)
+@pytest.mark.xdist_group("deployments")
+def test_backfill_runs_share_the_workers_cluster(deployed) -> None:
+    assert "schedule of data-refresh: cron '0 2 * * *' (UTC), ON" in deployed.deploy.stdout  # it says what it turned on
+    before = _transitions(deployed.dask_address)
 
-        backfill = subprocess.run([GYMFORGE, "backfill", "--stage", "test_double_square", "--partitions", "w0,w1"],
-                                  env=env, capture_output=True, text=True, timeout=300, check=False)
-        assert backfill.returncode == 0, backfill.stdout + backfill.stderr
-        states = _wait_for_runs(env, ["backfill test_double_square/w0", "backfill test_double_square/w1"])
-        assert states == ["Completed", "Completed"]
-        # three stage tasks per partition ran on the worker's cluster (each through several states), not on
-        # clusters of their own
-        assert _transitions(address) - before >= 6 * 3
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)
-    _assert_catalog_holds(Path(env["GYMFORGE_DATA"]), ["w0", "w1"])
+    backfill = subprocess.run([GYMFORGE, "backfill", "--stage", "test_double_square", "--partitions", "w0,w1"],
+                              env=deployed.env, capture_output=True, text=True, timeout=300, check=False)
+    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
+    states = _wait_for_runs(deployed.env, ["backfill test_double_square/w0", "backfill test_double_square/w1"])
+    assert states == ["Completed", "Completed"]
+    # three stage tasks per partition ran on the worker's cluster (each through several states), not on clusters of
+    # their own
+    assert _transitions(deployed.dask_address) - before >= 6 * 3
+    _assert_catalog_holds(Path(deployed.env["GYMFORGE_DATA"]), ["w0", "w1"])
 
 
 def test_a_background_worker_stops_on_sigint_and_sigterm_and_deploy_paused_turns_no_schedule_on(tmp_path) -> None:
     """Started as a shell's `gymforge worker &` starts it (SIGINT ignored), the worker still stops on SIGINT and on
     SIGTERM: its Prefect worker process exits, and so does the data root's server it held up. One worker per
-    signal, each on its own data root, started side by side."""
+    signal, each on its own data root, started side by side. Slow (about 30 s on 2 cores) by its subject: each
+    worker must start, and stop, the server of a data root of its own."""
     import psutil
 
     from flows.prefect_server import ServerHome
@@ -134,7 +123,8 @@ def _data_refresh_schedule_active(env: dict[str, str]) -> bool:
 def test_prefect_deploy_and_prefect_worker_run_the_backfill(tmp_path: Path) -> None:
     """The steps of docs/scale-out.md: the data root's server (`gymforge ui --detach`), the `cpu` and `gpu` process
     pools, `prefect deploy --all`, `prefect worker start --pool cpu` on a machine whose environment names the data
-    root and the Dask scheduler, then `gymforge backfill` without --serve."""
+    root and the Dask scheduler, then `gymforge backfill` without --serve. Slow (30-40 s on 2 cores) by its subject:
+    the documented steps start their own server, pools and Prefect worker, and each run is a new Python process."""
     project = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
     env["GYMFORGE_DATA"] = str(tmp_path / "data")

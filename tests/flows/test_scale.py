@@ -81,6 +81,7 @@ def _scheduled(cluster: DaskCluster) -> int:
 def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskCluster, s3: S3Server, server: str,
                                                                runtime: object, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow (20-30 s on 2 cores) by its subject: seven commands, each its own process, against the cluster."""
     from flows.dag import refresh
 
     for name, value in s3.env.items():  # this process reads the S3 root too
@@ -153,7 +154,8 @@ def test_two_refreshes_and_a_backfill_at_once_on_one_data_root(cluster: DaskClus
                                                                tmp_path: Path) -> None:
     """Two refreshes and a backfill of the same partition, started together: they start the data root's Prefect
     server race-free (one wins, the others lease it), publish each artifact once between them, and neither they nor a
-    reader of the catalog meanwhile sees "database is locked"."""
+    reader of the catalog meanwhile sees "database is locked". Slow (about 30 s on 2 cores) by its subject: three
+    commands, each its own process, race to start one server."""
     root = tmp_path / "data"
     env = _env(tmp_path, s3)
     common = [GYMFORGE, "--data-dir", str(root), "--dask-address", cluster.address]

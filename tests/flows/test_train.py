@@ -104,6 +104,8 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
 
 
 def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
+    """Slow (about 35 s on 2 cores) by its subject: 150 steps three times over (killed, resumed, and uninterrupted to
+    compare with), so that the kill lands between checkpoints however fast the micro model trains."""
     from flows.train import plan_sft
 
     data, key, base = root
@@ -148,17 +150,17 @@ def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
     assert _tensors(whole / "model.safetensors") == _tensors(artifact.directory / "model.safetensors")
 
 
-def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(root, env):
+@pytest.mark.xdist_group("deployments")
+def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(root, deployed):
+    """On the session's deployments (``deployed``: a cpu pool worker holds their data root's server up); the run
+    trains on this module's data root, named by its ``data_dir`` parameter."""
     data, key, base = root
-    worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=env, stdout=subprocess.PIPE,
+    worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=deployed.env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert worker.stdout is not None
-        banner = worker.stdout.readline()  # the worker holds the data root's server up while it runs
+        banner = worker.stdout.readline()  # it leases the data root's server while it runs
         assert "worker of pool 'gpu'" in banner, banner
-        deployed = subprocess.run([GYMFORGE, "deploy"], env=env, capture_output=True, text=True, timeout=300,
-                                  check=False)
-        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         api_url = banner.split(" at ")[1].split(";")[0].rstrip("/") + "/api"
         state, pool, deployment = _run_deployment(api_url, {
             "data": [key], "base": str(base), "overrides": {**OVERRIDES, "max_steps": 4}, "data_dir": str(data)})

@@ -98,7 +98,8 @@ def test_a_task_artifact_that_offers_no_tasks_is_refused_before_anything_starts(
 
 def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(tmp_path, attached):
     """The untrained tiny model never answers these prompts right: every group has equal rewards, no sample
-    carries a gradient, and the command says so on one line and exits 1; with --allow-untrained it publishes."""
+    carries a gradient, and the command says so on one line and exits 1; with --allow-untrained it publishes. Slow
+    (about 45 s on 2 cores) by its subject: two `train rl` processes, each starting its controllers."""
     data = tmp_path / "data"
     prompts = execute_stage(open_store(data), Catalog(data), double_prompts, {}, {}, "p0").key
     base = str(tiny_checkpoint())
@@ -173,7 +174,8 @@ def test_a_dead_endpoint_fails_train_rl_within_seconds_with_one_line(tmp_path):
 
 def test_train_rl_against_a_gymforge_serve_endpoint_loads_every_version(tmp_path):
     """The server path of docs/train-rl.md on a CPU: `gymforge serve` holds the base model, `train rl --engine openai:...`
-    trains three versions, and the server reports loading each version a batch was generated with."""
+    trains three versions, and the server reports loading each version a batch was generated with. Slow (about 30 s
+    on 2 cores) by its subject: a server and a `train rl` process, three weight syncs between them."""
     import httpx
 
     from inference.server import create_app, serve_in_background

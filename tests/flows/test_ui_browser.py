@@ -98,6 +98,8 @@ def _artifact_id(run_id: str, key: str) -> str:
 
 
 def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, browser, tmp_path: Path) -> None:
+    """Slow (about 30 s on 2 cores) by its subject: a `gymforge train sft` process, and a browser rendering three
+    pages of the Prefect UI while the run is held."""
     from sft_fixtures import double_trajectories, micro_base
 
     from data_contracts.catalog import Catalog
