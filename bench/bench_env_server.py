@@ -1,4 +1,4 @@
-"""The environment server (`gymforge serve-env`) against the in-process runtime, on a data root's environment
+"""The environment server (`gymforge serve-env`) against the in-process environment, on a data root's environment
 artifacts, side by side in one run:
 
 - the same golden replays through the server (OpenEnv's MCP tool client over WebSocket) and in process
@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = parser.parse_args()
 
-    lines = ["", f"## Environment server vs in-process runtime ({date.today()}, bench/bench_env_server.py)", "",
+    lines = ["", f"## Environment server vs in-process environment ({date.today()}, bench/bench_env_server.py)", "",
              (f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, shared "
               f"(load average {os.getloadavg()[0]:.1f} at the start). Server: `gymforge serve-env` in its own "
               "process; clients: OpenEnv's MCPToolClient (gymforge's subclass) over WebSocket in this one."), "",

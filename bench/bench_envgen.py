@@ -1,7 +1,7 @@
 """Environment synthesis throughput: verified environments per second and golden replays per second.
 
 A verified environment = construction (seed chain, grounding, BFS expansion, multi-chain, fallback) plus its task
-and the verification that keeps it (golden replay through the runtime, derivability, four mutations). A golden
+and the verification that keeps it (golden replay in the environment, derivability, four mutations). A golden
 replay = a fresh episode database, every golden tool call through ``Environment.step``, the user's final turn,
 and the canonical-state comparison that scores it. Reference: tau2-bench's evaluator needs about 220 ms per
 airline task on this kind of machine (about 4.5 tasks/s), mostly rebuilding and hashing its database.

@@ -4,7 +4,7 @@ On environments built by the real construction pipeline (airline and retail doma
 
 - throughput of the ``noisy_tasks`` stage (twins per second, every twin verified by execution: a clean survey, the
   robust and naive agents on the twin, the naive agent on each single-transform twin), and peak RSS;
-- the overhead of :class:`~envgen.noise.environment.NoisyEnvironment` (an empty fault schedule) over the runtime's
+- the overhead of :class:`~envgen.noise.environment.NoisyEnvironment` (an empty fault schedule) over the plain
   ``Environment`` on the same golden replays, side by side (ratio of the best of 9 interleaved runs);
 - the solvability rate and the robust/naive success per level (level 0: the clean tasks).
 

@@ -178,9 +178,9 @@ def main() -> None:
         built = research_tasks.run(inputs, research_tasks.parse_params({"n": args.tasks}), "bench")
         kept, rejected = built["tasks"], built["rejected"]
         reasons = Counter(r.split(":")[0].split(" (")[0] for r in rejected["reason"].to_list())
-        by_route = {route: (int((kept["route"] == route).sum()),
-                            int((kept["route"] == route).sum() + (rejected["route"] == route).sum()))
-                    for route in ("brief", "article")}
+        by_construction = {c: (int((kept["construction"] == c).sum()),
+                               int((kept["construction"] == c).sum() + (rejected["construction"] == c).sum()))
+                           for c in ("brief", "article")}
 
         results: dict[str, list[dict[str, float]]] = {"brief": [], "article": []}
         run_s = []
@@ -190,10 +190,10 @@ def main() -> None:
                                task_id=task["task_id"], excluded=list(task["excluded_doc_ids"]))
             run_s.append(time.perf_counter() - start)
             graded = grade(run.report, Rubric.model_validate_json(task["rubric"]))
-            results[task["route"]].append({"support": run.citations.get("rate") or 0.0, "score": graded.score,
-                                           "complete": run.status == "complete",
-                                           "citations": run.citations.get("citations", 0),
-                                           "shuffled": shuffled_support(run.report, index_dir, len(run_s))})
+            results[task["construction"]].append({"support": run.citations.get("rate") or 0.0,
+                                                  "score": graded.score, "complete": run.status == "complete",
+                                                  "citations": run.citations.get("citations", 0),
+                                                  "shuffled": shuffled_support(run.report, index_dir, len(run_s))})
         qa = search_qa.run(inputs, search_qa.parse_params({"n": args.qa}), "bench")
     items = qa["items"]
     grades = Counter(items["difficulty"].to_list())
@@ -228,8 +228,9 @@ def main() -> None:
                            ("dask2", "Dask, 2 workers"))),
         "",
         (f"Research tasks: {args.tasks} constructed, {kept.height} kept by the searchability gate and the checks "
-         f"({kept.height / max(args.tasks, 1):.0%}); brief route {by_route['brief'][0]}/{by_route['brief'][1]}, "
-         f"article route {by_route['article'][0]}/{by_route['article'][1]}. Rejections: "
+         f"({kept.height / max(args.tasks, 1):.0%}); brief construction {by_construction['brief'][0]}/"
+         f"{by_construction['brief'][1]}, article construction {by_construction['article'][0]}/"
+         f"{by_construction['article'][1]}. Rejections: "
          + ", ".join(f"{k} {v}" for k, v in reasons.most_common()) + "."),
         "",
         (f"Reference-teacher reports on {len(every)} kept tasks ({statistics.fmean(run_s):.2f} s per run, serial): "
@@ -239,9 +240,9 @@ def main() -> None:
          "over tasks. Complete: every section researched (an article task's own document is excluded, so a "
          "section on it may find no evidence and fail)."),
         "",
-        "| route | runs | complete | citations/run | citation support | lowest | wrong-source control | rubric score |",
+        "| construction | runs | complete | citations/run | citation support | lowest | wrong-source control | rubric score |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        *(row(route, rows) for route, rows in results.items()),
+        *(row(construction, rows) for construction, rows in results.items()),
         row("all", every),
         "",
         (f"Agent-based QA synthesis: {items.height} items, {qa['rejected'].height} rejected; difficulty by the "

@@ -100,7 +100,7 @@ def bundle_dirs(root: Path) -> list[Path]:
 
 
 def read_bundle(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(environment record as the runtime takes it, task records with JSON fields as strings)."""
+    """(environment record as ``Environment`` takes it, task records with JSON fields as strings)."""
     missing = [f for f in BUNDLE_FILES if not (path / f).exists()]
     if missing:
         raise BundleError(f"bundle {path} lacks {', '.join(missing)}")

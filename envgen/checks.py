@@ -1,5 +1,5 @@
 """Checks that execute what they check: the contracts of environment and task outputs (the record's rules plus
-Python checks that run every row through the runtime: the golden trajectory replays to reward 1, each mutation of
+Python checks that run every row in the environment: the golden trajectory replays to reward 1, each mutation of
 it scores 0, which GX cannot say), the world's contract (``WORLD_CHECKS``: one owner per record, users who say
 only what people know, intents that pair with their actions, questions with answers), and the check of a domain
 spec file a spec author runs."""
@@ -29,7 +29,7 @@ from envgen.taskgen import MUTATIONS, build_verified, mutate
 
 
 def golden_fails(frame: pl.DataFrame) -> list[bool]:
-    """True where the environment's golden trajectory does NOT replay to reward 1 through the runtime."""
+    """True where the environment's golden trajectory does NOT replay to reward 1 in the environment."""
     bad = []
     for row in frame.iter_rows(named=True):
         env = Environment(row)

@@ -207,9 +207,9 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 
 def customer_policy_problem(domain: CompiledDomain, conn: Connection, tool_log: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why the episode breaks "act only on the identified customer's own records" (``tool_log`` is the runtime's
-    log, oldest first): a successful write before any customer was identified, or one naming a row another customer
-    owns; None when every write keeps to the identified customer."""
+    """Why the episode breaks "act only on the identified customer's own records" (``tool_log`` is the
+    environment's log, oldest first): a successful write before any customer was identified, or one naming a row
+    another customer owns; None when every write keeps to the identified customer."""
     identified: set[str] = set()
     for entry in tool_log:
         if not entry.get("ok"):

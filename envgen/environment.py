@@ -1,4 +1,4 @@
-"""The environment runtime: a gym-style tool environment over one seeded SQLite database per episode.
+"""The environment: a gym-style tool environment over one seeded SQLite database per episode.
 
 Records (rows of the ``environments`` and ``tasks`` outputs; nested values are JSON strings)
 ------------------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ class ProfileUserSimulator:
 class CallableUserSimulator:
     """The seam for an LLM-backed user: ``respond(messages) -> text`` (e.g. an inference engine; envgen does not
     import one). It sees a user-side transcript: a system prompt holding the request and the profile facts, then
-    the conversation with the agent's turns as ``user`` messages. The runtime keeps the grounding rule: a stop
+    the conversation with the agent's turns as ``user`` messages. The environment keeps the grounding rule: a stop
     token before the task's final write does not end the episode (the user is told the request is not done)."""
 
     STOP = "###STOP###"

@@ -10,7 +10,7 @@ its name and its type or enum, ``required`` stays (the agent loop's malformed-ca
 is still an OpenAI function schema, so the chat template renders it unchanged (measured: 130 instead of 240 tokens
 per tool).
 
-The runtime offers a record's own ``tools`` when they name exactly its ``tool_names`` (``envgen.environment``), so a
+The environment offers a record's own ``tools`` when they name exactly its ``tool_names`` (``envgen.environment``), so a
 small environment row behaves as an environment of its own everywhere: the agent loop, task filters, RL, evaluation.
 """
 

@@ -9,7 +9,7 @@ adjusted or created, and the answer to the question), and the acting customer, s
 write before identification or on another customer's record; it is kept only when (DESIGN.md section 7)
 
 - every golden argument is derivable from the task text, the profile or an earlier tool output,
-- the golden trajectory replays through the runtime with reward 1, and
+- the golden trajectory replays in the environment with reward 1, and
 - each mutated trajectory (drop-write, wrong-arg, wrong-row, extra-write) scores 0.
 
 Otherwise the task goes to ``rejected`` with the reason.
@@ -439,19 +439,19 @@ def _extra_writes(domain: CompiledDomain, tool_names: list[str], engine: Engine,
 def verify_task(domain: CompiledDomain, env: dict[str, Any], task: dict[str, Any], rng: random.Random,
                 mutations: bool = True) -> str | None:
     """None when the task is kept, else the rejection reason."""
-    runtime = Environment(env)
-    golden = replay(runtime, task)
+    environment = Environment(env)
+    golden = replay(environment, task)
     if golden.reward != 1.0:
         return f"golden trajectory scored {golden.reward} ({golden.components})"
-    missing = underivable_arguments(task, runtime.tool_log)
+    missing = underivable_arguments(task, environment.tool_log)
     if missing:
         return f"golden arguments not derivable: {', '.join(missing[:3])}"
     for kind in MUTATIONS if mutations else ():
         mutated = mutate(domain, env, task, kind, rng)
         if mutated is None:
             return f"mutation {kind} could not be constructed"
-        episode = replay(runtime, task, mutated)
+        episode = replay(environment, task, mutated)
         if episode.reward != 0.0:
             return f"mutation {kind} was not detected (reward {episode.reward})"
-    runtime.close()
+    environment.close()
     return None

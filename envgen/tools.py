@@ -266,7 +266,7 @@ class Executor:
             raise ToolError(f"this would make {ent.name}.{column} {round(value, 2)}, above its maximum {f.max:g}")
 
     def _create(self, conn: Connection, entity: str, values: Row, ctx: ActionContext) -> Row:
-        """Insert a row; unspecified columns get type defaults (deterministic; runtime never draws randomness)."""
+        """Insert a row; unspecified columns get type defaults (deterministic: tools never draw randomness)."""
         e, t = self.ents[entity], self.domain.tables[entity]
         n = conn.execute(select(func.count()).select_from(t)).scalar() or 0
         key = f"{e.id_prefix}N{n + 1:05d}"

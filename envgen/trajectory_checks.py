@@ -3,7 +3,7 @@ its own (the `trajectory` record's ``verify_input`` and ``env_db`` carry what th
 
 Verifiers, named in the row's ``verifier`` column:
 
-- ``execution``: the conversation is replayed through the environment runtime on a fresh copy of ``env_db``:
+- ``execution``: the conversation is replayed in the environment on a fresh copy of ``env_db``:
   every tool result must be what the tool really returns (a summarized one may only keep values it returned), every
   argument of a call must appear in an earlier message (the request, a user reply or a tool result), and the
   final database state and the told outputs must pass the task's rubric (reward 1);
@@ -133,7 +133,7 @@ def call_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tool_failed(message: Message) -> bool:
-    """A tool message reporting an error (the runtime's ``{"error": ...}``, the agent loop's ``Error: ...``)."""
+    """A tool message reporting an error (the environment's ``{"error": ...}``, the agent loop's ``Error: ...``)."""
     content = str(message.get("content") or "")
     if content.startswith("Error:"):
         return True
@@ -262,7 +262,7 @@ def execution_parts(row: Mapping[str, Any]) -> tuple[CompiledDomain, list[Messag
 
 
 def _tool_log(domain: CompiledDomain, messages: Sequence[Message], customer: str | None = None) -> list[dict[str, Any]]:
-    """The runtime's tool log as a conversation shows it: each call with its arguments, parsed result and
+    """The environment's tool log as a conversation shows it: each call with its arguments, parsed result and
     whether it wrote. A step-compressed read of the customer entity stands for the acting ``customer``: its
     summary keeps only what later turns use, and the replay (the ``reverifies`` check) saw the real result."""
     calls, results, _ = episode_steps(messages)
@@ -417,21 +417,21 @@ def _flat_strings(obj: Any) -> list[str]:
 
 
 def verify_execution(messages: Sequence[Message], verify_input: Mapping[str, Any], env_db: bytes) -> str | None:
-    """Replay the conversation through the runtime (see the module docstring); None when it verifies."""
+    """Replay the conversation in the environment (see the module docstring); None when it verifies."""
     if len(messages) < 3 or messages[0].get("role") != "system" or messages[1].get("role") != "user":
         return "an episode starts with the system prompt and the user's request"
     env = {**verify_input["env"], "db": env_db}
     task = dict(verify_input["task"])
     replies = [str(m["content"]) for m in messages[2:] if m["role"] == "user"]
-    runtime = Environment(env)
+    environment = Environment(env)
     try:
-        runtime.reset(task, _RecordedUser(str(messages[1]["content"]), replies))
+        environment.reset(task, _RecordedUser(str(messages[1]["content"]), replies))
         i, reward, done = 2, 0.0, False
         while i < len(messages):
             m = messages[i]
             if m["role"] != "assistant":
                 return f"message {i}: a {m['role']} message where the agent speaks"
-            obs, reward, done, _ = runtime.step(m)
+            obs, reward, done, _ = environment.step(m)
             # A call the environment refused changes nothing and is masked; every other call's arguments must come
             # from the conversation, or the trajectory teaches guessing.
             for call, result in zip(m.get("tool_calls") or [], obs.messages, strict=False):
@@ -454,7 +454,7 @@ def verify_execution(messages: Sequence[Message], verify_input: Mapping[str, Any
             return f"the replay scores {reward} (rubric not met)"
         return None
     finally:
-        runtime.close()
+        environment.close()
 
 
 def verify_schema(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> str | None:

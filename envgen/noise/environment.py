@@ -1,9 +1,9 @@
-"""The noisy environment: the runtime's :class:`~envgen.environment.Environment` with a task's tool faults applied.
+"""The noisy environment: :class:`~envgen.environment.Environment` with a task's tool faults applied.
 
-It overrides ``call_tool``, the seam the runtime provides for tool noise, and nothing else: episodes, the user
-simulator and scoring are the runtime's. Injected faults are part of the task (its ``noise`` record); they are
-not failures of the environment. A real failure of a tool implementation stays ``internal_error`` so the
-runtime labels the episode ``tool`` and it is never scored as the agent's failure (DESIGN.md section 7).
+It overrides ``call_tool``, the seam the environment provides for tool noise, and nothing else: episodes, the
+user simulator and scoring are the base environment's. Injected faults are part of the task (its ``noise``
+record); they are not failures of the environment. A real failure of a tool implementation stays
+``internal_error`` so the environment labels the episode ``tool`` and it is never scored as the agent's failure (DESIGN.md section 7).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class NoisyEnvironment(Environment):
         self.noise_events: list[dict[str, Any]] = []
         self.simulated_latency_ms = 0
         if not hasattr(self, "clean_schemas"):
-            self.clean_schemas = list(self.schemas)  # the runtime's schemas, before any fault extends them
+            self.clean_schemas = list(self.schemas)  # the base environment's schemas, before any fault extends them
         self.schemas = self.noise.tool_schemas(self.clean_schemas)
         obs = super().reset(task, user)
         return Observation(obs.messages, self.schemas)
@@ -38,7 +38,7 @@ class NoisyEnvironment(Environment):
         try:
             args = parse_arguments(arguments)
         except ToolError:
-            return super().call_tool(name, arguments)  # the runtime words the refusal
+            return super().call_tool(name, arguments)  # the base environment words the refusal
         ran: list[ToolResult] = []
 
         def execute(tool: str, clean_args: dict[str, Any]) -> Any:

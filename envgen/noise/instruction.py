@@ -480,7 +480,7 @@ def underspecification(draft: Draft, rng: random.Random, intensity: int) -> Tran
     path = detail.profile_path
     if path is None:
         # Keep the omitted detail where the user simulator answers from it (the solvability constraint); the
-        # profile is the runtime's {"persona", "facts": [{"name", "label", "value"}]}.
+        # profile is the task's ``user_profile``: {"persona", "facts": [{"name", "label", "value"}]}.
         facts = draft.user_profile.setdefault("facts", [])
         facts.append({"name": detail.arg, "label": detail.arg.replace("_", " "), "value": detail.value})
         path = f"facts.{len(facts) - 1}.value"

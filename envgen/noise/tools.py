@@ -1,4 +1,4 @@
-"""Tool noise: a seeded fault schedule applied around the runtime's tool execution.
+"""Tool noise: a seeded fault schedule applied around the environment's tool execution.
 
 LongCat-Flash-Thinking-2601, section 3.3.3: tool noise simulates "execution failures, inconsistent responses, and
 partial results from external tools" (API timeouts, malformed responses, missing fields, stochastic failures).

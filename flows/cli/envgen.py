@@ -159,7 +159,7 @@ def replay_cmd(
     = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Replay each task's golden trajectory (or a mutated one) through the runtime and print the rewards."""
+    """Replay each task's golden trajectory (or a mutated one) in the environment and print the rewards."""
     import random
 
     from envgen.bundle import BundleError, bundle_dirs, read_bundle

@@ -156,7 +156,9 @@ def _run_harness(query: str, teacher: str, config: Any, out: Path, profile: str,
 @research_app.command("tasks")
 def tasks(
     n: Annotated[int, typer.Option("--n", help="Tasks to construct (before the gate).")] = 24,
-    routes: Annotated[str, typer.Option(help="Routes, comma-separated: brief, article.")] = "brief,article",
+    constructions: Annotated[str, typer.Option(help="How tasks are constructed, comma-separated: brief (from "
+                                                    "several documents' facts), article (from one hidden "
+                                                    "article).")] = "brief,article",
     profile: Annotated[str, typer.Option(help="Profile of the stages.")] = "tiny",
     out: Annotated[Path | None, typer.Option(help="Write the kept tasks here as JSON Lines.")] = None,
 ) -> None:
@@ -164,24 +166,28 @@ def tasks(
     from rich.table import Table
 
     from flows.dag import materialize
+    from tasks.research.research_tasks import CONSTRUCTIONS
 
-    chosen = [r.strip() for r in routes.split(",") if r.strip()]
+    chosen = [c.strip() for c in constructions.split(",") if c.strip()]
     if n < 0:
         raise typer.BadParameter(f"--n {n}: give a number of tasks >= 0")
     if not chosen:
-        raise typer.BadParameter(f"--routes {routes!r}: no route was given; name brief, article or both")
-    if set(chosen) - {"brief", "article"}:
-        raise typer.BadParameter(f"--routes {routes!r}: unknown route(s) {sorted(set(chosen) - {'brief', 'article'})}; "
-                                 "routes are brief, article")
+        raise typer.BadParameter(f"--constructions {constructions!r}: no construction was given; name brief, "
+                                 "article or both")
+    if unknown := sorted(set(chosen) - set(CONSTRUCTIONS)):
+        raise typer.BadParameter(f"--constructions {constructions!r}: unknown construction(s) {unknown}; "
+                                 f"constructions are {', '.join(CONSTRUCTIONS)}")
     artifact = materialize(["research_tasks"], profile=profile,
-                           overrides={"research_tasks": {"n": n, "routes": chosen}})["research_tasks"]
+                           overrides={"research_tasks": {"n": n, "constructions": chosen}})["research_tasks"]
     kept, rejected = artifact.read("tasks"), artifact.read("rejected")
     table = Table(title=f"research tasks ({artifact.key})")
-    for column in ("route", "kept", "rejected", "top rejection"):
+    for column in ("construction", "kept", "rejected", "top rejection"):
         table.add_column(column)
-    for route in chosen:
-        reasons = Counter(r.split(":")[0] for r in rejected.filter(rejected["route"] == route)["reason"].to_list())
-        table.add_row(route, str((kept["route"] == route).sum()), str((rejected["route"] == route).sum()),
+    for construction in chosen:
+        reasons = Counter(r.split(":")[0] for r in
+                          rejected.filter(rejected["construction"] == construction)["reason"].to_list())
+        table.add_row(construction, str((kept["construction"] == construction).sum()),
+                      str((rejected["construction"] == construction).sum()),
                       reasons.most_common(1)[0][0] if reasons else "")
     from flows.terminal import print_table, stdout_console
 

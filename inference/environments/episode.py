@@ -4,8 +4,8 @@
 gymforge call one tool at a time, and TRL ends a rollout at the first reply without a tool call, so the user is
 reached through a tool too: ``respond(message)`` sends the agent's text to the simulated user and returns the
 reply. The rubric's required outputs are read from what the agent told the user, so the final answer reaches the
-environment through ``respond`` as well. Each call is one runtime step (a golden replay through calls is the same
-sequence of steps as ``envgen.environment.replay``, so it scores the same), on the runtime's own episode database.
+environment through ``respond`` as well. Each call is one environment step (a golden replay through calls is the same
+sequence of steps as ``envgen.environment.replay``, so it scores the same), on the environment's own episode database.
 
 With ``distractors`` set, a task is offered its task view (its golden tools plus that many others, compact schemas:
 ``envgen.small.task_view``) instead of every tool of its environment: a domain's 54 airline tools render to about
@@ -41,7 +41,7 @@ class EpisodeError(RuntimeError):
 class StepOutcome:
     """What one call returns: ``content`` is what the agent reads (a tool's result or the user's reply),
     ``messages`` the conversation messages the step added, ``reward`` 0 until ``done``, and at the end ``info``
-    holds the rubric's ``reward_components``, the ``failure`` label and the runtime's counts."""
+    holds the rubric's ``reward_components``, the ``failure`` label and the environment's counts."""
 
     content: str
     messages: list[dict[str, Any]]
@@ -51,7 +51,7 @@ class StepOutcome:
 
 
 def wire_info(info: Mapping[str, Any]) -> dict[str, Any]:
-    """The runtime's end-of-episode info as plain JSON (its diff holds dates and decimals)."""
+    """The environment's end-of-episode info as plain JSON (its diff holds dates and decimals)."""
     return json.loads(json.dumps(dict(info), default=str))
 
 
@@ -103,7 +103,7 @@ class ServedEpisode:
         return self.last
 
     def call(self, name: str, arguments: Mapping[str, Any] | str | None) -> StepOutcome:
-        """Run one tool call as one assistant turn (the runtime validates the arguments against the tool's schema
+        """Run one tool call as one assistant turn (the environment validates the arguments against the tool's schema
         and refuses oversized ones)."""
         raw = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
         n = self.environment.steps if self.environment is not None else 0
@@ -115,7 +115,7 @@ class ServedEpisode:
         return self._step({"role": "assistant", "content": str(message)})
 
     def outcome(self) -> StepOutcome:
-        """The episode's score: as it ended, or scored now as it stands when it was cut off (the runtime's
+        """The episode's score: as it ended, or scored now as it stands when it was cut off (the environment's
         ``score``, as when an episode runs out of steps)."""
         if self.environment is None or self.task is None:
             raise EpisodeError("no episode is running: reset first (a task_id, or a seed)")

@@ -28,7 +28,7 @@ INTERACTION = "gymforge"  # the interaction (verl) / environment class (SkyRL) n
 
 
 def prompt_messages(task: dict[str, Any]) -> list[dict[str, str]]:
-    """What the agent starts from: the task's system prompt and the user's first message (as the runtime's reset
+    """What the agent starts from: the task's system prompt and the user's first message (as the environment's reset
     gives them with the profile user)."""
     return [{"role": "system", "content": task["system_prompt"]}, {"role": "user", "content": task["description"]}]
 

@@ -24,7 +24,7 @@ class EpisodeStep(CallToolObservation):
     """A tool call's observation: ``content`` is what the agent reads (the tool's result, or the user's reply to
     ``respond``), ``messages`` what the call added to the conversation; at the end of the episode ``done``, the
     ``reward`` with its ``reward_components``, the ``failure`` label (``agent``, ``user``, ``tool`` or None) and the
-    runtime's ``info``."""
+    environment's ``info``."""
 
     content: str = ""
     messages: list[dict[str, Any]] = Field(default_factory=list)

@@ -6,7 +6,7 @@ on sessions, an idle-session reaper), ``/mcp``, ``/schema``, ``/metadata``, its 
 invalid messages. gymforge adds what it serves: each session's :class:`GymforgeEnvironment` holds an
 :class:`~inference.environments.episode.ServedEpisode` (its own copy of the task's database), and on reset registers the
 task's tools, with their JSON schemas, on the session's FastMCP server, plus ``respond`` (the simulated user). Tool
-calls travel as MCP ``tools/call`` through FastMCP's client and server, into the runtime.
+calls travel as MCP ``tools/call`` through FastMCP's client and server, into the episode's environment.
 
 A reset takes ``task_id`` (or ``seed`` to draw one), ``episode_id`` and ``noise_level``; its observation carries the
 messages to start from and the tools. A step's observation carries the tool's ``content`` (what the agent reads),

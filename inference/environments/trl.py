@@ -10,7 +10,7 @@ per environment name, lets one dataset mix environments: each row names its own 
 
 What a method signature can say of a JSON schema: a string, integer, number or boolean parameter keeps its type, an
 enum becomes ``Literal[...]``, an array ``list`` and an object ``dict``; bounds (``minimum``, ``maxLength``),
-``additionalProperties`` and the fields of nested objects are lost. The runtime still validates every call against
+``additionalProperties`` and the fields of nested objects are lost. The environment still validates every call against
 the full schema and answers a refused one with its error.
 
 By default a task is offered its task view (its golden tools plus ``DISTRACTORS`` others, compact schemas): a
@@ -40,7 +40,7 @@ JSON_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "
 
 def task_tools(served: ServedTasks, task: Mapping[str, Any], distractors: int | None = DISTRACTORS) -> list[dict]:
     """The OpenAI tool schemas a task is offered, ``respond`` last: its task view (``distractors`` others; None:
-    every tool of its environment), with the continuation argument its noise record adds (as the runtime offers)."""
+    every tool of its environment), with the continuation argument its noise record adds (as the environment does)."""
     env = served.environment_of(task)
     view = env if distractors is None else task_view(env, task, distractors)
     noise = task.get("noise")

@@ -1,9 +1,9 @@
 """Environment stages: domain graphs, verified training environments with tasks, Random Complex Tasks.
 
 LongCat-Flash-Thinking-2601 section 3.1.1 (Environment Scaling) and section 5.1 (Random Complex Tasks). The
-procedures live in ``envgen`` (spec -> compiler -> construct -> taskgen -> runtime); these stages map them over
+procedures live in ``envgen`` (spec -> compiler -> construct -> taskgen -> environment); these stages map them over
 domains and seeds and declare the contracts, including Python checks that replay every golden trajectory and its
-mutations through the runtime.
+mutations in the environment.
 
 - ``domain_graphs`` (no inputs): one row per shipped domain: its spec, tools, graph, density, executability.
 - ``environments`` (input ``domain_graphs``): ``environments`` (each with its verified task as ``task_json``, so

@@ -3,8 +3,8 @@
 
 For item i an environment of the `environments` artifact (domains taken in turn) gets new tool chains sampled from
 its own dependency graph (1..max_chains chains of 1..max_reads reads), grounded on a copy of its database, with the
-request and profile reverse-synthesized so every argument is derivable; the reference agent plays it through the
-runtime with the profile-grounded user, reasoning before each call. ``variants_per_task`` conversations are played
+request and profile reverse-synthesized so every argument is derivable; the reference agent plays it in the
+environment with the profile-grounded user, reasoning before each call. ``variants_per_task`` conversations are played
 per task (one by default: more base tasks at a given count), each with its own choice of what the user states up
 front (the rest is asked for) and, with ``retry_prob``, a mistyped first call that fails and is recovered (a masked
 turn). With

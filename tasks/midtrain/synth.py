@@ -1,8 +1,8 @@
 """Environment-grounded synthesis (LongCat-Flash-Thinking-2601 section 2, "Environment-grounded synthesis"):
 tool chains sampled from an environment's dependency graph (varying length and depth), grounded on a copy of its
 database, a reverse-synthesized request and user profile that make every argument derivable (``make_task``), and
-the chain played through the runtime with the profile-grounded user by a reference agent that says, before each
-call, why this tool and where each argument comes from. An episode is kept only when the runtime scores it 1 (the
+the chain played in the environment with the profile-grounded user by a reference agent that says, before each
+call, why this tool and where each argument comes from. An episode is kept only when the environment scores it 1 (the
 rubric: canonical database diff + required outputs + policies).
 
 The reference agent's words are the offline default of every text; each is also a ``Slot`` a teacher may rewrite
@@ -39,7 +39,7 @@ from envgen.trajectory_standard import untrue_world
 from tasks.midtrain import words
 
 ENV_FIELDS = ("env_id", "domain", "spec_json", "spec_hash", "now", "tool_names")
-"""What the runtime needs of an environment record beside its database (``verify_input.env``)."""
+"""What ``Environment`` needs of an environment record beside its database (``verify_input.env``)."""
 
 
 @dataclass
@@ -277,18 +277,18 @@ def _mistyped(arguments: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def play(ep: ReferenceEpisode, rng: random.Random, distractors: int = 4) -> Played:
-    """Play the episode through the runtime with the profile-grounded user; raises Unusable unless it scores 1."""
+    """Play the episode in the environment with the profile-grounded user; raises Unusable unless it scores 1."""
     domain = domain_for(ep.env)
-    runtime = Environment(ep.env)
+    environment = Environment(ep.env)
     try:
-        return _play(domain, runtime, ep, rng, distractors)
+        return _play(domain, environment, ep, rng, distractors)
     finally:
-        runtime.close()
+        environment.close()
 
 
-def _play(domain: CompiledDomain, runtime: Environment, ep: ReferenceEpisode, rng: random.Random,
+def _play(domain: CompiledDomain, environment: Environment, ep: ReferenceEpisode, rng: random.Random,
           distractors: int) -> Played:
-    obs = runtime.reset(ep.task, words.SpeakingUser(ep.task, rng))
+    obs = environment.reset(ep.task, words.SpeakingUser(ep.task, rng))
     messages = [dict(m) for m in obs.messages]
     request = str(messages[1]["content"])
     facts = json_field(ep.task["user_profile"])["facts"]
@@ -301,7 +301,7 @@ def _play(domain: CompiledDomain, runtime: Environment, ep: ReferenceEpisode, rn
     def step(message: dict[str, Any]) -> list[dict[str, Any]]:
         nonlocal done, reward
         messages.append(message)
-        out, reward, done, _ = runtime.step(message)
+        out, reward, done, _ = environment.step(message)
         names = [c["function"]["name"] for c in message.get("tool_calls") or []]
         for m, name in zip(out.messages, names, strict=False):
             m.setdefault("name", name)  # only for words.source; stripped below

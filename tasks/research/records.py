@@ -46,12 +46,12 @@ SEARCH_QA_REJECTED = Record("search_qa_rejected", "An entity agent-based QA synt
 
 RESEARCH_TASK = Record("research_task", "A research question with its rubric (LongCat-DeepResearch 3.2), from a frozen "
                        "multi-source brief or from a construction article excluded from search.", cols(
-    task_id=(pl.String, "research:<route>:<partition>:<index>"),
-    route=(pl.String, "brief | article"),
+    task_id=(pl.String, "research:<construction>:<partition>:<index>"),
+    construction=(pl.String, "how it was constructed: brief | article"),
     query=(pl.String, "the question given to the answering agent (no rubric, no construction evidence)"),
     profile=(JSON, "the target profile: {language, topic, breadth, intended_report, as_of}"),
     topic_entity=(pl.String, "the entity the task is about"),
-    brief=(JSON, "brief route: {facts: [{fact, doc_id, excerpt}], doc_ids, limitations}; null for an article"),
+    brief=(JSON, "brief construction: {facts: [{fact, doc_id, excerpt}], doc_ids, limitations}; null for an article"),
     construction_doc_ids=(STRINGS, "the documents the task and rubric were built from"),
     excluded_doc_ids=(STRINGS, "documents hidden from search (the construction article)"),
     rubric=(JSON, "{criteria: [{id, title, weight, category, terms, answer_terms, together, evidence, years}]}"),
@@ -61,7 +61,7 @@ RESEARCH_TASK = Record("research_task", "A research question with its rubric (Lo
 
 RESEARCH_TASK_REJECTED = Record("research_task_rejected", "A research task the gate or the checks refused.", cols(
     task_id=(pl.String, "the task's id"),
-    route=(pl.String, "brief | article"),
+    construction=(pl.String, "how it was constructed: brief | article"),
     query=(pl.String, "its query"),
     reason=(pl.String, "why (a criterion left at Revise, too few searchable criteria, answer leakage, ...)"),
     gate=(JSON, "the gate's verdicts, when it ran"),

@@ -1,7 +1,7 @@
 """Stage `research_tasks`: research questions with rubrics, gated by searchability (LongCat-DeepResearch, 3.2).
 
 A task starts from a target profile (language, topic, breadth, intended report, the ``as_of`` year bounding its
-temporal scope) and one of two routes over the world's documents:
+temporal scope) and one of two constructions over the world's documents:
 
 - brief: a frozen multi-source brief — facts about the topic entity from several documents, each with its doc id
   and excerpt, and the brief's limitations — from which the question and the rubric are made;
@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import polars as pl
 from pydantic import Field
@@ -45,7 +45,8 @@ from tasks.research.records import RESEARCH_TASK, RESEARCH_TASK_REJECTED
 from tasks.research.search import SearchIndex
 
 STAGE = "research_tasks"
-Route = Literal["brief", "article"]
+Construction = Literal["brief", "article"]
+CONSTRUCTIONS: tuple[Construction, ...] = get_args(Construction)
 DECISION = {"complete": "Keep", "partial": "Revise", "missing": "Drop"}
 TOPIC_TYPES = ("organization", "person", "city")
 BREADTH = {"narrow": 4, "medium": 6, "broad": 8}
@@ -63,8 +64,8 @@ QUERIES = {
 
 class ResearchTaskParams(Params):
     n: int = Field(24, ge=0, description="tasks to construct in this partition (before the gate)")
-    routes: list[Route] = Field(default_factory=lambda: ["brief", "article"], min_length=1,
-                                description="construction routes, taken in turn by task index")
+    constructions: list[Construction] = Field(default_factory=lambda: list(CONSTRUCTIONS), min_length=1,
+                                              description="how tasks are constructed, taken in turn by task index")
     min_factual: int = Field(3, ge=1, description="factual criteria a task must retain to pass the gate")
     compound_fraction: float = Field(0.3, ge=0.0, le=1.0, description="share of factual criteria that join two "
                                                                        "facts (revisable at the gate)")
@@ -101,8 +102,8 @@ def _fact_criterion(cid: str, subject: str, group: Sequence[tuple[Fact, Evidence
                      years=sorted({f.year for f, _ in group if f.year is not None}))
 
 
-def build_task(kg: KnowledgeGraph, index: SearchIndex, doc_of: Mapping[str, str], node: str, route: Route,
-               rng: random.Random, params: ResearchTaskParams,
+def build_task(kg: KnowledgeGraph, index: SearchIndex, doc_of: Mapping[str, str], node: str,
+               construction: Construction, rng: random.Random, params: ResearchTaskParams,
                task_id: str) -> tuple[dict[str, Any] | None, str | None]:
     """A task (before the gate) about ``node``, or None and why it cannot be made; ``doc_of`` maps a normalized
     title to its doc id."""
@@ -117,9 +118,8 @@ def build_task(kg: KnowledgeGraph, index: SearchIndex, doc_of: Mapping[str, str]
     for fact in facts(kg, node):
         if fact.year is not None and fact.year > as_of or normalize(fact.answer) in answers:
             continue  # outside the profile's temporal scope, or a value already stated (a spouse, both ways)
-        sources = [own] if route == "article" else [d for d in (doc_of.get(normalize(kg.name(fact.value)))
-                                                                if fact.kind in ("relation", "inverse") else None,
-                                                                own) if d]
+        linked = doc_of.get(normalize(kg.name(fact.value))) if fact.kind in ("relation", "inverse") else None
+        sources = [own] if construction == "article" else [d for d in (linked, own) if d]
         for doc_id in sources:
             excerpt = _evidence(index, doc_id, fact, x)
             if excerpt:
@@ -137,20 +137,20 @@ def build_task(kg: KnowledgeGraph, index: SearchIndex, doc_of: Mapping[str, str]
         i += size
     criteria += _other_criteria(kg, node, [f for f, _ in stated], rng, len(criteria))
     doc_ids = sorted({e.doc_id for _, e in stated}, key=_natural)
-    if route == "brief" and len(doc_ids) < 2:
+    if construction == "brief" and len(doc_ids) < 2:
         return None, f"{x}: the brief would rest on a single document"
     topic = f"{kg.type(node)}" + (f" ({kg.category(node)})" if kg.category(node) else "")
     profile = {"language": "en", "topic": topic, "breadth": breadth,
                "intended_report": "a sourced profile report of " + x, "as_of": as_of}
     brief = None
-    if route == "brief":
+    if construction == "brief":
         brief = {"facts": [{"fact": f.statement, "doc_id": e.doc_id, "excerpt": e.excerpt} for f, e in stated],
                  "doc_ids": doc_ids,
                  "limitations": [f"Only what the collection's documents state, as of {as_of}.",
                                  f"{len(doc_ids)} documents; figures are as the documents give them, unverified."]}
-    return {"task_id": task_id, "route": route, "query": QUERIES[kg.type(node)].format(x=x), "profile": profile,
-            "topic_entity": x, "brief": brief, "construction_doc_ids": doc_ids if route == "brief" else [own],
-            "excluded_doc_ids": [own] if route == "article" else [],
+    return {"task_id": task_id, "construction": construction, "query": QUERIES[kg.type(node)].format(x=x),
+            "profile": profile, "topic_entity": x, "brief": brief, "construction_doc_ids": doc_ids if construction == "brief" else [own],
+            "excluded_doc_ids": [own] if construction == "article" else [],
             "rubric": Rubric(criteria=criteria)}, None
 
 
@@ -314,9 +314,10 @@ def _row(task: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[str, Any]
 
 
 # 2: analytical criteria name their derived fact, negative ones their relation; the brief gate excludes the topic's
-# own article; 3: a task refused before the gate records no verdicts ("[]"), as the record's JSON list requires
-@stage(name=STAGE, version="3", inputs=("world", "search_index"), params=ResearchTaskParams,
-       outputs={"tasks": RESEARCH_TASK.contract(expectations=(in_set("route", ("brief", "article")),)),
+# own article; 3: a task refused before the gate records no verdicts ("[]"), as the record's JSON list requires;
+# 4: the ``route`` column and the ``routes`` param renamed ``construction`` and ``constructions``
+@stage(name=STAGE, version="4", inputs=("world", "search_index"), params=ResearchTaskParams,
+       outputs={"tasks": RESEARCH_TASK.contract(expectations=(in_set("construction", CONSTRUCTIONS),)),
                 REJECTED: RESEARCH_TASK_REJECTED.contract()})
 def research_tasks(inputs: Mapping[str, Artifact], params: ResearchTaskParams,
                    partition: str) -> dict[str, pl.DataFrame]:
@@ -332,19 +333,21 @@ def research_tasks(inputs: Mapping[str, Artifact], params: ResearchTaskParams,
     kept, rejected = [], []
     for i in range(params.n):
         rng = rng_for(params.seed, STAGE, partition, i)
-        route = params.routes[i % len(params.routes)]
-        task_id = f"research:{route}:{partition}:{i}"
-        task, reason = build_task(kg, index, doc_of, rng.choice(candidates), route, rng, params, task_id)
+        construction = params.constructions[i % len(params.constructions)]
+        task_id = f"research:{construction}:{partition}:{i}"
+        task, reason = build_task(kg, index, doc_of, rng.choice(candidates), construction, rng, params,
+                                  task_id)
         if task is None:
-            rejected.append({"task_id": task_id, "route": route, "query": None, "reason": reason, "gate": "[]"})
+            rejected.append({"task_id": task_id, "construction": construction, "query": None, "reason": reason,
+                             "gate": "[]"})
             continue
         own = doc_of.get(normalize(task["topic_entity"]))
-        rubric, verdicts, reason = gate(index, task, params,
-                                        task["excluded_doc_ids"] if route == "article" else [own] if own else [])
+        hidden = task["excluded_doc_ids"] if construction == "article" else [own] if own else []
+        rubric, verdicts, reason = gate(index, task, params, hidden)
         task = {**task, "rubric": rubric}
         problems = [reason] if reason else task_problems(task, index)
         if problems:
-            rejected.append({"task_id": task_id, "route": route, "query": task["query"],
+            rejected.append({"task_id": task_id, "construction": construction, "query": task["query"],
                              "reason": "; ".join(problems), "gate": json.dumps(verdicts)})
         else:
             kept.append(_row(task, verdicts))

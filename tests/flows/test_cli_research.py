@@ -24,8 +24,8 @@ def gymforge(*args: str, env: dict[str, str], timeout: int) -> subprocess.Comple
     (("run", "Zorvex Labs", "--teacher", "openai:localhost:8000#m"), "openai:http(s)://HOST:PORT/v1#MODEL"),
     (("run", "   "), "the query is empty"),
     (("run", "Zorvex Labs", "--writers", "0"), "--writers: Input should be greater than or equal to 1"),
-    (("tasks", "--routes", "essay"), "brief, article"),
-    (("tasks", "--routes", ""), "no route was given"),
+    (("tasks", "--constructions", "essay"), "brief, article"),
+    (("tasks", "--constructions", ""), "no construction was given"),
     (("qa", "--engine", "tiny"), "or 'reference'"),
     (("run", "Zorvex Labs", "--judge", "reference"), "the judge must be an engine"),
 ])

@@ -51,7 +51,7 @@ from training.async_rl.scheduling import GroupSpec, RLTask, Scheduler
 from training.async_rl.weights import FileWeightSync
 
 EnvFactory = Callable[[Mapping[str, Any]], Any]
-"""Builds an environment from an environment record (default: the runtime with the task's noise applied)."""
+"""Builds an environment from an environment record (default: the environment with the task's noise applied)."""
 
 
 @dataclass(frozen=True)

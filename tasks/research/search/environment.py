@@ -1,4 +1,4 @@
-"""The search environment: question answering over a local search index, behind the runtime's interface.
+"""The search environment: question answering over a local search index, behind the tool environments' interface.
 
 ``env = SearchEnvironment(index)`` then ``obs = env.reset(task)`` -> ``Observation(messages, tools)`` (system
 prompt + the question), ``obs, reward, done, info = env.step(assistant_message)``; ``areset``/``astep``,
@@ -6,8 +6,8 @@ prompt + the question), ``obs, reward, done, info = env.step(assistant_message)`
 ``envgen.environment.Environment``, so the agent loop, context management and RL use it unchanged.
 
 A task is ``{task_id, question, answer, aliases, excluded_doc_ids?, system_prompt?}`` (lists may be JSON
-strings). ``excluded_doc_ids`` hide documents from every tool (the research tasks' article-based route
-excludes its construction article, LongCat-DeepResearch section 3.2): search never returns them, and open/read
+strings). ``excluded_doc_ids`` hide documents from every tool (a research task constructed from an article
+excludes that article, LongCat-DeepResearch section 3.2): search never returns them, and open/read
 answer exactly as for an unknown id. The episode ends when the assistant answers without a tool call; the
 reward is the two-way match of its last ``\\boxed{}`` against the answer and aliases (component ``answer``),
 and a wrong or missing answer is an ``agent`` failure, a ``tool`` failure when a tool itself broke.

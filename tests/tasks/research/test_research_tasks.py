@@ -121,7 +121,7 @@ def out() -> dict[str, pl.DataFrame]:
 def test_the_stage_keeps_tasks_that_pass_the_gate_and_the_checks(out) -> None:
     tasks, rejected = out["tasks"], out["rejected"]
     assert tasks.height >= 4 and tasks.height + rejected.height == 16
-    assert set(tasks["route"]) == {"brief", "article"}
+    assert set(tasks["construction"]) == {"brief", "article"}
     for name, frame in out.items():
         assert validate("research_tasks", name, frame, research_tasks.outputs[name], "p0").passed
     index = SearchIndex.open(index_dir())
@@ -132,7 +132,7 @@ def test_the_stage_keeps_tasks_that_pass_the_gate_and_the_checks(out) -> None:
         assert all(v["decision"] == "Keep" for v in json.loads(row["gate"]) if v["support"] != "missing")
         categories = {c.category for c in rubric.criteria}
         assert "factual" in categories and categories <= {"factual", "analytical", "implicit", "negative"}
-        if row["route"] == "brief":
+        if row["construction"] == "brief":
             brief = json.loads(row["brief"])
             assert len(brief["doc_ids"]) >= 2 and brief["limitations"] and not row["excluded_doc_ids"]
             own = doc_ids_by_title(index)[normalize(row["topic_entity"])]
@@ -152,5 +152,5 @@ def test_the_stage_is_deterministic(out) -> None:
 def test_the_brief_gate_can_fail() -> None:
     world = FrameArtifact(small_world())
     built = research_tasks.run({"world": world, "search_index": FrameArtifact({}, directory=Path(index_dir()))},
-                               research_tasks.parse_params({"n": 16, "routes": ["brief"]}), "p0")
+                               research_tasks.parse_params({"n": 16, "constructions": ["brief"]}), "p0")
     assert built["rejected"].filter(pl.col("reason").str.contains("factual criteria are searchable")).height
