@@ -282,7 +282,10 @@ def answer_slot(pred: str) -> str | None:
     while start > 0 and (_is_name_word(words[start - 1])
                          or (words[start - 1] in _PARTICLES and start < len(words) and _is_name_word(words[start]))):
         start -= 1
-    if 0 < start < len(words) and _is_descriptor(words[:start]):
+    # a type word on both sides of the name is two typed names ("Aach river Aaa river", "Aach" read as a
+    # demonym like "Czech"): a list, not a descriptor
+    two_typed = typed and 0 < start and words[start - 1] in TYPE_WORDS
+    if 0 < start < len(words) and not two_typed and _is_descriptor(words[:start]):
         return " ".join(words[start:])
     if typed:
         return " ".join(words)

@@ -359,3 +359,9 @@ def test_generated_descriptor_hacks_score_zero(data: st.DataObject, noun: str, f
     gold = data.draw(names)
     other = data.draw(names.filter(lambda d: not set(normalize(d).split()) & set(normalize(gold).split())))
     assert two_way([boxed(form.format(gold=gold, other=other, noun=noun))], answer=[gold]) == [0.0]
+
+
+def test_two_typed_names_are_a_list_even_when_the_first_reads_as_a_demonym() -> None:
+    """"Aach" ends like "Czech": as a descriptor it would make "Aach river" say what "Aaa river" is."""
+    assert two_way([boxed("Aach river Aaa river")], answer=["Aaa"]) == [0.0]
+    assert two_way([boxed("the Aaa river")], answer=["Aaa"]) == [1.0]
