@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RANK = {"data_contracts": 0, "envgen": 1, "inference": 2, "tasks": 3, "training": 3, "flows": 4}
 LOWER = ("data_contracts", "envgen", "inference")
 BRANCHES = ("environments", "noise", "longctx", "midtrain", "research")
-# A catalog question written as SQL: a SELECT over the catalog's tables.
-CATALOG_SQL = re.compile(r"\bSELECT\b[\s\S]*\bFROM\s+(artifacts|lineage)\b", re.IGNORECASE)
+# A catalog question written as SQL over its tables (tests/test_architecture.py holds the rule with these).
+CATALOG_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b[\s\S]*\b(FROM|INTO|UPDATE|JOIN)\s+(artifacts|lineage)\b",
+                         re.IGNORECASE)
 
 
 def git(*args: str) -> str:
@@ -101,39 +102,43 @@ def users(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
     return {module: of(module, frozenset()) for module in graph}
 
 
-def circles(graph: Mapping[str, set[str]]) -> int:
-    """Strongly connected components of more than one module inside a room (Tarjan)."""
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    count = 0
+    found = []
 
     def visit(node: str) -> None:
-        nonlocal count
         index[node] = low[node] = len(index)
         stack.append(node)
-        for target in sorted(t for t in graph[node] if t.split(".")[0] == node.split(".")[0]):
+        for target in sorted(graph.get(node, ())):
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])
             elif target in stack:
                 low[node] = min(low[node], index[target])
         if low[node] == index[node]:
-            size = 0
-            while stack.pop() != node:
-                size += 1
-            count += size > 0
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([*component, node]))
 
     for node in sorted(graph):
         if node not in index:
             visit(node)
-    return count
+    return sorted(found)
 
 
-def catalog_sql(text: str) -> int:
-    """String constants of a file (implicit concatenations joined) that query the catalog's tables."""
-    return sum(1 for node in ast.walk(ast.parse(text))
-               if isinstance(node, ast.Constant) and isinstance(node.value, str) and CATALOG_SQL.search(node.value))
+def catalog_sql(text: str) -> list[int]:
+    """The lines of string literals in a file's ``text`` that are SQL over the catalog's tables, docstrings aside."""
+    tree = ast.parse(text)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and CATALOG_SQL.search(node.value)]
 
 
 @dataclass(frozen=True)
@@ -158,15 +163,16 @@ def shape(revision: str) -> Shape:
     wrong_way = sum(1 for module, targets in graph.items() for target in targets
                     if target.split(".")[0] != module.split(".")[0]
                     and RANK[target.split(".")[0]] >= RANK[module.split(".")[0]])
+    rooms = {module: {t for t in targets if t.split(".")[0] == module.split(".")[0]} for module, targets in graph.items()}
     used = users(graph)
     one_branch = sum(lines[modules[m]] for m, who in used.items()
                      if m.split(".")[0] in LOWER and len(who) == 1 and "*" not in who)
-    sql = sum(catalog_sql(text) for path, text in texts.items() if path != "data_contracts/catalog.py")
+    sql = sum(len(catalog_sql(text)) for path, text in texts.items() if path != "data_contracts/catalog.py")
     records = sum(len(re.findall(r"^[A-Z_]+ = (?:Record\(|[A-Z_]+\.(?:extend|rejected)\()", text, re.MULTILINE))
                   for path, text in texts.items() if path.startswith("data_contracts/"))
     largest = max((n, path) for path, n in lines.items())
     return Shape(len(texts), sum(lines.values()), statistics.median(lines.values()), largest,
-                 sum(n > 800 for n in lines.values()), circles(graph), wrong_way, one_branch, sql, records)
+                 sum(n > 800 for n in lines.values()), len(circles(rooms)), wrong_way, one_branch, sql, records)
 
 
 def main() -> None:

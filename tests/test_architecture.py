@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.bench_house import catalog_sql, circles
+
 ROOT = Path(__file__).resolve().parents[1]
 # A room may import the rooms of lower rank; tasks and training share a rank and import neither each other.
 RANK = {"data_contracts": 0, "envgen": 1, "inference": 2, "tasks": 3, "training": 3, "flows": 4}
@@ -113,35 +115,6 @@ def room_graph(room: str) -> dict[str, set[str]]:
                 targets |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base for alias in node.names}
         graph[module] = {target for target in targets if target in paths and target != module}
     return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for target in sorted(graph.get(node, ())):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while (member := stack.pop()) != node:
-                component.append(member)
-            if component:
-                found.append(sorted([*component, node]))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return sorted(found)
 
 
 @pytest.mark.parametrize("room", sorted(RANK))
@@ -275,24 +248,11 @@ SQL_AT_HOME = {
     "tests/flows/test_dag.py": "plants the row a killed writer never wrote",
     "tests/test_architecture.py": "the planted violations",
 }
-CATALOG_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b[\s\S]*\b(FROM|INTO|UPDATE|JOIN)\s+(artifacts|lineage)\b",
-                         re.IGNORECASE)
-
-
-def catalog_sql(path: Path) -> list[int]:
-    """The lines of string literals in ``path`` that are SQL over the catalog's tables, docstrings aside."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and id(node) not in docstrings and CATALOG_SQL.search(node.value)]
-
-
 def test_no_sql_against_the_catalog_outside_it() -> None:
     found = [f"{path.relative_to(ROOT)}:{line}" for room in [*RANK, "bench", "tests"]
              for path in sorted((ROOT / room).rglob("*.py"))
-             if path.relative_to(ROOT).as_posix() not in SQL_AT_HOME for line in catalog_sql(path)]
+             if path.relative_to(ROOT).as_posix() not in SQL_AT_HOME
+             for line in catalog_sql(path.read_text(encoding="utf-8"))]
     assert found == []
 
 
@@ -305,4 +265,4 @@ def test_no_sql_against_the_catalog_outside_it() -> None:
 def test_the_sql_check_sees_sql_outside_the_catalog(tmp_path: Path, source: str, lines: list[int]) -> None:
     path = tmp_path / "planted.py"
     path.write_text(source)
-    assert catalog_sql(path) == lines
+    assert catalog_sql(path.read_text()) == lines
