@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -148,10 +149,13 @@ class Runtime:
 
 
 def _check_scheduler(address: str, timeout_s: float = 5) -> None:
-    """A Dask handshake with the scheduler at ``address``: an unreachable one is one clear error, before any flow."""
+    """A Dask handshake with the scheduler at ``address``: an unreachable one is one clear error, before any flow.
+    A refused connection fails at once: the client alone retries it until its timeout."""
     from distributed import Client
+    from distributed.comm import get_address_host_port
 
     try:
+        socket.create_connection(get_address_host_port(address), timeout=timeout_s).close()
         with Client(address, timeout=timeout_s, set_as_default=False):
             pass
     except (OSError, TimeoutError, ValueError) as exc:
