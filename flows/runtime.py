@@ -39,6 +39,13 @@ DASK_ENV = "GYMFORGE_DASK_ADDRESS"
 
 log = logging.getLogger(__name__)
 
+WORKER_PRELOAD = ("distributed", "great_expectations", "great_expectations.expectations", "polars", "pyarrow",
+                  "duckdb", "sqlalchemy")
+"""What every stage task imports (the contract gate's GX, frames, the catalog). A Runtime's workers fork from a
+server that imported these once: a spawned worker spent about 4 of its 6 CPU-seconds importing them
+(bench/RESULTS.md). Prefect stays out: it reads its settings when imported, and the server may outlive a Runtime."""
+
+
 def cluster_kwargs(n_workers: int = 2) -> dict[str, Any]:
     """``LocalCluster`` settings of every cluster gymforge starts: single-threaded worker processes (stages are
     GIL-bound Python), and a dashboard on any free port (8787 may be taken, STACK.md)."""
@@ -136,7 +143,9 @@ class Runtime:
             self._stack.enter_context(_environ({DASK_ENV: self.dask_address}))
 
     def _start_cluster(self) -> Any:
+        import dask
         from distributed import LocalCluster
+        from distributed.utils import get_mp_context
 
         # Dask logs every worker start and stop at INFO; keep the console for the pipeline's own output.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
@@ -144,8 +153,12 @@ class Runtime:
         # Prefect's background threads keep a worker process alive past the nanny's 4 s close grace; the nanny
         # then kills it, which is the intended end of a worker we are closing anyway.
         logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
-        # Worker processes are spawned after the environment above is set, so they inherit PREFECT_API_URL.
-        return LocalCluster(**cluster_kwargs(self.n_workers), host="127.0.0.1", local_directory=str(self.home / "dask"))
+        with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+            get_mp_context().set_forkserver_preload(list(WORKER_PRELOAD))
+            # A forked worker starts with the fork server's environment, which is this process's as it was when the
+            # server started: the nanny sets today's (PREFECT_API_URL above included) before the worker runs.
+            return LocalCluster(**cluster_kwargs(self.n_workers), host="127.0.0.1",
+                                local_directory=str(self.home / "dask"), env=dict(os.environ))
 
 
 def _check_scheduler(address: str, timeout_s: float = 5) -> None:

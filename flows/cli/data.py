@@ -90,7 +90,6 @@ def register(app: typer.Typer) -> None:
         from rich.text import Text
 
         from data_contracts.files import write_frame
-        from flows.dag import materialize, plan_dag
 
         if tokenizer not in (None, "default"):
             tokenizer = str(Path(tokenizer).expanduser().resolve())
@@ -100,6 +99,8 @@ def register(app: typer.Typer) -> None:
         check_options("keychain", keychain_options)
         overrides: dict[str, dict[str, Any]] = {"qa_seeds": {"source": seed_source(seeds)},
                                                 "keychain": keychain_options}
+        from flows.dag import materialize, plan_dag  # Prefect and Dask: after the options' own checks
+
         plan_dag(["keychain"], profile, "default", overrides=overrides)  # with the profile, still before any start
         artifact = materialize(["keychain"], profile=profile, overrides=overrides, data_dir=data_dir)["keychain"]
         frame, rejected = artifact.read("keychain"), artifact.read("rejected")

@@ -11,6 +11,7 @@ from flows.backfill import BackfillError, idempotency_key, run_backfill
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_same_backfill_twice_gives_same_runs_and_unchanged_catalog(runtime, tmp_path) -> None:
     profile = tmp_path / "test.yaml"
     profile.write_text("test_double_source: {n: 4}\n")

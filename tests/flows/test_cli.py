@@ -64,6 +64,7 @@ def test_user_errors_print_a_message_not_a_traceback(cli, tmp_path: Path, args: 
     assert message in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_run_attached_to_a_running_runtime(cli, runtime, tmp_path: Path) -> None:
     profile = tmp_path / "cli.yaml"

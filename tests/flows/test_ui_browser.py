@@ -97,6 +97,7 @@ def _artifact_id(run_id: str, key: str) -> str:
     return str(artifact.id)
 
 
+@pytest.mark.slow
 def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, browser, tmp_path: Path) -> None:
     """Slow (about 30 s on 2 cores) by its subject: a `gymforge train sft` process, and a browser rendering three
     pages of the Prefect UI while the run is held."""
@@ -124,7 +125,7 @@ def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, bro
     run_id = None
     try:
         _held(training, log)  # at its first line after a step: the flow's listener has not sent it yet
-        run_id = _named_run("train-sft base 20 steps")  # renamed once planned
+        run_id = _running_run("train-sft base 20 steps")  # renamed once planned
         assert run_id is not None
         time.sleep(MIN_INTERVAL_S)  # past the listener's interval since its last update: it sends the next line
         training.stdin.write("\n")
@@ -166,10 +167,20 @@ def _held(training: subprocess.Popen, log: Path) -> str:
     raise AssertionError(f"the training ended (code {training.wait()}) before it was held: {log.read_text()}")
 
 
-def _named_run(part: str) -> str | None:
+def _running_run(part: str) -> str | None:
+    """The id of the running flow run whose name contains ``part``. Runs of other tests of this process, on the
+    same server, may carry the same name; none of them is running now."""
     from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterName,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
 
+    running = FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=part)))
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=part), state=running))
+    assert len(runs) <= 1, [run.name for run in runs]
     return str(runs[0].id) if runs else None

@@ -126,6 +126,7 @@ def memorize(model: Any, tokenizer: Any, prompt_ids: list[int], completion: str,
     model.eval()
 
 
+@pytest.mark.slow
 def test_grpo_trainer_trains_a_step_on_an_exported_environment_task(tmp_path: Path) -> None:
     """A real GRPOTrainer step on CPU (about 12 s: a tokenizer, a micro model memorizing the golden calls, one
     step). The dataset is the trl export of the task as ``load_dataset`` reads it; the model calls the task's

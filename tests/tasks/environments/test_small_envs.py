@@ -65,6 +65,7 @@ def test_trajectories_are_played_by_the_reference_agent_of_the_routes(inputs):
         assert json.loads(task["rubric"])["customer"]
 
 
+@pytest.mark.slow
 def test_a_tight_budget_keeps_only_what_fits_and_says_why_the_rest_does_not(inputs):
     generous = small_envs.run(inputs, SmallEnvsParams(distractors=2, max_tokens=100_000), "p0")
     shortest = min(generous["trajectories"]["tokens"])

@@ -152,6 +152,7 @@ def test_a_manager_that_breaks_ends_the_run_with_the_reason_instead_of_hanging(t
         run(tmp_path, VersionedTestEngine(p=[0.5] * 6), steps=8, checkpoint_every=8)
 
 
+@pytest.mark.slow
 def test_a_controller_leaves_when_its_manager_is_killed(tmp_path):
     context = mp.get_context("spawn")
     pids = context.Queue()
@@ -240,6 +241,7 @@ except RLRunError as exc:
 """
 
 
+@pytest.mark.slow
 def test_a_run_whose_controller_processes_keep_failing_exits_instead_of_hanging(tmp_path):
     """Every controller process fails to load its engine: the run stops with the last failure and the process
     exits (its queues' feeder threads are not waited for), leaving no controller behind."""
