@@ -36,12 +36,6 @@ if str(SUPPORT_DIR) not in sys.path:
     sys.path.insert(0, str(SUPPORT_DIR))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked slow first (in their order): the two test processes then both end on short tests, rather
-    than one of them on a long one while the other waits."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture(scope="session")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A started ``flows.runtime.Runtime`` on a temporary data root (about 10 s to start on 2 cores)."""

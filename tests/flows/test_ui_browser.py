@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -119,13 +120,14 @@ def test_a_training_runs_logs_and_live_artifacts_show_while_it_runs(runtime, bro
     command = [sys.executable, "-m", "held_progress_double", "train", "sft", "--data", key, "--base", str(base),
                "--partition", "ui", *(a for n, v in settings.items() for a in ("--set", f"{n}={v}"))]
     log = tmp_path / "training.log"
+    launched = datetime.now(UTC)
     with log.open("w") as stderr:
         training = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                                     text=True)
     run_id = None
     try:
         _held(training, log)  # at its first line after a step: the flow's listener has not sent it yet
-        run_id = _running_run("train-sft base 20 steps")  # renamed once planned
+        run_id = _running_run("train-sft base 20 steps", launched)  # renamed once planned
         assert run_id is not None
         time.sleep(MIN_INTERVAL_S)  # past the listener's interval since its last update: it sends the next line
         training.stdin.write("\n")
@@ -167,20 +169,15 @@ def _held(training: subprocess.Popen, log: Path) -> str:
     raise AssertionError(f"the training ended (code {training.wait()}) before it was held: {log.read_text()}")
 
 
-def _running_run(part: str) -> str | None:
-    """The id of the running flow run whose name contains ``part``. Runs of other tests of this process, on the
-    same server, may carry the same name; none of them is running now."""
+def _running_run(part: str, since: datetime) -> str | None:
+    """The id of the flow run whose name contains ``part`` that started running after ``since``. Runs of other
+    tests of this process, on the same server, may carry the same name, and a killed one stays "Running"."""
     from prefect import get_client
-    from prefect.client.schemas.filters import (
-        FlowRunFilter,
-        FlowRunFilterName,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterStartTime
 
-    running = FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))
+    started = FlowRunFilterStartTime(after_=since)
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=part), state=running))
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=part),
+                                                                   start_time=started))
     assert len(runs) <= 1, [run.name for run in runs]
     return str(runs[0].id) if runs else None
