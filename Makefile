@@ -27,10 +27,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gymforge demo --profile tiny --base $(SMOLLM2_GGUF)
 
-# Two test processes (each with its own session Prefect server and Dask cluster): one process keeps about one core
-# busy (its CPU time is about its wall time: servers, workers and subprocesses are waited on), two use both: about
-# 1,170 CPU-s, 12 min 25 s with two on a quiet 2-core machine (bench/RESULTS.md). The slowest tests are listed at
-# the end. Tests of one xdist_group run in one process, so they share its session fixtures (the deployment tests:
+# Two test processes (each with its own session Prefect server and Dask cluster): about 1,030 CPU-s, 12 min 31 s on
+# a quiet 2-core machine (bench/RESULTS.md); three took longer (14 min 50 s). The slowest tests are listed at the
+# end. Tests of one xdist_group run in one process, so they share its session fixtures (the deployment tests:
 # one server and worker).
 TEST_WORKERS ?= 2
 test: $(STAMP)
