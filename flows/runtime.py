@@ -2,9 +2,10 @@
 
 ``Runtime`` takes a lease on the data root's Prefect server (``flows/prefect_server.py``: started on a free loopback
 port if none is live, shared by every process of the data root, stopped when the last lease goes, however its
-holder ended) and starts a Dask ``LocalCluster`` of single-threaded worker processes; it exports
-``PREFECT_API_URL`` to itself and to every process it starts. Without a real API every Dask worker would start its
-own ephemeral server on one SQLite file: 28-40 s for a tiny flow and "database is locked" (STACK.md, Prefect).
+holder ended) and starts a Dask ``LocalCluster`` of single-threaded worker processes (forked from a server that
+imported the heavy libraries once, ``WORKER_PRELOAD``); it exports ``PREFECT_API_URL`` to itself and to every
+process it starts. Without a real API every Dask worker would start its own ephemeral server on one SQLite file:
+28-40 s for a tiny flow and "database is locked" (STACK.md, Prefect).
 ``prefect_api_url`` and ``dask_address`` attach to running ones instead, and then nothing is started or stopped.
 
 Everything a Runtime started is stopped when the ``with`` block ends, also on Ctrl-C and SIGTERM; Dask's workers
@@ -157,7 +158,8 @@ class Runtime:
         with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
             get_mp_context().set_forkserver_preload(list(WORKER_PRELOAD))
             # A forked worker starts with the fork server's environment, which is this process's as it was when the
-            # server started: the nanny sets today's (PREFECT_API_URL above included) before the worker runs.
+            # server started: the nanny sets today's (PREFECT_API_URL above included) before the worker runs. A
+            # worker the nanny restarts later is spawned: the setting holds for this start only.
             return LocalCluster(**cluster_kwargs(self.n_workers), host="127.0.0.1",
                                 local_directory=str(self.home / "dask"), env=dict(os.environ))
 
