@@ -1,5 +1,5 @@
 """Where the suite's time goes, per test: a pytest plugin that records each test's wall seconds and the CPU-seconds
-of its test process and that process's children around it, and a summary by file.
+of its test process and that process's children around it, and a summary by file (and how busy each test process was).
 
     .venv/bin/python -m pytest -n 2 --dist loadgroup -p bench.suite_cpu   # writes suite-cpu.jsonl (SUITE_CPU_OUT)
     .venv/bin/python -m bench.suite_cpu suite-cpu.jsonl [--top 25]
@@ -46,7 +46,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     grown = sum(cpu - running_before.get(pid, 0.0) for pid, cpu in running_after.items())
     with Path(os.environ.get(OUT_ENV, "suite-cpu.jsonl")).open("a") as out:
         out.write(json.dumps({"test": item.nodeid, "wall_s": round(wall, 2),
-                              "cpu_s": round(after - before + grown, 2)}) + "\n")
+                              "cpu_s": round(after - before + grown, 2),
+                              "process": os.environ.get("PYTEST_XDIST_WORKER", "main")}) + "\n")
 
 
 def main() -> None:
@@ -60,7 +61,12 @@ def main() -> None:
         by_file[row["test"].split("::")[0]][0] += row["cpu_s"]
         by_file[row["test"].split("::")[0]][1] += row["wall_s"]
     print(f"{len(rows)} tests: {sum(r['cpu_s'] for r in rows):,.0f} CPU-s, {sum(r['wall_s'] for r in rows):,.0f} s "
-          "summed wall\n\n    CPU-s   wall s  file")
+          "summed wall")
+    busy: dict[str, float] = defaultdict(float)  # a test process's summed wall: how evenly the processes were loaded
+    for row in rows:
+        busy[row.get("process", "main")] += row["wall_s"]
+    print("busy: " + ", ".join(f"{process} {seconds:,.0f} s" for process, seconds in sorted(busy.items())))
+    print("\n    CPU-s   wall s  file")
     for name, (cpu, wall) in sorted(by_file.items(), key=lambda item: -item[1][0])[:args.top]:
         print(f"{cpu:9.1f} {wall:8.1f}  {name}")
     print("\n    CPU-s   wall s  test")

@@ -48,6 +48,14 @@ server that imported these once instead of each importing them: a 2-worker clust
 the server may outlive a Runtime."""
 
 
+QUIET_CLUSTER = {"distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.interval": "2s",
+                 "distributed.admin.tick.interval": "200ms"}
+"""Dask settings of the cluster a Runtime starts. Its tasks are whole stages (seconds to minutes): the workers'
+10 ms statistical profiler, the 500 ms system sampling and the 20 ms event-loop tick, made for graphs of millisecond
+tasks, cost an idle 2-worker cluster and its scheduler 6.2 CPU-s a minute; these settings, 1.7 (bench_cluster_idle.py).
+A cluster of one's own (``--dask-address``) keeps its own settings."""
+
+
 def cluster_kwargs(n_workers: int = 2) -> dict[str, Any]:
     """``LocalCluster`` settings of every cluster gymforge starts: single-threaded worker processes (stages are
     GIL-bound Python), and a dashboard on any free port (8787 may be taken, STACK.md)."""
@@ -155,7 +163,7 @@ class Runtime:
         # Prefect's background threads keep a worker process alive past the nanny's 4 s close grace; the nanny
         # then kills it, which is the intended end of a worker we are closing anyway.
         logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
-        with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver", **QUIET_CLUSTER}):
             get_mp_context().set_forkserver_preload(list(WORKER_PRELOAD))
             # A forked worker starts with the fork server's environment, which is this process's as it was when the
             # server started: the nanny sets today's (PREFECT_API_URL above included) before the worker runs. A

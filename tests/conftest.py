@@ -36,6 +36,18 @@ if str(SUPPORT_DIR) not in sys.path:
     sys.path.insert(0, str(SUPPORT_DIR))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` a module's tests are spread over the test processes, and each process that runs one
+    builds the module-scoped fixtures (a Dask cluster, a trained model, a server) again: the tests that use one run
+    in one process, grouped by their file, unless they name a group of their own."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if item.get_closest_marker("xdist_group") is None and fixtures is not None and any(
+                definitions[-1].scope == "module" for definitions in fixtures.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(scope="session")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A started ``flows.runtime.Runtime`` on a temporary data root (about 10 s to start on 2 cores)."""

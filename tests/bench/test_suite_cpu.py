@@ -41,3 +41,5 @@ def test_a_childs_cpu_is_its_tests_and_the_summary_adds_them_by_file(tmp_path: P
     [by_file] = [line for line in summary.splitlines() if line.endswith("test_burn.py")]
     assert by_file.split()[0] == f"{sum(row['cpu_s'] for row in rows.values()):.1f}"
     assert summary.startswith("2 tests: ")
+    [busy] = [line for line in summary.splitlines() if line.startswith("busy: ")]
+    assert busy == f"busy: main {sum(row['wall_s'] for row in rows.values()):,.0f} s"  # one test process, no xdist

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from services import dask_cluster
 
 from data_contracts.catalog import Catalog
 
@@ -120,43 +119,45 @@ def _data_refresh_schedule_active(env: dict[str, str]) -> bool:
     return any(schedule["active"] for schedule in deployment["schedules"])
 
 
-def test_prefect_deploy_and_prefect_worker_run_the_backfill(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("deployments")
+def test_prefect_deploy_and_prefect_worker_run_the_backfill(deployed, tmp_path: Path) -> None:
     """The steps of docs/scale-out.md: the data root's server (`gymforge ui --detach`), the `cpu` and `gpu` process
     pools, `prefect deploy --all`, `prefect worker start --pool cpu` on a machine whose environment names the data
-    root and the Dask scheduler, then `gymforge backfill` without --serve. Slow (30-40 s on 2 cores) by its subject:
-    the documented steps start their own server, pools and Prefect worker, and each run is a new Python process."""
+    root and the Dask scheduler (the session's ``deployed`` worker's: its tasks run there), then `gymforge backfill`
+    without --serve. Slow (30-40 s on 2 cores) by its subject: the documented steps start their own server, pools
+    and Prefect worker, and each run is a new Python process."""
     project = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
     env["GYMFORGE_DATA"] = str(tmp_path / "data")
-    with dask_cluster(tmp_path, env) as cluster:
-        env["GYMFORGE_DASK_ADDRESS"] = cluster.address
-        ui = subprocess.run([GYMFORGE, "ui", "--detach"], env=env, capture_output=True, text=True, timeout=300,
-                            check=True)
-        env["PREFECT_API_URL"] = ui.stdout.split("Prefect UI:")[1].split()[0] + "/api"
-        worker = None
-        try:
-            for command in (["work-pool", "create", "cpu", "--type", "process"],
-                            ["work-pool", "create", "gpu", "--type", "process"],
-                            ["work-pool", "set-concurrency-limit", "gpu", "1"],
-                            ["--no-prompt", "deploy", "--all"]):
-                done = subprocess.run([PREFECT, *command], env=env, cwd=project, capture_output=True, text=True,
-                                      timeout=300, check=False)
-                assert done.returncode == 0, done.stdout + done.stderr
-            worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "cpu"], env=env, cwd=project,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            backfill = subprocess.run([GYMFORGE, "backfill", "--stage", "test_double_square", "--partitions", "d0,d1"],
-                                      env=env, capture_output=True, text=True, timeout=300, check=False)
-            assert backfill.returncode == 0, backfill.stdout + backfill.stderr
-            states = _wait_for_runs(env, ["backfill test_double_square/d0", "backfill test_double_square/d1"])
-            assert states == ["Completed", "Completed"]
-            listed = subprocess.run([GYMFORGE, "artifacts", "ls", "--stage", "test_double_square"], env=env,
-                                    capture_output=True, text=True, timeout=120, check=True)
-            assert "d0" in listed.stdout and "d1" in listed.stdout
-        finally:
-            if worker is not None:
-                worker.terminate()
-                worker.wait(timeout=60)
-            subprocess.run([GYMFORGE, "ui", "--stop"], env=env, capture_output=True, timeout=120, check=False)
+    env["GYMFORGE_DASK_ADDRESS"] = deployed.dask_address
+    before = _transitions(deployed.dask_address)
+    ui = subprocess.run([GYMFORGE, "ui", "--detach"], env=env, capture_output=True, text=True, timeout=300, check=True)
+    env["PREFECT_API_URL"] = ui.stdout.split("Prefect UI:")[1].split()[0] + "/api"
+    worker = None
+    try:
+        for command in (["work-pool", "create", "cpu", "--type", "process"],
+                        ["work-pool", "create", "gpu", "--type", "process"],
+                        ["work-pool", "set-concurrency-limit", "gpu", "1"],
+                        ["--no-prompt", "deploy", "--all"]):
+            done = subprocess.run([PREFECT, *command], env=env, cwd=project, capture_output=True, text=True,
+                                  timeout=300, check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+        worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "cpu"], env=env, cwd=project,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        backfill = subprocess.run([GYMFORGE, "backfill", "--stage", "test_double_square", "--partitions", "d0,d1"],
+                                  env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert backfill.returncode == 0, backfill.stdout + backfill.stderr
+        states = _wait_for_runs(env, ["backfill test_double_square/d0", "backfill test_double_square/d1"])
+        assert states == ["Completed", "Completed"]
+        assert _transitions(deployed.dask_address) - before >= 6 * 3  # the stage tasks ran on the named scheduler
+        listed = subprocess.run([GYMFORGE, "artifacts", "ls", "--stage", "test_double_square"], env=env,
+                                capture_output=True, text=True, timeout=120, check=True)
+        assert "d0" in listed.stdout and "d1" in listed.stdout
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(timeout=60)
+        subprocess.run([GYMFORGE, "ui", "--stop"], env=env, capture_output=True, timeout=120, check=False)
     _assert_catalog_holds(Path(env["GYMFORGE_DATA"]), ["d0", "d1"])
 
 
@@ -182,4 +183,4 @@ def _wait_for_runs(env: dict[str, str], names: list[str], timeout_s: float = 300
         if len(states) == len(names) and all(state in ("Completed", "Failed", "Crashed") for state in states):
             return states
         assert time.monotonic() < deadline, f"runs not finished: {states}"
-        time.sleep(2)
+        time.sleep(0.5)

@@ -44,6 +44,20 @@ def test_attaching_starts_nothing(runtime) -> None:
         assert rt.task_runner().address == runtime.dask_address
 
 
+def test_the_runtimes_cluster_samples_itself_seldom_and_profiles_nothing(runtime) -> None:
+    """QUIET_CLUSTER holds on the scheduler and on every worker (their nannies hand them the settings)."""
+    from distributed import Client
+
+    def intervals_ms(server) -> tuple[float, float]:
+        return (server.periodic_callbacks["monitor"].callback_time, server.periodic_callbacks["tick"].callback_time)
+
+    with Client(runtime.dask_address, set_as_default=False, timeout=30) as client:
+        assert client.run_on_scheduler(lambda dask_scheduler: intervals_ms(dask_scheduler)) == (2000, 200)
+        workers = client.run(lambda dask_worker: (*intervals_ms(dask_worker),
+                                                  "profile" in dask_worker.periodic_callbacks))
+    assert list(workers.values()) == [(2000, 200, False)] * 2
+
+
 @pytest.mark.integration
 def test_a_recorded_server_is_reused(runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     assert ServerHome(runtime.root).live_record()["api_url"] == runtime.prefect_api_url

@@ -191,8 +191,14 @@ class DaskCluster:
 @contextlib.contextmanager
 def dask_cluster(directory: Path, env: dict[str, str], n_workers: int = 2) -> Iterator[DaskCluster]:
     """``dask scheduler`` and ``n_workers`` ``dask worker`` processes (one single-threaded worker each, under its
-    nanny, which restarts it when it dies) on loopback, with the environment ``env``."""
+    nanny, which restarts it when it dies) on loopback, with the environment ``env`` and, as its Dask settings, those
+    of a Runtime's cluster (``QUIET_CLUSTER``: idle, it would otherwise cost the suite a few CPU-s a minute)."""
     from distributed import Client
+
+    from flows.runtime import QUIET_CLUSTER
+
+    env = env | {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
+                 for key, value in QUIET_CLUSTER.items()}
 
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
