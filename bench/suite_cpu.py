@@ -47,7 +47,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     with Path(os.environ.get(OUT_ENV, "suite-cpu.jsonl")).open("a") as out:
         out.write(json.dumps({"test": item.nodeid, "wall_s": round(wall, 2),
                               "cpu_s": round(after - before + grown, 2),
-                              "process": os.environ.get("PYTEST_XDIST_WORKER", "main")}) + "\n")
+                              "process": getattr(item.config, "workerinput", {}).get("workerid", "main")}) + "\n")
 
 
 def main() -> None:
