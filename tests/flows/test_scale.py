@@ -81,7 +81,8 @@ def _scheduled(cluster: DaskCluster) -> int:
 def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskCluster, s3: S3Server, server: str,
                                                                runtime: object, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Slow (20-30 s on 2 cores) by its subject: seven commands, each its own process, against the cluster."""
+    """Slow (20-30 s on 2 cores) by its subject: seven commands, each its own process, against the cluster (the two
+    runs side by side)."""
     from flows.dag import refresh
 
     for name, value in s3.env.items():  # this process reads the S3 root too
@@ -89,10 +90,12 @@ def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskClu
     env = _env(tmp_path, s3, PREFECT_API_URL=server)
     local, remote = tmp_path / "data", s3.url("refresh")
     before = _scheduled(cluster)
-    for root in (str(local), remote):
-        done = gymforge("--data-dir", root, "--dask-address", cluster.address, "run", "test_double_square",
-                        "--partition", "c0", env=env)
-        assert done.returncode == 0, done.stdout + done.stderr
+    runs = [subprocess.Popen([GYMFORGE, "--data-dir", root, "--dask-address", cluster.address, "run",
+                              "test_double_square", "--partition", "c0"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for root in (str(local), remote)]
+    for run in runs:
+        output, _ = run.communicate(timeout=300)
+        assert run.returncode == 0, output
     assert _scheduled(cluster) - before >= 2 * len(SQUARE) * 3  # every stage task ran on the CLI cluster
     refresh(runtime, stages=["test_double_square"], partition="c0")  # the same on a LocalCluster
 

@@ -99,26 +99,32 @@ def test_a_task_artifact_that_offers_no_tasks_is_refused_before_anything_starts(
 def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(tmp_path, attached):
     """The untrained tiny model never answers these prompts right: every group has equal rewards, no sample
     carries a gradient, and the command says so on one line and exits 1; with --allow-untrained it publishes. Slow
-    (about 45 s on 2 cores) by its subject: two `train rl` processes, each starting its controllers."""
-    data = tmp_path / "data"
-    prompts = execute_stage(open_store(data), Catalog(data), double_prompts, {}, {}, "p0").key
+    (about 30 s on 2 cores) by its subject: two `train rl` processes, each starting its controllers (side by side,
+    each on a data root of its own)."""
     base = str(tiny_checkpoint())
-    env = attached(data, dask=False)
-    command = [GYMFORGE, "train", "rl", "--from", base, "--tasks", prompts, "--set", "steps=2", "--set", "batch_size=8",
-               "--set", "controllers=1", "--set", "sampling.max_tokens=8"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 1, done.stdout + done.stderr
-    errors = [line for line in done.stderr.splitlines() if "rl trained nothing" in line]
-    assert errors == [line for line in done.stderr.splitlines() if line.startswith("error: ")] and len(errors) == 1
+    runs = []
+    for data, allow in ((tmp_path / "data", []), (tmp_path / "allowed", ["--allow-untrained"])):
+        prompts = execute_stage(open_store(data), Catalog(data), double_prompts, {}, {}, "p0").key
+        command = [GYMFORGE, "train", "rl", "--from", base, "--tasks", prompts, "--set", "steps=2", "--set",
+                   "batch_size=8", "--set", "controllers=1", "--set", "sampling.max_tokens=8", *allow]
+        runs.append(subprocess.Popen(command, env=attached(data, dask=False), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True))
+    try:
+        (refused_out, refused_err), (allowed_out, allowed_err) = (run.communicate(timeout=900) for run in runs)
+    finally:
+        for run in runs:
+            run.kill()
+    refused, allowed = runs
+    assert refused.returncode == 1, refused_out + refused_err
+    errors = [line for line in refused_err.splitlines() if "rl trained nothing" in line]
+    assert errors == [line for line in refused_err.splitlines() if line.startswith("error: ")] and len(errors) == 1
     assert "no sample of 16 carried a gradient in 2 steps (dropped: 16 equal rewards: no gradient)" in errors[0]
-    assert "ERROR" not in done.stderr and "Traceback" not in done.stderr  # said once, by the command
-    assert Catalog(data).entries(stage="rl") == []
+    assert "ERROR" not in refused_err and "Traceback" not in refused_err  # said once, by the command
+    assert Catalog(tmp_path / "data").entries(stage="rl") == []
 
-    allowed = subprocess.run([*command, "--allow-untrained"], env=env, capture_output=True, text=True, timeout=900,
-                             check=False)
-    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
-    assert "0 of 16 consumed samples trained" in allowed.stdout
-    assert "staleness of the consumed samples mean" in allowed.stdout and "no on-policy sample" in allowed.stdout
+    assert allowed.returncode == 0, allowed_out + allowed_err
+    assert "0 of 16 consumed samples trained" in allowed_out
+    assert "staleness of the consumed samples mean" in allowed_out and "no on-policy sample" in allowed_out
 
 
 @pytest.mark.parametrize(("signum", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
