@@ -27,10 +27,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gymforge demo --profile tiny --base $(SMOLLM2_GGUF)
 
-# Two test processes (each with its own session Prefect server and Dask cluster): about 1,030 CPU-s, 12 min 31 s on
-# a quiet 2-core machine (bench/RESULTS.md); three took longer (14 min 50 s). The slowest tests are listed at the
-# end. Tests of one xdist_group run in one process, so they share its session fixtures (the deployment tests:
-# one server and worker).
+# Two test processes (each with its own session Prefect server and Dask cluster): about 845 CPU-s, 9 min 54 s on a
+# quiet 2-core machine (bench/RESULTS.md); three took longer (10 min 48 s). The slowest tests are listed at the end.
+# Tests of one xdist_group run in one process, so they share its session fixtures (the deployment tests: one server
+# and worker), and so do the tests of a file that share a module-scoped fixture (tests/conftest.py).
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15

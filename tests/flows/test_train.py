@@ -106,7 +106,8 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
 def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
     """20 steps three times over (killed, resumed, and uninterrupted to compare with); the run is held at its
     step-15 line (tests/support/held_progress_double.py) when it is killed, so the kill lands between its checkpoints
-    (10 and 20) however fast the micro model trains."""
+    (10 and 20) however fast the micro model trains. Slow (about 30 s on 2 cores) by its subject: three training
+    runs, two of them processes of their own that import torch and transformers."""
     from held_progress_double import HELD
 
     from flows.train import plan_sft
