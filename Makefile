@@ -27,8 +27,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gymforge demo --profile tiny --base $(SMOLLM2_GGUF)
 
-# Two test processes (each with its own session Prefect server and Dask cluster): about 845 CPU-s, 9 min 54 s on a
-# quiet 2-core machine (bench/RESULTS.md); three took longer (10 min 48 s). The slowest tests are listed at the end.
+# Two test processes (each with its own session Prefect server and Dask cluster): about 800 CPU-s, 9 min 14 s on a
+# quiet 2-core machine (bench/RESULTS.md); three took longer. The slowest tests are listed at the end.
 # Tests of one xdist_group run in one process, so they share its session fixtures (the deployment tests: one server
 # and worker), and so do the tests of a file that share a module-scoped fixture (tests/conftest.py).
 TEST_WORKERS ?= 2

@@ -93,9 +93,8 @@ def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskClu
     runs = [subprocess.Popen([GYMFORGE, "--data-dir", root, "--dask-address", cluster.address, "run",
                               "test_double_square", "--partition", "c0"], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True) for root in (str(local), remote)]
-    for run in runs:
-        output, _ = run.communicate(timeout=300)
-        assert run.returncode == 0, output
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
     assert _scheduled(cluster) - before >= 2 * len(SQUARE) * 3  # every stage task ran on the CLI cluster
     refresh(runtime, stages=["test_double_square"], partition="c0")  # the same on a LocalCluster
 
