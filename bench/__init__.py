@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+import shutil
 import subprocess
-from collections.abc import Sequence
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -28,3 +33,33 @@ def tree_at(revision: str, into: Path) -> tuple[str, Path]:
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", revision], capture_output=True, text=True,
                          check=True).stdout.strip()
     return sha, into
+
+
+def add_arm_options(parser: argparse.ArgumentParser, arms: Iterable[str]) -> None:
+    """The hidden options of one measurement run in its own process (``run_arms``): ``--arm``, ``--root``,
+    ``--api-url``."""
+    parser.add_argument("--arm", choices=list(arms), help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--api-url", help=argparse.SUPPRESS)
+
+
+def run_arms(module: str, arms: Iterable[str], repeats: int, *extra: str) -> dict[str, list[dict[str, float]]]:
+    """Each arm ``repeats`` times, alternating, each run a fresh ``python -m MODULE --arm NAME --root DIR --api-url
+    URL *extra`` process (a process has one fork server and imports once) on a data root of its own, all attached to
+    one Prefect server started first; the figures each run printed last, as JSON."""
+    from flows.runtime import Runtime
+
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
+    server_root = Path(tempfile.mkdtemp(prefix=f"gymforge-{module.rsplit('.', 1)[-1]}-"))
+    try:
+        with Runtime(server_root, dask=False) as server:
+            for repeat in range(repeats):
+                for name, measured in runs.items():  # a data root per run: nothing is cached from the one before
+                    out = subprocess.run([sys.executable, "-m", module, "--arm", name, "--root",
+                                          str(server_root / f"{name}-{repeat}"), "--api-url",
+                                          str(server.prefect_api_url), *extra],
+                                         capture_output=True, text=True, check=True)
+                    measured.append(json.loads(out.stdout.splitlines()[-1]))
+    finally:
+        shutil.rmtree(server_root, ignore_errors=True)
+    return runs

@@ -15,15 +15,11 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench import report
+from bench import add_arm_options, report, run_arms
 
 ARMS = {"dask": "Dask's settings", "runtime": "the Runtime's (QUIET_CLUSTER)"}
 SETTLE_S = 5.0  # after the start, before counting: the start's own CPU is bench_cluster_start.py's subject
@@ -54,32 +50,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per arm (the median is kept)")
     parser.add_argument("--seconds", type=float, default=60.0, help="idle seconds counted per run")
     parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
-    parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # one measurement, in its own process
-    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--api-url", help=argparse.SUPPRESS)
+    add_arm_options(parser, ARMS)
     args = parser.parse_args()
 
     if args.arm:
         print(json.dumps(arm(args.arm, args.root, args.api_url, args.seconds)))
         return
 
-    from flows.runtime import Runtime
-
-    runs: dict[str, list[float]] = {name: [] for name in ARMS}
-    server_root = Path(tempfile.mkdtemp(prefix="gymforge-bench-idle-"))
-    try:
-        with Runtime(server_root, dask=False) as server:
-            for repeat in range(args.repeats):
-                for name in ARMS:
-                    out = subprocess.run([sys.executable, "-m", "bench.bench_cluster_idle", "--arm", name, "--root",
-                                          str(server_root / f"{name}-{repeat}"), "--api-url",
-                                          str(server.prefect_api_url), "--seconds", str(args.seconds)],
-                                         capture_output=True, text=True, check=True)
-                    runs[name].append(json.loads(out.stdout.splitlines()[-1])["cpu_per_min"])
-    finally:
-        shutil.rmtree(server_root, ignore_errors=True)
-
-    median = {name: statistics.median(values) for name, values in runs.items()}
+    runs = run_arms("bench.bench_cluster_idle", ARMS, args.repeats, "--seconds", str(args.seconds))
+    median = {name: statistics.median(run["cpu_per_min"] for run in rs) for name, rs in runs.items()}
     machine = f"{platform.machine()}, {os.cpu_count()} cores (shared, load {os.getloadavg()[0]:.1f})"
     setup = (f"Machine: {machine}. Median of {args.repeats} fresh processes per arm, alternating. A 2-worker "
              f"cluster, started and settled {SETTLE_S:.0f} s, idles {args.seconds:.0f} s.")

@@ -16,16 +16,12 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench import report
+from bench import add_arm_options, report, run_arms
 
 STAGES = ["world", "domain_graphs", "math_seeds"]
 ARMS = {"spawned": "spawned workers (Dask's default)", "forked": "forked from the preloaded server (a Runtime's)"}
@@ -59,31 +55,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs per arm (the median is kept)")
     parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
-    parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # one measurement, in its own process
-    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--api-url", help=argparse.SUPPRESS)
+    add_arm_options(parser, ARMS)
     args = parser.parse_args()
 
     if args.arm:
         print(json.dumps(arm(args.arm, args.root, args.api_url)))
         return
 
-    from flows.runtime import Runtime
-
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in ARMS}
-    server_root = Path(tempfile.mkdtemp(prefix="gymforge-bench-cluster-"))
-    try:
-        with Runtime(server_root, dask=False) as server:
-            for repeat in range(args.repeats):
-                for name in ARMS:  # a data root per run: nothing is cached from the one before
-                    root = server_root / f"{name}-{repeat}"
-                    out = subprocess.run([sys.executable, "-m", "bench.bench_cluster_start", "--arm", name, "--root",
-                                          str(root), "--api-url", str(server.prefect_api_url)],
-                                         capture_output=True, text=True, check=True)
-                    runs[name].append(json.loads(out.stdout.splitlines()[-1]))
-    finally:
-        shutil.rmtree(server_root, ignore_errors=True)
-
+    runs = run_arms("bench.bench_cluster_start", ARMS, args.repeats)
     median = {name: {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")} for name, rs in runs.items()}
     machine = f"{platform.machine()}, {os.cpu_count()} cores (shared, load {os.getloadavg()[0]:.1f})"
     stages = ", ".join(f"`{stage}`" for stage in STAGES)
