@@ -29,8 +29,8 @@ demo: $(STAMP)
 
 # Two test processes (each with its own session Prefect server and Dask cluster): about 800 CPU-s, 9 min 14 s on a
 # quiet 2-core machine (bench/RESULTS.md); three took longer. The slowest tests are listed at the end.
-# Tests of one xdist_group run in one process, so they share its session fixtures (the deployment tests: one server
-# and worker), and so do the tests of a file that share a module-scoped fixture (tests/conftest.py).
+# The tests of a file that share a module-scoped fixture run in one process, so it is built once and stops with the
+# file's last test (the deployment tests: one server and worker); tests/conftest.py groups them.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15

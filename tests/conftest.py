@@ -1,13 +1,10 @@
-"""Shared fixtures. ``runtime``: one real Prefect server and a 2-process Dask cluster for the whole session;
-``deployed``: one data root's server, worker and deployments for the tests of deployments."""
+"""Shared fixtures. ``runtime``: one real Prefect server and a 2-process Dask cluster for the whole session."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -70,36 +67,3 @@ def attached(runtime: object) -> Callable[[Path], dict[str, str]]:
                 **({"GYMFORGE_DASK_ADDRESS": runtime.dask_address} if dask else {})}
 
     return env
-
-
-@dataclass(frozen=True)
-class Deployed:
-    """A data root whose Prefect server a ``gymforge worker`` (the ``cpu`` pool, with its Dask cluster) holds up,
-    with the project's deployments on it (``gymforge deploy``)."""
-
-    env: dict[str, str]  # of a command on this data root, attached to nothing else
-    dask_address: str
-    deploy: subprocess.CompletedProcess[str]  # what `gymforge deploy` said
-
-
-@pytest.fixture(scope="session")
-def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
-    """One server, worker and set of deployments for the deployment tests (a server, a cluster and a deploy take
-    about 30 s on 2 cores); mark a test using it ``xdist_group("deployments")`` so they share one test process."""
-    gymforge = str(Path(sys.executable).parent / "gymforge")
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
-    env["GYMFORGE_DATA"] = str(tmp_path_factory.mktemp("deployed") / "data")
-    worker = subprocess.Popen([gymforge, "worker"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-    try:
-        assert worker.stdout is not None
-        banner = worker.stdout.readline()  # "worker of pool 'cpu' at URL; Dask scheduler ADDRESS"
-        address = banner.split("Dask scheduler")[-1].strip()
-        assert address.startswith("tcp://"), banner
-        deploy = subprocess.run([gymforge, "deploy"], env=env, capture_output=True, text=True, timeout=300,
-                                check=False)
-        assert deploy.returncode == 0, deploy.stdout + deploy.stderr
-        yield Deployed(env, address, deploy)
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)

@@ -1,7 +1,7 @@
 """Deployments run by workers, as a data engineer runs them: with Prefect's own commands (the deploy steps of
-docs/scale-out.md, word for word) and with `gymforge deploy` / `gymforge worker` (the session's ``deployed``
+docs/scale-out.md, word for word) and with `gymforge deploy` / `gymforge worker` (the module's ``deployed``
 fixture), whose backfill runs share the worker's one Dask cluster. Either way both runs complete and the catalog holds
-their artifacts."""
+their artifacts. The `train-sft` deployment runs on a `gpu` pool worker, one run at a time."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sft_fixtures import MICRO_SFT, training_root
 
 from data_contracts.catalog import Catalog
 
@@ -20,6 +23,38 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GYMFORGE = str(Path(sys.executable).parent / "gymforge")
 PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """A data root whose Prefect server a ``gymforge worker`` (the ``cpu`` pool, with its Dask cluster) holds up,
+    with the project's deployments on it (``gymforge deploy``)."""
+
+    env: dict[str, str]  # of a command on this data root, attached to nothing else
+    dask_address: str
+    deploy: subprocess.CompletedProcess[str]  # what `gymforge deploy` said
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    """One server, worker and set of deployments for this module's tests (a server, a cluster and a deploy take
+    about 30 s on 2 cores); module-scoped, so they stop when the last of those tests ends."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "GYMFORGE_DASK_ADDRESS")}
+    env["GYMFORGE_DATA"] = str(tmp_path_factory.mktemp("deployed") / "data")
+    worker = subprocess.Popen([GYMFORGE, "worker"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        assert worker.stdout is not None
+        banner = worker.stdout.readline()  # "worker of pool 'cpu' at URL; Dask scheduler ADDRESS"
+        address = banner.split("Dask scheduler")[-1].strip()
+        assert address.startswith("tcp://"), banner
+        deploy = subprocess.run([GYMFORGE, "deploy"], env=env, capture_output=True, text=True, timeout=300,
+                                check=False)
+        assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+        yield Deployed(env, address, deploy)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
 
 
 def _transitions(address: str) -> int:
@@ -30,7 +65,6 @@ def _transitions(address: str) -> int:
         return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
 
 
-@pytest.mark.xdist_group("deployments")
 def test_backfill_runs_share_the_workers_cluster(deployed) -> None:
     assert "schedule of data-refresh: cron '0 2 * * *' (UTC), ON" in deployed.deploy.stdout  # it says what it turned on
     before = _transitions(deployed.dask_address)
@@ -119,7 +153,6 @@ def _data_refresh_schedule_active(env: dict[str, str]) -> bool:
     return any(schedule["active"] for schedule in deployment["schedules"])
 
 
-@pytest.mark.xdist_group("deployments")
 def test_prefect_deploy_and_prefect_worker_run_the_backfill(deployed, tmp_path: Path) -> None:
     """The steps of docs/scale-out.md: the data root's server (`gymforge ui --detach`), the `cpu` and `gpu` process
     pools, `prefect deploy --all`, `prefect worker start --pool cpu` on a machine whose environment names the data
@@ -184,3 +217,69 @@ def _wait_for_runs(env: dict[str, str], names: list[str], timeout_s: float = 300
             return states
         assert time.monotonic() < deadline, f"runs not finished: {states}"
         time.sleep(0.5)
+
+
+def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(deployed, tmp_path: Path) -> None:
+    """On the module's deployments (``deployed``: a cpu pool worker holds their data root's server up); the run
+    trains on another data root, named by its ``data_dir`` parameter."""
+    data, key, base = training_root(tmp_path)
+    worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=deployed.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert worker.stdout is not None
+        banner = worker.stdout.readline()  # it leases the data root's server while it runs
+        assert "worker of pool 'gpu'" in banner, banner
+        api_url = banner.split(" at ")[1].split(";")[0].rstrip("/") + "/api"
+        state, pool, deployment = _run_deployment(api_url, {
+            "data": [key], "base": str(base), "overrides": {**MICRO_SFT, "max_steps": 4}, "data_dir": str(data)})
+        assert state == "Completed"
+        assert pool["concurrency_limit"] == 1 and pool["type"] == "process"
+        assert deployment["concurrency_limit"] == 1 and deployment["work_pool_name"] == "gpu"
+        # a misspelt deployment parameter: the run fails with one clean line in its logs, no traceback
+        state, _, deployment = _run_deployment(api_url, {"data": [key], "base": str(base), "data_dir": str(data),
+                                                         "overrides": {"lerning_rate": 1e-3}})
+        assert state == "Failed"
+        errors = [log["message"] for log in deployment["logs"] if log["level"] >= 40]
+        assert errors == ["sft: lerning_rate is not a field (did you mean learning_rate?)"], deployment["logs"]
+        assert not any("Traceback" in log["message"] for log in deployment["logs"])
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    assert len(Catalog(data).entries(stage="sft", status="published")) >= 1
+
+
+def _run_deployment(api_url: str, parameters: dict) -> tuple[str, dict, dict]:
+    import asyncio
+
+    from prefect import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        flow_run = run_deployment("train-sft/train-sft", parameters=parameters, timeout=0)
+
+        async def wait() -> tuple[str, dict, dict]:
+            async with get_client() as client:
+                deadline = time.monotonic() + 600
+                while True:
+                    run = await client.read_flow_run(flow_run.id)
+                    if run.state is not None and run.state.is_final():
+                        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+                        pool = await client.read_work_pool("gpu")
+                        deployment = await client.read_deployment(run.deployment_id)
+                        # the run's process sends its logs in batches: wait for the engine's last line
+                        logs = []
+                        while not any(log.message.startswith("Finished in state") for log in logs):
+                            assert time.monotonic() < deadline, f"the run's logs never ended: {logs}"
+                            await asyncio.sleep(0.5)
+                            logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+                        return (run.state.name, pool.model_dump(mode="json"),
+                                {"concurrency_limit": deployment.global_concurrency_limit.limit
+                                 if deployment.global_concurrency_limit else None,
+                                 "work_pool_name": deployment.work_pool_name,
+                                 "logs": [log.model_dump() for log in logs]})
+                    assert time.monotonic() < deadline, f"the run is still {run.state}"
+                    await asyncio.sleep(0.5)
+
+        return asyncio.run(wait())

@@ -1,7 +1,7 @@
 """The `train_sft` flow on a real Prefect server, as an ML engineer runs it: the tiny profile's config publishes a
 model artifact that `gymforge serve` and the `hf:` engine load, a re-run is a cache hit, a killed run publishes
-nothing and `--resume` continues from its last complete checkpoint, and the `train-sft` deployment runs on a `gpu`
-pool worker, one run at a time. A micro model and short conversations keep the training itself to seconds."""
+nothing and `--resume` continues from its last complete checkpoint (the `train-sft` deployment on a `gpu` pool worker:
+tests/flows/test_deploy.py). A micro model and short conversations keep the training itself to seconds."""
 
 from __future__ import annotations
 
@@ -15,26 +15,20 @@ import time
 from pathlib import Path
 
 import pytest
-from sft_fixtures import double_trajectories, micro_base
+from sft_fixtures import MICRO_SFT, training_root
 
 from data_contracts.catalog import Catalog
 from data_contracts.roots import open_store
-from data_contracts.runner import execute_stage
 from inference.checkpoint import read_card
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GYMFORGE = str(Path(sys.executable).parent / "gymforge")
-# The tiny profile's sft section, shortened for the micro model: every other field is the profile's.
-OVERRIDES = {"max_steps": 6, "save_steps": 3, "max_length": 1024, "learning_rate": 1e-2, "eval_tool_calls": 2}
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
-    """A data root holding a published trajectory artifact, and a base model directory."""
-    data = tmp_path_factory.mktemp("train") / "data"
-    key = execute_stage(open_store(data), Catalog(data), double_trajectories, {}, {}, "p0").key
-    return data, key, micro_base(data.parent / "base")
+    return training_root(tmp_path_factory.mktemp("train"))
 
 
 @pytest.fixture()
@@ -51,7 +45,7 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
     from inference.engine_factory import load_engine
 
     data, key, base = root
-    args = {"data": [key], "base": str(base), "profile": "tiny", "overrides": OVERRIDES, "data_dir": str(data)}
+    args = {"data": [key], "base": str(base), "profile": "tiny", "overrides": MICRO_SFT, "data_dir": str(data)}
     with Runtime(data, prefect_api_url=runtime.prefect_api_url, dask=False):
         first = train_sft(**args)
         again = train_sft(**args)
@@ -65,7 +59,7 @@ def test_the_flow_publishes_a_servable_model_and_is_cached_on_a_rerun(root, env,
     # by its directory, whose content keys the run.
     from flows.train import plan_sft
 
-    continued = plan_sft([key], first["key"], overrides=OVERRIDES, data_dir=str(data))
+    continued = plan_sft([key], first["key"], overrides=MICRO_SFT, data_dir=str(data))
     assert continued.params.model_name_or_path == str(model.resolve()) and "sft" not in continued.input_keys
     assert continued.key != first["key"]
     runs = _flow_runs(data, first["key"], runtime.prefect_api_url)  # the first run and its cache hit, told apart by name
@@ -114,7 +108,7 @@ def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
 
     data, key, base = root
     env = attached(data)
-    settings = {**OVERRIDES, "max_steps": 20, "save_steps": 10, "logging_steps": 5, "eval_tool_calls": 0,
+    settings = {**MICRO_SFT, "max_steps": 20, "save_steps": 10, "logging_steps": 5, "eval_tool_calls": 0,
                 "learning_rate": 1e-3}
     args = ["train", "sft", "--data", key, "--base", str(base),
             *(arg for name, value in settings.items() for arg in ("--set", f"{name}={value}"))]
@@ -160,36 +154,6 @@ def test_a_killed_run_publishes_nothing_and_resume_continues_it(root, attached):
     assert _tensors(whole / "model.safetensors") == _tensors(artifact.directory / "model.safetensors")
 
 
-@pytest.mark.xdist_group("deployments")
-def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(root, deployed):
-    """On the session's deployments (``deployed``: a cpu pool worker holds their data root's server up); the run
-    trains on this module's data root, named by its ``data_dir`` parameter."""
-    data, key, base = root
-    worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=deployed.env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        assert worker.stdout is not None
-        banner = worker.stdout.readline()  # it leases the data root's server while it runs
-        assert "worker of pool 'gpu'" in banner, banner
-        api_url = banner.split(" at ")[1].split(";")[0].rstrip("/") + "/api"
-        state, pool, deployment = _run_deployment(api_url, {
-            "data": [key], "base": str(base), "overrides": {**OVERRIDES, "max_steps": 4}, "data_dir": str(data)})
-        assert state == "Completed"
-        assert pool["concurrency_limit"] == 1 and pool["type"] == "process"
-        assert deployment["concurrency_limit"] == 1 and deployment["work_pool_name"] == "gpu"
-        # a misspelt deployment parameter: the run fails with one clean line in its logs, no traceback
-        state, _, deployment = _run_deployment(api_url, {"data": [key], "base": str(base), "data_dir": str(data),
-                                                         "overrides": {"lerning_rate": 1e-3}})
-        assert state == "Failed"
-        errors = [log["message"] for log in deployment["logs"] if log["level"] >= 40]
-        assert errors == ["sft: lerning_rate is not a field (did you mean learning_rate?)"], deployment["logs"]
-        assert not any("Traceback" in log["message"] for log in deployment["logs"])
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
-    assert len(Catalog(data).entries(stage="sft", status="published")) >= 1
-
-
 def _tensors(path: Path) -> dict[str, bytes]:
     from safetensors.torch import load_file
 
@@ -227,43 +191,6 @@ def _flow_runs(data: Path, key: str, api_url: str) -> list[dict]:
 
     with Runtime(data, prefect_api_url=api_url, dask=False):
         return asyncio.run(read())
-
-
-def _run_deployment(api_url: str, parameters: dict) -> tuple[str, dict, dict]:
-    import asyncio
-
-    from prefect import get_client
-    from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: api_url}):
-        flow_run = run_deployment("train-sft/train-sft", parameters=parameters, timeout=0)
-
-        async def wait() -> tuple[str, dict, dict]:
-            async with get_client() as client:
-                deadline = time.monotonic() + 600
-                while True:
-                    run = await client.read_flow_run(flow_run.id)
-                    if run.state is not None and run.state.is_final():
-                        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-                        pool = await client.read_work_pool("gpu")
-                        deployment = await client.read_deployment(run.deployment_id)
-                        # the run's process sends its logs in batches: wait for the engine's last line
-                        logs = []
-                        while not any(log.message.startswith("Finished in state") for log in logs):
-                            assert time.monotonic() < deadline, f"the run's logs never ended: {logs}"
-                            await asyncio.sleep(0.5)
-                            logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
-                        return (run.state.name, pool.model_dump(mode="json"),
-                                {"concurrency_limit": deployment.global_concurrency_limit.limit
-                                 if deployment.global_concurrency_limit else None,
-                                 "work_pool_name": deployment.work_pool_name,
-                                 "logs": [log.model_dump() for log in logs]})
-                    assert time.monotonic() < deadline, f"the run is still {run.state}"
-                    await asyncio.sleep(2)
-
-        return asyncio.run(wait())
 
 
 def _free_port() -> int:

@@ -111,6 +111,21 @@ def double_trajectories(inputs, params: NoParams, partition: str) -> dict[str, p
     return {"trajectories": trajectories(10)}
 
 
+# The tiny profile's sft section, shortened for the micro model: every other field is the profile's.
+MICRO_SFT = {"max_steps": 6, "save_steps": 3, "max_length": 1024, "learning_rate": 1e-2, "eval_tool_calls": 2}
+
+
+def training_root(directory: Path) -> tuple[Path, str, Path]:
+    """A data root under ``directory`` holding a published trajectory artifact (its key), and a micro base model."""
+    from data_contracts.catalog import Catalog
+    from data_contracts.roots import open_store
+    from data_contracts.runner import execute_stage
+
+    data = directory / "data"
+    key = execute_stage(open_store(data), Catalog(data), double_trajectories, {}, {}, "p0").key
+    return data, key, micro_base(directory / "base")
+
+
 def write_gguf(checkpoint: Path, out: Path) -> Path:
     """``checkpoint`` (a Qwen2 model and gymforge's byte-level BPE) written as an unquantized GGUF file, as llama.cpp
     converts one: architecture metadata, the tokenizer as a gpt2-style token list with merges, the chat
