@@ -1,4 +1,5 @@
-"""Shared fixtures. ``runtime``: one real Prefect server and a 2-process Dask cluster for the whole session."""
+"""Shared fixtures. ``runtime``: a real Prefect server (one for all test processes) and a 2-process Dask cluster for
+the whole session."""
 
 from __future__ import annotations
 
@@ -47,11 +48,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A started ``flows.runtime.Runtime`` on a temporary data root (about 10 s to start on 2 cores)."""
+    """A started ``flows.runtime.Runtime`` on a temporary data root of this test process, with a Dask cluster of its
+    own and the Prefect server the session's test processes share: each takes a lease on a root they all see (the
+    base directory above their own temporary ones), so the first one starts the server and the last one to leave
+    stops it, as with the commands of one data root."""
+    from flows.prefect_server import ServerLease
     from flows.runtime import Runtime
 
-    with Runtime(tmp_path_factory.mktemp("gymforge-data"), n_workers=2) as rt:
-        yield rt
+    base = tmp_path_factory.getbasetemp()
+    lease = ServerLease((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "session-prefect")
+    try:
+        with Runtime(tmp_path_factory.mktemp("gymforge-data"), prefect_api_url=lease.acquire(), n_workers=2) as rt:
+            yield rt
+    finally:
+        lease.release()
 
 
 @pytest.fixture(scope="session")
