@@ -133,6 +133,7 @@ def row_owners(spec: DomainSpec, rows: Rows) -> dict[str, dict[Any, frozenset[st
     database contradicts itself)."""
     customer = spec.customer_entity
     by_key = {e.name: {r[e.key]: r for r in rows.get(e.name, ())} for e in spec.entities}
+    carrying = {e.name: carriers(spec, e.name) for e in spec.entities}  # once per entity, not per row
     memo: dict[tuple[str, Any], frozenset[str]] = {}
 
     def owners(entity: str, key: Any, seen: frozenset[str]) -> frozenset[str]:
@@ -145,7 +146,7 @@ def row_owners(spec: DomainSpec, rows: Rows) -> dict[str, dict[Any, frozenset[st
             found = frozenset({str(key)})
         else:
             found = frozenset().union(*(owners(r.to, row[r.field], seen | {entity})
-                                        for r in carriers(spec, entity)
+                                        for r in carrying[entity]
                                         if row.get(r.field) is not None and r.to not in seen))
         memo[(entity, key)] = found
         return found
