@@ -1,5 +1,4 @@
-"""Shared fixtures. ``runtime``: a real Prefect server (one for all test processes) and a 2-process Dask cluster for
-the whole session."""
+"""Shared fixtures. ``runtime``: one real Prefect server and a 2-process Dask cluster for the whole session."""
 
 from __future__ import annotations
 
@@ -47,27 +46,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def server_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The root whose Prefect server the session's test processes share: one they all see (with xdist, the base
-    directory above their own temporary ones)."""
-    base = tmp_path_factory.getbasetemp()
-    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "session-prefect"
-
-
-@pytest.fixture(scope="session")
-def runtime(tmp_path_factory: pytest.TempPathFactory, server_root: Path) -> Iterator[object]:
-    """A started ``flows.runtime.Runtime`` on a temporary data root of this test process, with a Dask cluster of its
-    own and the Prefect server of ``server_root``: each test process takes a lease on it, so the first one starts
-    the server and the last one to leave stops it, as with the commands of one data root."""
-    from flows.prefect_server import ServerLease
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A started ``flows.runtime.Runtime`` on a temporary data root (about 10 s to start on 2 cores)."""
     from flows.runtime import Runtime
 
-    lease = ServerLease(server_root)
-    try:
-        with Runtime(tmp_path_factory.mktemp("gymforge-data"), prefect_api_url=lease.acquire(), n_workers=2) as rt:
-            yield rt
-    finally:
-        lease.release()
+    with Runtime(tmp_path_factory.mktemp("gymforge-data"), n_workers=2) as rt:
+        yield rt
 
 
 @pytest.fixture(scope="session")

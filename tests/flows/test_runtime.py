@@ -59,10 +59,10 @@ def test_the_runtimes_cluster_samples_itself_seldom_and_profiles_nothing(runtime
 
 
 @pytest.mark.integration
-def test_a_recorded_server_is_reused(runtime, server_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ServerHome(server_root).live_record()["api_url"] == runtime.prefect_api_url
+def test_a_recorded_server_is_reused(runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ServerHome(runtime.root).live_record()["api_url"] == runtime.prefect_api_url
     monkeypatch.delenv("PREFECT_API_URL")  # so only server.json can lead the new Runtime to the running server
-    with Runtime(server_root, dask=False) as rt:
+    with Runtime(runtime.root, dask=False) as rt:
         assert rt.prefect_api_url == runtime.prefect_api_url and not rt.started_server
     time.sleep(1.5)  # the guardian looks at the leases every 0.5 s
     assert healthy(runtime.prefect_api_url), "the inner runtime's release leaves the session's lease standing"
