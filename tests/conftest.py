@@ -1,4 +1,4 @@
-"""Shared fixtures. ``runtime``: one real Prefect server and a one-worker Dask cluster for the whole session."""
+"""Shared fixtures. ``runtime``: one real Prefect server and a 2-process Dask cluster for the whole session."""
 
 from __future__ import annotations
 
@@ -47,12 +47,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A started ``flows.runtime.Runtime`` on a temporary data root (about 10 s to start on 2 cores). One Dask worker
-    process: the test processes already keep both cores busy, and a second worker each cost its start and its idling
-    for the whole session."""
+    """A started ``flows.runtime.Runtime`` on a temporary data root (about 10 s to start on 2 cores)."""
     from flows.runtime import Runtime
 
-    with Runtime(tmp_path_factory.mktemp("gymforge-data"), n_workers=1) as rt:
+    with Runtime(tmp_path_factory.mktemp("gymforge-data"), n_workers=2) as rt:
         yield rt
 
 
