@@ -27,8 +27,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gymforge demo --profile tiny --base $(SMOLLM2_GGUF)
 
-# Two test processes (each with its own session Prefect server and Dask cluster): about 800 CPU-s, 9 min 14 s on a
-# quiet 2-core machine (bench/RESULTS.md); three took longer. The slowest tests are listed at the end.
+# Two test processes (each with its own session Prefect server and Dask cluster): about 980 CPU-s of the whole machine,
+# 8 min 20 s to 9 min on a quiet 2-core machine (bench/RESULTS.md); three took longer. The slowest tests are listed.
 # The tests of a file that share a module-scoped fixture run in one process, so it is built once and stops with the
 # file's last test (the deployment tests: one server and worker); tests/conftest.py groups them.
 TEST_WORKERS ?= 2
