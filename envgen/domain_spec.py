@@ -65,7 +65,7 @@ from __future__ import annotations
 import hashlib
 import keyword
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -382,7 +382,7 @@ class DomainSpecError(ValueError):
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _parsed(text: str, parse: Any) -> Any:
+def _parsed(text: str, parse: Callable[..., Any]) -> Any:
     """``parse(text, Loader=...)`` (``yaml.load`` or ``yaml.compose``) with the fast loader; its error is the
     pure-Python loader's."""
     try:

@@ -73,10 +73,24 @@ def test_single_problem_is_named(path: tuple, value: object, needle: str) -> Non
 
 
 def test_not_yaml_and_not_mapping() -> None:
-    with pytest.raises(DomainSpecError, match="not valid YAML"):
+    with pytest.raises(DomainSpecError, match="not valid YAML") as info:
         parse_domain_spec("a: [b")
+    assert "    a: [b\n       ^" in str(info.value)  # the line quoted, a caret under the problem
     with pytest.raises(DomainSpecError, match="top level"):
         parse_domain_spec("- 1\n- 2\n")
+
+
+@pytest.mark.parametrize("name", sorted(domain_paths()))
+def test_the_fast_loader_reads_every_shipped_spec_as_the_pure_python_one(name: str, monkeypatch) -> None:
+    """Specs are parsed with libyaml's loader: the same document, and the same node lines for the messages."""
+    from envgen import domain_spec
+
+    assert domain_spec._FAST_LOADER is yaml.CSafeLoader  # the installed PyYAML has libyaml: the fast path runs
+    text = domain_paths()[name].read_text()
+    assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text)
+    fast = domain_spec._line_map(text)
+    monkeypatch.setattr(domain_spec, "_FAST_LOADER", yaml.SafeLoader)
+    assert fast and fast == domain_spec._line_map(text)
 
 
 def test_resolve_domains() -> None:
