@@ -67,7 +67,7 @@ import keyword
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -415,9 +415,14 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
 
 
 class _Problems:
-    def __init__(self, lines: dict[tuple[Any, ...], int]) -> None:
-        self.lines = lines
+    def __init__(self, text: str) -> None:
+        self.text = text
         self.items: list[str] = []
+
+    @cached_property
+    def lines(self) -> dict[tuple[Any, ...], int]:
+        """Parsed again for the node lines only when a problem is reported: a sound spec is parsed once."""
+        return _line_map(self.text)
 
     def line(self, path: Iterable[Any]) -> int | None:
         """The line of ``path``, or of its nearest ancestor the YAML has."""
@@ -782,7 +787,7 @@ def parse_domain_spec(text: str, source: str = "<string>") -> DomainSpec:
         raw = _parsed(text, yaml.load)
     except yaml.YAMLError as exc:
         raise DomainSpecError(source, [f"not valid YAML: {exc}"]) from None
-    problems = _Problems(_line_map(text))
+    problems = _Problems(text)
     if not isinstance(raw, dict):
         raise DomainSpecError(source, ["the top level must be a mapping with name, description, now, entities, actions"])
     try:
