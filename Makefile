@@ -31,9 +31,12 @@ demo: $(STAMP)
 # 8 min 20 s to 9 min on a quiet 2-core machine (bench/RESULTS.md); three took longer. The slowest tests are listed.
 # The tests of a file that share a module-scoped fixture run in one process, so it is built once and stops with the
 # file's last test (the deployment tests: one server and worker); tests/conftest.py groups them.
+# The suite starts about a hundred Python processes: with bytecode caches written (a machine may turn them off with
+# PYTHONDONTWRITEBYTECODE), each imports the project's compiled modules and pytest's rewritten test modules instead
+# of compiling them again.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -3,6 +3,8 @@ reference teacher, and engine wrappers (test doubles) that record, fail or rewri
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +31,9 @@ def small_world() -> dict[str, pl.DataFrame]:
 
 @lru_cache(maxsize=1)
 def index_dir() -> str:
-    directory = Path(tempfile.mkdtemp(prefix="gymforge-research-")) / "index"
+    root = Path(tempfile.mkdtemp(prefix="gymforge-research-"))
+    atexit.register(shutil.rmtree, root, True)
+    directory = root / "index"
     SearchIndex.build(load_corpus(small_world()["documents"]), directory)
     return str(directory)
 
