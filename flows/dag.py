@@ -1,7 +1,7 @@
 """The Prefect side of the data DAG: one generic task that runs any Stage, the flows, and ``materialize``.
 
 ``run_stage`` wraps ``data_contracts.runner.execute_stage`` (key, cache, run, gate, publish or quarantine). The
-flows plan the DAG (validating every stage's params before anything runs), then submit one task per stage whose
+flows plan the DAG (``flows/plan.py``: every stage's params validated before anything runs), then submit one task per stage whose
 ``input_keys`` are the upstream stages' futures: Prefect makes the task wait for them and hands it their StageRun
 records (keys and row counts, never frames). Independent stages run in parallel on Dask, and a failed stage
 blocks exactly the stages downstream of it.
@@ -30,12 +30,13 @@ from prefect.states import State
 from data_contracts.catalog import Catalog
 from data_contracts.data_docs import build_data_docs
 from data_contracts.roots import data_root, open_store
-from data_contracts.runner import ContractViolation, StageRun, execute_stage, plan, planned_keys
+from data_contracts.runner import ContractViolation, StageRun, execute_stage
 from data_contracts.stage import StageError
 from data_contracts.store import ArtifactStore, PublishedArtifact
 from flows.figures import draw_figure, figure_markdown
-from flows.profiles import Overrides, parse, stage_params
-from flows.registry import discover, stage_named
+from flows.plan import PlannedStage, plan_dag
+from flows.profiles import Overrides, parse
+from flows.registry import stage_named
 from flows.runtime import DASK_ENV, Runtime, cluster_kwargs
 
 # Transient failures (a flaky filesystem, a timeout) are retried; a contract violation or a bad stage is not:
@@ -194,38 +195,6 @@ def on_stage_done(listener: Listener) -> Iterator[None]:
         yield
     finally:
         _listener.reset(token)
-
-
-@dataclass(frozen=True)
-class PlannedStage:
-    name: str
-    key: str  # as computed from this process's copy of the stages; the summary reports the published one
-    params_json: str
-    inputs: tuple[str, ...]
-    force: bool
-
-
-def plan_dag(
-    targets: Sequence[str] | None,
-    profile: str,
-    partition: str,
-    *,
-    overrides: Overrides | None = None,
-    force: bool = False,
-) -> list[PlannedStage]:
-    """The targets (default: every registered stage) and their upstream closure in topological order, each with
-    its params and artifact key; ``force`` applies to the targets only."""
-    params = stage_params(profile, overrides)
-    names = list(targets) if targets else sorted(n for n, s in discover().items() if s.resources == "cpu")
-    order = plan(names, stage_named, params)
-    for stage in order:
-        if stage.resources != "cpu":  # a Dask worker is a daemonic process: no torch workers, no vLLM (DESIGN.md 4)
-            raise StageError(f"stage {stage.name!r} needs a GPU worker, not the data DAG: run it with its flow "
-                             "(`gymforge train ...`) or its deployment on the gpu pool")
-    keys = planned_keys(order, params, partition)
-    return [PlannedStage(stage.name, keys[stage.name], json.dumps(params.get(stage.name, {}), sort_keys=True),
-                         stage.reads(stage.parse_params(params.get(stage.name, {}))), force and stage.name in names)
-            for stage in order]
 
 
 def _summary_row(stage: PlannedStage, partition: str, state: State, result: Any) -> dict[str, Any]:

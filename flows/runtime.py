@@ -231,11 +231,12 @@ def _sigterm_raises() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         raise Terminated(128 + signum)
 
-    # while a flow runs, Prefect's own SIGTERM handler raises its TerminationSignal instead
-    from prefect.exceptions import TerminationSignal
-
     def unraisable(info: Any) -> None:
-        lost = (signal.SIGTERM if isinstance(info.exc_value, Terminated | TerminationSignal)
+        # while a flow runs, Prefect's own SIGTERM handler raises its TerminationSignal instead (looked up only once
+        # a flow loaded Prefect: the runtime's checks come first, without it)
+        prefect_errors = sys.modules.get("prefect.exceptions")
+        terminations = (Terminated, prefect_errors.TerminationSignal) if prefect_errors else (Terminated,)
+        lost = (signal.SIGTERM if isinstance(info.exc_value, terminations)
                 else signal.SIGINT if isinstance(info.exc_value, KeyboardInterrupt) else None)
         if lost is not None:
             # from another thread, a moment later: sent from here, the handler would run inside this hook

@@ -211,13 +211,16 @@ def _refresh_with_progress(
         TimeElapsedColumn,
     )
 
-    from flows.dag import PipelineFailed, on_stage_done, plan_dag, refresh
+    from flows.plan import plan_dag
     from flows.runtime import Runtime
 
     planned = plan_dag(stages, profile, partition, force=force)  # bad names and params fail before anything starts
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     title = f"data-refresh {partition} (profile {profile})"
     with Runtime() as rt:  # the data root, API and scheduler the global options exported
+        # Prefect and the stages' flows: once the settings proved sound
+        from flows.dag import PipelineFailed, on_stage_done, refresh
+
         console.print(f"Prefect UI: {rt.ui_url}   data root: {rt.root}")
         with Progress(*columns, console=errors, transient=True) as progress:
             bar = progress.add_task(title, total=len(planned))
@@ -297,14 +300,15 @@ def backfill(
     poll its pool (`prefect worker start --pool cpu`); the command returns once the runs exist. Re-running the
     same backfill returns the same runs.
     """
-    from flows.backfill import run_backfill
-    from flows.dag import plan_dag
+    from flows.plan import plan_dag
     from flows.runtime import Runtime
 
     names = [p.strip() for p in partitions.split(",") if p.strip()]
     with _clean_errors():
         plan_dag([stage], profile, names[0] if names else "default")  # a bad stage or profile fails here, not in N runs
         with Runtime(dask=serve) as rt:
+            from flows.backfill import run_backfill  # Prefect: once the settings proved sound
+
             runs = run_backfill(stage, names, force=force, profile=profile, serve=serve,
                                 data_dir=str(rt.root) if serve else None)
     # a server this command started stops with it: point at the command that brings the UI back instead

@@ -99,9 +99,11 @@ def register(app: typer.Typer) -> None:
         check_options("keychain", keychain_options)
         overrides: dict[str, dict[str, Any]] = {"qa_seeds": {"source": seed_source(seeds)},
                                                 "keychain": keychain_options}
-        from flows.dag import materialize, plan_dag  # Prefect and Dask: after the options' own checks
+        from flows.plan import plan_dag
 
         plan_dag(["keychain"], profile, "default", overrides=overrides)  # with the profile, still before any start
+        from flows.dag import materialize  # Prefect and Dask: after every check
+
         artifact = materialize(["keychain"], profile=profile, overrides=overrides, data_dir=data_dir)["keychain"]
         frame, rejected = artifact.read("keychain"), artifact.read("rejected")
         write_frame(frame, out)

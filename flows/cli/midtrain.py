@@ -137,9 +137,11 @@ def _materialize_with_progress(targets: list[str], profile: str, overrides: dict
                                data_dir: Path | None) -> dict[str, Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from flows.dag import materialize, on_stage_done, plan_dag
+    from flows.plan import plan_dag
 
     planned = plan_dag(targets, profile, "default", overrides=overrides)  # bad params fail before any start
+    from flows.dag import materialize, on_stage_done  # Prefect and Dask: after the plan
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} stages"),
                   TimeElapsedColumn()) as bar:
         task = bar.add_task("materializing", total=len(planned))

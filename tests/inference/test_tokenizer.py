@@ -272,7 +272,7 @@ def test_domain_graphs_enter_the_key_only_with_domain_text():
 @pytest.mark.parametrize(("domain_text", "planned"), [(False, ["world", "tokenizer"]),
                                                       (True, ["domain_graphs", "world", "tokenizer"])])
 def test_the_data_dag_builds_domain_graphs_for_the_tokenizer_only_with_domain_text(domain_text, planned):
-    from flows.dag import plan_dag
+    from flows.plan import plan_dag
 
     plan = plan_dag(["tokenizer"], "tiny", "default", overrides={"tokenizer": {"domain_text": domain_text}})
     assert [stage.name for stage in plan] == planned
