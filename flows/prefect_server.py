@@ -261,20 +261,26 @@ def _drop_record(server: ServerHome) -> None:
 
 
 def _migrated_template() -> Path:
-    """An empty SQLite database migrated to the installed Prefect version, made once per cache directory (several
-    processes may race to make it: each builds its own and renames it into place)."""
+    """An empty SQLite database migrated to the installed Prefect version, made once per cache directory: servers
+    starting side by side (a machine's first) wait for the first to make it rather than each migrating one (about
+    10 CPU-s each)."""
     from importlib.metadata import version
 
     template = cache_dir() / "prefect" / f"prefect-{version('prefect')}.db"
     if template.is_file():
         return template
     template.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=template.parent) as scratch:
-        database = Path(scratch) / "prefect.db"
-        env = os.environ | {"PREFECT_HOME": scratch, DATABASE_ENV: f"sqlite+aiosqlite:///{database}"}
-        subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], env=env,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True, timeout=SERVER_START_TIMEOUT_S)
-        os.replace(database, template)
+    with open(template.parent / "template.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if template.is_file():  # made while this process waited
+            return template
+        with tempfile.TemporaryDirectory(dir=template.parent) as scratch:
+            database = Path(scratch) / "prefect.db"
+            env = os.environ | {"PREFECT_HOME": scratch, DATABASE_ENV: f"sqlite+aiosqlite:///{database}"}
+            subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True,
+                           timeout=SERVER_START_TIMEOUT_S)
+            os.replace(database, template)
     return template
 
 

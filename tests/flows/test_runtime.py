@@ -254,3 +254,30 @@ def test_a_ctrl_c_lost_in_a_finalizer_is_delivered_again() -> None:
         while time.monotonic() < deadline:
             pass
     assert time.monotonic() < deadline
+
+
+def test_servers_starting_side_by_side_migrate_one_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine's first servers (the suite's two session servers, a user's parallel runs) wait for one migration of
+    the template database instead of each running their own."""
+    import threading
+
+    from flows import prefect_server
+
+    migrations: list[str] = []
+
+    def migrate_slowly(command: list[str], env: dict[str, str], **kwargs: object) -> None:  # test double of the CLI
+        migrations.append(env[prefect_server.DATABASE_ENV])
+        time.sleep(0.5)  # long enough for the other thread to find no template and queue on the lock
+        Path(env[prefect_server.DATABASE_ENV].removeprefix("sqlite+aiosqlite:///")).write_bytes(b"migrated")
+
+    monkeypatch.setenv("GYMFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(prefect_server.subprocess, "run", migrate_slowly)
+    templates: list[Path] = []
+    threads = [threading.Thread(target=lambda: templates.append(prefect_server._migrated_template()))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(migrations) == 1
+    assert templates[0] == templates[1] and templates[0].read_bytes() == b"migrated"

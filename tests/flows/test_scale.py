@@ -158,8 +158,11 @@ def test_two_refreshes_and_a_backfill_at_once_on_one_data_root(cluster: DaskClus
     server race-free (one wins, the others lease it), publish each artifact once between them, and neither they nor a
     reader of the catalog meanwhile sees "database is locked". Slow (about 30 s on 2 cores) by its subject: three
     commands, each its own process, race to start one server."""
+    from data_contracts.content import cache_dir
+
     root = tmp_path / "data"
-    env = _env(tmp_path, s3)
+    # a local root: the machine's cache will do, whose migrated Prefect database the session's server made
+    env = _env(tmp_path, s3, GYMFORGE_CACHE=str(cache_dir()))
     common = [GYMFORGE, "--data-dir", str(root), "--dask-address", cluster.address]
     commands = [[*common, "run", "test_double_square", "--partition", "both"]] * 2
     commands.append([*common, "backfill", "--stage", "test_double_square", "--partitions", "both", "--serve"])
