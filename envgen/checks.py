@@ -24,8 +24,9 @@ from envgen.construct import MIN_DOMAIN_TOOLS, MIN_TOOLS, executability, spoken_
 from envgen.customers import database_rows, owned_entities, ownership_contradictions
 from envgen.domain_spec import DomainSpec, DomainSpecError, load_spec, says
 from envgen.environment import Environment, domain_for, json_field, replay
+from envgen.mutations import MUTATIONS
 from envgen.seeding import engine_from_bytes
-from envgen.taskgen import MUTATIONS, build_verified, mutate
+from envgen.taskgen import build_verified, mutate
 
 
 def golden_fails(frame: pl.DataFrame) -> list[bool]:

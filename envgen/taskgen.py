@@ -44,10 +44,10 @@ from envgen.customers import POLICY as CUSTOMER_POLICY
 from envgen.customers import owned_entities
 from envgen.domain_spec import EntitySpec, FieldSpec
 from envgen.environment import Environment, replay
+from envgen.mutations import MUTATIONS
 from envgen.seeding import engine_from_bytes, sqlite_bytes
 from envgen.tools import Executor, call_tool, render_value, spoken
 
-MUTATIONS = ("drop-write", "wrong-arg", "wrong-row", "extra-write")
 OPENERS = ("Hi, I need some help.", "Hello!", "Good afternoon.", "Hi there.", "Hello, I have a request.")
 
 

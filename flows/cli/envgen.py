@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from data_contracts.files import atomic_dir
-from envgen.taskgen import MUTATIONS
+from envgen.mutations import MUTATIONS
 from flows.cli.data import DataDirOpt, require_new_dir
 
 DomainsOpt = Annotated[str, typer.Option(help="'all' or a comma-separated list of domains.")]

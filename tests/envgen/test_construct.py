@@ -28,9 +28,9 @@ from envgen.construct import (
 )
 from envgen.domain_spec import domain_paths, parse_domain_spec
 from envgen.environment import Environment, replay
+from envgen.mutations import MUTATIONS
 from envgen.seeding import engine_from_bytes, generate_rows, load_rows, memory_engine, seeded_memory_engine
 from envgen.taskgen import (
-    MUTATIONS,
     TaskSettings,
     environment_record,
     make_task,

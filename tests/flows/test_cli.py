@@ -39,6 +39,17 @@ def test_help_lists_the_commands(cli) -> None:
         assert command in result.output
 
 
+def test_the_command_line_loads_no_heavy_library_before_a_command_needs_it() -> None:
+    """Every command, and every rollout controller a training run spawns (it imports the command line again as its
+    main module), pays for the command line's import: Prefect, Dask, torch, GX and the environment machinery load
+    inside the commands that use them."""
+    heavy = ("prefect", "distributed", "torch", "transformers", "great_expectations", "duckdb", "envgen.taskgen",
+             "envgen.construct")
+    script = f"import sys, flows.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def test_artifacts_on_an_empty_data_root(cli, tmp_path: Path) -> None:
     result = cli("--data-dir", tmp_path, "artifacts", "ls")
     assert result.exit_code == 0 and "no artifacts yet" in result.output

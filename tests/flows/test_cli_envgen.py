@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from envgen.bundle import read_bundle, write_bundle
 from envgen.compiler import compiled
 from envgen.construct import ConstructionSettings, build_environment
-from envgen.taskgen import MUTATIONS, TaskSettings, environment_record, make_task
+from envgen.mutations import MUTATIONS
+from envgen.taskgen import TaskSettings, environment_record, make_task
 from flows.cli import app
 
 runner = CliRunner()
