@@ -29,11 +29,11 @@ demo: $(STAMP)
 
 # Two test processes (each with its own session Prefect server and Dask cluster): 950-1,670 busy CPU-s of the whole
 # machine, 8 min 30 s to 14 min 30 s on a quiet 2-core machine, as fast as the machine happens to be
-# (bench/RESULTS.md, bench/suite_processes.py). The slowest tests are listed. The tests of a file that share a module-scoped fixture
-# run in one process, so it is built once and stops with the file's last test (the deployment tests: one server and
-# worker); tests/conftest.py groups them. The suite starts about 220 processes: with bytecode caches written (a
-# machine may turn them off with PYTHONDONTWRITEBYTECODE), they import the project's compiled modules and pytest's
-# rewritten test modules instead of compiling them again.
+# (bench/RESULTS.md, bench/suite_processes.py). The slowest tests are listed. The tests of a file that share a
+# module-scoped fixture run in one process, so it is built once and stops with the file's last test (the deployment
+# tests: one server and worker); tests/conftest.py groups them. The suite starts about 220 processes: with bytecode
+# caches written (a machine may turn them off with PYTHONDONTWRITEBYTECODE), they import the project's compiled
+# modules and pytest's rewritten test modules instead of compiling them again.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15

@@ -1,10 +1,10 @@
 """The Prefect side of the data DAG: one generic task that runs any Stage, the flows, and ``materialize``.
 
 ``run_stage`` wraps ``data_contracts.runner.execute_stage`` (key, cache, run, gate, publish or quarantine). The
-flows plan the DAG (``flows/plan.py``: every stage's params validated before anything runs), then submit one task per stage whose
-``input_keys`` are the upstream stages' futures: Prefect makes the task wait for them and hands it their StageRun
-records (keys and row counts, never frames). Independent stages run in parallel on Dask, and a failed stage
-blocks exactly the stages downstream of it.
+flows plan the DAG (``flows/plan.py``: every stage's params validated before anything runs), then submit one task
+per stage whose ``input_keys`` are the upstream stages' futures: Prefect makes the task wait for them and hands it
+their StageRun records (keys and row counts, never frames). Independent stages run in parallel on Dask, and a
+failed stage blocks exactly the stages downstream of it.
 
 Room CLIs run stages "through the store" with :func:`materialize`.
 """

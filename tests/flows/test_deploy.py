@@ -110,7 +110,8 @@ def test_a_background_worker_stops_on_sigint_and_sigterm_and_deploy_paused_turns
             assert worker.wait(timeout=60) == 128 + signum
             assert "Traceback" not in worker.stderr.read()
             assert not psutil.pid_exists(prefect_worker) or psutil.Process(prefect_worker).status() == "zombie"
-            if signum == signal.SIGINT:  # the other worker holds the server: it stays (its guardian looks twice a second)
+            if signum == signal.SIGINT:
+                # the other worker holds the server: it stays (its guardian looks twice a second)
                 time.sleep(1.5)
                 assert server.live_record() is not None, "the server stopped while the other worker held it"
         deadline = time.monotonic() + 30
