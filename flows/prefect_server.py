@@ -127,13 +127,10 @@ class ServerHome:
         self.record = self.home / "server.json"
         self.leases = self.home / "leases"
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self) -> contextlib.AbstractContextManager[None]:
         """Serializes reading the record and taking a lease against the guardian's decision to stop."""
         self.leases.mkdir(parents=True, exist_ok=True)
-        with open(self.home / "server.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
+        return _exclusive(self.home / "server.lock")
 
     def live_record(self) -> dict[str, Any] | None:
         """``{pid, api_url}`` of this data root's live server, or None (a stale record is removed)."""
@@ -260,6 +257,14 @@ def _drop_record(server: ServerHome) -> None:
             server.record.unlink()
 
 
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``lock_path`` against other processes (and other threads' opens of it)."""
+    with open(lock_path, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _migrated_template() -> Path:
     """An empty SQLite database migrated to the installed Prefect version, made once per cache directory: servers
     starting side by side (a machine's first) wait for the first to make it rather than each migrating one (about
@@ -270,8 +275,7 @@ def _migrated_template() -> Path:
     if template.is_file():
         return template
     template.parent.mkdir(parents=True, exist_ok=True)
-    with open(template.parent / "template.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _exclusive(template.parent / "template.lock"):
         if template.is_file():  # made while this process waited
             return template
         with tempfile.TemporaryDirectory(dir=template.parent) as scratch:
