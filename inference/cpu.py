@@ -50,3 +50,15 @@ def _glibc_mallopt() -> Callable[[int, int], int] | None:
     mallopt = ctypes.CDLL(None).mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     return mallopt
+
+
+def native_bf16(on_cpu: bool) -> bool:
+    """Whether bf16 matrix products run natively where this process computes: a GPU, or a CPU whose oneDNN has a
+    bf16 path (AVX512, AVX512-BF16, AMX). Elsewhere torch multiplies bf16 matrices with a reference kernel: on an
+    AVX2-only CPU a bf16 product took 87 times a float32 one (bench/bench_bf16.py), so bf16 autocast there is a
+    slowdown, not a saving."""
+    import torch
+
+    if not on_cpu and torch.cuda.is_available():
+        return True
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

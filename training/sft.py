@@ -45,7 +45,7 @@ from pydantic import Field, field_validator, model_validator
 from data_contracts.stage import REJECTED, Artifact, Params, StageError, stage
 from data_contracts.store import code_version
 from inference.checkpoint import MODEL_DIRECTORY, equals_parent, read_card, save_model
-from inference.cpu import tune_allocator
+from inference.cpu import native_bf16, tune_allocator
 from inference.plotting import save_figure
 from inference.progress import RunProgress
 from training.adapters import ADAPTER, LoraSettings, adapter_card, keep_frozen_outputs, merge_adapter
@@ -131,7 +131,8 @@ class SFTParams(Params):
     use_cpu: bool = Field(False, description="train on the CPU even when an accelerator is present")
     bf16: bool = Field(False, description="bf16 autocast mixed precision, and the held-out turns decoded by a bf16 "
                                           "copy: GPUs, and CPUs with bf16 units (the small profile; measured in "
-                                          "bench/RESULTS.md); off by default")
+                                          "bench/RESULTS.md; on a CPU without them the run says so and trains in "
+                                          "float32); off by default")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass (GPU "
                                                             "memory); TRL's default True only slows a CPU down")
     num_processes: int = Field(1, gt=0, description="data-parallel processes; above 1 training runs under "
@@ -528,6 +529,10 @@ def loss_figure(artifact: Artifact, path: Path) -> None:
 def sft(inputs: Mapping[str, Artifact], params: SFTParams, partition: str, out_dir: Path) -> dict[str, pl.DataFrame]:
     """Cold-start SFT of a base model on trajectory artifacts (TRL SFTTrainer, assistant turns by train flag)."""
     tune_allocator()  # before torch allocates (inference/cpu.py)
+    if params.bf16 and not native_bf16(params.use_cpu):
+        log.warning("sft: bf16 off: this CPU has no bf16 matrix path, where bf16 autocast is tens of times slower "
+                    "than float32; training and held-out decoding run in float32 (the card says so)")
+        params = params.model_copy(update={"bf16": False})
     base_dir, base, data = split_inputs(inputs, params)
     model, tokenizer, template = load_base(base_dir, params.chat_template)
     if template.template is not None:

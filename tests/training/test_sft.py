@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sft_fixtures import TOOLS, conversation, micro_base, trajectories, trajectory_artifact, trajectory_row
 
+import training.sft as sft_module
 from data_contracts.stage import FrameArtifact, StageError
 from envgen.records import TRAJECTORY
 from inference.checkpoint import read_card
@@ -310,6 +311,19 @@ def test_the_stage_trains_and_writes_a_model_with_its_card(base, tmp_path):
     from inference.checkpoint import MODEL_DIRECTORY
 
     assert all(check.fn(out) is None for check in MODEL_DIRECTORY.checks)
+
+
+def test_bf16_on_a_cpu_without_a_bf16_path_trains_in_float32_and_says_so(base, tmp_path, monkeypatch, caplog):
+    """There a bf16 matrix product takes tens of times a float32 one: the run trains in float32, says so once and
+    its card records the precision it trained in."""
+    monkeypatch.setattr(sft_module, "native_bf16", lambda on_cpu: False)  # test double of the hardware check
+    out = tmp_path / "model"
+    out.mkdir()
+    params = SFTParams(**FAST, max_steps=2, bf16=True, output_dir=str(tmp_path / "ck"))
+    with caplog.at_level("WARNING", logger="gymforge.sft"):
+        sft.run(_inputs(base), params, "p0", out)
+    assert read_card(out)["config"]["bf16"] is False
+    assert len([r for r in caplog.records if "bf16 off" in r.getMessage()]) == 1
 
 
 def test_report_to_tensorboard_writes_the_loss_of_every_logged_step(base, tmp_path):
