@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -180,11 +179,3 @@ def markdown_table(frame: pl.DataFrame, columns: Sequence[str] = TABLE_COLUMNS) 
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in frame.iter_rows(named=True)]
     return "\n".join(lines)
-
-
-def failures_total(frame: pl.DataFrame) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for value in frame["failures"].to_list():
-        for label, count in json.loads(value or "{}").items():
-            total[label] = total.get(label, 0) + count
-    return total

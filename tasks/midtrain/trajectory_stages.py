@@ -10,7 +10,6 @@ domain, and tokens are within the window the row was held to.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -80,11 +79,6 @@ def token_counter(params: TrajectoryParams, inputs: Mapping[str, Artifact]) -> A
         return len(tok.encode(text, add_special_tokens=False))
 
     return count
-
-
-def trajectory_id(source: str, *parts: Any) -> str:
-    digest = hashlib.blake2b(json.dumps([source, *parts], default=str).encode(), digest_size=8).hexdigest()
-    return f"{source}:{digest}"
 
 
 def make_row(*, id: str, source: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], verifier: str,

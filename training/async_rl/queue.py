@@ -86,10 +86,6 @@ class SampleQueue:
         with self._ready:
             return sum(len(g.samples) for g in self._groups.values())
 
-    def complete_groups(self) -> int:
-        with self._ready:
-            return sum(g.complete for g in self._groups.values())
-
     def take(self, n_groups: int, trainer_version: int, timeout: float | None = None,
              stop: Callable[[], bool] = lambda: False) -> list[list[Sample]]:
         """The next ``n_groups`` complete groups trainable at ``trainer_version``, oldest first; groups holding a

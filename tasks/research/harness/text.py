@@ -4,7 +4,7 @@ content terms (the search index's own analysis) and whole-token phrase matching.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from envgen.rewards import normalize
 from tasks.research.search.index import analyze
@@ -50,10 +50,6 @@ def strip_citations(text: str) -> str:
 def terms(texts: Sequence[str]) -> list[set[str]]:
     """Content terms of each text under the search index's analysis (lowercase words, English stop words out)."""
     return [set(t) for t in analyze(list(texts))] if texts else []
-
-
-def numbers(term_set: Iterable[str]) -> set[str]:
-    return {t for t in term_set if t.isdigit()}
 
 
 def names(texts: Sequence[str]) -> list[set[str]]:
