@@ -224,7 +224,9 @@ def _wait_for_runs(env: dict[str, str], names: list[str], timeout_s: float = 300
 
 def test_the_train_sft_deployment_runs_on_a_gpu_pool_worker_one_at_a_time(deployed, tmp_path: Path) -> None:
     """On the module's deployments (``deployed``: a cpu pool worker holds their data root's server up); the run
-    trains on another data root, named by its ``data_dir`` parameter."""
+    trains on another data root, named by its ``data_dir`` parameter. Slow (about 35 s on 2 cores) by its subject: a
+    `gpu` pool worker starts, and each of the two deployment runs is a flow run process of its own (the first
+    imports torch and transformers and trains)."""
     data, key, base = training_root(tmp_path)
     worker = subprocess.Popen([GYMFORGE, "worker", "--pool", "gpu"], env=deployed.env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)

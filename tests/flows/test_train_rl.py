@@ -130,7 +130,9 @@ def test_a_run_that_trained_nothing_fails_with_its_reason_and_publishes_nothing(
 @pytest.mark.parametrize(("signum", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_a_signal_stops_train_rl_with_one_line_and_its_controllers(tmp_path, attached, signum, code, by):
     """Ctrl-C reaches the terminal's whole process group, SIGTERM only the command: either way the run stops within
-    seconds with one line, no traceback and no controller left behind."""
+    seconds with one line, no traceback and no controller left behind. Slow (about 30 s on 2 cores) by its subject:
+    the signal comes after the first step, so the command and its two controller processes have each imported torch
+    and transformers and loaded the model."""
     data = tmp_path / "data"
     prompts = execute_stage(open_store(data), Catalog(data), double_prompts, {}, {}, "p0").key
     command = [GYMFORGE, "train", "rl", "--from", str(tiny_checkpoint()), "--tasks", prompts, "--set", "steps=2000",
