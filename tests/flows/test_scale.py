@@ -51,15 +51,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, s3: S3Server) -> Iterator[
         yield started
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One Prefect server for the runs that attach to it (``--prefect-api-url``)."""
-    from flows.runtime import Runtime
-
-    with Runtime(tmp_path_factory.mktemp("server"), dask=False) as rt:
-        yield str(rt.prefect_api_url)
-
-
 def gymforge(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([GYMFORGE, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -78,16 +69,15 @@ def _scheduled(cluster: DaskCluster) -> int:
         return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
 
 
-def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskCluster, s3: S3Server, server: str,
-                                                               runtime: object, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskCluster, s3: S3Server, runtime: object,
+                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Slow (20-30 s on 2 cores) by its subject: seven commands, each its own process, against the cluster (the two
     runs side by side)."""
     from flows.dag import refresh
 
     for name, value in s3.env.items():  # this process reads the S3 root too
         monkeypatch.setenv(name, value)
-    env = _env(tmp_path, s3, PREFECT_API_URL=server)
+    env = _env(tmp_path, s3, PREFECT_API_URL=runtime.prefect_api_url)  # the session's server
     local, remote = tmp_path / "data", s3.url("refresh")
     before = _scheduled(cluster)
     runs = [subprocess.Popen([GYMFORGE, "--data-dir", root, "--dask-address", cluster.address, "run",
@@ -120,13 +110,13 @@ def test_refresh_on_dask_workers_and_s3_matches_a_local_cluster(cluster: DaskClu
     assert store.leftovers() == [] and _outputs(remote, "c0") == reference
 
 
-def test_a_worker_killed_mid_task_is_survived(cluster: DaskCluster, s3: S3Server, server: str,
+def test_a_worker_killed_mid_task_is_survived(cluster: DaskCluster, s3: S3Server, runtime: object,
                                               tmp_path: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
     profile = tmp_path / "slow.yaml"
     profile.write_text(yaml.safe_dump({"test_double_slow": {"seconds": 6, "marker_dir": str(markers)}}))
-    env = _env(tmp_path, s3, PREFECT_API_URL=server)
+    env = _env(tmp_path, s3, PREFECT_API_URL=runtime.prefect_api_url)
     root = tmp_path / "data"
     run = subprocess.Popen([GYMFORGE, "--data-dir", str(root), "--dask-address", cluster.address, "run",
                             "test_double_slow", "--profile", str(profile)], env=env, stdout=subprocess.PIPE,
