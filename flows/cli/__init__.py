@@ -22,6 +22,12 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 # client too, which otherwise prints a usage-data notice on a terminal; runs of deployments inherit it from
 # `gymforge worker`.
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# The project's own warnings (a stage's "bf16 off", ...) reach the run's Logs tab as Prefect's own lines do, here and
+# in every process this one starts; one logged outside any run has no tab to go to, and that is no news.
+if "gymforge" not in os.environ.get("PREFECT_LOGGING_EXTRA_LOGGERS", "").split(","):
+    os.environ["PREFECT_LOGGING_EXTRA_LOGGERS"] = ",".join(
+        filter(None, [os.environ.get("PREFECT_LOGGING_EXTRA_LOGGERS"), "gymforge"]))
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 import contextlib
 import json
@@ -55,9 +61,9 @@ app = typer.Typer(
 artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect the artifact catalog (catalog.duckdb).")
 app.add_typer(artifacts_app, name="artifacts")
 
-INTERRUPTED = re.compile(r"Crash detected!.*(KeyboardInterrupt|TerminationSignal|SystemExit)|interrupted by signal",
-                         re.DOTALL)
-"""Prefect's error lines about a run the user stopped (Ctrl-C, SIGTERM)."""
+INTERRUPTED = re.compile(r"aborted by an? (interrupt|termination) signal")
+"""Prefect's error lines about a run the user stopped (Ctrl-C, SIGTERM): its task and flow runs' "Crash detected!" and
+"Finished in state Crashed(...)"."""
 
 console = stdout_console()  # tables fit a terminal and arrive whole in a pipe (flows/terminal.py)
 UNWRAPPED = {"stage", "key", "status"}  # names people read or copy: never broken across lines
@@ -147,12 +153,13 @@ def _quiet_console_logs() -> None:
     """Keep run logs in the Prefect UI but out of the console, where the progress bar and summary go.
 
     Worker processes read the environment override (there every console line is a task run's, which the summary
-    table and the one error message already say); this process sets its console handler once Prefect is imported,
-    which a command that starts no flow never does."""
+    table and the one error message already say). This process shows warnings and errors, less what the command says
+    itself: it sets its console handler once ``prefect.main`` has created it (importing any of Prefect's public names
+    does), which a command that starts no flow never does."""
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "CRITICAL"
     # tqdm bars of libraries used inside stages (transformers loading weights) would interleave from every worker
     os.environ.setdefault("TQDM_DISABLE", "1")
-    after_import("prefect.logging.handlers", _filter_prefect_console)
+    after_import("prefect.main", _filter_prefect_console)
 
 
 def _filter_prefect_console() -> None:

@@ -183,3 +183,44 @@ def test_artifacts_schema_lists_and_documents_the_records(cli, tmp_path: Path) -
 def test_query_results_print_as_data_not_markup(cli, tmp_path: Path) -> None:
     result = cli("--data-dir", tmp_path, "artifacts", "query", "SELECT '[/x]' AS v")
     assert result.exit_code == 0 and "[/x]" in result.output
+
+
+# A run as a command runs it, with the command's console settings: the project's warning is said, Prefect's line
+# about a stopped run is not (the command says that itself).
+RUN_THAT_WARNS = """
+import logging
+from flows.cli import _quiet_console_logs
+_quiet_console_logs()
+from prefect import flow
+from prefect.runtime import flow_run
+
+@flow(name="says-a-warning")
+def says() -> str:
+    logging.getLogger("gymforge.test_double").warning("a warning of the test double")
+    logging.getLogger("prefect.flow_runs").error("Crash detected! Execution was aborted by an interrupt signal.")
+    return flow_run.id
+
+print(says())
+"""
+
+
+@pytest.mark.integration
+def test_a_stages_warning_reaches_the_console_and_the_runs_logs_tab(runtime) -> None:
+    import httpx
+
+    env = {**os.environ, "PREFECT_API_URL": runtime.prefect_api_url}
+    done = subprocess.run([sys.executable, "-c", RUN_THAT_WARNS], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "a warning of the test double" in line]
+    assert len(said) == 1 and "WARNING" in said[0] and "Crash detected" not in done.stderr, done.stderr
+    run_id = done.stdout.split()[-1]
+    deadline = time.monotonic() + 30
+    while True:  # the run's process sends its logs in batches
+        logs = httpx.post(f"{runtime.prefect_api_url}/logs/filter",
+                          json={"logs": {"flow_run_id": {"any_": [run_id]}}}, timeout=30).json()
+        messages = [log["message"] for log in logs if log["level"] == 30]
+        if messages or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert messages == ["a warning of the test double"], logs
