@@ -39,14 +39,14 @@ def call_turns(rows: Sequence[Mapping[str, Any]], limit: int) -> list[CallTurn]:
         messages = json.loads(row["messages"]) if isinstance(row["messages"], str) else list(row["messages"])
         tools = json.loads(row["tools"]) if isinstance(row["tools"], str) else list(row["tools"] or [])
         for i, (message, trained) in enumerate(zip(messages, row["train"], strict=True)):
+            if len(turns) == limit:
+                return turns
             calls = message.get("tool_calls") or []
             if message["role"] != "assistant" or not trained or not calls or i == 0:
                 continue
             fn = calls[0]["function"]
             arguments = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
             turns.append(CallTurn(tuple(messages[:i]), tuple(tools), fn["name"], arguments, str(row.get("id", ""))))
-            if len(turns) == limit:
-                return turns
     return turns
 
 

@@ -200,6 +200,14 @@ def test_call_turns_take_trained_tool_calls_only():
     assert all(t.messages[-1]["role"] in ("user", "tool") for t in turns)
 
 
+@given(st.integers(0, 8))
+def test_call_turns_take_at_most_the_limit_in_order(limit):
+    """``eval_tool_calls: 0`` scores no turn (it scored every one)."""
+    rows = list(trajectories(3).iter_rows(named=True))
+    every = call_turns(rows, limit=100)
+    assert call_turns(rows, limit) == every[:limit]
+
+
 def test_score_turns_scores_every_turn_in_order_and_keeps_the_training_mode(base, tokenizer, monkeypatch):
     from training import sft_eval
 
