@@ -18,6 +18,8 @@ TRAIN = {"steps": 2, "batch_size": 8, "num_generations": 4, "controllers": 1, "c
 
 
 def test_the_flow_publishes_arms_as_artifacts_with_lineage_and_a_report(tmp_path, monkeypatch, runtime):
+    """Slow (about 25-30 s on 2 cores) by its subject: two RL runs, each with a controller process that imports
+    torch and transformers, and three held-out scorings."""
     from data_contracts.catalog import Catalog
     from flows.experiments.flow import experiment_flow
     from flows.runtime import Runtime
