@@ -32,8 +32,9 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("gymforge run / backfill", r"bin/gymforge (--\S+ \S+ )*(run|backfill)"),
     ("gymforge worker", r"bin/gymforge (--\S+ \S+ )*worker"),
     ("gymforge, other commands", r"bin/gymforge"),
+    ("rollout controllers and their fork server",
+     r"multiprocessing\.forkserver.*'training\.async_rl\.controllers'|multiprocessing\.spawn"),
     ("Dask fork server and workers", r"multiprocessing\.forkserver|distributed|dask"),
-    ("spawned (rollout controllers)", r"multiprocessing\.spawn"),
     ("Prefect commands and workers", r"prefect (worker|work-pool|--no-prompt|deploy|server database)"),
     ("flow runs of deployments", r"prefect\.engine"),
     ("Chromium", r"chrom"),
@@ -47,7 +48,7 @@ def kind_of(cmdline: str) -> str:
                 else "other")
 
 
-def _busy_cpu_s() -> float:
+def busy_cpu_s() -> float:
     """The machine's busy CPU-s since boot: user + nice + system + irq + softirq + steal."""
     fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # idle and iowait left out
@@ -56,7 +57,7 @@ def _busy_cpu_s() -> float:
 def sample(command: list[str], interval_s: float = 1.0) -> dict:
     """Run ``command``; every process's last seen CPU-s (less what it had when the command started) and name."""
     seen: dict[str, dict] = {}
-    busy, start = _busy_cpu_s(), time.monotonic()
+    busy, start = busy_cpu_s(), time.monotonic()
     me, first = psutil.Process().pid, True
     process = subprocess.Popen(command)
     while True:
@@ -73,7 +74,7 @@ def sample(command: list[str], interval_s: float = 1.0) -> dict:
             break
         time.sleep(interval_s)
     return {"command": command, "returncode": process.returncode, "wall_s": time.monotonic() - start,
-            "busy_cpu_s": _busy_cpu_s() - busy, "processes": list(seen.values())}
+            "busy_cpu_s": busy_cpu_s() - busy, "processes": list(seen.values())}
 
 
 def summary(run: dict) -> str:

@@ -28,8 +28,10 @@ def test_a_childs_cpu_is_counted_under_its_kind() -> None:
     ("/v/bin/python3.11 /v/bin/gymforge --data-dir /d train rl --from x", "gymforge train"),
     ("/v/bin/python3.11 /v/bin/gymforge --data-dir /d --dask-address tcp://h:1 run s", "gymforge run / backfill"),
     ("/v/bin/python3.11 /v/bin/gymforge artifacts ls", "gymforge, other commands"),
-    ("/v/bin/python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
-     "spawned (rollout controllers)"),
+    ("/v/bin/python -c from multiprocessing.forkserver import main; main(5, 6, ['training.async_rl.controllers'])",
+     "rollout controllers and their fork server"),
+    ("/v/bin/python -c from multiprocessing.forkserver import main; main(5, 6, ['distributed', 'polars'], **{})",
+     "Dask fork server and workers"),
     ("", "unnamed"),
 ])
 def test_kinds(cmdline: str, kind: str) -> None:

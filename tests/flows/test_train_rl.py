@@ -35,13 +35,16 @@ def kill_a_controller_holding_samples(killed: list[int], stop: threading.Event) 
     """SIGKILL a rollout controller process half a second after it appeared: the manager hands a new controller its
     first samples within milliseconds, and loading torch and the engine takes seconds, so the dead engine holds
     samples that no "done" message has reported (killed later, it may have reported them all, and nothing is handed
-    out again). Processes running before this thread are no controllers (a session's Dask workers)."""
+    out again). Processes running before this thread are no controllers (a session's Dask workers), nor is a fork
+    server (this process's child; the controllers it forks are its children)."""
     earlier = {child.pid for child in psutil.Process().children(recursive=True)}
-    seen: dict[int, float] = {}  # when each new spawned process was first seen (psutil's create_time can be off)
+    seen: dict[int, float] = {}  # when each new controller process was first seen (psutil's create_time can be off)
     while not stop.is_set():
         for child in psutil.Process().children(recursive=True):
             try:
-                if child.pid in earlier or "multiprocessing.spawn" not in " ".join(child.cmdline()):
+                command = " ".join(child.cmdline())
+                fork_server = "multiprocessing.forkserver" in command and child.ppid() == os.getpid()
+                if child.pid in earlier or "multiprocessing." not in command or fork_server:
                     continue
                 if time.monotonic() - seen.setdefault(child.pid, time.monotonic()) > 0.5:
                     child.kill()

@@ -44,6 +44,7 @@ from inference.agent import (
 )
 from inference.engine import Engine, Request, SamplingParams
 from inference.engine_factory import load_engine
+from inference.engine_spec import EngineSpec
 from inference.engine_support import assistant_message
 from training.async_rl.config import RLConfig
 from training.async_rl.queue import Sample, SampleQueue
@@ -282,16 +283,32 @@ class Launcher(Protocol):
     def start(self, uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> Handle: ...
 
 
+CONTROLLER_PRELOAD = ("__main__", "training.async_rl.controllers")
+LOCAL_ENGINE_PRELOAD = ("torch", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
+                        "inference.hf_engine")
+"""What a controller process imports before it loads its engine (torch and transformers only for an engine that runs
+here: ``hf:``, ``vllm:``). The fork server imports them once; each controller, and each restart of one, forks from
+it instead of importing them again (bench_controllers.py)."""
+
+
 class ProcessLauncher:
-    """Local processes (the default): one engine per process, so a crashed engine takes only its controller."""
+    """Local processes (the default): one engine per process, so a crashed engine takes only its controller.
+
+    They fork from this process's multiprocessing fork server, which imports the preloads when the first controller
+    starts it. A process has one fork server: where a Runtime's Dask cluster started it first, with its own preloads,
+    controllers fork from that one and import the rest themselves. A forked controller starts with the fork server's
+    environment, this process's as it was when the server started."""
 
     def __init__(self) -> None:
-        self._context = mp.get_context("spawn")
+        self._context = mp.get_context("forkserver")
 
     def queue(self) -> Any:
         return self._context.Queue()
 
     def start(self, uid: int, spec: ControllerSpec, inbox: Any, outbox: Any) -> Handle:
+        local = not isinstance(spec.engine, str) or EngineSpec.parse(spec.engine).local
+        # read only by a fork server not yet running
+        self._context.set_forkserver_preload([*CONTROLLER_PRELOAD, *(LOCAL_ENGINE_PRELOAD if local else ())])
         process = self._context.Process(target=controller_main, args=(uid, spec, inbox, outbox),
                                         name=f"rollout-controller-{uid}", daemon=True)
         process.start()
