@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -43,23 +44,25 @@ def add_arm_options(parser: argparse.ArgumentParser, arms: Iterable[str]) -> Non
     parser.add_argument("--api-url", help=argparse.SUPPRESS)
 
 
-def run_arms(module: str, arms: Iterable[str], repeats: int, *extra: str) -> dict[str, list[dict[str, float]]]:
+def run_arms(module: str, arms: Iterable[str], repeats: int, *extra: str,
+             server: bool = True) -> dict[str, list[dict[str, float]]]:
     """Each arm ``repeats`` times, alternating, each run a fresh ``python -m MODULE --arm NAME --root DIR --api-url
-    URL *extra`` process (a process has one fork server and imports once) on a data root of its own, all attached to
-    one Prefect server started first; the figures each run printed last, as JSON."""
+    URL *extra`` process (a process has one fork server and imports once) on a directory of its own, all attached to
+    one Prefect server started first (``server``; without one, ``--api-url`` is left out); the figures each run
+    printed last, as JSON."""
     from flows.runtime import Runtime
 
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
-    server_root = Path(tempfile.mkdtemp(prefix=f"gymforge-{module.rsplit('.', 1)[-1]}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"gymforge-{module.rsplit('.', 1)[-1]}-"))
     try:
-        with Runtime(server_root, dask=False) as server:
+        with Runtime(scratch, dask=False) if server else contextlib.nullcontext() as runtime:
+            attach = ["--api-url", str(runtime.prefect_api_url)] if server else []
             for repeat in range(repeats):
-                for name, measured in runs.items():  # a data root per run: nothing is cached from the one before
+                for name, measured in runs.items():  # a directory per run: nothing is cached from the one before
                     out = subprocess.run([sys.executable, "-m", module, "--arm", name, "--root",
-                                          str(server_root / f"{name}-{repeat}"), "--api-url",
-                                          str(server.prefect_api_url), *extra],
+                                          str(scratch / f"{name}-{repeat}"), *attach, *extra],
                                          capture_output=True, text=True, check=True)
                     measured.append(json.loads(out.stdout.splitlines()[-1]))
     finally:
-        shutil.rmtree(server_root, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     return runs

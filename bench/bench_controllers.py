@@ -7,7 +7,7 @@ their replacements. The arms alternate, ``--repeats`` runs each. Figures: the ru
 machine meanwhile (every process: the run, its fork server, its controllers; a quiet machine reads true), and the
 seconds from the kill until a replacement controller reported its engine loaded.
 
-    .venv/bin/python -m bench.bench_controllers [--controllers 2] [--repeats 3]
+    .venv/bin/python -m bench.bench_controllers [--controllers 2] [--repeats 3] [--no-record]
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,12 +28,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (RESUL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the tiny model, prompt tasks
 
+from bench import add_arm_options, report, run_arms
 from bench.suite_processes import busy_cpu_s
 
 ARMS = ("spawned", "forked from the fork server")
 
 
-def measure(arm: str, controllers: int) -> dict[str, float]:
+def measure(arm: str, run_dir: Path, controllers: int) -> dict[str, float]:
     """One short RL run in this process; every controller is killed after the first step, so the run waits for
     their replacements."""
     from inference_support import tiny_checkpoint
@@ -66,10 +65,9 @@ def measure(arm: str, controllers: int) -> dict[str, float]:
             threading.Thread(target=watch, args=({v.uid for v in victims}, time.monotonic()), daemon=True).start()
 
     started, busy = time.monotonic(), busy_cpu_s()
-    with tempfile.TemporaryDirectory() as tmp:
-        run = RLRun(checkpoint, prompt_tasks(8), config, Path(tmp) / "run", engine=f"hf:{checkpoint}",
-                    launcher=launcher, on_step=on_step)
-        run.run()
+    run = RLRun(checkpoint, prompt_tasks(8), config, run_dir, engine=f"hf:{checkpoint}", launcher=launcher,
+                on_step=on_step)
+    run.run()
     return {"wall_s": time.monotonic() - started, "busy_cpu_s": busy_cpu_s() - busy, "restart_s": restart["s"]}
 
 
@@ -77,25 +75,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--controllers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)
+    parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
+    add_arm_options(parser, ARMS)
     args = parser.parse_args()
     if args.arm:
-        print(json.dumps(measure(args.arm, args.controllers)))
+        print(json.dumps(measure(args.arm, args.root, args.controllers)))
         return
-    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
-    for _ in range(args.repeats):
-        for arm, measured in runs.items():  # a fresh process per run: a process has one fork server
-            out = subprocess.run([sys.executable, "-m", "bench.bench_controllers", "--arm", arm, "--controllers",
-                                  str(args.controllers)], capture_output=True, text=True, check=True)
-            measured.append(json.loads(out.stdout.splitlines()[-1]))
-    print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}. "
-          f"{args.controllers} controllers, all killed after the first step; median of {args.repeats} runs per arm, "
-          "alternating.\n")
-    print("| controllers | run wall s | busy CPU-s (machine) | kill -> a replacement loaded, s |")
-    print("| --- | --- | --- | --- |")
+    runs = run_arms("bench.bench_controllers", ARMS, args.repeats, "--controllers", str(args.controllers),
+                    server=False)
+    setting = (f"Machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}. "
+               f"{args.controllers} controllers, all killed after the first step; median of {args.repeats} runs per "
+               "arm, alternating.")
+    lines = ["", "## Rollout controllers: spawned against forked from a preloaded fork server (bench_controllers.py)",
+             "", setting, "",
+             "| controllers | run wall s | busy CPU-s (machine) | kill -> a replacement loaded, s |",
+             "| --- | --- | --- | --- |"]
     for arm, measured in runs.items():
         cells = [statistics.median(run[name] for run in measured) for name in ("wall_s", "busy_cpu_s", "restart_s")]
-        print(f"| {arm} | " + " | ".join(f"{cell:.1f}" for cell in cells) + " |")
+        lines.append(f"| {arm} | " + " | ".join(f"{cell:.1f}" for cell in cells) + " |")
+    report(lines, not args.no_record)
 
 
 if __name__ == "__main__":

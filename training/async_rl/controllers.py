@@ -593,7 +593,8 @@ class RolloutManager:
     def _replace(self, controller: _Controller, reason: str) -> None:
         """Retire a dead or failed controller, hand its samples out again, start another in its place."""
         self.last_failure = reason
-        self.restarts += 1
+        if not self.failed:  # a failure after the run stopped restarting is no restart
+            self.restarts += 1
         if self.failed:  # every controller keeps dying: stop restarting, the trainer ends the run
             return
         self.events["controller restarted"] += 1

@@ -246,7 +246,6 @@ def test_a_run_whose_controller_processes_keep_failing_exits_instead_of_hanging(
     """Every controller process fails to load its engine: the run stops with the last failure and the process
     exits (its queues' feeder threads are not waited for), leaving no controller behind."""
     import os
-    import re
     import subprocess
     import sys
     from pathlib import Path
@@ -259,9 +258,7 @@ def test_a_run_whose_controller_processes_keep_failing_exits_instead_of_hanging(
     done = subprocess.run([sys.executable, "-c", FAILING_RUN, str(tmp_path / "run"), str(broken)], env=env,
                           capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 1, done.stderr[-2000:]
-    # past max_restarts by one, or more: a replacement started before the run stopped may fail too
-    restarts = re.search(r"restarted (\d+) times \(max_restarts=1\)", done.stdout)
-    assert restarts and int(restarts[1]) >= 2 and "Traceback" not in done.stderr, done.stdout
+    assert "restarted 2 times (max_restarts=1)" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_report_to_tensorboard_writes_every_steps_reward_at_its_version(tmp_path):
