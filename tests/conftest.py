@@ -17,6 +17,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from inference.cpu import tune_allocator
 
 tune_allocator()
+# OpenEnv as gymforge imports it (without gradio's web UI), though test modules import OpenEnv's clients directly.
+import inference.environments.models  # noqa: F401
 
 # The tests' helper modules (fixtures, test doubles) are imported by name; Dask worker processes and deployment runs
 # import the test-double stages by module name too: put the support directory on every import path and name the

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from inference.environments.models import EpisodeStart, EpisodeStep  # isort: skip - first: it imports OpenEnv
 from openenv.core.client_types import StepResult
 from openenv.core.mcp_client import MCPToolClient
-
-from inference.environments.models import EpisodeStart, EpisodeStep
 
 
 class GymforgeEnvClient(MCPToolClient):

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
+from inference.environments.models import EpisodeStart, EpisodeStep  # isort: skip - first: it imports OpenEnv
 from fastapi import FastAPI, Request, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from fastmcp import FastMCP
@@ -44,7 +45,6 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from inference.environments.episode import RESPOND, ServedEpisode, StepOutcome
-from inference.environments.models import EpisodeStart, EpisodeStep
 from inference.environments.tasks import ServedTasks, noise_level_of
 
 RESET_PARAMETERS = ("task_id", "seed", "episode_id", "noise_level")

@@ -289,3 +289,16 @@ def test_the_openenv_manifest_names_an_app_serving_the_artifact(tmp_path: Any, m
     monkeypatch.delitem(sys.modules, module, raising=False)
     with TestClient(getattr(importlib.import_module(module), attribute)) as client:
         assert client.get("/health").json()["artifact"] == f"test_double_environments/{key}"
+
+
+def test_the_server_imports_openenv_without_gradio_and_leaves_it_importable() -> None:
+    """OpenEnv's web UI (gradio, about 5 CPU-s to import) is not what gymforge serves: a process that imports the
+    server and client has no gradio, nor a hidden one left behind."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, inference.environments.server, inference.environments.client; "
+             "print(sorted(name for name in sys.modules if name.partition('.')[0] in ('gradio', 'gradio_client')), "
+             "sys.modules['openenv.core.env_server'].create_web_interface_app)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["[]", "None"], done.stdout + done.stderr
