@@ -193,6 +193,9 @@ def test_two_refreshes_and_a_backfill_at_once_on_one_data_root(cluster: DaskClus
 
 
 def test_prefect_on_postgres(cluster: DaskCluster, s3: S3Server, tmp_path: Path) -> None:
+    """The command's Prefect server keeps its runs in PostgreSQL, not the data root's SQLite. Slow (20-30 s on 2
+    cores) by its subject: a PostgreSQL server starts and Prefect migrates a new database on it (the migrated SQLite
+    template other servers copy does not apply)."""
     import asyncpg
 
     with postgres_server() as postgres:
