@@ -27,8 +27,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gymforge demo --profile tiny --base $(SMOLLM2_GGUF)
 
-# Two test processes (each with its own session Prefect server and Dask cluster): 950-1,670 busy CPU-s of the whole
-# machine, 8 min 30 s to 14 min 30 s on a quiet 2-core machine, as fast as the machine happens to be
+# Two test processes (each with its own session Prefect server and Dask cluster): 930-1,690 busy CPU-s of the whole
+# machine, 8 min 20 s to 14 min 45 s on a quiet 2-core machine, as fast as the machine happens to be
 # (bench/RESULTS.md, bench/suite_processes.py). The slowest tests are listed. The tests of a file that share a
 # module-scoped fixture run in one process, so it is built once and stops with the file's last test (the deployment
 # tests: one server and worker); tests/conftest.py groups them. The suite starts about 220 processes: with bytecode
