@@ -36,9 +36,11 @@ def tree_at(revision: str, into: Path) -> tuple[str, Path]:
     return sha, into
 
 
-def add_arm_options(parser: argparse.ArgumentParser, arms: Iterable[str]) -> None:
-    """The hidden options of one measurement run in its own process (``run_arms``): ``--arm``, ``--root``,
-    ``--api-url``."""
+def add_arm_options(parser: argparse.ArgumentParser, arms: Iterable[str], repeats: int) -> None:
+    """The options of a benchmark whose arms run in processes of their own (``run_arms``): ``--repeats`` and
+    ``--no-record``, and the hidden ones of one measurement run, ``--arm``, ``--root``, ``--api-url``."""
+    parser.add_argument("--repeats", type=int, default=repeats, help="runs per arm (the median is kept)")
+    parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
     parser.add_argument("--arm", choices=list(arms), help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--api-url", help=argparse.SUPPRESS)

@@ -47,10 +47,8 @@ def arm(name: str, root: Path, api_url: str, seconds: float) -> dict[str, float]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=1, help="runs per arm (the median is kept)")
     parser.add_argument("--seconds", type=float, default=60.0, help="idle seconds counted per run")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
-    add_arm_options(parser, ARMS)
+    add_arm_options(parser, ARMS, repeats=1)
     args = parser.parse_args()
 
     if args.arm:

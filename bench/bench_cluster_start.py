@@ -53,9 +53,7 @@ def arm(name: str, root: Path, api_url: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="runs per arm (the median is kept)")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
-    add_arm_options(parser, ARMS)
+    add_arm_options(parser, ARMS, repeats=3)
     args = parser.parse_args()
 
     if args.arm:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import platform
 import signal
@@ -44,9 +43,7 @@ def measure(arm: str, run_dir: Path, controllers: int) -> dict[str, float]:
     from training.async_rl.controllers import ProcessLauncher
     from training.async_rl.run import RLRun
 
-    launcher = ProcessLauncher()
-    if arm == "spawned":
-        launcher._context = mp.get_context("spawn")  # the launcher before the fork server
+    launcher = ProcessLauncher("spawn" if arm == "spawned" else "forkserver")  # spawned: the launcher before
     checkpoint = tiny_checkpoint()
     config = RLConfig(steps=3, batch_size=8, num_generations=4, controllers=controllers, concurrency=4,
                       checkpoint_every=3, max_staleness=0, beta=0.0, sampling={"max_tokens": 8})
@@ -74,9 +71,7 @@ def measure(arm: str, run_dir: Path, controllers: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--controllers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-record", action="store_true", help="print only; do not append to RESULTS.md")
-    add_arm_options(parser, ARMS)
+    add_arm_options(parser, ARMS, repeats=3)
     args = parser.parse_args()
     if args.arm:
         print(json.dumps(measure(args.arm, args.root, args.controllers)))

@@ -297,10 +297,11 @@ class ProcessLauncher:
     They fork from this process's multiprocessing fork server, which imports the preloads when the first controller
     starts it. A process has one fork server: where a Runtime's Dask cluster started it first, with its own preloads,
     controllers fork from that one and import the rest themselves. A forked controller starts with the fork server's
-    environment, this process's as it was when the server started."""
+    environment, this process's as it was when the server started. ``start_method="spawn"`` has each controller
+    import everything itself (the launcher before the fork server, for comparison: bench_controllers.py)."""
 
-    def __init__(self) -> None:
-        self._context = mp.get_context("forkserver")
+    def __init__(self, start_method: str = "forkserver") -> None:
+        self._context = mp.get_context(start_method)
 
     def queue(self) -> Any:
         return self._context.Queue()
@@ -593,8 +594,8 @@ class RolloutManager:
     def _replace(self, controller: _Controller, reason: str) -> None:
         """Retire a dead or failed controller, hand its samples out again, start another in its place."""
         self.last_failure = reason
-        if not self.failed:  # a failure after the run stopped restarting is no restart
-            self.restarts += 1
+        # counted up to the one that stops the run: a failure after that is no restart
+        self.restarts = min(self.restarts + 1, self.config.max_restarts + 1)
         if self.failed:  # every controller keeps dying: stop restarting, the trainer ends the run
             return
         self.events["controller restarted"] += 1
